@@ -1,0 +1,171 @@
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/ir/hlo_printer.h"
+#include "compiler/ir/verifier.h"
+#include "gtest/gtest.h"
+
+namespace kiln::ir {
+namespace {
+
+std::string RoundTrip(absl::string_view text) {
+  auto m = ParseModule(text);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return "";
+  EXPECT_TRUE(Verify(**m).ok()) << Verify(**m);
+  return PrintModule(**m);
+}
+
+void ExpectFixedPoint(absl::string_view text) {
+  std::string once = RoundTrip(text);
+  std::string twice = RoundTrip(once);
+  EXPECT_EQ(once, twice);
+}
+
+constexpr absl::string_view kOldStyle = R"(
+HloModule old_style, entry_computation_layout={(f32[2,3]{1,0})->f32[3]{0}}
+
+%add.1 (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %add = f32[] add(f32[] %x, f32[] %y), metadata={op_name="add"}
+}
+
+ENTRY %main.5 (p: f32[2,3]) -> f32[3] {
+  %p = f32[2,3]{1,0} parameter(0), sharding={replicated}
+  %c = f32[] constant(0)
+  ROOT %r = f32[3]{0} reduce(f32[2,3]{1,0} %p, f32[] %c), dimensions={0}, to_apply=%add.1
+}
+)";
+
+constexpr absl::string_view kNewStyle = R"(
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT add = f32[] add(x, y)
+}
+
+ENTRY main {
+  p = f32[2,3] parameter(0)
+  c = f32[] constant(0)
+  ROOT r = f32[3] reduce(p, c), dimensions={0}, to_apply=add
+}
+)";
+
+TEST(HloTextTest, OldAndNewSpellingsParseToTheSameModule) {
+  auto a = ParseModule(kOldStyle);
+  auto b = ParseModule(kNewStyle);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  PrintOptions canonical;
+  canonical.canonical_names = true;
+  EXPECT_EQ(PrintModule(**a, canonical), PrintModule(**b, canonical));
+  EXPECT_EQ((*a)->name(), "old_style");
+  EXPECT_EQ((*a)->entry()->name(), "main.5");
+}
+
+TEST(HloTextTest, PrintParsePrintIsAFixedPoint) {
+  ExpectFixedPoint(kOldStyle);
+  ExpectFixedPoint(R"(
+HloModule attrs
+ENTRY e {
+  a = f32[4,6] parameter(0)
+  k = f32[3,3,1,2] parameter(1)
+  i = f32[1,8,8,1] parameter(2)
+  s = f32[2,3] slice(a), slice={[0:4:2], [1:4]}
+  z = f32[] constant(0)
+  pd = f32[10,8] pad(a, z), padding=1_2_1x0_2
+  t = f32[6,4] transpose(a), dimensions={1,0}
+  d = f32[4,4] dot(a, t), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  cv = f32[1,8,8,2] convolution(i, k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  cmp = pred[4,6] compare(a, a), direction=LT
+  io = s32[5] iota(), iota_dimension=0
+  c2 = f32[2,2] constant({{1, 2.5}, {-inf, nan}})
+  ROOT tup = (f32[2,3], f32[10,8], f32[4,4], f32[1,8,8,2], pred[4,6], s32[5], f32[2,2]) tuple(s, pd, d, cv, cmp, io, c2)
+}
+)");
+}
+
+TEST(HloTextTest, WhileAndConditional) {
+  ExpectFixedPoint(R"(
+HloModule loops
+cond {
+  p = (s32[], f32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(4)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[] get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  two = f32[] constant(2)
+  x2 = f32[] multiply(x, two)
+  ROOT t = (s32[], f32[]) tuple(i2, x2)
+}
+neg { a = f32[] parameter(0)
+  ROOT n = f32[] negate(a) }
+id { a = f32[] parameter(0)
+  ROOT c = f32[] copy(a) }
+ENTRY main {
+  x = f32[] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[]) tuple(zero, x)
+  w = (s32[], f32[]) while(init), condition=cond, body=body
+  r = f32[] get-tuple-element(w), index=1
+  b = pred[] constant(true)
+  ROOT c = f32[] conditional(b, r, r), true_computation=neg, false_computation=id
+}
+)");
+}
+
+TEST(HloTextTest, UnknownOpcodeNamesItAndTheLine) {
+  auto m = ParseModule("ENTRY e {\n  a = f32[2] parameter(0)\n  ROOT b = f32[2] fft(a)\n}\n");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("line 3"), std::string::npos) << m.status();
+  EXPECT_NE(m.status().message().find("'fft'"), std::string::npos);
+}
+
+TEST(HloTextTest, UnknownAttributeNamesIt) {
+  auto m = ParseModule(
+      "ENTRY e {\n  a = f32[2] parameter(0)\n  ROOT b = f32[2] negate(a), frobnicate=3\n}\n");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("frobnicate"), std::string::npos);
+  EXPECT_NE(m.status().message().find("line 3"), std::string::npos);
+}
+
+TEST(HloTextTest, UnknownOperandIsAnError) {
+  auto m = ParseModule("ENTRY e {\n  ROOT b = f32[2] negate(zzz)\n}\n");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("unknown operand %zzz"), std::string::npos);
+}
+
+TEST(HloTextTest, ConstantValueCountMustMatch) {
+  auto m = ParseModule("ENTRY e {\n  ROOT c = f32[3] constant({1, 2})\n}\n");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("needs 3"), std::string::npos);
+}
+
+TEST(HloTextTest, OldStyleConstantWithShapePrefix) {
+  auto m = ParseModule("ENTRY e {\n  ROOT c = f32[2,2]{1,0} constant(f32[2,2]{1,0} { { 1, 2 }, { 3, 4 } })\n}\n");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->entry()->root()->attrs().literal.ToText(), "{{1, 2}, {3, 4}}");
+}
+
+TEST(HloTextTest, GarbageNeverCrashes) {
+  const char* inputs[] = {"", "HloModule", "ENTRY {", "ENTRY e { a = }",
+                          "ENTRY e { a = f32[2 parameter(0) }",
+                          "ENTRY e { a = f32[2] constant({1,2}",
+                          "ENTRY e { ROOT a = f32[] add(a, a) }",
+                          "x { ROOT a = f32[] parameter(0) } x { ROOT a = f32[] parameter(0) }",
+                          "ENTRY e { a = (f32[], ) tuple() }"};
+  for (const char* in : inputs) {
+    auto m = ParseModule(in);
+    if (m.ok()) {
+      EXPECT_FALSE(Verify(**m).ok()) << in;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::ir

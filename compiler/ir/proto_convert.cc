@@ -1,0 +1,313 @@
+#include "compiler/ir/proto_convert.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+
+namespace kiln::ir {
+namespace {
+
+// Our ElementType enum and the proto's share an order, offset by one.
+v1::ElementType TypeToProto(ElementType t) {
+  return static_cast<v1::ElementType>(static_cast<int>(t) + 1);
+}
+
+absl::StatusOr<ElementType> TypeFromProto(int t) {
+  if (t < 1 || t > static_cast<int>(ElementType::kToken) + 1) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown element type ", t));
+  }
+  return static_cast<ElementType>(t - 1);
+}
+
+template <typename R>
+std::vector<int64_t> Vec(const R& repeated) {
+  return std::vector<int64_t>(repeated.begin(), repeated.end());
+}
+template <typename R>
+void Fill(R* repeated, const std::vector<int64_t>& v) {
+  repeated->Assign(v.begin(), v.end());
+}
+
+void AttrsToProto(const Attributes& a, v1::InstructionProto* p) {
+  Fill(p->mutable_dimensions(), a.dimensions);
+  Fill(p->mutable_slice_sizes(), a.slice_sizes);
+  for (const SliceDim& s : a.slice) {
+    auto* d = p->add_slice();
+    d->set_start(s.start);
+    d->set_limit(s.limit);
+    d->set_stride(s.stride);
+  }
+  for (const PadDim& s : a.padding) {
+    auto* d = p->add_padding();
+    d->set_lo(s.lo);
+    d->set_hi(s.hi);
+    d->set_interior(s.interior);
+  }
+  for (const WindowDim& w : a.window) {
+    auto* d = p->add_window();
+    d->set_size(w.size);
+    d->set_stride(w.stride);
+    d->set_pad_lo(w.pad_lo);
+    d->set_pad_hi(w.pad_hi);
+    d->set_base_dilation(w.base_dilation);
+    d->set_window_dilation(w.window_dilation);
+  }
+  Fill(p->mutable_dot()->mutable_lhs_batch(), a.dot.lhs_batch);
+  Fill(p->mutable_dot()->mutable_rhs_batch(), a.dot.rhs_batch);
+  Fill(p->mutable_dot()->mutable_lhs_contracting(), a.dot.lhs_contracting);
+  Fill(p->mutable_dot()->mutable_rhs_contracting(), a.dot.rhs_contracting);
+  auto* c = p->mutable_conv();
+  c->set_input_batch(a.conv.input_batch);
+  c->set_input_feature(a.conv.input_feature);
+  Fill(c->mutable_input_spatial(), a.conv.input_spatial);
+  c->set_kernel_input_feature(a.conv.kernel_input_feature);
+  c->set_kernel_output_feature(a.conv.kernel_output_feature);
+  Fill(c->mutable_kernel_spatial(), a.conv.kernel_spatial);
+  c->set_output_batch(a.conv.output_batch);
+  c->set_output_feature(a.conv.output_feature);
+  Fill(c->mutable_output_spatial(), a.conv.output_spatial);
+  p->set_feature_group_count(a.feature_group_count);
+  p->set_batch_group_count(a.batch_group_count);
+  auto* g = p->mutable_gather();
+  Fill(g->mutable_offset_dims(), a.gather.offset_dims);
+  Fill(g->mutable_collapsed_slice_dims(), a.gather.collapsed_slice_dims);
+  Fill(g->mutable_start_index_map(), a.gather.start_index_map);
+  g->set_index_vector_dim(a.gather.index_vector_dim);
+  auto* s = p->mutable_scatter();
+  Fill(s->mutable_update_window_dims(), a.scatter.update_window_dims);
+  Fill(s->mutable_inserted_window_dims(), a.scatter.inserted_window_dims);
+  Fill(s->mutable_scatter_dims_to_operand_dims(),
+       a.scatter.scatter_dims_to_operand_dims);
+  s->set_index_vector_dim(a.scatter.index_vector_dim);
+  p->set_comparison_direction(std::string(ComparisonDirectionName(a.direction)));
+  p->set_parameter_number(a.parameter_number);
+  p->set_tuple_index(a.tuple_index);
+  p->set_iota_dimension(a.iota_dimension);
+  for (const auto& group : a.replica_groups) {
+    Fill(p->add_replica_groups()->mutable_replica_ids(), group);
+  }
+  p->set_distribution(a.distribution == RngDistribution::kNormal
+                          ? "rng_normal"
+                          : "rng_uniform");
+  p->set_is_stable(a.is_stable);
+  p->set_custom_call_target(a.custom_call_target);
+  p->set_config(a.config);
+}
+
+absl::Status AttrsFromProto(const v1::InstructionProto& p, Attributes* a) {
+  a->dimensions = Vec(p.dimensions());
+  a->slice_sizes = Vec(p.slice_sizes());
+  for (const auto& d : p.slice()) a->slice.push_back({d.start(), d.limit(), d.stride()});
+  for (const auto& d : p.padding()) {
+    a->padding.push_back({d.lo(), d.hi(), d.interior()});
+  }
+  for (const auto& d : p.window()) {
+    a->window.push_back({d.size(), d.stride(), d.pad_lo(), d.pad_hi(),
+                         d.base_dilation(), d.window_dilation()});
+  }
+  a->dot = {Vec(p.dot().lhs_batch()), Vec(p.dot().rhs_batch()),
+            Vec(p.dot().lhs_contracting()), Vec(p.dot().rhs_contracting())};
+  const auto& c = p.conv();
+  a->conv = {c.input_batch(), c.input_feature(), Vec(c.input_spatial()),
+             c.kernel_input_feature(), c.kernel_output_feature(),
+             Vec(c.kernel_spatial()), c.output_batch(), c.output_feature(),
+             Vec(c.output_spatial())};
+  a->feature_group_count = p.feature_group_count();
+  a->batch_group_count = p.batch_group_count();
+  a->gather = {Vec(p.gather().offset_dims()),
+               Vec(p.gather().collapsed_slice_dims()),
+               Vec(p.gather().start_index_map()),
+               p.gather().index_vector_dim()};
+  a->scatter = {Vec(p.scatter().update_window_dims()),
+                Vec(p.scatter().inserted_window_dims()),
+                Vec(p.scatter().scatter_dims_to_operand_dims()),
+                p.scatter().index_vector_dim()};
+  if (!p.comparison_direction().empty()) {
+    auto d = ComparisonDirectionFromName(p.comparison_direction());
+    if (!d) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown comparison direction '", p.comparison_direction(), "'"));
+    }
+    a->direction = *d;
+  }
+  a->parameter_number = p.parameter_number();
+  a->tuple_index = p.tuple_index();
+  a->iota_dimension = p.iota_dimension();
+  for (const auto& g : p.replica_groups()) {
+    a->replica_groups.push_back(Vec(g.replica_ids()));
+  }
+  if (p.distribution() == "rng_normal") {
+    a->distribution = RngDistribution::kNormal;
+  } else if (p.distribution().empty() || p.distribution() == "rng_uniform") {
+    a->distribution = RngDistribution::kUniform;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown distribution '", p.distribution(), "'"));
+  }
+  a->is_stable = p.is_stable();
+  a->custom_call_target = p.custom_call_target();
+  a->config = p.config();
+  if (p.has_literal()) {
+    ASSIGN_OR_RETURN(a->literal, LiteralFromProto(p.literal()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void ShapeToProto(const Shape& shape, v1::ShapeProto* proto) {
+  proto->set_element_type(TypeToProto(shape.type()));
+  Fill(proto->mutable_dims(), shape.dims());
+  for (const Shape& s : shape.tuple_shapes()) {
+    ShapeToProto(s, proto->add_tuple_shapes());
+  }
+}
+
+absl::StatusOr<Shape> ShapeFromProto(const v1::ShapeProto& proto) {
+  ASSIGN_OR_RETURN(ElementType t, TypeFromProto(proto.element_type()));
+  Shape shape;
+  if (t == ElementType::kTuple) {
+    std::vector<Shape> elements;
+    for (const auto& e : proto.tuple_shapes()) {
+      ASSIGN_OR_RETURN(Shape s, ShapeFromProto(e));
+      elements.push_back(std::move(s));
+    }
+    shape = Shape::Tuple(std::move(elements));
+  } else {
+    shape = Shape(t, Vec(proto.dims()));
+  }
+  RETURN_IF_ERROR(ValidateShape(shape));
+  return shape;
+}
+
+void LiteralToProto(const Literal& literal, v1::LiteralProto* proto) {
+  ShapeToProto(literal.shape(), proto->mutable_shape());
+  proto->set_data(literal.bytes().data(), literal.bytes().size());
+  for (const Literal& e : literal.tuple_elements()) {
+    LiteralToProto(e, proto->add_tuple_elements());
+  }
+}
+
+absl::StatusOr<Literal> LiteralFromProto(const v1::LiteralProto& proto) {
+  ASSIGN_OR_RETURN(Shape shape, ShapeFromProto(proto.shape()));
+  if (shape.IsTuple()) {
+    if (proto.tuple_elements_size() !=
+        static_cast<int>(shape.tuple_shapes().size())) {
+      return absl::InvalidArgumentError("tuple literal element count mismatch");
+    }
+    std::vector<Literal> elements;
+    for (const auto& e : proto.tuple_elements()) {
+      ASSIGN_OR_RETURN(Literal l, LiteralFromProto(e));
+      elements.push_back(std::move(l));
+    }
+    Literal lit = Literal::Tuple(std::move(elements));
+    if (lit.shape() != shape) {
+      return absl::InvalidArgumentError("tuple literal element shape mismatch");
+    }
+    return lit;
+  }
+  if (static_cast<int64_t>(proto.data().size()) != shape.ByteSize()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("literal of ", shape.ToString(), " needs ",
+                     shape.ByteSize(), " bytes, got ", proto.data().size()));
+  }
+  Literal lit(shape);
+  std::memcpy(lit.mutable_bytes().data(), proto.data().data(),
+              proto.data().size());
+  return lit;
+}
+
+v1::ModuleProto ModuleToProto(const Module& module) {
+  v1::ModuleProto proto;
+  proto.set_name(module.name());
+  absl::flat_hash_map<const Computation*, int64_t> comp_ids;
+  for (size_t i = 0; i < module.computations().size(); ++i) {
+    comp_ids[module.computations()[i].get()] = static_cast<int64_t>(i);
+  }
+  for (const auto& c : module.computations()) {
+    auto* cp = proto.add_computations();
+    cp->set_id(comp_ids[c.get()]);
+    cp->set_name(c->name());
+    for (const auto& instr : c->instructions()) {
+      auto* ip = cp->add_instructions();
+      ip->set_id(instr->index());
+      ip->set_name(instr->name());
+      ip->set_opcode(std::string(OpcodeName(instr->opcode())));
+      ShapeToProto(instr->shape(), ip->mutable_shape());
+      for (const Instruction* o : instr->operands()) ip->add_operand_ids(o->index());
+      for (const Computation* k : instr->called()) {
+        ip->add_called_computation_ids(comp_ids[k]);
+      }
+      AttrsToProto(instr->attrs(), ip);
+      if (instr->opcode() == Opcode::kConstant) {
+        LiteralToProto(instr->attrs().literal, ip->mutable_literal());
+      }
+    }
+    cp->set_root_id(c->root() ? c->root()->index() : -1);
+  }
+  proto.set_entry_computation_id(module.entry() ? comp_ids[module.entry()] : -1);
+  return proto;
+}
+
+absl::StatusOr<std::unique_ptr<Module>> ModuleFromProto(
+    const v1::ModuleProto& proto) {
+  auto module = std::make_unique<Module>(proto.name());
+  absl::flat_hash_map<int64_t, Computation*> comps;
+  for (const auto& cp : proto.computations()) {
+    if (comps.contains(cp.id())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("duplicate computation id ", cp.id()));
+    }
+    comps[cp.id()] = module->AddComputation(std::make_unique<Computation>(cp.name()));
+  }
+  for (const auto& cp : proto.computations()) {
+    Computation* comp = comps[cp.id()];
+    absl::flat_hash_map<int64_t, Instruction*> instrs;
+    for (const auto& ip : cp.instructions()) {
+      std::optional<Opcode> op = OpcodeFromName(ip.opcode());
+      if (!op) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "instruction ", ip.name(), ": unknown opcode '", ip.opcode(), "'"));
+      }
+      ASSIGN_OR_RETURN(Shape shape, ShapeFromProto(ip.shape()));
+      auto instr = std::make_unique<Instruction>(*op, shape, ip.name());
+      absl::Status st = AttrsFromProto(ip, &instr->mutable_attrs());
+      if (!st.ok()) return WithContext(st, absl::StrCat("instruction ", ip.name()));
+      for (int64_t id : ip.operand_ids()) {
+        auto it = instrs.find(id);
+        if (it == instrs.end()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "instruction ", ip.name(), " refers to operand id ", id,
+              " that is not defined before it"));
+        }
+        instr->AddOperand(it->second);
+      }
+      for (int64_t id : ip.called_computation_ids()) {
+        auto it = comps.find(id);
+        if (it == comps.end()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "instruction ", ip.name(), " calls unknown computation id ", id));
+        }
+        instr->AddCalled(it->second);
+      }
+      if (!instrs.emplace(ip.id(), comp->AddInstruction(std::move(instr))).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("duplicate instruction id ", ip.id()));
+      }
+    }
+    auto root = instrs.find(cp.root_id());
+    if (root == instrs.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("computation ", cp.name(), " has unknown root id"));
+    }
+    comp->set_root(root->second);
+  }
+  auto entry = comps.find(proto.entry_computation_id());
+  if (entry == comps.end()) {
+    return absl::InvalidArgumentError("unknown entry computation id");
+  }
+  module->set_entry(entry->second);
+  return module;
+}
+
+}  // namespace kiln::ir

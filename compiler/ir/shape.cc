@@ -1,0 +1,124 @@
+#include "compiler/ir/shape.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kiln::ir {
+
+absl::string_view ElementTypeName(ElementType type) {
+  switch (type) {
+#define KILN_CASE(e, name, size) \
+  case ElementType::e:           \
+    return name;
+    KILN_ELEMENT_TYPE_LIST(KILN_CASE)
+#undef KILN_CASE
+  }
+  return "invalid";
+}
+
+std::optional<ElementType> ElementTypeFromName(absl::string_view name) {
+#define KILN_CASE(e, n, size) \
+  if (name == n) return ElementType::e;
+  KILN_ELEMENT_TYPE_LIST(KILN_CASE)
+#undef KILN_CASE
+  return std::nullopt;
+}
+
+int ElementTypeSize(ElementType type) {
+  switch (type) {
+#define KILN_CASE(e, name, size) \
+  case ElementType::e:           \
+    return size;
+    KILN_ELEMENT_TYPE_LIST(KILN_CASE)
+#undef KILN_CASE
+  }
+  return 0;
+}
+
+bool IsFloatType(ElementType t) {
+  return t == ElementType::kBF16 || t == ElementType::kF16 ||
+         t == ElementType::kF32 || t == ElementType::kF64;
+}
+bool IsSignedIntType(ElementType t) {
+  return t == ElementType::kS8 || t == ElementType::kS16 ||
+         t == ElementType::kS32 || t == ElementType::kS64;
+}
+bool IsUnsignedIntType(ElementType t) {
+  return t == ElementType::kU8 || t == ElementType::kU16 ||
+         t == ElementType::kU32 || t == ElementType::kU64;
+}
+
+Shape Shape::Tuple(std::vector<Shape> elements) {
+  Shape s(ElementType::kTuple, {});
+  s.tuple_shapes_ = std::move(elements);
+  return s;
+}
+
+int64_t Shape::ElementCount() const {
+  int64_t n = 1;
+  for (int64_t d : dims_) n *= d;
+  return n;
+}
+
+int64_t Shape::ByteSize() const {
+  if (IsTuple()) {
+    int64_t total = 0;
+    for (const Shape& s : tuple_shapes_) total += s.ByteSize();
+    return total;
+  }
+  return ElementCount() * ElementTypeSize(type_);
+}
+
+bool Shape::operator==(const Shape& other) const {
+  return type_ == other.type_ && dims_ == other.dims_ &&
+         tuple_shapes_ == other.tuple_shapes_;
+}
+
+std::string Shape::ToString() const {
+  if (IsTuple()) {
+    std::vector<std::string> parts;
+    for (const Shape& s : tuple_shapes_) parts.push_back(s.ToString());
+    return absl::StrCat("(", absl::StrJoin(parts, ", "), ")");
+  }
+  return absl::StrCat(ElementTypeName(type_), "[", absl::StrJoin(dims_, ","),
+                      "]");
+}
+
+absl::Status ValidateShape(const Shape& shape) {
+  if (shape.IsTuple()) {
+    for (const Shape& s : shape.tuple_shapes()) {
+      absl::Status st = ValidateShape(s);
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  if (shape.IsToken()) {
+    if (shape.rank() != 0) return absl::InvalidArgumentError("token with dims");
+    return absl::OkStatus();
+  }
+  int64_t n = 1;
+  for (int64_t d : shape.dims()) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("negative dimension in ", shape.ToString()));
+    }
+    if (d != 0 && n > kMaxElements / d) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "element count of ", shape.ToString(), " overflows the limit of ",
+          kMaxElements, " elements"));
+    }
+    n *= d;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) {
+    strides[i] = strides[i + 1] * dims[i + 1];
+  }
+  return strides;
+}
+
+}  // namespace kiln::ir

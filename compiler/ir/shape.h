@@ -1,0 +1,106 @@
+// Element types and shapes of the IR: an array shape is an element type with
+// static dimensions (row-major); a tuple shape holds element shapes.
+#ifndef KILN_COMPILER_IR_SHAPE_H_
+#define KILN_COMPILER_IR_SHAPE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
+
+namespace kiln::ir {
+
+#define KILN_ELEMENT_TYPE_LIST(V) \
+  V(kPred, "pred", 1)             \
+  V(kS8, "s8", 1)                 \
+  V(kS16, "s16", 2)               \
+  V(kS32, "s32", 4)               \
+  V(kS64, "s64", 8)               \
+  V(kU8, "u8", 1)                 \
+  V(kU16, "u16", 2)               \
+  V(kU32, "u32", 4)               \
+  V(kU64, "u64", 8)               \
+  V(kBF16, "bf16", 2)             \
+  V(kF16, "f16", 2)               \
+  V(kF32, "f32", 4)               \
+  V(kF64, "f64", 8)               \
+  V(kTuple, "tuple", 0)           \
+  V(kToken, "token", 0)
+
+enum class ElementType : uint8_t {
+#define KILN_DECLARE_ENUM(e, name, size) e,
+  KILN_ELEMENT_TYPE_LIST(KILN_DECLARE_ENUM)
+#undef KILN_DECLARE_ENUM
+};
+
+absl::string_view ElementTypeName(ElementType type);
+std::optional<ElementType> ElementTypeFromName(absl::string_view name);
+// Bytes per element; 0 for tuple and token.
+int ElementTypeSize(ElementType type);
+bool IsFloatType(ElementType type);
+bool IsSignedIntType(ElementType type);
+bool IsUnsignedIntType(ElementType type);
+inline bool IsIntegralType(ElementType t) {
+  return IsSignedIntType(t) || IsUnsignedIntType(t);
+}
+inline bool IsArrayType(ElementType t) {
+  return t != ElementType::kTuple && t != ElementType::kToken;
+}
+
+// Largest element count an array may have; larger shapes are rejected by
+// shape inference and the verifier (keeps byte sizes well inside int64).
+inline constexpr int64_t kMaxElements = int64_t{1} << 40;
+
+class Shape {
+ public:
+  Shape() = default;
+  Shape(ElementType type, std::vector<int64_t> dims)
+      : type_(type), dims_(std::move(dims)) {}
+  static Shape Tuple(std::vector<Shape> elements);
+  static Shape Token() { return Shape(ElementType::kToken, {}); }
+  static Shape Scalar(ElementType type) { return Shape(type, {}); }
+
+  ElementType type() const { return type_; }
+  void set_type(ElementType type) { type_ = type; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  std::vector<int64_t>& mutable_dims() { return dims_; }
+  int64_t dim(int i) const { return dims_[i]; }
+  int rank() const { return static_cast<int>(dims_.size()); }
+  const std::vector<Shape>& tuple_shapes() const { return tuple_shapes_; }
+  const Shape& tuple_shape(int i) const { return tuple_shapes_[i]; }
+
+  bool IsTuple() const { return type_ == ElementType::kTuple; }
+  bool IsToken() const { return type_ == ElementType::kToken; }
+  bool IsArray() const { return IsArrayType(type_); }
+  bool IsScalar() const { return IsArray() && dims_.empty(); }
+
+  // Number of elements of an array shape (1 for scalars).
+  int64_t ElementCount() const;
+  // Bytes of an array's data; for tuples, the sum over leaves.
+  int64_t ByteSize() const;
+
+  bool operator==(const Shape& other) const;
+  bool operator!=(const Shape& other) const { return !(*this == other); }
+
+  // "f32[2,3]", "(f32[], s32[4])", "token[]".
+  std::string ToString() const;
+
+ private:
+  ElementType type_ = ElementType::kF32;
+  std::vector<int64_t> dims_;
+  std::vector<Shape> tuple_shapes_;
+};
+
+// Checks dims are non-negative and the element count is below kMaxElements.
+absl::Status ValidateShape(const Shape& shape);
+
+// Row-major strides (in elements) of `dims`.
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims);
+
+}  // namespace kiln::ir
+
+#endif  // KILN_COMPILER_IR_SHAPE_H_
