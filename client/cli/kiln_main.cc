@@ -1,0 +1,248 @@
+// kiln: the command-line tool.
+//
+//   kiln check FILE.hlo
+//   kiln run FILE.hlo [--device=cpu:0] [--input=a.npy ...]
+//            [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N]
+//
+// Exit status 0 on success, 1 with a one-line message for invalid input.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/npy.h"
+#include "compiler/ir/fingerprint.h"
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/ir/hlo_printer.h"
+#include "compiler/ir/status_macros.h"
+#include "compiler/ir/verifier.h"
+#include "runtime/cpu/cpu_device.h"
+
+namespace kiln {
+namespace {
+
+constexpr char kUsage[] =
+    "usage:\n"
+    "  kiln check FILE.hlo\n"
+    "  kiln run FILE.hlo [--device=cpu:0] [--input=a.npy ...]\n"
+    "           [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N]\n";
+
+struct Args {
+  std::string command;
+  std::string file;
+  std::string device = "cpu:0";
+  std::vector<std::string> inputs;
+  std::optional<uint64_t> random_seed;
+  std::string output_dir;
+  int64_t repeat = 1;
+};
+
+absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
+  Args args;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](absl::string_view flag) -> std::optional<std::string> {
+      std::string prefix = absl::StrCat("--", flag, "=");
+      if (absl::StartsWith(a, prefix)) return a.substr(prefix.size());
+      return std::nullopt;
+    };
+    if (auto v = value("input")) {
+      args.inputs.push_back(*v);
+    } else if (auto v = value("device")) {
+      args.device = *v;
+    } else if (auto v = value("output_dir")) {
+      args.output_dir = *v;
+    } else if (auto v = value("random_inputs")) {
+      uint64_t seed;
+      if (!absl::SimpleAtoi(*v, &seed)) {
+        return absl::InvalidArgumentError("--random_inputs needs an integer seed");
+      }
+      args.random_seed = seed;
+    } else if (auto v = value("repeat")) {
+      if (!absl::SimpleAtoi(*v, &args.repeat) || args.repeat < 1 ||
+          args.repeat > 1000000) {
+        return absl::InvalidArgumentError("--repeat needs an integer from 1 to 1000000");
+      }
+    } else if (absl::StartsWith(a, "--")) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", a));
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (positional.size() != 2) return absl::InvalidArgumentError(kUsage);
+  args.command = positional[0];
+  args.file = positional[1];
+  return args;
+}
+
+absl::StatusOr<std::unique_ptr<ir::Module>> LoadModule(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  absl::StatusOr<std::unique_ptr<ir::Module>> module = ir::ParseModule(ss.str());
+  if (!module.ok()) return WithContext(module.status(), path);
+  absl::Status verified = ir::Verify(**module);
+  if (!verified.ok()) return WithContext(verified, absl::StrCat(path, ": invalid module"));
+  return module;
+}
+
+ir::Literal RandomLiteral(const ir::Shape& shape, std::mt19937_64& rng) {
+  if (shape.IsTuple()) {
+    std::vector<ir::Literal> elements;
+    for (const ir::Shape& s : shape.tuple_shapes()) elements.push_back(RandomLiteral(s, rng));
+    return ir::Literal::Tuple(std::move(elements));
+  }
+  ir::Literal lit(shape);
+  if (!shape.IsArray()) return lit;
+  std::uniform_real_distribution<double> real(-1.0, 1.0);
+  std::uniform_int_distribution<int> small(0, 9);
+  for (int64_t i = 0; i < shape.ElementCount(); ++i) {
+    if (ir::IsFloatType(shape.type())) lit.SetFromDouble(i, real(rng));
+    else if (shape.type() == ir::ElementType::kPred) lit.SetFromDouble(i, small(rng) % 2);
+    else lit.SetFromDouble(i, small(rng));
+  }
+  return lit;
+}
+
+void Flatten(const ir::Literal& lit, std::vector<ir::Literal>* out) {
+  if (lit.shape().IsTuple()) {
+    for (const ir::Literal& e : lit.tuple_elements()) Flatten(e, out);
+  } else if (lit.shape().IsArray()) {
+    out->push_back(lit);
+  }
+}
+
+std::string Summary(const ir::Literal& lit) {
+  const int64_t n = lit.element_count();
+  std::string s = absl::StrCat(lit.shape().ToString(), " [");
+  for (int64_t i = 0; i < n && i < 6; ++i) {
+    absl::StrAppend(&s, i ? ", " : "", ir::FormatElement(lit, i));
+  }
+  absl::StrAppend(&s, n > 6 ? ", ...]" : "]");
+  if (n > 1 && lit.shape().type() != ir::ElementType::kPred) {
+    double lo = lit.GetAsDouble(0), hi = lo, sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double v = lit.GetAsDouble(i);
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+      sum += v;
+    }
+    absl::StrAppend(&s, " min=", lo, " max=", hi, " mean=", sum / n);
+  }
+  return s;
+}
+
+absl::Status Check(const Args& args) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> module, LoadModule(args.file));
+  std::cout << ir::PrintModule(*module);
+  std::cout << "fingerprint: " << ir::Fingerprint(*module) << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status Run(const Args& args) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> module, LoadModule(args.file));
+  if (args.device != "cpu:0" && args.device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown device '", args.device, "' (available: cpu:0)"));
+  }
+  cpu::CpuDevice device;
+  const std::vector<ir::Shape> params = module->entry()->ParameterShapes();
+  std::vector<ir::Literal> inputs;
+  if (args.random_seed.has_value()) {
+    if (!args.inputs.empty()) {
+      return absl::InvalidArgumentError("--input and --random_inputs exclude each other");
+    }
+    std::mt19937_64 rng(*args.random_seed);
+    for (const ir::Shape& s : params) inputs.push_back(RandomLiteral(s, rng));
+  } else {
+    if (args.inputs.size() != params.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the module takes ", params.size(), " inputs, got ", args.inputs.size()));
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      ASSIGN_OR_RETURN(ir::Literal raw, client::ReadNpyFile(args.inputs[i]));
+      absl::StatusOr<ir::Literal> adapted = client::AdaptToParameter(raw, params[i]);
+      if (!adapted.ok()) {
+        return WithContext(adapted.status(),
+                           absl::StrCat("input ", i, " (", args.inputs[i], ")"));
+      }
+      inputs.push_back(*std::move(adapted));
+    }
+  }
+  ASSIGN_OR_RETURN(auto executable, device.Compile(*module, {}));
+  std::vector<runtime::BufferPtr> buffers;
+  for (const ir::Literal& in : inputs) {
+    ASSIGN_OR_RETURN(runtime::BufferPtr b, device.TransferToDevice(in));
+    buffers.push_back(std::move(b));
+  }
+  runtime::ExecuteOptions options;
+  options.infeed_timeout = absl::ZeroDuration();  // nothing feeds the CLI
+  runtime::BufferPtr result;
+  for (int64_t r = 0; r < args.repeat; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(result, executable->Execute(buffers, options));
+    auto end = std::chrono::steady_clock::now();
+    if (args.repeat > 1) {
+      std::printf("run %lld: %.3f ms\n", static_cast<long long>(r + 1),
+                  std::chrono::duration<double, std::milli>(end - start).count());
+    }
+  }
+  std::vector<ir::Literal> outputs;
+  Flatten(device.TransferFromDevice(*result), &outputs);
+  if (!args.output_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(args.output_dir, ec);
+    if (ec) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create ", args.output_dir, ": ", ec.message()));
+    }
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    std::printf("out_%zu: %s\n", i, Summary(outputs[i]).c_str());
+    if (!args.output_dir.empty()) {
+      RETURN_IF_ERROR(client::WriteNpyFile(
+          absl::StrCat(args.output_dir, "/out_", i, ".npy"), outputs[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<Args> args = ParseArgs(argc, argv);
+  absl::Status status;
+  if (!args.ok()) {
+    status = args.status();
+  } else if (args->command == "check") {
+    status = Check(*args);
+  } else if (args->command == "run") {
+    status = Run(*args);
+  } else {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("unknown command '", args->command, "'\n", kUsage));
+  }
+  if (!status.ok()) {
+    std::string msg(status.message());
+    // One line: the first line of the message.
+    if (!absl::StrContains(msg, "usage:")) {
+      std::replace(msg.begin(), msg.end(), '\n', ' ');
+    }
+    std::fprintf(stderr, "kiln: %s\n", msg.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kiln
+
+int main(int argc, char** argv) { return kiln::Main(argc, argv); }
