@@ -1,0 +1,131 @@
+// The kiln CLI end to end: check, run, and clean failures on bad input.
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "client/npy.h"
+#include "gtest/gtest.h"
+#include "tests/process_util.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / absl::StrCat("kiln_cli_", getpid(), "_",
+                                                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  std::string WriteNpy(const std::string& name, const ir::Literal& lit) {
+    fs::path p = dir_ / name;
+    EXPECT_TRUE(client::WriteNpyFile(p.string(), lit).ok());
+    return p.string();
+  }
+  testing::ProcessResult Kiln(const std::string& args) {
+    return testing::RunCommand(absl::StrCat(testing::KilnBinary(), " ", args), 60);
+  }
+
+  fs::path dir_;
+};
+
+constexpr char kAddModule[] = R"(HloModule adder
+ENTRY main {
+  x = f32[3] parameter(0)
+  y = f32[3] parameter(1)
+  ROOT s = f32[3] add(x, y)
+})";
+
+TEST_F(CliTest, CheckPrintsCanonicalTextAndFingerprint) {
+  auto r = Kiln("check " + Write("m.hlo", kAddModule));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ROOT %s = f32[3] add(%x, %y)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fingerprint: "), std::string::npos);
+  // The same program under other names has the same fingerprint.
+  std::string renamed(kAddModule);
+  renamed.replace(renamed.find("adder"), 5, "other");
+  auto r2 = Kiln("check " + Write("m2.hlo", renamed));
+  EXPECT_EQ(r.output.substr(r.output.find("fingerprint: ")),
+            r2.output.substr(r2.output.find("fingerprint: ")));
+}
+
+TEST_F(CliTest, RunWritesOutputsAndSummaries) {
+  std::string x = WriteNpy("x.npy", ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3}));
+  std::string y = WriteNpy("y.npy", ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {10, 20, 30}));
+  auto r = Kiln(absl::StrCat("run ", Write("m.hlo", kAddModule), " --input=", x, " --input=", y,
+                             " --output_dir=", (dir_ / "out").string(), " --repeat=3"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("out_0: f32[3] [11, 22, 33]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("run 3: "), std::string::npos);
+  auto out = client::ReadNpyFile((dir_ / "out/out_0.npy").string());
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->data<float>()[2], 33.0f);
+}
+
+TEST_F(CliTest, RandomInputs) {
+  auto r = Kiln(absl::StrCat("run ", Write("m.hlo", kAddModule), " --random_inputs=7"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("out_0: f32[3]"), std::string::npos);
+}
+
+TEST_F(CliTest, EmptyTupleWritesNothing) {
+  auto r = Kiln(absl::StrCat("run ", Write("m.hlo", "ENTRY e {\n ROOT t = () tuple()\n}"),
+                             " --output_dir=", (dir_ / "out").string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "out/out_0.npy"));
+}
+
+// Each bad input exits 1 with a one-line message naming the problem.
+void ExpectCleanFailure(const testing::ProcessResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+TEST_F(CliTest, BadInputsFailCleanly) {
+  std::string m = Write("m.hlo", kAddModule);
+  std::string x = WriteNpy("x.npy", ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3}));
+  std::string wrong_shape =
+      WriteNpy("w.npy", ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
+  std::string wrong_type =
+      WriteNpy("t.npy", ir::Literal::FromVector<int>(ir::ElementType::kS32, {3}, {1, 2, 3}));
+  ExpectCleanFailure(Kiln("run " + Write("bad.hlo", "ENTRY e {\n ROOT x = f32[2] frob(y)\n}")),
+                     "unknown or unsupported opcode 'frob'");
+  ExpectCleanFailure(Kiln("run " + Write("bad2.hlo", "ENTRY e {\n x = f32[2] parameter(0)\n ROOT y = f32[3] negate(x)\n}")),
+                     "declared shape f32[3]");
+  ExpectCleanFailure(Kiln("run " + Write("bad3.hlo", "ENTRY e {\n x = f32[2] parameter(0)\n ROOT y = f32[2] negate(x), bogus={1}\n}")),
+                     "unsupported attribute 'bogus'");
+  ExpectCleanFailure(Kiln("run " + Write("bad4.hlo", "ENTRY e {\n x = f32[2] parameter(0\n")), "line");
+  ExpectCleanFailure(Kiln("run " + m + " --input=" + x), "takes 2 inputs, got 1");
+  ExpectCleanFailure(Kiln("run " + m + " --input=" + x + " --input=" + wrong_shape),
+                     "input 1");
+  ExpectCleanFailure(Kiln("run " + m + " --input=" + x + " --input=" + wrong_type),
+                     "element type s32");
+  ExpectCleanFailure(Kiln("run " + m + " --input=" + x + " --input=" + Write("junk.npy", "garbage")),
+                     "invalid .npy");
+  ExpectCleanFailure(Kiln("run " + (dir_ / "missing.hlo").string()), "cannot open");
+  ExpectCleanFailure(Kiln("run " + m + " --random_inputs=1 --device=gpu:7"), "unknown device");
+  ExpectCleanFailure(Kiln("run " + m + " --frobnicate"), "unknown flag");
+}
+
+TEST_F(CliTest, StarvedInfeedFailsInsteadOfHanging) {
+  auto r = Kiln("run " + Write("feed.hlo", R"(ENTRY e {
+  t = token[] after-all()
+  i = (f32[2], token[]) infeed(t)
+  ROOT x = f32[2] get-tuple-element(i), index=0
+})"));
+  ExpectCleanFailure(r, "infeed");
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,100 @@
+// Runs every module of tests/data/hlo through `kiln run` and compares each
+// output with the NumPy-computed expectation stored beside it.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "client/npy.h"
+#include "gtest/gtest.h"
+#include "tests/process_util.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kCorpus = fs::path(KILN_SOURCE_DIR) / "tests/data/hlo";
+
+std::vector<std::string> CaseNames() {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(kCorpus)) {
+    if (entry.path().extension() == ".hlo") names.push_back(entry.path().stem());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class HloCorpusTest : public ::testing::TestWithParam<std::string> {};
+
+void ExpectClose(const ir::Literal& got, const ir::Literal& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const bool is_float = ir::IsFloatType(want.shape().type());
+  int reported = 0;
+  for (int64_t i = 0; i < want.element_count() && reported < 5; ++i) {
+    const double g = got.GetAsDouble(i), w = want.GetAsDouble(i);
+    bool ok;
+    if (is_float) {
+      ok = (std::isnan(g) && std::isnan(w)) || g == w ||
+           std::abs(g - w) <= 1e-5 + 1e-4 * std::abs(w);
+    } else {
+      ok = got.GetAsInt64(i) == want.GetAsInt64(i);
+    }
+    if (!ok) {
+      ADD_FAILURE() << what << " element " << i << ": got " << g << ", want " << w;
+      ++reported;
+    }
+  }
+}
+
+TEST_P(HloCorpusTest, MatchesNumpy) {
+  const std::string name = GetParam();
+  const fs::path data = kCorpus / name;
+  ASSERT_TRUE(fs::is_directory(data)) << "no data for " << name;
+  std::string command = absl::StrCat(testing::KilnBinary(), " run ", (kCorpus / (name + ".hlo")).string());
+  for (int i = 0; fs::exists(data / absl::StrCat("in_", i, ".npy")); ++i) {
+    absl::StrAppend(&command, " --input=", (data / absl::StrCat("in_", i, ".npy")).string());
+  }
+  const fs::path out_dir = fs::temp_directory_path() / absl::StrCat("kiln_corpus_", getpid(), "_", name);
+  fs::remove_all(out_dir);
+  absl::StrAppend(&command, " --output_dir=", out_dir.string());
+  testing::ProcessResult run = testing::RunCommand(command);
+  ASSERT_EQ(run.exit_code, 0) << command << "\n" << run.output;
+  int outputs = 0;
+  for (; fs::exists(data / absl::StrCat("expected_", outputs, ".npy")); ++outputs) {
+    auto want = client::ReadNpyFile((data / absl::StrCat("expected_", outputs, ".npy")).string());
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = client::ReadNpyFile((out_dir / absl::StrCat("out_", outputs, ".npy")).string());
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectClose(*got, *want, absl::StrCat(name, " output ", outputs));
+  }
+  EXPECT_GT(outputs, 0);
+  EXPECT_FALSE(fs::exists(out_dir / absl::StrCat("out_", outputs, ".npy")))
+      << "more outputs than expected";
+  fs::remove_all(out_dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Corpus, HloCorpusTest, ::testing::ValuesIn(CaseNames()),
+                         [](const auto& info) { return info.param; });
+
+// The corpus must exercise every op of the core set.
+TEST(HloCorpusCoverage, EveryCoreOpAppears) {
+  std::string all;
+  for (const std::string& name : CaseNames()) {
+    std::ifstream in(kCorpus / (name + ".hlo"));
+    all += std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  for (const char* op :
+       {"parameter(", "constant(", "iota(", "abs(", "convert(", "compare(", "select(",
+        "clamp(", "broadcast(", "reshape(", "transpose(", "slice(", "dynamic-slice(",
+        "dynamic-update-slice(", "concatenate(", "pad(", "reverse(", "reduce(",
+        "reduce-window(", "select-and-scatter(", "dot(", "convolution(", "gather(",
+        "scatter(", "sort(", "rng(", "tuple(", "get-tuple-element(", "call(", "while(",
+        "conditional(", "outfeed(", "after-all(", "all-reduce(", "bitcast-convert(",
+        "replica-id("}) {
+    EXPECT_NE(all.find(std::string(" ") + op), std::string::npos) << op;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
