@@ -6,6 +6,7 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/type_dispatch.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/reducer_ops.h"
 #include "runtime/cpu/scalar_call.h"
 #include "runtime/cpu/strided_copy.h"
 
@@ -182,26 +183,9 @@ absl::StatusOr<Kernel> MakeGatherScatterKernel(const ir::Instruction& instr,
           } else if (fast.has_value()) {
             ir::DispatchType(operand.type(), [&](auto tag) {
               using T = decltype(tag);
-              using A = std::conditional_t<ir::kIsHalf<T>, float, T>;
-              A a = static_cast<A>(*reinterpret_cast<T*>(dst));
-              A b = static_cast<A>(*reinterpret_cast<const T*>(src));
-              A r = a;
-              switch (*fast) {
-                case Opcode::kAdd:
-                  if constexpr (std::is_same_v<A, bool>) r = a || b;
-                  else r = static_cast<A>(a + b);
-                  break;
-                case Opcode::kMultiply:
-                  if constexpr (std::is_same_v<A, bool>) r = a && b;
-                  else r = static_cast<A>(a * b);
-                  break;
-                case Opcode::kMaximum: r = a > b ? a : b; break;
-                case Opcode::kMinimum: r = a < b ? a : b; break;
-                default:
-                  if constexpr (std::is_integral_v<A>) {
-                    r = *fast == Opcode::kAnd ? static_cast<A>(a & b) : static_cast<A>(a | b);
-                  }
-              }
+              using A = Accumulator<T>;
+              const A r = ApplyReducerOp<A>(*fast, static_cast<A>(*reinterpret_cast<T*>(dst)),
+                                            static_cast<A>(*reinterpret_cast<const T*>(src)));
               *reinterpret_cast<T*>(dst) = ir::ConvertValue<T>(r);
             });
           } else {

@@ -9,6 +9,7 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/type_dispatch.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/reducer_ops.h"
 #include "runtime/cpu/scalar_call.h"
 #include "runtime/cpu/strided_copy.h"
 
@@ -18,46 +19,11 @@ namespace {
 using ir::Opcode;
 using ir::Shape;
 
-template <typename T>
-using Acc = std::conditional_t<ir::kIsHalf<T>, float, T>;
-
-template <typename A>
-inline A Combine(Opcode op, A a, A b) {
-  switch (op) {
-    case Opcode::kAdd:
-      if constexpr (std::is_same_v<A, bool>) return a || b;
-      else return static_cast<A>(a + b);
-    case Opcode::kMultiply:
-      if constexpr (std::is_same_v<A, bool>) return a && b;
-      else return static_cast<A>(a * b);
-    case Opcode::kMaximum:
-      if constexpr (std::is_floating_point_v<A>) {
-        if (a != a || b != b) return a != a ? a : b;
-      }
-      return a > b ? a : b;
-    case Opcode::kMinimum:
-      if constexpr (std::is_floating_point_v<A>) {
-        if (a != a || b != b) return a != a ? a : b;
-      }
-      return a < b ? a : b;
-    case Opcode::kAnd:
-      if constexpr (std::is_same_v<A, bool>) return a && b;
-      else if constexpr (std::is_integral_v<A>) return static_cast<A>(a & b);
-      else return a;
-    case Opcode::kOr:
-      if constexpr (std::is_same_v<A, bool>) return a || b;
-      else if constexpr (std::is_integral_v<A>) return static_cast<A>(a | b);
-      else return a;
-    default:
-      return a;
-  }
-}
-
 // Reduces `rows` runs of `run` contiguous elements each into out[row].
 template <typename T>
 void ReduceRuns(Opcode op, const T* in, T init, int64_t rows, int64_t run,
                 T* out) {
-  using A = Acc<T>;
+  using A = Accumulator<T>;
   for (int64_t r = 0; r < rows; ++r) {
     const T* p = in + r * run;
     A acc = static_cast<A>(init);
@@ -75,7 +41,7 @@ void ReduceRuns(Opcode op, const T* in, T init, int64_t rows, int64_t run,
       for (; i < run; ++i) s0 += static_cast<A>(p[i]);
       acc = static_cast<A>(acc + ((s0 + s1) + (s2 + s3)));
     } else {
-      for (int64_t i = 0; i < run; ++i) acc = Combine<A>(op, acc, static_cast<A>(p[i]));
+      for (int64_t i = 0; i < run; ++i) acc = ApplyReducerOp<A>(op, acc, static_cast<A>(p[i]));
     }
     out[r] = ir::ConvertValue<T>(acc);
   }
@@ -85,12 +51,12 @@ void ReduceRuns(Opcode op, const T* in, T init, int64_t rows, int64_t run,
 template <typename T>
 void ReduceLeading(Opcode op, const T* in, T init, int64_t rows, int64_t cols,
                    T* out) {
-  using A = Acc<T>;
+  using A = Accumulator<T>;
   std::unique_ptr<A[]> acc(new A[cols]);
   std::fill(acc.get(), acc.get() + cols, static_cast<A>(init));
   for (int64_t r = 0; r < rows; ++r) {
     const T* p = in + r * cols;
-    for (int64_t j = 0; j < cols; ++j) acc[j] = Combine<A>(op, acc[j], static_cast<A>(p[j]));
+    for (int64_t j = 0; j < cols; ++j) acc[j] = ApplyReducerOp<A>(op, acc[j], static_cast<A>(p[j]));
   }
   for (int64_t j = 0; j < cols; ++j) out[j] = ir::ConvertValue<T>(acc[j]);
 }

@@ -8,6 +8,7 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/type_dispatch.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/reducer_ops.h"
 #include "runtime/cpu/scalar_call.h"
 
 namespace kiln::cpu {
@@ -56,7 +57,7 @@ absl::StatusOr<Kernel> MakeSortKernel(const ir::Instruction& instr,
         if (fast.has_value()) {
           ir::DispatchType(types[0], [&](auto tag) {
             using T = decltype(tag);
-            using A = std::conditional_t<ir::kIsHalf<T>, float, T>;
+            using A = Accumulator<T>;
             const T* p = ops[0]->as<T>() + base;
             if (*fast == ir::ComparisonDirection::kLt) {
               std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {

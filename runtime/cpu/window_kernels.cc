@@ -5,6 +5,7 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/type_dispatch.h"
 #include "runtime/cpu/kernel.h"
+#include "runtime/cpu/reducer_ops.h"
 #include "runtime/cpu/scalar_call.h"
 
 namespace kiln::cpu {
@@ -65,33 +66,6 @@ bool NextIndex(std::vector<int64_t>& idx, const std::vector<int64_t>& dims) {
   return false;
 }
 
-template <typename A>
-inline A Apply(Opcode op, A a, A b) {
-  switch (op) {
-    case Opcode::kAdd:
-      if constexpr (std::is_same_v<A, bool>) return a || b;
-      else return static_cast<A>(a + b);
-    case Opcode::kMultiply:
-      if constexpr (std::is_same_v<A, bool>) return a && b;
-      else return static_cast<A>(a * b);
-    case Opcode::kMaximum:
-      if constexpr (std::is_floating_point_v<A>) {
-        if (a != a || b != b) return a != a ? a : b;
-      }
-      return a > b ? a : b;
-    case Opcode::kMinimum:
-      if constexpr (std::is_floating_point_v<A>) {
-        if (a != a || b != b) return a != a ? a : b;
-      }
-      return a < b ? a : b;
-    default:
-      if constexpr (std::is_integral_v<A>) {
-        return op == Opcode::kAnd ? static_cast<A>(a & b) : static_cast<A>(a | b);
-      }
-      return a;
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
@@ -118,7 +92,7 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
         ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
         ir::DispatchType(type, [&](auto tag) {
           using T = decltype(tag);
-          using A = std::conditional_t<ir::kIsHalf<T>, float, T>;
+          using A = Accumulator<T>;
           const T* in = ops[0]->as<T>();
           const A init = static_cast<A>(ops[1]->as<T>()[0]);
           T* o = out->as<T>();
@@ -128,7 +102,7 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
           do {
             A acc = init;
             ForEachInWindow(g, idx, [&](int64_t i) {
-              acc = Apply<A>(op, acc, i >= 0 ? static_cast<A>(in[i]) : init);
+              acc = ApplyReducerOp<A>(op, acc, i >= 0 ? static_cast<A>(in[i]) : init);
             });
             o[linear++] = ir::ConvertValue<T>(acc);
           } while (NextIndex(idx, g.out_dims));
@@ -222,7 +196,7 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
         if (select_dir.has_value()) {
           ir::DispatchType(type, [&](auto tag) {
             using T = decltype(tag);
-            using A = std::conditional_t<ir::kIsHalf<T>, float, T>;
+            using A = Accumulator<T>;
             const A a = static_cast<A>(reinterpret_cast<const T*>(operand)[selected]);
             const A b = static_cast<A>(reinterpret_cast<const T*>(operand)[i]);
             switch (*select_dir) {
@@ -249,9 +223,9 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
         if (scatter_op.has_value()) {
           ir::DispatchType(type, [&](auto tag) {
             using T = decltype(tag);
-            using A = std::conditional_t<ir::kIsHalf<T>, float, T>;
+            using A = Accumulator<T>;
             T* d = reinterpret_cast<T*>(dst);
-            *d = ir::ConvertValue<T>(Apply<A>(*scatter_op, static_cast<A>(*d),
+            *d = ir::ConvertValue<T>(ApplyReducerOp<A>(*scatter_op, static_cast<A>(*d),
                                               static_cast<A>(*reinterpret_cast<const T*>(src))));
           });
         } else {
