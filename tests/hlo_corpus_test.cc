@@ -6,6 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/npy.h"
+#include "compiler/ir/fingerprint.h"
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/ir/hlo_printer.h"
+#include "compiler/ir/verifier.h"
 #include "gtest/gtest.h"
 #include "tests/process_util.h"
 
@@ -72,6 +76,22 @@ TEST_P(HloCorpusTest, MatchesNumpy) {
   EXPECT_FALSE(fs::exists(out_dir / absl::StrCat("out_", outputs, ".npy")))
       << "more outputs than expected";
   fs::remove_all(out_dir);
+}
+
+// Printing then parsing every corpus module gives the same text and the
+// same fingerprint.
+TEST_P(HloCorpusTest, TextRoundTripIsAFixedPoint) {
+  std::ifstream in(kCorpus / (GetParam() + ".hlo"));
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  auto first = ir::ParseModule(text);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(ir::Verify(**first).ok());
+  const std::string printed = ir::PrintModule(**first);
+  auto second = ir::ParseModule(printed);
+  ASSERT_TRUE(second.ok()) << second.status() << "\n" << printed;
+  ASSERT_TRUE(ir::Verify(**second).ok());
+  EXPECT_EQ(ir::PrintModule(**second), printed);
+  EXPECT_EQ(ir::Fingerprint(**second), ir::Fingerprint(**first));
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, HloCorpusTest, ::testing::ValuesIn(CaseNames()),
