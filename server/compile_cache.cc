@@ -1,0 +1,40 @@
+#include "server/compile_cache.h"
+
+namespace kiln::server {
+
+absl::StatusOr<CompileCache::Result> CompileCache::GetOrCompile(
+    const std::string& key, const CompileFn& compile) {
+  {
+    absl::MutexLock lock(&mu_);
+    // Wait while another call compiles this key.
+    auto done = [this, &key]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return !in_flight_.contains(key);
+    };
+    mu_.Await(absl::Condition(&done));
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return Result{it->second.executable, true};
+    }
+    // Not cached (or a concurrent compile failed): compile it here.
+    in_flight_[key] = 1;
+  }
+  absl::StatusOr<std::shared_ptr<runtime::Executable>> compiled = compile();
+  absl::MutexLock lock(&mu_);
+  in_flight_.erase(key);
+  if (!compiled.ok()) return compiled.status();
+  lru_.push_front(key);
+  entries_[key] = Entry{*compiled, lru_.begin()};
+  while (entries_.size() > capacity_ && !lru_.empty()) {
+    entries_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  return Result{*compiled, false};
+}
+
+size_t CompileCache::size() const {
+  absl::MutexLock lock(&mu_);
+  return entries_.size();
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,83 @@
+#include "server/compile_cache.h"
+
+#include <atomic>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace kiln::server {
+namespace {
+
+class FakeExecutable : public runtime::Executable {
+ public:
+  absl::StatusOr<runtime::BufferPtr> Execute(const std::vector<runtime::BufferPtr>&,
+                                             const runtime::ExecuteOptions&) override {
+    return absl::UnimplementedError("fake");
+  }
+  const ir::Shape& result_shape() const override { return shape_; }
+  const std::vector<ir::Shape>& parameter_shapes() const override { return params_; }
+
+ private:
+  ir::Shape shape_;
+  std::vector<ir::Shape> params_;
+};
+
+TEST(CompileCacheTest, HitAfterMissAndLruEviction) {
+  CompileCache cache(2);
+  int compiles = 0;
+  auto compile = [&]() -> absl::StatusOr<std::shared_ptr<runtime::Executable>> {
+    ++compiles;
+    return std::make_shared<FakeExecutable>();
+  };
+  auto a = cache.GetOrCompile("a", compile);
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(a->hit);
+  auto a2 = cache.GetOrCompile("a", compile);
+  EXPECT_TRUE(a2->hit);
+  EXPECT_EQ(a2->executable, a->executable);
+  cache.GetOrCompile("b", compile).IgnoreError();
+  cache.GetOrCompile("a", compile).IgnoreError();  // a is now most recent
+  cache.GetOrCompile("c", compile).IgnoreError();  // evicts b
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(compiles, 3);
+  EXPECT_TRUE(cache.GetOrCompile("a", compile)->hit);
+  EXPECT_FALSE(cache.GetOrCompile("b", compile)->hit);
+  EXPECT_EQ(compiles, 4);
+}
+
+TEST(CompileCacheTest, ConcurrentRequestsCompileOnce) {
+  CompileCache cache(8);
+  std::atomic<int> compiles{0};
+  auto compile = [&]() -> absl::StatusOr<std::shared_ptr<runtime::Executable>> {
+    ++compiles;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return std::make_shared<FakeExecutable>();
+  };
+  std::vector<std::thread> threads;
+  std::atomic<int> hits{0};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      auto r = cache.GetOrCompile("k", compile);
+      if (r.ok() && r->hit) ++hits;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(compiles.load(), 1);
+  EXPECT_EQ(hits.load(), 7);
+}
+
+TEST(CompileCacheTest, FailuresAreNotCached) {
+  CompileCache cache(4);
+  int calls = 0;
+  auto failing = [&]() -> absl::StatusOr<std::shared_ptr<runtime::Executable>> {
+    ++calls;
+    return absl::InvalidArgumentError("bad");
+  };
+  EXPECT_FALSE(cache.GetOrCompile("x", failing).ok());
+  EXPECT_FALSE(cache.GetOrCompile("x", failing).ok());
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(cache.size(), 0u);
+}
+
+}  // namespace
+}  // namespace kiln::server

@@ -1,0 +1,121 @@
+#include "server/grpc_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace kiln::server {
+namespace {
+
+// Messages may carry module constants; transfers use chunks of ~1 MiB.
+constexpr int kMaxMessageBytes = 256 << 20;
+
+template <typename Response>
+grpc::Status Reply(absl::StatusOr<Response> result, Response* out) {
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  *out = *std::move(result);
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  // absl and gRPC share the canonical code numbering.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+grpc::Status GrpcService::Handshake(grpc::ServerContext*, const v1::HandshakeRequest* req,
+                                    v1::HandshakeResponse* resp) {
+  return Reply(service_->Handshake(*req), resp);
+}
+grpc::Status GrpcService::KeepAlive(grpc::ServerContext*, const v1::KeepAliveRequest* req,
+                                    v1::KeepAliveResponse* resp) {
+  return Reply(service_->KeepAlive(*req), resp);
+}
+grpc::Status GrpcService::CloseSession(grpc::ServerContext*, const v1::CloseSessionRequest* req,
+                                       v1::CloseSessionResponse* resp) {
+  return Reply(service_->CloseSession(*req), resp);
+}
+
+grpc::Status GrpcService::TransferToDevice(grpc::ServerContext* ctx,
+                                           grpc::ServerReader<v1::TransferToDeviceChunk>* reader,
+                                           v1::TransferToDeviceResponse* resp) {
+  v1::TransferToDeviceChunk chunk;
+  if (!reader->Read(&chunk)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty transfer stream");
+  }
+  if (!chunk.has_header()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first transfer message must carry the header");
+  }
+  const v1::TransferHeader header = chunk.header();
+  auto next = [&](std::string* data) -> absl::StatusOr<bool> {
+    v1::TransferToDeviceChunk c;
+    if (!reader->Read(&c)) {
+      if (ctx->IsCancelled()) return absl::CancelledError("transfer cancelled by the client");
+      return false;
+    }
+    if (c.has_header()) return absl::InvalidArgumentError("a second transfer header");
+    *data = std::move(*c.mutable_data());
+    return true;
+  };
+  return Reply(service_->TransferToDevice(header, chunk.data(), next), resp);
+}
+
+grpc::Status GrpcService::TransferFromDevice(
+    grpc::ServerContext*, const v1::TransferFromDeviceRequest* req,
+    grpc::ServerWriter<v1::TransferFromDeviceChunk>* writer) {
+  return ToGrpcStatus(service_->TransferFromDevice(
+      *req, [&](const v1::TransferFromDeviceChunk& c) { return writer->Write(c); }));
+}
+
+grpc::Status GrpcService::Release(grpc::ServerContext*, const v1::ReleaseRequest* req,
+                                  v1::ReleaseResponse* resp) {
+  return Reply(service_->Release(*req), resp);
+}
+grpc::Status GrpcService::Compile(grpc::ServerContext*, const v1::CompileRequest* req,
+                                  v1::CompileResponse* resp) {
+  return Reply(service_->Compile(*req), resp);
+}
+grpc::Status GrpcService::Execute(grpc::ServerContext*, const v1::ExecuteRequest* req,
+                                  v1::ExecuteResponse* resp) {
+  return Reply(service_->Execute(*req), resp);
+}
+grpc::Status GrpcService::MemoryInfo(grpc::ServerContext*, const v1::MemoryInfoRequest* req,
+                                     v1::MemoryInfoResponse* resp) {
+  return Reply(service_->MemoryInfo(*req), resp);
+}
+grpc::Status GrpcService::GetMetrics(grpc::ServerContext*, const v1::MetricsRequest*,
+                                     v1::MetricsResponse* resp) {
+  *resp = service_->GetMetrics();
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(kiln::server::Service* service,
+                                                             const std::string& address) {
+  auto server = std::unique_ptr<GrpcServer>(new GrpcServer());
+  server->handler_ = std::make_unique<GrpcService>(service);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.RegisterService(server->handler_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  std::string host = address.substr(0, address.rfind(':'));
+  server->address_ = absl::StrCat(host, ":", port);
+  return server;
+}
+
+void GrpcServer::Shutdown(absl::Duration grace) {
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+}
+
+void GrpcServer::Wait() { server_->Wait(); }
+
+}  // namespace kiln::server

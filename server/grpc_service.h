@@ -1,0 +1,70 @@
+// The gRPC face of the Service: translates calls and maps statuses. The only
+// place below server/ where gRPC types appear.
+#ifndef KILN_SERVER_GRPC_SERVICE_H_
+#define KILN_SERVER_GRPC_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "kiln/v1/service.grpc.pb.h"
+#include "server/service.h"
+
+namespace kiln::server {
+
+// The one mapping from internal status to gRPC status.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+class GrpcService final : public v1::KilnService::Service {
+ public:
+  explicit GrpcService(kiln::server::Service* service) : service_(service) {}
+
+  grpc::Status Handshake(grpc::ServerContext*, const v1::HandshakeRequest*,
+                         v1::HandshakeResponse*) override;
+  grpc::Status KeepAlive(grpc::ServerContext*, const v1::KeepAliveRequest*,
+                         v1::KeepAliveResponse*) override;
+  grpc::Status CloseSession(grpc::ServerContext*, const v1::CloseSessionRequest*,
+                            v1::CloseSessionResponse*) override;
+  grpc::Status TransferToDevice(grpc::ServerContext*,
+                                grpc::ServerReader<v1::TransferToDeviceChunk>*,
+                                v1::TransferToDeviceResponse*) override;
+  grpc::Status TransferFromDevice(grpc::ServerContext*, const v1::TransferFromDeviceRequest*,
+                                  grpc::ServerWriter<v1::TransferFromDeviceChunk>*) override;
+  grpc::Status Release(grpc::ServerContext*, const v1::ReleaseRequest*,
+                       v1::ReleaseResponse*) override;
+  grpc::Status Compile(grpc::ServerContext*, const v1::CompileRequest*,
+                       v1::CompileResponse*) override;
+  grpc::Status Execute(grpc::ServerContext*, const v1::ExecuteRequest*,
+                       v1::ExecuteResponse*) override;
+  grpc::Status MemoryInfo(grpc::ServerContext*, const v1::MemoryInfoRequest*,
+                          v1::MemoryInfoResponse*) override;
+  grpc::Status GetMetrics(grpc::ServerContext*, const v1::MetricsRequest*,
+                          v1::MetricsResponse*) override;
+
+ private:
+  kiln::server::Service* service_;  // borrowed
+};
+
+// A running gRPC server around a Service. Thread-safe.
+class GrpcServer {
+ public:
+  // Listens on `address` ("127.0.0.1:0" picks a free port).
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(kiln::server::Service* service,
+                                                           const std::string& address);
+  // "127.0.0.1:PORT" as bound.
+  const std::string& address() const { return address_; }
+  // Stops accepting calls; in-flight calls get `grace` to finish, then are
+  // cancelled.
+  void Shutdown(absl::Duration grace);
+  void Wait();
+
+ private:
+  std::unique_ptr<GrpcService> handler_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+}  // namespace kiln::server
+
+#endif  // KILN_SERVER_GRPC_SERVICE_H_

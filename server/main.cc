@@ -1,0 +1,76 @@
+// kiln-server: the device server.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "server/grpc_service.h"
+#include "server/logging.h"
+#include "server/service.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:8470",
+          "host:port to listen on; port 0 picks a free port. Loopback by default.");
+ABSL_FLAG(int64_t, lease_seconds, 60,
+          "a session whose client sends no call for this long is closed and its memory freed");
+ABSL_FLAG(int64_t, compile_cache_entries, 256, "compiled programs kept in the cache");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
+ABSL_FLAG(int32_t, cpu_devices, 1, "number of CPU devices (cpu:0, cpu:1, ...)");
+ABSL_FLAG(int64_t, cpu_memory_bytes, int64_t{8} << 30, "memory capacity of each CPU device");
+ABSL_FLAG(int64_t, infeed_timeout_seconds, 30,
+          "how long a program's infeed waits for data before failing");
+ABSL_FLAG(int64_t, shutdown_grace_seconds, 5,
+          "on SIGTERM/SIGINT, how long in-flight calls may take before they are cancelled");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("kiln-server: the Kiln device server");
+  absl::ParseCommandLine(argc, argv);
+  // Block the stop signals in every thread; one thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  const char* env_level = std::getenv("KILN_LOG_LEVEL");
+  std::string level = absl::GetFlag(FLAGS_log_level);
+  if (env_level != nullptr && level == "info") level = env_level;
+  if (absl::Status st = kiln::logging::SetLevel(level); !st.ok()) {
+    std::fprintf(stderr, "kiln-server: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  kiln::server::ServiceOptions options;
+  options.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_seconds));
+  options.compile_cache_entries = static_cast<size_t>(absl::GetFlag(FLAGS_compile_cache_entries));
+  options.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
+  options.cpu_memory_bytes = absl::GetFlag(FLAGS_cpu_memory_bytes);
+  options.infeed_timeout = absl::Seconds(absl::GetFlag(FLAGS_infeed_timeout_seconds));
+  auto service = kiln::server::Service::Create(options);
+  if (!service.ok()) {
+    std::fprintf(stderr, "kiln-server: %s\n", std::string(service.status().message()).c_str());
+    return 1;
+  }
+  auto server = kiln::server::GrpcServer::Start(service->get(), absl::GetFlag(FLAGS_listen));
+  if (!server.ok()) {
+    std::fprintf(stderr, "kiln-server: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  std::printf("listening on %s\n", (*server)->address().c_str());
+  std::fflush(stdout);
+  kiln::logging::Info("kiln-server listening on {} with {} device(s), lease {}s",
+                      (*server)->address(), (*service)->devices().size(),
+                      absl::GetFlag(FLAGS_lease_seconds));
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    kiln::logging::Info("signal {} received; shutting down", sig);
+    (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
+  });
+  (*server)->Wait();
+  waiter.join();
+  kiln::logging::Info("kiln-server stopped");
+  return 0;
+}

@@ -1,0 +1,46 @@
+// Counters and timers with percentiles, for the server's metrics RPC.
+#ifndef KILN_SERVER_METRICS_H_
+#define KILN_SERVER_METRICS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kiln/v1/service.pb.h"
+
+namespace kiln::server {
+
+// Thread-safe. Counters and timers are created on first use and live as long
+// as the registry.
+class Metrics {
+ public:
+  void Add(const std::string& counter, int64_t delta = 1);
+  int64_t Get(const std::string& counter) const;
+  void Record(const std::string& timer, absl::Duration d);
+  // Sets a gauge-like counter to an absolute value.
+  void Set(const std::string& counter, int64_t value);
+  v1::MetricsResponse Snapshot() const;
+
+  // Keeps the most recent samples of each timer for its percentiles.
+  static constexpr size_t kReservoir = 4096;
+
+ private:
+  struct Timer {
+    int64_t count = 0;
+    double total_micros = 0;
+    double max_micros = 0;
+    std::deque<double> recent;
+  };
+  mutable absl::Mutex mu_;
+  std::map<std::string, int64_t> counters_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Timer> timers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kiln::server
+
+#endif  // KILN_SERVER_METRICS_H_

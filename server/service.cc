@@ -1,0 +1,320 @@
+#include "server/service.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/ir/fingerprint.h"
+#include "compiler/ir/proto_convert.h"
+#include "compiler/ir/status_macros.h"
+#include "compiler/ir/verifier.h"
+#include "runtime/cpu/cpu_device.h"
+#include "server/logging.h"
+
+namespace kiln::server {
+namespace {
+
+// Flattens a result depth-first into its array leaves (tokens dropped).
+void Flatten(const runtime::BufferPtr& buffer, std::vector<runtime::BufferPtr>* out) {
+  if (buffer->shape().IsTuple()) {
+    for (const auto& e : buffer->tuple_elements()) Flatten(e, out);
+  } else if (buffer->shape().IsArray()) {
+    out->push_back(buffer);
+  }
+}
+
+}  // namespace
+
+Service::Service(const ServiceOptions& options)
+    : options_(options),
+      sessions_(std::make_unique<SessionManager>(options.lease)),
+      cache_(options.compile_cache_entries) {}
+
+absl::StatusOr<std::unique_ptr<Service>> Service::Create(const ServiceOptions& options) {
+  if (options.cpu_devices < 1) {
+    return absl::InvalidArgumentError("the server needs at least one CPU device");
+  }
+  if (options.lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the lease must be positive");
+  }
+  auto service = std::unique_ptr<Service>(new Service(options));
+  for (int i = 0; i < options.cpu_devices; ++i) {
+    cpu::CpuDeviceOptions cpu;
+    cpu.ordinal = i;
+    cpu.memory_capacity_bytes = options.cpu_memory_bytes;
+    service->devices_.push_back(std::make_unique<cpu::CpuDevice>(cpu));
+  }
+  return service;
+}
+
+absl::StatusOr<runtime::Device*> Service::FindDevice(const std::string& name) const {
+  std::vector<std::string> names;
+  for (const auto& d : devices_) {
+    if (d->name() == name) return d.get();
+    names.push_back(d->name());
+  }
+  return absl::NotFoundError(absl::StrCat("unknown device '", name, "' (this server has ",
+                                          absl::StrJoin(names, ", "), ")"));
+}
+
+absl::StatusOr<v1::HandshakeResponse> Service::Handshake(const v1::HandshakeRequest& req) {
+  const uint32_t lo = std::max(req.min_version(), kMinProtocolVersion);
+  const uint32_t hi = std::min(req.max_version(), kMaxProtocolVersion);
+  if (req.min_version() > req.max_version() || lo > hi) {
+    metrics_.Add("handshakes_refused");
+    return absl::FailedPreconditionError(absl::StrCat(
+        "protocol version mismatch: the client speaks ", req.min_version(), "..",
+        req.max_version(), ", this server speaks ", kMinProtocolVersion, "..",
+        kMaxProtocolVersion));
+  }
+  std::shared_ptr<Session> session = sessions_->Create(req.client_name());
+  logging::Info("session {} opened by '{}' (protocol {})", session->id(), req.client_name(), hi);
+  metrics_.Add("sessions_opened");
+  v1::HandshakeResponse resp;
+  resp.set_version(hi);
+  resp.set_session_id(session->id());
+  resp.set_lease_seconds(absl::ToInt64Seconds(sessions_->lease()));
+  for (const auto& d : devices_) {
+    auto* info = resp.add_devices();
+    info->set_name(d->name());
+    info->set_kind(d->kind());
+    info->set_ordinal(d->ordinal());
+    info->set_memory_capacity_bytes(d->memory_stats().capacity_bytes);
+  }
+  return resp;
+}
+
+absl::StatusOr<v1::KeepAliveResponse> Service::KeepAlive(const v1::KeepAliveRequest& req) {
+  RETURN_IF_ERROR(sessions_->Get(req.session_id()).status());
+  v1::KeepAliveResponse resp;
+  resp.set_lease_seconds(absl::ToInt64Seconds(sessions_->lease()));
+  return resp;
+}
+
+absl::StatusOr<v1::CloseSessionResponse> Service::CloseSession(
+    const v1::CloseSessionRequest& req) {
+  RETURN_IF_ERROR(sessions_->Close(req.session_id()));
+  return v1::CloseSessionResponse();
+}
+
+absl::StatusOr<v1::TransferToDeviceResponse> Service::TransferToDevice(
+    const v1::TransferHeader& header, const std::string& first_data,
+    const ChunkReader& next) {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(header.session_id()));
+  ASSIGN_OR_RETURN(runtime::Device * device, FindDevice(header.device()));
+  absl::StatusOr<ir::Shape> shape = ir::ShapeFromProto(header.shape());
+  if (!shape.ok()) return WithContext(shape.status(), "transfer shape");
+  if (!shape->IsArray()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transfers carry arrays, not ", shape->ToString()));
+  }
+  if (header.total_bytes() != shape->ByteSize()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transfer declares ", header.total_bytes(), " bytes but ", shape->ToString(),
+        " has ", shape->ByteSize()));
+  }
+  // Allocation charges the device before any data is read: an over-size
+  // transfer is refused here.
+  absl::StatusOr<runtime::BufferPtr> buffer = runtime::Buffer::Allocate(*shape, device->memory());
+  if (!buffer.ok()) return WithContext(buffer.status(), "transfer to " + device->name());
+  const int64_t total = header.total_bytes();
+  int64_t received = 0;
+  auto append = [&](const std::string& data) -> absl::Status {
+    if (static_cast<int64_t>(data.size()) > total - received) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "transfer sent more than the declared ", total, " bytes"));
+    }
+    if (!data.empty()) std::memcpy((*buffer)->data() + received, data.data(), data.size());
+    received += static_cast<int64_t>(data.size());
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(append(first_data));
+  std::string data;
+  while (true) {
+    ASSIGN_OR_RETURN(bool more, next(&data));
+    if (!more) break;
+    RETURN_IF_ERROR(append(data));
+  }
+  metrics_.Add("bytes_in", received);
+  if (received != total) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "truncated transfer: received ", received, " of ", total, " bytes"));
+  }
+  v1::TransferToDeviceResponse resp;
+  resp.set_buffer_handle(session->AddBuffer({*buffer, device}));
+  resp.set_bytes_received(received);
+  metrics_.Add("transfers_to_device");
+  metrics_.Record("transfer_to_device", absl::Now() - start);
+  return resp;
+}
+
+absl::Status Service::TransferFromDevice(const v1::TransferFromDeviceRequest& req,
+                                         const ChunkWriter& write) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
+  ASSIGN_OR_RETURN(BufferEntry entry, session->GetBuffer(req.buffer_handle()));
+  const runtime::Buffer& buffer = *entry.buffer;
+  int64_t chunk = req.chunk_bytes() > 0 ? req.chunk_bytes() : options_.transfer_chunk_bytes;
+  chunk = std::min<int64_t>(chunk, int64_t{16} << 20);
+  const int64_t total = buffer.size_bytes();
+  int64_t sent = 0;
+  bool first = true;
+  do {
+    v1::TransferFromDeviceChunk msg;
+    if (first) {
+      ir::ShapeToProto(buffer.shape(), msg.mutable_shape());
+      msg.set_total_bytes(total);
+      first = false;
+    }
+    const int64_t n = std::min(chunk, total - sent);
+    msg.set_data(reinterpret_cast<const char*>(buffer.data()) + sent, n);
+    if (!write(msg)) return absl::CancelledError("the client went away during a transfer");
+    sent += n;
+  } while (sent < total);
+  metrics_.Add("bytes_out", total);
+  metrics_.Add("transfers_from_device");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ReleaseResponse> Service::Release(const v1::ReleaseRequest& req) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
+  std::vector<std::string> buffers(req.buffer_handles().begin(), req.buffer_handles().end());
+  std::vector<std::string> exes(req.executable_handles().begin(),
+                                req.executable_handles().end());
+  ASSIGN_OR_RETURN(int released, session->Release(buffers, exes));
+  metrics_.Add("handles_released", released);
+  v1::ReleaseResponse resp;
+  resp.set_released(released);
+  return resp;
+}
+
+absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& req) {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
+  ASSIGN_OR_RETURN(runtime::Device * device, FindDevice(req.device()));
+  absl::StatusOr<std::unique_ptr<ir::Module>> module = ir::ModuleFromProto(req.module());
+  if (!module.ok()) return WithContext(module.status(), "malformed module");
+  absl::Status verified = ir::Verify(**module);
+  if (!verified.ok()) return WithContext(verified, "invalid module");
+  for (const ir::Shape& p : (*module)->entry()->ParameterShapes()) {
+    if (!p.IsArray()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "entry parameters must be arrays; got ", p.ToString()));
+    }
+  }
+  const std::string fingerprint = ir::Fingerprint(**module);
+  runtime::CompileOptions options;
+  if (req.options().rng_seed() != 0) options.rng_seed = req.options().rng_seed();
+  const std::string key =
+      absl::StrCat(fingerprint, "/", device->name(), "/seed=", options.rng_seed);
+  ASSIGN_OR_RETURN(CompileCache::Result result, cache_.GetOrCompile(key, [&]() {
+    return device->Compile(**module, options);
+  }));
+  const absl::Duration took = absl::Now() - start;
+  metrics_.Add(result.hit ? "compile_cache_hits" : "compile_cache_misses");
+  if (!result.hit) metrics_.Record("compile", took);
+  v1::CompileResponse resp;
+  resp.set_executable_handle(session->AddExecutable({result.executable, device, fingerprint}));
+  resp.set_cache_hit(result.hit);
+  resp.set_compile_micros(result.hit ? 0 : absl::ToInt64Microseconds(took));
+  resp.set_fingerprint(fingerprint);
+  for (const ir::Shape& p : result.executable->parameter_shapes()) {
+    ir::ShapeToProto(p, resp.add_parameter_shapes());
+  }
+  ir::ShapeToProto(result.executable->result_shape(), resp.mutable_result_shape());
+  logging::Debug("compile {} on {}: {}", fingerprint, device->name(), result.hit ? "hit" : "miss");
+  return resp;
+}
+
+absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& req) {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
+  ASSIGN_OR_RETURN(ExecutableEntry exe, session->GetExecutable(req.executable_handle()));
+  std::vector<runtime::BufferPtr> args;
+  for (int i = 0; i < req.argument_handles_size(); ++i) {
+    absl::StatusOr<BufferEntry> arg = session->GetBuffer(req.argument_handles(i));
+    if (!arg.ok()) return WithContext(arg.status(), absl::StrCat("argument ", i));
+    if (arg->device != exe.device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "argument ", i, " lives on ", arg->device->name(), " but the program runs on ",
+          exe.device->name(), "; copy it explicitly"));
+    }
+    args.push_back(arg->buffer);
+  }
+  const auto& params = exe.executable->parameter_shapes();
+  if (args.size() != params.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "program takes ", params.size(), " arguments, got ", args.size()));
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i]->shape() != params[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "argument ", i, " has shape ", args[i]->shape().ToString(),
+          ", the program expects ", params[i].ToString()));
+    }
+  }
+  std::vector<std::string> donated;
+  for (int index : req.donated_arguments()) {
+    if (index < 0 || index >= req.argument_handles_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("donated argument ", index, " out of range"));
+    }
+    donated.push_back(req.argument_handles(index));
+  }
+  if (!donated.empty()) RETURN_IF_ERROR(session->TakeBuffers(donated).status());
+  runtime::ExecuteOptions options;
+  options.infeed_timeout = req.infeed_timeout_millis() > 0
+                               ? absl::Milliseconds(req.infeed_timeout_millis())
+                               : options_.infeed_timeout;
+  absl::StatusOr<runtime::BufferPtr> result = exe.executable->Execute(args, options);
+  args.clear();
+  metrics_.Add("executes");
+  if (!result.ok()) {
+    metrics_.Add("execute_errors");
+    return result.status();
+  }
+  std::vector<runtime::BufferPtr> leaves;
+  Flatten(*result, &leaves);
+  v1::ExecuteResponse resp;
+  for (const runtime::BufferPtr& leaf : leaves) {
+    auto* out = resp.add_outputs();
+    ir::ShapeToProto(leaf->shape(), out->mutable_shape());
+    out->set_buffer_handle(session->AddBuffer({leaf, exe.device}));
+    if (leaf->size_bytes() <= req.inline_result_max_bytes()) {
+      ir::LiteralToProto(leaf->ToLiteral(), out->mutable_inline_value());
+    }
+  }
+  const absl::Duration took = absl::Now() - start;
+  resp.set_execute_micros(absl::ToInt64Microseconds(took));
+  metrics_.Record("execute", took);
+  return resp;
+}
+
+absl::StatusOr<v1::MemoryInfoResponse> Service::MemoryInfo(const v1::MemoryInfoRequest& req) {
+  RETURN_IF_ERROR(sessions_->Get(req.session_id()).status());
+  ASSIGN_OR_RETURN(runtime::Device * device, FindDevice(req.device()));
+  runtime::MemoryStats stats = device->memory_stats();
+  v1::MemoryInfoResponse resp;
+  resp.set_device(device->name());
+  resp.set_capacity_bytes(stats.capacity_bytes);
+  resp.set_bytes_in_use(stats.bytes_in_use);
+  resp.set_peak_bytes_in_use(stats.peak_bytes_in_use);
+  resp.set_live_buffers(stats.live_buffers);
+  return resp;
+}
+
+void Service::RefreshGauges() {
+  metrics_.Set("sessions_live", static_cast<int64_t>(sessions_->size()));
+  metrics_.Set("compile_cache_entries", static_cast<int64_t>(cache_.size()));
+  for (const auto& d : devices_) {
+    runtime::MemoryStats s = d->memory_stats();
+    metrics_.Set(absl::StrCat("live_buffers{", d->name(), "}"), s.live_buffers);
+    metrics_.Set(absl::StrCat("live_bytes{", d->name(), "}"), s.bytes_in_use);
+  }
+}
+
+v1::MetricsResponse Service::GetMetrics() {
+  RefreshGauges();
+  return metrics_.Snapshot();
+}
+
+}  // namespace kiln::server

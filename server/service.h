@@ -1,0 +1,85 @@
+// The device service: sessions, transfers, compile cache, execution, memory
+// info and metrics. A plain class with no gRPC types, so the gRPC layer
+// (grpc_service.h) and the client's embedded mode both call it.
+#ifndef KILN_SERVER_SERVICE_H_
+#define KILN_SERVER_SERVICE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kiln/v1/service.pb.h"
+#include "runtime/device.h"
+#include "server/compile_cache.h"
+#include "server/metrics.h"
+#include "server/session.h"
+
+namespace kiln::server {
+
+// Protocol versions this server speaks (docs/protocol.md has the changelog).
+inline constexpr uint32_t kMinProtocolVersion = 1;
+inline constexpr uint32_t kMaxProtocolVersion = 1;
+
+struct ServiceOptions {
+  absl::Duration lease = absl::Seconds(60);
+  size_t compile_cache_entries = 256;
+  int cpu_devices = 1;
+  int64_t cpu_memory_bytes = int64_t{8} << 30;
+  // Default for ExecuteRequest.infeed_timeout_millis <= 0.
+  absl::Duration infeed_timeout = absl::Seconds(30);
+  int64_t transfer_chunk_bytes = int64_t{1} << 20;
+};
+
+// Thread-safe: every method may be called from many threads at once.
+class Service {
+ public:
+  static absl::StatusOr<std::unique_ptr<Service>> Create(const ServiceOptions& options);
+
+  absl::StatusOr<v1::HandshakeResponse> Handshake(const v1::HandshakeRequest& request);
+  absl::StatusOr<v1::KeepAliveResponse> KeepAlive(const v1::KeepAliveRequest& request);
+  absl::StatusOr<v1::CloseSessionResponse> CloseSession(
+      const v1::CloseSessionRequest& request);
+
+  // Reads the next piece of a host-to-device transfer into `data`; returns
+  // false once the stream has ended.
+  using ChunkReader = std::function<absl::StatusOr<bool>(std::string* data)>;
+  // `first_data` are the bytes that came with the header. The declared size
+  // is checked against the shape and the device memory before any data is
+  // read, and against what actually arrives.
+  absl::StatusOr<v1::TransferToDeviceResponse> TransferToDevice(
+      const v1::TransferHeader& header, const std::string& first_data,
+      const ChunkReader& next);
+  // Sends chunks through `write`; it returns false when the peer is gone.
+  using ChunkWriter = std::function<bool(const v1::TransferFromDeviceChunk&)>;
+  absl::Status TransferFromDevice(const v1::TransferFromDeviceRequest& request,
+                                  const ChunkWriter& write);
+
+  absl::StatusOr<v1::ReleaseResponse> Release(const v1::ReleaseRequest& request);
+  absl::StatusOr<v1::CompileResponse> Compile(const v1::CompileRequest& request);
+  absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& request);
+  absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& request);
+  v1::MetricsResponse GetMetrics();
+
+  const std::vector<std::unique_ptr<runtime::Device>>& devices() const {
+    return devices_;
+  }
+  SessionManager& sessions() { return *sessions_; }
+  Metrics& metrics() { return metrics_; }
+
+ private:
+  explicit Service(const ServiceOptions& options);
+  absl::StatusOr<runtime::Device*> FindDevice(const std::string& name) const;
+  void RefreshGauges();
+
+  const ServiceOptions options_;
+  std::vector<std::unique_ptr<runtime::Device>> devices_;
+  std::unique_ptr<SessionManager> sessions_;
+  CompileCache cache_;
+  Metrics metrics_;
+};
+
+}  // namespace kiln::server
+
+#endif  // KILN_SERVER_SERVICE_H_

@@ -1,0 +1,205 @@
+// The service logic in-process (no sockets): sessions, transfers, compile,
+// execute and their errors.
+#include "server/service.h"
+
+#include <thread>
+
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/ir/proto_convert.h"
+#include "gtest/gtest.h"
+
+namespace kiln::server {
+namespace {
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServiceOptions options;
+    options.cpu_memory_bytes = 1 << 20;
+    options.lease = absl::Seconds(2);
+    service_ = *Service::Create(options);
+    session_ = Open();
+  }
+  std::string Open() {
+    v1::HandshakeRequest req;
+    req.set_min_version(1);
+    req.set_max_version(1);
+    req.set_client_name("test");
+    return service_->Handshake(req)->session_id();
+  }
+  absl::StatusOr<std::string> Upload(const std::string& session, const ir::Literal& lit,
+                                     std::vector<std::string> chunks = {}) {
+    v1::TransferHeader h;
+    h.set_session_id(session);
+    h.set_device("cpu:0");
+    ir::ShapeToProto(lit.shape(), h.mutable_shape());
+    h.set_total_bytes(lit.shape().ByteSize());
+    if (chunks.empty()) chunks.push_back(std::string(lit.bytes().begin(), lit.bytes().end()));
+    size_t i = 0;
+    auto resp = service_->TransferToDevice(h, "", [&](std::string* data) -> absl::StatusOr<bool> {
+      if (i == chunks.size()) return false;
+      *data = chunks[i++];
+      return true;
+    });
+    if (!resp.ok()) return resp.status();
+    return resp->buffer_handle();
+  }
+  absl::StatusOr<std::string> Download(const std::string& session, const std::string& handle) {
+    v1::TransferFromDeviceRequest req;
+    req.set_session_id(session);
+    req.set_buffer_handle(handle);
+    req.set_chunk_bytes(3);
+    std::string bytes;
+    absl::Status st = service_->TransferFromDevice(req, [&](const v1::TransferFromDeviceChunk& c) {
+      bytes += c.data();
+      return true;
+    });
+    if (!st.ok()) return st;
+    return bytes;
+  }
+  absl::StatusOr<v1::CompileResponse> CompileText(const std::string& text) {
+    auto m = ir::ParseModule(text);
+    EXPECT_TRUE(m.ok()) << m.status();
+    v1::CompileRequest req;
+    req.set_session_id(session_);
+    req.set_device("cpu:0");
+    *req.mutable_module() = ir::ModuleToProto(**m);
+    return service_->Compile(req);
+  }
+  int64_t BytesInUse() {
+    v1::MemoryInfoRequest req;
+    req.set_session_id(session_);
+    req.set_device("cpu:0");
+    return service_->MemoryInfo(req)->bytes_in_use();
+  }
+
+  std::unique_ptr<Service> service_;
+  std::string session_;
+};
+
+constexpr char kNegate[] = "ENTRY e {\n x = f32[3] parameter(0)\n ROOT n = f32[3] negate(x)\n}";
+
+TEST_F(ServiceTest, VersionMismatchNamesBothRanges) {
+  v1::HandshakeRequest req;
+  req.set_min_version(5);
+  req.set_max_version(7);
+  auto r = service_->Handshake(req);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("client speaks 5..7"), std::string::npos);
+  EXPECT_NE(r.status().message().find("server speaks 1..1"), std::string::npos);
+}
+
+TEST_F(ServiceTest, TransferRoundTripInChunks) {
+  ir::Literal lit = ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3});
+  std::string bytes(lit.bytes().begin(), lit.bytes().end());
+  auto h = Upload(session_, lit, {bytes.substr(0, 5), bytes.substr(5)});
+  ASSERT_TRUE(h.ok()) << h.status();
+  auto back = Download(session_, *h);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, bytes);
+}
+
+TEST_F(ServiceTest, TruncatedOversizedAndTooBigTransfersAreRefused) {
+  ir::Literal lit = ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3});
+  std::string bytes(lit.bytes().begin(), lit.bytes().end());
+  auto truncated = Upload(session_, lit, {bytes.substr(0, 8)});
+  EXPECT_NE(truncated.status().message().find("truncated transfer: received 8 of 12"),
+            std::string::npos) << truncated.status();
+  auto oversized = Upload(session_, lit, {bytes, "xx"});
+  EXPECT_NE(oversized.status().message().find("more than the declared 12"), std::string::npos);
+  ir::Literal big(ir::Shape(ir::ElementType::kF32, {1 << 20}));  // 4 MiB > 1 MiB
+  auto too_big = Upload(session_, big, {"never read"});
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(BytesInUse(), 0);
+}
+
+TEST_F(ServiceTest, SessionsAreIsolated) {
+  auto h = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {1}, {5}));
+  ASSERT_TRUE(h.ok());
+  std::string other = Open();
+  auto read = Download(other, *h);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
+  v1::ReleaseRequest rel;
+  rel.set_session_id(other);
+  rel.add_buffer_handles(*h);
+  EXPECT_EQ(service_->Release(rel).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Download(session_, *h).ok());  // still there for its owner
+}
+
+TEST_F(ServiceTest, CompileHitExecuteInlineDonateAndRelease) {
+  auto first = CompileText(kNegate);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->cache_hit());
+  auto second = CompileText(kNegate);
+  EXPECT_TRUE(second->cache_hit());
+  EXPECT_EQ(second->fingerprint(), first->fingerprint());
+  auto h = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3}));
+  v1::ExecuteRequest ex;
+  ex.set_session_id(session_);
+  ex.set_executable_handle(first->executable_handle());
+  ex.add_argument_handles(*h);
+  ex.set_inline_result_max_bytes(64);
+  ex.add_donated_arguments(0);
+  auto r = service_->Execute(ex);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->outputs_size(), 1);
+  ASSERT_TRUE(r->outputs(0).has_inline_value());
+  auto value = ir::LiteralFromProto(r->outputs(0).inline_value());
+  EXPECT_EQ(value->data<float>()[2], -3.0f);
+  // The donated argument is gone; the result is the only live buffer.
+  EXPECT_EQ(Download(session_, *h).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(BytesInUse(), 12);
+  v1::ReleaseRequest rel;
+  rel.set_session_id(session_);
+  rel.add_buffer_handles(r->outputs(0).buffer_handle());
+  rel.add_executable_handles(first->executable_handle());
+  EXPECT_EQ(service_->Release(rel)->released(), 2);
+  EXPECT_EQ(BytesInUse(), 0);
+  // Executing a released executable is NOT_FOUND.
+  EXPECT_EQ(service_->Execute(ex).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ServiceTest, BadExecuteArgumentsAndModules) {
+  auto exe = CompileText(kNegate);
+  ASSERT_TRUE(exe.ok());
+  auto wrong = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
+  v1::ExecuteRequest ex;
+  ex.set_session_id(session_);
+  ex.set_executable_handle(exe->executable_handle());
+  auto none = service_->Execute(ex);
+  EXPECT_NE(none.status().message().find("takes 1 arguments, got 0"), std::string::npos);
+  ex.add_argument_handles(*wrong);
+  auto shape = service_->Execute(ex);
+  EXPECT_NE(shape.status().message().find("expects f32[3]"), std::string::npos) << shape.status();
+  ex.set_argument_handles(0, "b-0000");
+  EXPECT_EQ(service_->Execute(ex).status().code(), absl::StatusCode::kNotFound);
+  v1::CompileRequest bad;
+  bad.set_session_id(session_);
+  bad.set_device("cpu:0");
+  bad.mutable_module()->add_computations()->set_name("x");
+  auto c = service_->Compile(bad);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  bad.set_device("tpu:9");
+  EXPECT_NE(service_->Compile(bad).status().message().find("unknown device 'tpu:9'"),
+            std::string::npos);
+}
+
+TEST_F(ServiceTest, ExpiredLeaseFreesMemory) {
+  auto h = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {100}, {}));
+  ASSERT_TRUE(h.ok());
+  const std::string keeper = Open();
+  v1::MemoryInfoRequest mi;
+  mi.set_session_id(keeper);
+  mi.set_device("cpu:0");
+  EXPECT_EQ(service_->MemoryInfo(mi)->bytes_in_use(), 400);
+  // Keep `keeper` alive while `session_` goes silent past its lease.
+  for (int i = 0; i < 120 && service_->MemoryInfo(mi)->bytes_in_use() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(service_->MemoryInfo(mi)->bytes_in_use(), 0);
+  EXPECT_EQ(Download(session_, *h).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace kiln::server

@@ -1,0 +1,209 @@
+#include "server/session.h"
+
+#include <cstdio>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "server/logging.h"
+
+namespace kiln::server {
+
+std::string NewHandle(absl::string_view prefix) {
+  static absl::Mutex mu(absl::kConstInit);
+  static std::random_device* device = new std::random_device();
+  uint64_t a, b;
+  {
+    absl::MutexLock lock(&mu);
+    a = (uint64_t{(*device)()} << 32) | (*device)();
+    b = (uint64_t{(*device)()} << 32) | (*device)();
+  }
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(a),
+                static_cast<unsigned long long>(b));
+  return absl::StrCat(prefix, buf);
+}
+
+std::string Session::AddBuffer(BufferEntry entry) {
+  std::string handle = NewHandle("b-");
+  absl::MutexLock lock(&mu_);
+  buffers_[handle] = std::move(entry);
+  return handle;
+}
+
+absl::StatusOr<BufferEntry> Session::GetBuffer(const std::string& handle) const {
+  absl::MutexLock lock(&mu_);
+  auto it = buffers_.find(handle);
+  if (it == buffers_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown buffer handle '", handle, "'"));
+  }
+  return it->second;
+}
+
+std::string Session::AddExecutable(ExecutableEntry entry) {
+  std::string handle = NewHandle("e-");
+  absl::MutexLock lock(&mu_);
+  executables_[handle] = std::move(entry);
+  return handle;
+}
+
+absl::StatusOr<ExecutableEntry> Session::GetExecutable(const std::string& handle) const {
+  absl::MutexLock lock(&mu_);
+  auto it = executables_.find(handle);
+  if (it == executables_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown executable handle '", handle, "'"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<int> Session::Release(const std::vector<std::string>& buffers,
+                                     const std::vector<std::string>& executables) {
+  // Values are dropped after the lock is released: freeing memory can take
+  // a while and must not block other calls on this session.
+  std::vector<BufferEntry> dropped_buffers;
+  std::vector<ExecutableEntry> dropped_executables;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& h : buffers) {
+      if (!buffers_.contains(h)) {
+        return absl::NotFoundError(absl::StrCat("unknown buffer handle '", h, "'"));
+      }
+    }
+    for (const std::string& h : executables) {
+      if (!executables_.contains(h)) {
+        return absl::NotFoundError(absl::StrCat("unknown executable handle '", h, "'"));
+      }
+    }
+    for (const std::string& h : buffers) {
+      auto it = buffers_.find(h);
+      if (it == buffers_.end()) continue;  // listed twice
+      dropped_buffers.push_back(std::move(it->second));
+      buffers_.erase(it);
+    }
+    for (const std::string& h : executables) {
+      auto it = executables_.find(h);
+      if (it == executables_.end()) continue;
+      dropped_executables.push_back(std::move(it->second));
+      executables_.erase(it);
+    }
+  }
+  return static_cast<int>(dropped_buffers.size() + dropped_executables.size());
+}
+
+absl::StatusOr<std::vector<BufferEntry>> Session::TakeBuffers(
+    const std::vector<std::string>& handles) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& h : handles) {
+    if (!buffers_.contains(h)) {
+      return absl::NotFoundError(absl::StrCat("unknown buffer handle '", h, "'"));
+    }
+  }
+  std::vector<BufferEntry> taken;
+  for (const std::string& h : handles) {
+    auto it = buffers_.find(h);
+    if (it == buffers_.end()) continue;
+    taken.push_back(std::move(it->second));
+    buffers_.erase(it);
+  }
+  return taken;
+}
+
+void Session::Clear() {
+  absl::flat_hash_map<std::string, BufferEntry> buffers;
+  absl::flat_hash_map<std::string, ExecutableEntry> executables;
+  {
+    absl::MutexLock lock(&mu_);
+    buffers.swap(buffers_);
+    executables.swap(executables_);
+  }
+}
+
+int64_t Session::buffer_count() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(buffers_.size());
+}
+
+SessionManager::SessionManager(absl::Duration lease) : lease_(lease) {
+  reaper_ = std::thread([this] {
+    const absl::Duration period =
+        std::min(absl::Seconds(1), std::max(absl::Milliseconds(50), lease_ / 4));
+    absl::MutexLock lock(&mu_);
+    while (!stop_) {
+      mu_.AwaitWithTimeout(absl::Condition(&stop_), period);
+      if (stop_) break;
+      mu_.Unlock();
+      ReapExpired();
+      mu_.Lock();
+    }
+  });
+}
+
+SessionManager::~SessionManager() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  reaper_.join();
+}
+
+std::shared_ptr<Session> SessionManager::Create(const std::string& client_name) {
+  auto session = std::make_shared<Session>(NewHandle("s-"), client_name);
+  absl::MutexLock lock(&mu_);
+  sessions_[session->id()] = Entry{session, absl::Now() + lease_};
+  return session;
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Get(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown or expired session '", id, "'"));
+  }
+  it->second.deadline = absl::Now() + lease_;
+  return it->second.session;
+}
+
+absl::Status SessionManager::Close(const std::string& id) {
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown or expired session '", id, "'"));
+    }
+    session = std::move(it->second.session);
+    sessions_.erase(it);
+  }
+  session->Clear();
+  logging::Info("session {} ({}) closed", id, session->client_name());
+  return absl::OkStatus();
+}
+
+size_t SessionManager::size() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+int SessionManager::ReapExpired() {
+  std::vector<std::shared_ptr<Session>> expired;
+  {
+    const absl::Time now = absl::Now();
+    absl::MutexLock lock(&mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (it->second.deadline < now) {
+        expired.push_back(std::move(it->second.session));
+        sessions_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& s : expired) {
+    logging::Info("session {} ({}) lease expired; freeing {} buffers", s->id(),
+                  s->client_name(), s->buffer_count());
+    s->Clear();
+  }
+  return static_cast<int>(expired.size());
+}
+
+}  // namespace kiln::server

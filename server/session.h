@@ -1,0 +1,97 @@
+// Sessions: every handle belongs to the session that made it. A session
+// lives while its client keeps its lease; when the lease runs out, the
+// session and everything it holds are dropped.
+#ifndef KILN_SERVER_SESSION_H_
+#define KILN_SERVER_SESSION_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "runtime/device.h"
+
+namespace kiln::server {
+
+// A compiled program as a session sees it.
+struct ExecutableEntry {
+  std::shared_ptr<runtime::Executable> executable;
+  runtime::Device* device;  // borrowed from the service
+  std::string fingerprint;
+};
+
+struct BufferEntry {
+  runtime::BufferPtr buffer;
+  runtime::Device* device;  // borrowed from the service
+};
+
+// 128 random bits as hex with a prefix: handles cannot be guessed.
+std::string NewHandle(absl::string_view prefix);
+
+// Thread-safe.
+class Session {
+ public:
+  Session(std::string id, std::string client_name)
+      : id_(std::move(id)), client_name_(std::move(client_name)) {}
+
+  const std::string& id() const { return id_; }
+  const std::string& client_name() const { return client_name_; }
+
+  std::string AddBuffer(BufferEntry entry);
+  // NOT_FOUND naming the handle (also for other sessions' handles).
+  absl::StatusOr<BufferEntry> GetBuffer(const std::string& handle) const;
+  std::string AddExecutable(ExecutableEntry entry);
+  absl::StatusOr<ExecutableEntry> GetExecutable(const std::string& handle) const;
+  // Releases all the given handles, or none if any is unknown (NOT_FOUND).
+  absl::StatusOr<int> Release(const std::vector<std::string>& buffers,
+                              const std::vector<std::string>& executables);
+  // Removes and returns buffers (donation); all or none.
+  absl::StatusOr<std::vector<BufferEntry>> TakeBuffers(
+      const std::vector<std::string>& handles);
+  void Clear();
+  int64_t buffer_count() const;
+
+ private:
+  const std::string id_;
+  const std::string client_name_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, BufferEntry> buffers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, ExecutableEntry> executables_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// Owns the sessions and their leases; a background thread drops sessions
+// whose lease ran out. Thread-safe.
+class SessionManager {
+ public:
+  explicit SessionManager(absl::Duration lease);
+  ~SessionManager();
+
+  std::shared_ptr<Session> Create(const std::string& client_name);
+  // Looks up a session and renews its lease. NOT_FOUND for unknown or
+  // expired sessions.
+  absl::StatusOr<std::shared_ptr<Session>> Get(const std::string& id);
+  absl::Status Close(const std::string& id);
+  absl::Duration lease() const { return lease_; }
+  size_t size() const;
+  // Drops expired sessions now; returns how many (the reaper calls this).
+  int ReapExpired();
+
+ private:
+  struct Entry {
+    std::shared_ptr<Session> session;
+    absl::Time deadline;
+  };
+  const absl::Duration lease_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;
+};
+
+}  // namespace kiln::server
+
+#endif  // KILN_SERVER_SESSION_H_
