@@ -1,5 +1,6 @@
-// Kiln's one logging header: spdlog behind a few functions, level set once at
-// start-up from a flag or the KILN_LOG_LEVEL environment variable.
+// Kiln's one logging header: spdlog behind a few functions. Logs go to
+// stderr. The level comes from the KILN_LOG_LEVEL environment variable
+// (default info) unless SetLevel is called.
 #ifndef KILN_SERVER_LOGGING_H_
 #define KILN_SERVER_LOGGING_H_
 
@@ -10,20 +11,23 @@
 
 namespace kiln::logging {
 
+// The process-wide logger, created on first use.
+spdlog::logger& Logger();
+
 // Levels: trace, debug, info, warn, error, off. Unknown names are an error.
 absl::Status SetLevel(const std::string& level);
 
 template <typename... Args>
 void Info(spdlog::format_string_t<Args...> fmt, Args&&... args) {
-  spdlog::info(fmt, std::forward<Args>(args)...);
+  Logger().info(fmt, std::forward<Args>(args)...);
 }
 template <typename... Args>
 void Warn(spdlog::format_string_t<Args...> fmt, Args&&... args) {
-  spdlog::warn(fmt, std::forward<Args>(args)...);
+  Logger().warn(fmt, std::forward<Args>(args)...);
 }
 template <typename... Args>
 void Debug(spdlog::format_string_t<Args...> fmt, Args&&... args) {
-  spdlog::debug(fmt, std::forward<Args>(args)...);
+  Logger().debug(fmt, std::forward<Args>(args)...);
 }
 
 }  // namespace kiln::logging

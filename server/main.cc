@@ -1,4 +1,7 @@
 // kiln-server: the device server.
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +20,8 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:8470",
 ABSL_FLAG(int64_t, lease_seconds, 60,
           "a session whose client sends no call for this long is closed and its memory freed");
 ABSL_FLAG(int64_t, compile_cache_entries, 256, "compiled programs kept in the cache");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error or off (KILN_LOG_LEVEL sets it for embedded use)");
 ABSL_FLAG(int32_t, cpu_devices, 1, "number of CPU devices (cpu:0, cpu:1, ...)");
 ABSL_FLAG(int64_t, cpu_memory_bytes, int64_t{8} << 30, "memory capacity of each CPU device");
 ABSL_FLAG(int64_t, infeed_timeout_seconds, 30,
@@ -25,20 +29,30 @@ ABSL_FLAG(int64_t, infeed_timeout_seconds, 30,
 ABSL_FLAG(int64_t, shutdown_grace_seconds, 5,
           "on SIGTERM/SIGINT, how long in-flight calls may take before they are cancelled");
 
+namespace {
+int g_signal_pipe[2] = {-1, -1};
+void OnStopSignal(int sig) {
+  unsigned char b = static_cast<unsigned char>(sig);
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("kiln-server: the Kiln device server");
   absl::ParseCommandLine(argc, argv);
-  // Block the stop signals in every thread; one thread waits for them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // The handler only writes the signal number to a pipe; a thread reads it
+  // and shuts the server down outside signal context.
+  if (pipe(g_signal_pipe) != 0) {
+    std::perror("kiln-server: pipe");
+    return 1;
+  }
+  struct sigaction action = {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
 
-  const char* env_level = std::getenv("KILN_LOG_LEVEL");
-  std::string level = absl::GetFlag(FLAGS_log_level);
-  if (env_level != nullptr && level == "info") level = env_level;
-  if (absl::Status st = kiln::logging::SetLevel(level); !st.ok()) {
+  if (absl::Status st = kiln::logging::SetLevel(absl::GetFlag(FLAGS_log_level)); !st.ok()) {
     std::fprintf(stderr, "kiln-server: %s\n", std::string(st.message()).c_str());
     return 1;
   }
@@ -64,9 +78,10 @@ int main(int argc, char** argv) {
                       (*server)->address(), (*service)->devices().size(),
                       absl::GetFlag(FLAGS_lease_seconds));
   std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    kiln::logging::Info("signal {} received; shutting down", sig);
+    unsigned char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    kiln::logging::Info("signal {} received; shutting down", static_cast<int>(sig));
     (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
   });
   (*server)->Wait();

@@ -1,9 +1,12 @@
 // kiln: the command-line tool.
 //
 //   kiln check FILE.hlo
-//   kiln run FILE.hlo [--device=cpu:0] [--input=a.npy ...]
+//   kiln run FILE.hlo [--server=ADDR] [--device=cpu:0] [--input=a.npy ...]
 //            [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N]
+//   kiln devices [--server=ADDR]
+//   kiln stats --server=ADDR
 //
+// Without --server, programs run on a service embedded in this process.
 // Exit status 0 on success, 1 with a one-line message for invalid input.
 #include <chrono>
 #include <cstdio>
@@ -24,7 +27,8 @@
 #include "compiler/ir/hlo_printer.h"
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/verifier.h"
-#include "runtime/cpu/cpu_device.h"
+#include "client/client.h"
+#include "server/logging.h"
 
 namespace kiln {
 namespace {
@@ -32,13 +36,16 @@ namespace {
 constexpr char kUsage[] =
     "usage:\n"
     "  kiln check FILE.hlo\n"
-    "  kiln run FILE.hlo [--device=cpu:0] [--input=a.npy ...]\n"
-    "           [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N]\n";
+    "  kiln run FILE.hlo [--server=ADDR] [--device=cpu:0] [--input=a.npy ...]\n"
+    "           [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N]\n"
+    "  kiln devices [--server=ADDR]\n"
+    "  kiln stats --server=ADDR\n";
 
 struct Args {
   std::string command;
   std::string file;
-  std::string device = "cpu:0";
+  std::string device;  // default: the client's default device
+  std::string server;
   std::vector<std::string> inputs;
   std::optional<uint64_t> random_seed;
   std::string output_dir;
@@ -57,6 +64,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     };
     if (auto v = value("input")) {
       args.inputs.push_back(*v);
+    } else if (auto v = value("server")) {
+      args.server = *v;
     } else if (auto v = value("device")) {
       args.device = *v;
     } else if (auto v = value("output_dir")) {
@@ -78,9 +87,11 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       positional.push_back(a);
     }
   }
-  if (positional.size() != 2) return absl::InvalidArgumentError(kUsage);
+  if (positional.empty()) return absl::InvalidArgumentError(kUsage);
   args.command = positional[0];
-  args.file = positional[1];
+  const bool needs_file = args.command == "check" || args.command == "run";
+  if (positional.size() != (needs_file ? 2u : 1u)) return absl::InvalidArgumentError(kUsage);
+  if (needs_file) args.file = positional[1];
   return args;
 }
 
@@ -114,14 +125,6 @@ ir::Literal RandomLiteral(const ir::Shape& shape, std::mt19937_64& rng) {
   return lit;
 }
 
-void Flatten(const ir::Literal& lit, std::vector<ir::Literal>* out) {
-  if (lit.shape().IsTuple()) {
-    for (const ir::Literal& e : lit.tuple_elements()) Flatten(e, out);
-  } else if (lit.shape().IsArray()) {
-    out->push_back(lit);
-  }
-}
-
 std::string Summary(const ir::Literal& lit) {
   const int64_t n = lit.element_count();
   std::string s = absl::StrCat(lit.shape().ToString(), " [");
@@ -149,13 +152,18 @@ absl::Status Check(const Args& args) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<client::Client>> OpenClient(const Args& args) {
+  if (args.server.empty()) return client::Client::Embedded();
+  client::ConnectOptions options;
+  options.client_name = "kiln-cli";
+  return client::Client::Connect(args.server, options);
+}
+
 absl::Status Run(const Args& args) {
   ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> module, LoadModule(args.file));
-  if (args.device != "cpu:0" && args.device != "cpu") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown device '", args.device, "' (available: cpu:0)"));
-  }
-  cpu::CpuDevice device;
+  ASSIGN_OR_RETURN(std::unique_ptr<client::Client> client, OpenClient(args));
+  std::string device = args.device.empty() ? client->default_device().name : args.device;
+  if (device == "cpu") device = "cpu:0";
   const std::vector<ir::Shape> params = module->entry()->ParameterShapes();
   std::vector<ir::Literal> inputs;
   if (args.random_seed.has_value()) {
@@ -179,26 +187,25 @@ absl::Status Run(const Args& args) {
       inputs.push_back(*std::move(adapted));
     }
   }
-  ASSIGN_OR_RETURN(auto executable, device.Compile(*module, {}));
-  std::vector<runtime::BufferPtr> buffers;
+  ASSIGN_OR_RETURN(auto executable, client->Compile(*module, device));
+  std::vector<std::shared_ptr<client::DeviceBuffer>> buffers;
   for (const ir::Literal& in : inputs) {
-    ASSIGN_OR_RETURN(runtime::BufferPtr b, device.TransferToDevice(in));
+    ASSIGN_OR_RETURN(auto b, client->TransferToDevice(in, device));
     buffers.push_back(std::move(b));
   }
-  runtime::ExecuteOptions options;
-  options.infeed_timeout = absl::ZeroDuration();  // nothing feeds the CLI
-  runtime::BufferPtr result;
+  client::ExecuteOptions options;
+  // Nothing feeds a program run from the CLI: an infeed fails at once.
+  options.infeed_timeout = absl::Milliseconds(1);
+  client::ExecuteResult result;
   for (int64_t r = 0; r < args.repeat; ++r) {
     auto start = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(result, executable->Execute(buffers, options));
+    ASSIGN_OR_RETURN(result, client->Execute(*executable, buffers, options));
     auto end = std::chrono::steady_clock::now();
     if (args.repeat > 1) {
       std::printf("run %lld: %.3f ms\n", static_cast<long long>(r + 1),
                   std::chrono::duration<double, std::milli>(end - start).count());
     }
   }
-  std::vector<ir::Literal> outputs;
-  Flatten(device.TransferFromDevice(*result), &outputs);
   if (!args.output_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(args.output_dir, ec);
@@ -207,17 +214,45 @@ absl::Status Run(const Args& args) {
           absl::StrCat("cannot create ", args.output_dir, ": ", ec.message()));
     }
   }
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    std::printf("out_%zu: %s\n", i, Summary(outputs[i]).c_str());
+  for (size_t i = 0; i < result.outputs.size(); ++i) {
+    ASSIGN_OR_RETURN(ir::Literal value, client->TransferFromDevice(*result.outputs[i]));
+    std::printf("out_%zu: %s\n", i, Summary(value).c_str());
     if (!args.output_dir.empty()) {
       RETURN_IF_ERROR(client::WriteNpyFile(
-          absl::StrCat(args.output_dir, "/out_", i, ".npy"), outputs[i]));
+          absl::StrCat(args.output_dir, "/out_", i, ".npy"), value));
     }
   }
   return absl::OkStatus();
 }
 
+absl::Status Devices(const Args& args) {
+  ASSIGN_OR_RETURN(std::unique_ptr<client::Client> client, OpenClient(args));
+  for (const client::DeviceDescription& d : client->devices()) {
+    std::printf("%-8s kind=%s ordinal=%d memory=%lld bytes%s\n", d.name.c_str(), d.kind.c_str(),
+                d.ordinal, static_cast<long long>(d.memory_capacity_bytes),
+                d.name == client->default_device().name ? " (default)" : "");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Stats(const Args& args) {
+  if (args.server.empty()) return absl::InvalidArgumentError("stats needs --server=ADDR");
+  ASSIGN_OR_RETURN(std::unique_ptr<client::Client> client, OpenClient(args));
+  ASSIGN_OR_RETURN(v1::MetricsResponse m, client->Metrics());
+  for (const auto& c : m.counters()) {
+    std::printf("%-40s %lld\n", c.name().c_str(), static_cast<long long>(c.value()));
+  }
+  for (const auto& t : m.timers()) {
+    std::printf("%-40s n=%lld mean=%.1fus p50=%.1fus p90=%.1fus p99=%.1fus max=%.1fus\n",
+                t.name().c_str(), static_cast<long long>(t.count()), t.mean_micros(),
+                t.p50_micros(), t.p90_micros(), t.p99_micros(), t.max_micros());
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
+  // The embedded service logs only warnings unless KILN_LOG_LEVEL says more.
+  if (std::getenv("KILN_LOG_LEVEL") == nullptr) logging::SetLevel("warn").IgnoreError();
   absl::StatusOr<Args> args = ParseArgs(argc, argv);
   absl::Status status;
   if (!args.ok()) {
@@ -226,6 +261,10 @@ int Main(int argc, char** argv) {
     status = Check(*args);
   } else if (args->command == "run") {
     status = Run(*args);
+  } else if (args->command == "devices") {
+    status = Devices(*args);
+  } else if (args->command == "stats") {
+    status = Stats(*args);
   } else {
     status = absl::InvalidArgumentError(
         absl::StrCat("unknown command '", args->command, "'\n", kUsage));

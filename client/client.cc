@@ -1,0 +1,305 @@
+#include "client/client.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/grpc_transport.h"
+#include "compiler/ir/proto_convert.h"
+#include "compiler/ir/status_macros.h"
+
+namespace kiln::client {
+
+// State shared by a client and every handle it gave out: handles may outlive
+// the Client object.
+class ClientCore {
+ public:
+  ClientCore(std::unique_ptr<Transport> transport, const ConnectOptions& options)
+      : transport_(std::move(transport)), options_(options) {}
+
+  ~ClientCore() { Shutdown(); }
+
+  Transport& transport() { return *transport_; }
+  const ConnectOptions& options() const { return options_; }
+  const std::string& session_id() const { return session_id_; }
+
+  void Start(std::string session_id, absl::Duration lease) {
+    session_id_ = std::move(session_id);
+    lease_ = lease;
+    releaser_ = std::thread([this] { ReleaseLoop(); });
+    if (options_.keep_alive) keeper_ = std::thread([this] { KeepAliveLoop(); });
+  }
+
+  void QueueRelease(const std::string& handle, bool executable) {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    (executable ? pending_executables_ : pending_buffers_).push_back(handle);
+  }
+
+  absl::Status Flush() {
+    absl::MutexLock lock(&mu_);
+    const uint64_t target = queued_generation();
+    auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return sent_generation_ >= target || stopping_;
+    };
+    mu_.Await(absl::Condition(&done));
+    return last_release_error_;
+  }
+
+  void Shutdown() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      // Let the releaser send what is queued before it stops.
+      const uint64_t target = queued_generation();
+      auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return sent_generation_ >= target || session_id_.empty();
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(5));
+      stopping_ = true;
+    }
+    if (releaser_.joinable()) releaser_.join();
+    if (keeper_.joinable()) keeper_.join();
+    if (!session_id_.empty() && options_.keep_alive) {
+      v1::CloseSessionRequest req;
+      req.set_session_id(session_id_);
+      transport_->CloseSession(req).IgnoreError();
+    }
+  }
+
+ private:
+  // Releases queued so far, counted by generation so Flush can wait.
+  uint64_t queued_generation() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queued_base_ + pending_buffers_.size() + pending_executables_.size();
+  }
+
+  void ReleaseLoop() {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !pending_buffers_.empty() || !pending_executables_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (pending_buffers_.empty() && pending_executables_.empty()) return;  // stopping
+      v1::ReleaseRequest req;
+      req.set_session_id(session_id_);
+      for (auto& h : pending_buffers_) req.add_buffer_handles(std::move(h));
+      for (auto& h : pending_executables_) req.add_executable_handles(std::move(h));
+      const uint64_t count = pending_buffers_.size() + pending_executables_.size();
+      pending_buffers_.clear();
+      pending_executables_.clear();
+      queued_base_ += count;
+      mu_.Unlock();
+      absl::Status st = transport_->Release(req).status();
+      mu_.Lock();
+      // NOT_FOUND: the session already ended (lease, close) — nothing to free.
+      if (!st.ok() && st.code() != absl::StatusCode::kNotFound) last_release_error_ = st;
+      sent_generation_ += count;
+    }
+  }
+
+  void KeepAliveLoop() {
+    const absl::Duration period = std::max(absl::Milliseconds(100), lease_ / 3);
+    absl::MutexLock lock(&mu_);
+    while (!stopping_) {
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), period);
+      if (stopping_) break;
+      mu_.Unlock();
+      v1::KeepAliveRequest req;
+      req.set_session_id(session_id_);
+      transport_->KeepAlive(req).IgnoreError();
+      mu_.Lock();
+    }
+  }
+
+  std::unique_ptr<Transport> transport_;
+  const ConnectOptions options_;
+  std::string session_id_;
+  absl::Duration lease_ = absl::Seconds(60);
+  absl::Mutex mu_;
+  std::vector<std::string> pending_buffers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> pending_executables_ ABSL_GUARDED_BY(mu_);
+  uint64_t queued_base_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t sent_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status last_release_error_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread releaser_;
+  std::thread keeper_;
+};
+
+DeviceBuffer::DeviceBuffer(std::shared_ptr<ClientCore> core, std::string handle,
+                           ir::Shape shape, std::string device)
+    : core_(std::move(core)),
+      handle_(std::move(handle)),
+      shape_(std::move(shape)),
+      device_(std::move(device)) {}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (!donated_) core_->QueueRelease(handle_, /*executable=*/false);
+}
+
+Executable::Executable(std::shared_ptr<ClientCore> core, const v1::CompileResponse& r,
+                       std::string device)
+    : core_(std::move(core)),
+      handle_(r.executable_handle()),
+      device_(std::move(device)),
+      fingerprint_(r.fingerprint()),
+      cache_hit_(r.cache_hit()),
+      compile_micros_(r.compile_micros()) {
+  for (const auto& p : r.parameter_shapes()) {
+    parameter_shapes_.push_back(ir::ShapeFromProto(p).value_or(ir::Shape()));
+  }
+  result_shape_ = ir::ShapeFromProto(r.result_shape()).value_or(ir::Shape());
+}
+
+Executable::~Executable() { core_->QueueRelease(handle_, /*executable=*/true); }
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::unique_ptr<Transport> transport,
+                                                       const ConnectOptions& options) {
+  auto core = std::make_shared<ClientCore>(std::move(transport), options);
+  v1::HandshakeRequest req;
+  req.set_min_version(kClientMinVersion);
+  req.set_max_version(kClientMaxVersion);
+  req.set_client_name(options.client_name);
+  absl::StatusOr<v1::HandshakeResponse> resp = core->transport().Handshake(req);
+  if (!resp.ok()) return WithContext(resp.status(), "handshake");
+  core->Start(resp->session_id(), absl::Seconds(std::max<int64_t>(1, resp->lease_seconds())));
+  auto client = std::unique_ptr<Client>(new Client(core));
+  for (const auto& d : resp->devices()) {
+    client->devices_.push_back({d.name(), d.kind(), d.ordinal(), d.memory_capacity_bytes()});
+  }
+  if (client->devices_.empty()) return absl::FailedPreconditionError("the server has no devices");
+  return client;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address,
+                                                        const ConnectOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
+                   ConnectGrpc(address, options.connect_timeout, options.call_timeout));
+  return Create(std::move(transport), options);
+}
+
+Client::~Client() { core_->Shutdown(); }
+
+const std::string& Client::session_id() const { return core_->session_id(); }
+
+const DeviceDescription& Client::default_device() const {
+  for (const auto& d : devices_) {
+    if (d.kind != "cpu") return d;
+  }
+  return devices_.front();
+}
+
+absl::StatusOr<std::shared_ptr<DeviceBuffer>> Client::TransferToDevice(
+    const ir::Literal& value, const std::string& device) {
+  if (!value.shape().IsArray()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("only arrays can be transferred, not ", value.shape().ToString()));
+  }
+  v1::TransferHeader header;
+  header.set_session_id(core_->session_id());
+  header.set_device(device);
+  ir::ShapeToProto(value.shape(), header.mutable_shape());
+  header.set_total_bytes(value.shape().ByteSize());
+  const absl::string_view data(reinterpret_cast<const char*>(value.bytes().data()),
+                               value.bytes().size());
+  ASSIGN_OR_RETURN(v1::TransferToDeviceResponse resp,
+                   core_->transport().TransferToDevice(header, data, core_->options().chunk_bytes));
+  return std::make_shared<DeviceBuffer>(core_, resp.buffer_handle(), value.shape(), device);
+}
+
+absl::StatusOr<ir::Literal> Client::TransferFromDevice(const DeviceBuffer& buffer) {
+  v1::TransferFromDeviceRequest req;
+  req.set_session_id(core_->session_id());
+  req.set_buffer_handle(buffer.handle());
+  req.set_chunk_bytes(core_->options().chunk_bytes);
+  std::optional<ir::Literal> out;
+  int64_t received = 0, total = 0;
+  RETURN_IF_ERROR(core_->transport().TransferFromDevice(
+      req, [&](v1::TransferFromDeviceChunk& chunk) -> absl::Status {
+        if (!out.has_value()) {
+          ASSIGN_OR_RETURN(ir::Shape shape, ir::ShapeFromProto(chunk.shape()));
+          if (!shape.IsArray() || shape.ByteSize() != chunk.total_bytes()) {
+            return absl::DataLossError("the server sent an inconsistent transfer header");
+          }
+          out.emplace(shape);
+          total = chunk.total_bytes();
+        }
+        if (static_cast<int64_t>(chunk.data().size()) > total - received) {
+          return absl::DataLossError("the server sent more bytes than declared");
+        }
+        std::memcpy(out->mutable_bytes().data() + received, chunk.data().data(),
+                    chunk.data().size());
+        received += static_cast<int64_t>(chunk.data().size());
+        return absl::OkStatus();
+      }));
+  if (!out.has_value() || received != total) {
+    return absl::DataLossError(absl::StrCat("transfer from device ended after ", received,
+                                            " of ", total, " bytes"));
+  }
+  return *std::move(out);
+}
+
+absl::StatusOr<std::shared_ptr<Executable>> Client::Compile(const ir::Module& module,
+                                                            const std::string& device,
+                                                            uint64_t rng_seed) {
+  v1::CompileRequest req;
+  req.set_session_id(core_->session_id());
+  req.set_device(device);
+  *req.mutable_module() = ir::ModuleToProto(module);
+  req.mutable_options()->set_rng_seed(rng_seed);
+  ASSIGN_OR_RETURN(v1::CompileResponse resp, core_->transport().Compile(req));
+  return std::make_shared<Executable>(core_, resp, device);
+}
+
+absl::StatusOr<ExecuteResult> Client::Execute(
+    const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
+    const ExecuteOptions& options) {
+  v1::ExecuteRequest req;
+  req.set_session_id(core_->session_id());
+  req.set_executable_handle(executable.handle());
+  for (const auto& a : args) {
+    if (a == nullptr) return absl::InvalidArgumentError("null argument buffer");
+    if (a->donated()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("buffer ", a->handle(), " was donated to an earlier execution"));
+    }
+    req.add_argument_handles(a->handle());
+  }
+  req.set_inline_result_max_bytes(options.inline_result_max_bytes);
+  for (int d : options.donate) req.add_donated_arguments(d);
+  req.set_infeed_timeout_millis(absl::ToInt64Milliseconds(options.infeed_timeout));
+  ASSIGN_OR_RETURN(v1::ExecuteResponse resp, core_->transport().Execute(req));
+  for (int d : options.donate) {
+    if (d >= 0 && d < static_cast<int>(args.size())) args[d]->MarkDonated();
+  }
+  ExecuteResult result;
+  result.execute_micros = resp.execute_micros();
+  for (const auto& out : resp.outputs()) {
+    ASSIGN_OR_RETURN(ir::Shape shape, ir::ShapeFromProto(out.shape()));
+    result.outputs.push_back(
+        std::make_shared<DeviceBuffer>(core_, out.buffer_handle(), shape, executable.device()));
+    if (out.has_inline_value()) {
+      ASSIGN_OR_RETURN(ir::Literal value, ir::LiteralFromProto(out.inline_value()));
+      result.inline_values.push_back(std::move(value));
+    } else {
+      result.inline_values.push_back(std::nullopt);
+    }
+  }
+  return result;
+}
+
+absl::StatusOr<v1::MemoryInfoResponse> Client::MemoryInfo(const std::string& device) {
+  v1::MemoryInfoRequest req;
+  req.set_session_id(core_->session_id());
+  req.set_device(device);
+  return core_->transport().MemoryInfo(req);
+}
+
+absl::StatusOr<v1::MetricsResponse> Client::Metrics() {
+  return core_->transport().GetMetrics(v1::MetricsRequest());
+}
+
+absl::Status Client::FlushReleases() { return core_->Flush(); }
+
+}  // namespace kiln::client

@@ -1,0 +1,159 @@
+// The Kiln client: connects to a device server (or runs one in-process),
+// moves data, compiles and executes programs. Buffers and executables are
+// handles that release themselves on the server when the last reference
+// goes away; releases are batched on a background thread and never block
+// the caller.
+#ifndef KILN_CLIENT_CLIENT_H_
+#define KILN_CLIENT_CLIENT_H_
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/transport.h"
+#include "compiler/ir/instruction.h"
+#include "compiler/ir/literal.h"
+
+namespace kiln::client {
+
+// Protocol versions this client speaks.
+inline constexpr uint32_t kClientMinVersion = 1;
+inline constexpr uint32_t kClientMaxVersion = 1;
+
+struct DeviceDescription {
+  std::string name;  // "cpu:0"
+  std::string kind;  // "cpu"
+  int ordinal = 0;
+  int64_t memory_capacity_bytes = 0;
+};
+
+struct ConnectOptions {
+  std::string client_name = "kiln-client";
+  absl::Duration connect_timeout = absl::Seconds(10);
+  absl::Duration call_timeout = absl::ZeroDuration();  // none
+  int64_t chunk_bytes = int64_t{1} << 20;
+  // Test hook: no keep-alives and no session close, like a client that
+  // vanished.
+  bool keep_alive = true;
+};
+
+struct EmbeddedOptions {
+  std::string client_name = "kiln-embedded";
+  int cpu_devices = 1;
+  int64_t cpu_memory_bytes = int64_t{8} << 30;
+};
+
+class ClientCore;
+
+// A buffer on a device. Thread-safe.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(std::shared_ptr<ClientCore> core, std::string handle, ir::Shape shape,
+               std::string device);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  const std::string& handle() const { return handle_; }
+  const ir::Shape& shape() const { return shape_; }
+  const std::string& device() const { return device_; }
+  // True once donated to an execution: the handle is gone on the server.
+  bool donated() const { return donated_.load(); }
+  void MarkDonated() { donated_ = true; }
+
+ private:
+  std::shared_ptr<ClientCore> core_;
+  std::string handle_;
+  ir::Shape shape_;
+  std::string device_;
+  std::atomic<bool> donated_{false};
+};
+
+// A compiled program on a device. Thread-safe.
+class Executable {
+ public:
+  Executable(std::shared_ptr<ClientCore> core, const v1::CompileResponse& response,
+             std::string device);
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  const std::string& handle() const { return handle_; }
+  const std::string& device() const { return device_; }
+  const std::string& fingerprint() const { return fingerprint_; }
+  bool cache_hit() const { return cache_hit_; }
+  int64_t compile_micros() const { return compile_micros_; }
+  const std::vector<ir::Shape>& parameter_shapes() const { return parameter_shapes_; }
+  const ir::Shape& result_shape() const { return result_shape_; }
+
+ private:
+  std::shared_ptr<ClientCore> core_;
+  std::string handle_, device_, fingerprint_;
+  bool cache_hit_;
+  int64_t compile_micros_;
+  std::vector<ir::Shape> parameter_shapes_;
+  ir::Shape result_shape_;
+};
+
+struct ExecuteOptions {
+  // Outputs up to this size also come back in the reply (no extra round trip).
+  int64_t inline_result_max_bytes = 0;
+  // Arguments (by index) whose buffers the caller gives up.
+  std::vector<int> donate;
+  absl::Duration infeed_timeout = absl::ZeroDuration();  // 0: server default
+};
+
+struct ExecuteResult {
+  // The result, tuples flattened depth-first into arrays.
+  std::vector<std::shared_ptr<DeviceBuffer>> outputs;
+  // Values of the outputs that came back inline.
+  std::vector<std::optional<ir::Literal>> inline_values;
+  int64_t execute_micros = 0;
+};
+
+// Thread-safe.
+class Client {
+ public:
+  // Connects to a kiln-server, retrying until `options.connect_timeout`.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address,
+                                                         const ConnectOptions& options = {});
+  // Runs the service in this process, without sockets (client/embedded.cc;
+  // link kiln_client_embedded).
+  static absl::StatusOr<std::unique_ptr<Client>> Embedded(const EmbeddedOptions& options = {});
+  // Builds a client over any transport (tests, embedders).
+  static absl::StatusOr<std::unique_ptr<Client>> Create(std::unique_ptr<Transport> transport,
+                                                        const ConnectOptions& options);
+  ~Client();
+
+  const std::string& session_id() const;
+  const std::vector<DeviceDescription>& devices() const { return devices_; }
+  // The first accelerator, else the first CPU.
+  const DeviceDescription& default_device() const;
+
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> TransferToDevice(const ir::Literal& value,
+                                                                 const std::string& device);
+  absl::StatusOr<ir::Literal> TransferFromDevice(const DeviceBuffer& buffer);
+  absl::StatusOr<std::shared_ptr<Executable>> Compile(const ir::Module& module,
+                                                      const std::string& device,
+                                                      uint64_t rng_seed = 0);
+  absl::StatusOr<ExecuteResult> Execute(
+      const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
+      const ExecuteOptions& options = {});
+  absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const std::string& device);
+  absl::StatusOr<v1::MetricsResponse> Metrics();
+  // Returns once every release queued so far has reached the server.
+  absl::Status FlushReleases();
+
+ private:
+  explicit Client(std::shared_ptr<ClientCore> core) : core_(std::move(core)) {}
+  std::shared_ptr<ClientCore> core_;
+  std::vector<DeviceDescription> devices_;
+};
+
+}  // namespace kiln::client
+
+#endif  // KILN_CLIENT_CLIENT_H_
