@@ -6,6 +6,7 @@
 #include "client/npy.h"
 #include "gtest/gtest.h"
 #include "tests/process_util.h"
+#include "tests/server_process.h"
 
 namespace kiln {
 namespace {
@@ -116,6 +117,31 @@ TEST_F(CliTest, BadInputsFailCleanly) {
   ExpectCleanFailure(Kiln("run " + (dir_ / "missing.hlo").string()), "cannot open");
   ExpectCleanFailure(Kiln("run " + m + " --random_inputs=1 --device=gpu:7"), "unknown device");
   ExpectCleanFailure(Kiln("run " + m + " --frobnicate"), "unknown flag");
+}
+
+TEST_F(CliTest, ServerModeMatchesInProcessAndReportsStats) {
+  testing::ServerProcess server;
+  ASSERT_FALSE(server.address().empty());
+  std::string x = WriteNpy("x.npy", ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3}));
+  std::string y = WriteNpy("y.npy", ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {10, 20, 30}));
+  const std::string run = absl::StrCat("run ", Write("m.hlo", kAddModule), " --input=", x, " --input=", y);
+  auto local = Kiln(run);
+  auto remote = Kiln(run + " --server=" + server.address());
+  ASSERT_EQ(remote.exit_code, 0) << remote.output;
+  EXPECT_EQ(remote.output, local.output);
+  auto again = Kiln(run + " --server=" + server.address());
+  ASSERT_EQ(again.exit_code, 0);
+  auto devices = Kiln("devices --server=" + server.address());
+  ASSERT_EQ(devices.exit_code, 0) << devices.output;
+  EXPECT_NE(devices.output.find("cpu:0    kind=cpu ordinal=0"), std::string::npos) << devices.output;
+  auto stats = Kiln("stats --server=" + server.address());
+  ASSERT_EQ(stats.exit_code, 0) << stats.output;
+  // Two runs of one program: one compile, then a cache hit.
+  EXPECT_NE(stats.output.find("compile_cache_misses"), std::string::npos) << stats.output;
+  EXPECT_NE(stats.output.find("compile_cache_hits                       1"), std::string::npos)
+      << stats.output;
+  EXPECT_NE(stats.output.find("execute "), std::string::npos);
+  ExpectCleanFailure(Kiln("devices --server=127.0.0.1:1 --connect_timeout=1"), "cannot reach");
 }
 
 TEST_F(CliTest, StarvedInfeedFailsInsteadOfHanging) {

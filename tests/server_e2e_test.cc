@@ -9,6 +9,8 @@
 #include "client/grpc_transport.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/proto_convert.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/server_process.h"
 
@@ -63,6 +65,33 @@ TEST(ServerE2E, HandshakeListsDevicesAndShutsDownCleanly) {
   EXPECT_EQ(c->devices()[1].memory_capacity_bytes, 1000000);
   c.reset();
   EXPECT_EQ(server.Stop(), 0);  // SIGTERM: graceful exit 0
+}
+
+TEST(ServerE2E, StandardHealthServiceAnswersServing) {
+  testing::ServerProcess server;
+  auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  // grpc.health.v1.HealthCheckRequest{service: ""} serializes to no bytes.
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", request, &cq);
+  call->StartCall();
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag;
+  bool ok;
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  // HealthCheckResponse{status: SERVING (1)} is field 1, varint 1.
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
 TEST(ServerE2E, VersionMismatchIsFailedPrecondition) {

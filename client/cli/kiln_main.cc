@@ -39,13 +39,15 @@ constexpr char kUsage[] =
     "  kiln run FILE.hlo [--server=ADDR] [--device=cpu:0] [--input=a.npy ...]\n"
     "           [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N]\n"
     "  kiln devices [--server=ADDR]\n"
-    "  kiln stats --server=ADDR\n";
+    "  kiln stats --server=ADDR\n"
+    "  (--connect_timeout=SECONDS bounds reaching a server; default 10)\n";
 
 struct Args {
   std::string command;
   std::string file;
   std::string device;  // default: the client's default device
   std::string server;
+  int64_t connect_timeout_seconds = 10;
   std::vector<std::string> inputs;
   std::optional<uint64_t> random_seed;
   std::string output_dir;
@@ -66,6 +68,11 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       args.inputs.push_back(*v);
     } else if (auto v = value("server")) {
       args.server = *v;
+    } else if (auto v = value("connect_timeout")) {
+      if (!absl::SimpleAtoi(*v, &args.connect_timeout_seconds) ||
+          args.connect_timeout_seconds < 1) {
+        return absl::InvalidArgumentError("--connect_timeout needs a positive number of seconds");
+      }
     } else if (auto v = value("device")) {
       args.device = *v;
     } else if (auto v = value("output_dir")) {
@@ -156,6 +163,7 @@ absl::StatusOr<std::unique_ptr<client::Client>> OpenClient(const Args& args) {
   if (args.server.empty()) return client::Client::Embedded();
   client::ConnectOptions options;
   options.client_name = "kiln-cli";
+  options.connect_timeout = absl::Seconds(args.connect_timeout_seconds);
   return client::Client::Connect(args.server, options);
 }
 
