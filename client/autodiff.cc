@@ -1,0 +1,329 @@
+#include "client/autodiff.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+
+namespace kiln::client {
+namespace {
+
+using ir::Opcode;
+
+std::vector<int64_t> InversePermutation(const std::vector<int64_t>& p) {
+  std::vector<int64_t> inv(p.size());
+  for (size_t i = 0; i < p.size(); ++i) inv[p[i]] = static_cast<int64_t>(i);
+  return inv;
+}
+
+// Gradient of `x` broadcast into `g`'s shape along `mapping`: sum over the
+// added dims, then restore the operand's dim order.
+Tensor UnBroadcast(const Tensor& g, const Tensor& x, const std::vector<int64_t>& mapping) {
+  std::vector<int64_t> added;
+  for (int d = 0; d < g.rank(); ++d) {
+    if (std::find(mapping.begin(), mapping.end(), d) == mapping.end()) added.push_back(d);
+  }
+  Tensor summed = added.empty() ? g : Sum(g, added);
+  std::vector<int64_t> sorted = mapping;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted == mapping) return Reshape(summed, x.shape().dims());
+  // summed dim k holds result dim sorted[k]; operand dim i is mapping[i].
+  std::vector<int64_t> perm;
+  for (int64_t m : mapping) {
+    perm.push_back(std::find(sorted.begin(), sorted.end(), m) - sorted.begin());
+  }
+  return Transpose(summed, perm);
+}
+
+bool IsNhwc(const ir::ConvDims& c) {
+  return c.input_batch == 0 && c.input_feature == 3 && c.input_spatial == std::vector<int64_t>{1, 2} &&
+         c.kernel_spatial == std::vector<int64_t>{0, 1} && c.kernel_input_feature == 2 &&
+         c.kernel_output_feature == 3 && c.output_batch == 0 && c.output_feature == 3 &&
+         c.output_spatial == std::vector<int64_t>{1, 2};
+}
+
+absl::StatusOr<std::vector<Tensor>> ConvolutionGrad(const Node& node, const Tensor& x,
+                                                    const Tensor& w, const Tensor& g) {
+  if (!IsNhwc(node.attrs.conv) || node.attrs.feature_group_count != 1 ||
+      node.attrs.batch_group_count != 1) {
+    return absl::UnimplementedError(
+        "gradients of convolution need NHWC/HWIO layout and no groups");
+  }
+  std::vector<ir::WindowDim> in_window(2), k_window(2);
+  for (int i = 0; i < 2; ++i) {
+    const ir::WindowDim f = node.attrs.window.empty() ? ir::WindowDim() : node.attrs.window[i];
+    if (f.base_dilation != 1) {
+      return absl::UnimplementedError("gradients of convolution with input dilation");
+    }
+    const int64_t in = x.dim(1 + i), k = w.dim(i), out = g.dim(1 + i);
+    const int64_t s = f.stride, d = f.window_dilation, pl = f.pad_lo;
+    // d(input): the stride-dilated output gradient convolved with the
+    // spatially flipped kernel.
+    ir::WindowDim& a = in_window[i];
+    a.size = k;
+    a.base_dilation = s;
+    a.window_dilation = d;
+    a.pad_lo = (k - 1) * d - pl;
+    a.pad_hi = in + (k - 1) * d - (out - 1) * s - 1 - a.pad_lo;
+    // d(kernel): the input correlated with the output gradient, batch
+    // contracted.
+    ir::WindowDim& b = k_window[i];
+    b.size = out;
+    b.stride = d;
+    b.window_dilation = s;
+    b.pad_lo = pl;
+    b.pad_hi = (k - 1) * d + (out - 1) * s + 1 - in - pl;
+  }
+  ir::ConvDims in_dims = node.attrs.conv;  // b01f_01oi->b01f
+  in_dims.kernel_input_feature = 3;
+  in_dims.kernel_output_feature = 2;
+  Tensor dx = Convolution(g, Reverse(w, {0, 1}), in_window, in_dims);
+  ir::ConvDims k_dims;  // f01b_i01o->01bf
+  k_dims.input_batch = 3;
+  k_dims.input_feature = 0;
+  k_dims.input_spatial = {1, 2};
+  k_dims.kernel_input_feature = 0;
+  k_dims.kernel_output_feature = 3;
+  k_dims.kernel_spatial = {1, 2};
+  k_dims.output_batch = 2;
+  k_dims.output_feature = 3;
+  k_dims.output_spatial = {0, 1};
+  Tensor dw = Convolution(x, g, k_window, k_dims);
+  return std::vector<Tensor>{dx, dw};
+}
+
+absl::StatusOr<std::vector<Tensor>> DotGrad(const Node& node, const Tensor& a, const Tensor& b,
+                                            const Tensor& g) {
+  const ir::DotDims& d = node.attrs.dot;
+  if (a.rank() == 2 && b.rank() == 2 && d.lhs_batch.empty() &&
+      d.lhs_contracting == std::vector<int64_t>{1} && d.rhs_contracting == std::vector<int64_t>{0}) {
+    return std::vector<Tensor>{Dot(g, b, ir::DotDims{{}, {}, {1}, {1}}),
+                               Dot(a, g, ir::DotDims{{}, {}, {0}, {0}})};
+  }
+  if (a.rank() == 3 && b.rank() == 3 && d.lhs_batch == std::vector<int64_t>{0} &&
+      d.rhs_batch == std::vector<int64_t>{0} && d.lhs_contracting == std::vector<int64_t>{2} &&
+      d.rhs_contracting == std::vector<int64_t>{1}) {
+    return std::vector<Tensor>{Dot(g, b, ir::DotDims{{0}, {0}, {2}, {2}}),
+                               Dot(a, g, ir::DotDims{{0}, {0}, {1}, {1}})};
+  }
+  return absl::UnimplementedError(
+      "gradients of dot cover matrix products ([m,k]x[k,n] and batched [b,m,k]x[b,k,n])");
+}
+
+absl::StatusOr<std::vector<Tensor>> ReduceWindowGrad(const Node& node, const Tensor& x,
+                                                     const Tensor& g) {
+  for (const ir::WindowDim& w : node.attrs.window) {
+    if (w.base_dilation != 1 || w.window_dilation != 1) {
+      return absl::UnimplementedError("gradients of dilated reduce-window");
+    }
+  }
+  if (node.reducer == Reducer::kMax) {
+    for (const ir::WindowDim& w : node.attrs.window) {
+      if (w.pad_lo != 0 || w.pad_hi != 0) {
+        return absl::UnimplementedError("gradients of padded max pooling");
+      }
+    }
+    return std::vector<Tensor>{SelectAndScatterMax(x, g, node.attrs.window), Tensor()};
+  }
+  if (node.reducer == Reducer::kAdd) {
+    // Every input element receives the gradients of the windows that hold
+    // it: pad the stride-dilated gradient and sum windows of the same size.
+    std::vector<ir::PadDim> pad;
+    std::vector<ir::WindowDim> window;
+    for (int i = 0; i < x.rank(); ++i) {
+      const ir::WindowDim& w = node.attrs.window[i];
+      ir::PadDim p;
+      p.lo = w.size - 1 - w.pad_lo;
+      p.interior = w.stride - 1;
+      p.hi = x.dim(i) + w.size - 2 - p.lo - (g.dim(i) - 1) * w.stride;
+      pad.push_back(p);
+      ir::WindowDim unit;
+      unit.size = w.size;
+      window.push_back(unit);
+    }
+    return std::vector<Tensor>{ReduceWindow(Pad(g, 0, pad), Reducer::kAdd, window), Tensor()};
+  }
+  return absl::UnimplementedError("gradients of reduce-window cover max and add");
+}
+
+// The gradients of `node`'s operands given the gradient `g` of its value.
+// An undefined tensor means no gradient flows to that operand.
+absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, const Tensor& g) {
+  const Node& node = *node_ptr;
+  const Tensor y(node_ptr);
+  std::vector<Tensor> x;
+  for (const auto& o : node.operands) x.push_back(Tensor(o));
+  const Tensor zero_g = ZerosLike(g);
+  switch (node.op) {
+    case Opcode::kAdd: return std::vector<Tensor>{g, g};
+    case Opcode::kSubtract: return std::vector<Tensor>{g, -g};
+    case Opcode::kMultiply: return std::vector<Tensor>{g * x[1], g * x[0]};
+    case Opcode::kDivide:
+      return std::vector<Tensor>{g / x[1], -(g * x[0]) / (x[1] * x[1])};
+    case Opcode::kNegate: return std::vector<Tensor>{-g};
+    case Opcode::kCopy: return std::vector<Tensor>{g};
+    case Opcode::kExp: return std::vector<Tensor>{g * y};
+    case Opcode::kExpm1: return std::vector<Tensor>{g * (y + 1.0)};
+    case Opcode::kLog: return std::vector<Tensor>{g / x[0]};
+    case Opcode::kLog1p: return std::vector<Tensor>{g / (x[0] + 1.0)};
+    case Opcode::kTanh: return std::vector<Tensor>{g * (1.0 - y * y)};
+    case Opcode::kLogistic: return std::vector<Tensor>{g * y * (1.0 - y)};
+    case Opcode::kSqrt: return std::vector<Tensor>{g * 0.5 / y};
+    case Opcode::kRsqrt: return std::vector<Tensor>{g * -0.5 * y / x[0]};
+    case Opcode::kAbs: return std::vector<Tensor>{g * Sign(x[0])};
+    case Opcode::kSin: return std::vector<Tensor>{g * Cos(x[0])};
+    case Opcode::kCos: return std::vector<Tensor>{-(g * Sin(x[0]))};
+    case Opcode::kPower:
+      return std::vector<Tensor>{g * x[1] * Pow(x[0], x[1] - 1.0), g * Log(x[0]) * y};
+    case Opcode::kMaximum: {
+      Tensor take_a = GreaterEqual(x[0], x[1]);
+      return std::vector<Tensor>{Select(take_a, g, zero_g), Select(take_a, zero_g, g)};
+    }
+    case Opcode::kMinimum: {
+      Tensor take_a = LessEqual(x[0], x[1]);
+      return std::vector<Tensor>{Select(take_a, g, zero_g), Select(take_a, zero_g, g)};
+    }
+    case Opcode::kSelect:
+      return std::vector<Tensor>{Tensor(), Select(x[0], g, zero_g), Select(x[0], zero_g, g)};
+    case Opcode::kClamp: {
+      Tensor inside = Select(LessEqual(x[0], x[1]), OnesLike(x[1]), ZerosLike(x[1])) *
+                      Select(LessEqual(x[1], x[2]), OnesLike(x[1]), ZerosLike(x[1]));
+      return std::vector<Tensor>{Tensor(), g * inside, Tensor()};
+    }
+    case Opcode::kConvert: return std::vector<Tensor>{Cast(g, x[0].dtype())};
+    case Opcode::kBroadcast:
+      return std::vector<Tensor>{UnBroadcast(g, x[0], node.attrs.dimensions)};
+    case Opcode::kReshape: return std::vector<Tensor>{Reshape(g, x[0].shape().dims())};
+    case Opcode::kTranspose:
+      return std::vector<Tensor>{Transpose(g, InversePermutation(node.attrs.dimensions))};
+    case Opcode::kReverse: return std::vector<Tensor>{Reverse(g, node.attrs.dimensions)};
+    case Opcode::kSlice: {
+      std::vector<ir::PadDim> pad;
+      for (int i = 0; i < x[0].rank(); ++i) {
+        const ir::SliceDim& s = node.attrs.slice[i];
+        const int64_t n = node.shape.dim(i);
+        const int64_t last = n == 0 ? s.start : s.start + (n - 1) * s.stride + 1;
+        pad.push_back({s.start, x[0].dim(i) - last, n == 0 ? 0 : s.stride - 1});
+      }
+      return std::vector<Tensor>{Pad(g, 0, pad)};
+    }
+    case Opcode::kPad: {
+      std::vector<int64_t> start, limit, stride;
+      for (int i = 0; i < x[0].rank(); ++i) {
+        const ir::PadDim& p = node.attrs.padding[i];
+        if (p.lo < 0 || p.hi < 0) {
+          return absl::UnimplementedError("gradients of negative padding");
+        }
+        start.push_back(p.lo);
+        limit.push_back(p.lo + (x[0].dim(i) - 1) * (p.interior + 1) + 1);
+        stride.push_back(p.interior + 1);
+      }
+      Tensor inner = Slice(g, start, limit, stride);
+      return std::vector<Tensor>{inner, Sum(g) - Sum(inner)};
+    }
+    case Opcode::kConcatenate: {
+      std::vector<Tensor> grads;
+      const int64_t dim = node.attrs.dimensions[0];
+      int64_t offset = 0;
+      for (const Tensor& o : x) {
+        std::vector<int64_t> start(g.rank(), 0), limit = g.shape().dims();
+        start[dim] = offset;
+        limit[dim] = offset + o.dim(dim);
+        grads.push_back(Slice(g, start, limit));
+        offset += o.dim(dim);
+      }
+      return grads;
+    }
+    case Opcode::kReduce: {
+      std::vector<int64_t> kept;
+      for (int i = 0; i < x[0].rank(); ++i) {
+        if (std::find(node.attrs.dimensions.begin(), node.attrs.dimensions.end(), i) ==
+            node.attrs.dimensions.end()) {
+          kept.push_back(i);
+        }
+      }
+      Tensor spread = BroadcastInDim(g, x[0].shape().dims(), kept);
+      if (node.reducer == Reducer::kAdd) return std::vector<Tensor>{spread, Tensor()};
+      if (node.reducer == Reducer::kMax || node.reducer == Reducer::kMin) {
+        Tensor at_extreme = Equal(x[0], BroadcastInDim(y, x[0].shape().dims(), kept));
+        return std::vector<Tensor>{Select(at_extreme, spread, ZerosLike(spread)), Tensor()};
+      }
+      return absl::UnimplementedError("gradients of product reductions");
+    }
+    case Opcode::kDot: return DotGrad(node, x[0], x[1], g);
+    case Opcode::kConvolution: return ConvolutionGrad(node, x[0], x[1], g);
+    case Opcode::kReduceWindow: return ReduceWindowGrad(node, x[0], g);
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat("no gradient rule for ", ir::OpcodeName(node.op)));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Tensor>> Grad(const Tensor& loss, const std::vector<Tensor>& params) {
+  RETURN_IF_ERROR(loss.status());
+  if (loss.shape().ElementCount() != 1 || !ir::IsFloatType(loss.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Grad needs a floating-point scalar loss, not ", loss.shape().ToString()));
+  }
+  absl::flat_hash_map<const Node*, int> param_index;
+  for (size_t i = 0; i < params.size(); ++i) {
+    RETURN_IF_ERROR(params[i].status());
+    param_index[params[i].node().get()] = static_cast<int>(i);
+  }
+  // Post-order over the trace; `depends` marks nodes that reach a parameter.
+  std::vector<std::shared_ptr<Node>> order;
+  absl::flat_hash_map<const Node*, bool> depends;
+  std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack{{loss.node(), 0}};
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (depends.contains(node.get())) {
+      stack.pop_back();
+      continue;
+    }
+    const bool is_param = param_index.contains(node.get());
+    if (!is_param && !node->realized() && next < node->operands.size()) {
+      std::shared_ptr<Node> child = node->operands[next++];
+      if (!depends.contains(child.get())) stack.push_back({std::move(child), 0});
+      continue;
+    }
+    bool d = is_param;
+    if (!is_param && !node->realized()) {
+      for (const auto& o : node->operands) d = d || depends[o.get()];
+    }
+    depends[node.get()] = d;
+    order.push_back(node);
+    stack.pop_back();
+  }
+  absl::flat_hash_map<const Node*, Tensor> adjoint;
+  adjoint[loss.node().get()] = OnesLike(loss);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const std::shared_ptr<Node>& node = *it;
+    auto a = adjoint.find(node.get());
+    if (a == adjoint.end() || !depends[node.get()] || param_index.contains(node.get())) continue;
+    absl::StatusOr<std::vector<Tensor>> grads = Rule(node, a->second);
+    if (!grads.ok()) return grads.status();
+    for (size_t i = 0; i < node->operands.size() && i < grads->size(); ++i) {
+      const Node* operand = node->operands[i].get();
+      const Tensor& gi = (*grads)[i];
+      if (!gi.defined() || !depends[operand]) continue;
+      RETURN_IF_ERROR(gi.status());
+      auto existing = adjoint.find(operand);
+      if (existing == adjoint.end()) {
+        adjoint[operand] = gi;
+      } else {
+        existing->second = existing->second + gi;
+      }
+    }
+  }
+  std::vector<Tensor> out;
+  for (const Tensor& p : params) {
+    auto a = adjoint.find(p.node().get());
+    out.push_back(a == adjoint.end() ? ZerosLike(p) : a->second);
+  }
+  return out;
+}
+
+}  // namespace kiln::client

@@ -1,0 +1,387 @@
+#include "client/lazy.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "compiler/ir/builder.h"
+#include "compiler/ir/fingerprint.h"
+#include "compiler/ir/status_macros.h"
+
+namespace kiln::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Results up to this size come back inline with the execution.
+constexpr int64_t kInlineBytes = 256;
+constexpr size_t kStepHistory = 4096;
+
+// Builds the reducer computations a module needs, once per (reducer, type).
+class ReducerCache {
+ public:
+  explicit ReducerCache(ir::Module* module) : module_(module) {}
+  ir::Computation* Get(Reducer r, ir::ElementType type) {
+    auto key = std::make_pair(r, type);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    ir::Opcode op = r == Reducer::kAdd   ? ir::Opcode::kAdd
+                    : r == Reducer::kMax ? ir::Opcode::kMaximum
+                    : r == Reducer::kMin ? ir::Opcode::kMinimum
+                                         : ir::Opcode::kMultiply;
+    if (type == ir::ElementType::kPred) {
+      op = r == Reducer::kMin || r == Reducer::kMultiply ? ir::Opcode::kAnd : ir::Opcode::kOr;
+    }
+    ir::Computation* c = ir::Builder::ScalarBinary(module_, op, type);
+    cache_[key] = c;
+    return c;
+  }
+  ir::Computation* SelectGe(ir::ElementType type) {
+    if (select_ge_.contains(type)) return select_ge_[type];
+    ir::Builder b(module_, absl::StrCat("select_ge_", ir::ElementTypeName(type)));
+    ir::Instruction* x = b.Parameter(0, ir::Shape::Scalar(type), "x");
+    ir::Instruction* y = b.Parameter(1, ir::Shape::Scalar(type), "y");
+    b.Compare(x, y, ir::ComparisonDirection::kGe);
+    ir::Computation* c = b.Build().value_or(nullptr);
+    select_ge_[type] = c;
+    return c;
+  }
+
+ private:
+  ir::Module* module_;
+  std::map<std::pair<Reducer, ir::ElementType>, ir::Computation*> cache_;
+  absl::flat_hash_map<ir::ElementType, ir::Computation*> select_ge_;
+};
+
+struct Lowered {
+  std::unique_ptr<ir::Module> module;
+  std::vector<std::shared_ptr<Node>> params;
+};
+
+// Cuts the trace that `outputs` need into a module: realized nodes become
+// parameters (in order of first use), everything else becomes instructions.
+absl::StatusOr<Lowered> Lower(const std::vector<std::shared_ptr<Node>>& outputs) {
+  Lowered out;
+  out.module = std::make_unique<ir::Module>("trace");
+  ReducerCache reducers(out.module.get());
+  ir::Builder b(out.module.get(), "main");
+  absl::flat_hash_map<const Node*, ir::Instruction*> lowered;
+  // Iterative post-order DFS.
+  std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack;
+  for (const auto& root : outputs) {
+    if (lowered.contains(root.get())) continue;
+    stack.push_back({root, 0});
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (lowered.contains(node.get())) {
+        stack.pop_back();
+        continue;
+      }
+      if (!node->status.ok()) return node->status;
+      if (!node->realized() && next < node->operands.size()) {
+        std::shared_ptr<Node> child = node->operands[next++];
+        if (!lowered.contains(child.get())) stack.push_back({std::move(child), 0});
+        continue;
+      }
+      ir::Instruction* instr;
+      if (node->realized()) {
+        instr = b.Parameter(static_cast<int64_t>(out.params.size()), node->shape);
+        out.params.push_back(node);
+      } else if (node->op == ir::Opcode::kConstant) {
+        instr = b.Constant(node->attrs.literal);
+      } else {
+        std::vector<ir::Instruction*> operands;
+        for (const auto& o : node->operands) operands.push_back(lowered.at(o.get()));
+        std::vector<ir::Computation*> called;
+        const ir::ElementType type = node->operands.empty()
+                                         ? node->shape.type()
+                                         : node->operands[0]->shape.type();
+        if (node->op == ir::Opcode::kSelectAndScatter) {
+          called = {reducers.SelectGe(type), reducers.Get(Reducer::kAdd, type)};
+        } else if (node->reducer != Reducer::kNone) {
+          called = {reducers.Get(node->reducer, type)};
+        }
+        instr = b.AddOp(node->op, operands, node->attrs, called, node->shape);
+      }
+      if (instr == nullptr) return b.status();
+      lowered[node.get()] = instr;
+      stack.pop_back();
+    }
+  }
+  std::vector<ir::Instruction*> roots;
+  for (const auto& o : outputs) roots.push_back(lowered.at(o.get()));
+  ir::Instruction* root = b.Tuple(roots);
+  ASSIGN_OR_RETURN(ir::Computation * entry, b.Build(root));
+  out.module->set_entry(entry);
+  return out;
+}
+
+std::string CallSite(const std::source_location& where) {
+  return absl::StrCat(where.file_name(), ":", where.line());
+}
+
+}  // namespace
+
+std::shared_ptr<LazyContext> LazyContext::Create(Client* client) {
+  return std::shared_ptr<LazyContext>(new LazyContext(client));
+}
+
+Tensor LazyContext::Record(std::shared_ptr<Node> node) {
+  node->context = shared_from_this();
+  ++metrics_.traced_ops;
+  Tensor t(std::move(node));
+  if (!t.status().ok()) return t;
+  if (eager_) {
+    // Eager: run the op now. An error becomes the tensor's status.
+    absl::Status st = Realize({t}, std::source_location::current());
+    if (!st.ok()) t.node()->status = st;
+    return t;
+  }
+  pending_.push_back(t.node());
+  return t;
+}
+
+Tensor LazyContext::FromLiteral(const ir::Literal& value, const std::string& device) {
+  auto node = std::make_shared<Node>();
+  node->shape = value.shape();
+  node->device = device;
+  node->context = shared_from_this();
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> buffer = client_->TransferToDevice(value, device);
+  if (!buffer.ok()) {
+    node->status = buffer.status();
+  } else {
+    node->data = *std::move(buffer);
+    metrics_.bytes_to_device += value.shape().ByteSize();
+  }
+  return Tensor(std::move(node));
+}
+
+Tensor LazyContext::Constant(const ir::Literal& value, const std::string& device) {
+  auto node = std::make_shared<Node>();
+  node->op = ir::Opcode::kConstant;
+  node->shape = value.shape();
+  node->device = device;
+  node->attrs.literal = value;
+  node->context = shared_from_this();
+  return Tensor(std::move(node));
+}
+
+Tensor LazyContext::RandomNormal(const ir::Shape& shape, double mean, double stddev,
+                                 uint64_t seed, const std::string& device) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(mean, stddev);
+  ir::Literal value(shape);
+  for (int64_t i = 0; i < shape.ElementCount(); ++i) value.SetFromDouble(i, dist(rng));
+  return FromLiteral(value, device);
+}
+
+Tensor LazyContext::RandomUniform(const ir::Shape& shape, double low, double high,
+                                  uint64_t seed, const std::string& device) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(low, high);
+  ir::Literal value(shape);
+  for (int64_t i = 0; i < shape.ElementCount(); ++i) value.SetFromDouble(i, dist(rng));
+  return FromLiteral(value, device);
+}
+
+absl::Status LazyContext::Barrier(const std::string& device, std::source_location where) {
+  std::vector<Tensor> live;
+  std::vector<std::weak_ptr<Node>> still_pending;
+  for (const auto& weak : pending_) {
+    std::shared_ptr<Node> node = weak.lock();
+    if (node == nullptr || node->realized()) continue;
+    if (node->device != device) {
+      still_pending.push_back(weak);
+      continue;
+    }
+    live.push_back(Tensor(std::move(node)));
+  }
+  pending_ = std::move(still_pending);
+  ++metrics_.barriers;
+  if (live.empty()) return absl::OkStatus();
+  return Realize(live, where);
+}
+
+absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::source_location where) {
+  std::vector<std::shared_ptr<Node>> outputs;
+  std::string device;
+  for (const Tensor& t : tensors) {
+    RETURN_IF_ERROR(t.status());
+    if (t.node()->realized()) continue;
+    if (t.node()->op == ir::Opcode::kConstant && t.node()->operands.empty() && tensors.size() == 1) {
+      // A lone constant: upload it.
+      Tensor up = FromLiteral(t.node()->attrs.literal, t.device());
+      RETURN_IF_ERROR(up.status());
+      t.node()->data = up.node()->data;
+      t.node()->host_value = t.node()->attrs.literal;
+      continue;
+    }
+    if (!device.empty() && t.device() != device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot realize tensors on ", device, " and ", t.device(), " in one program"));
+    }
+    device = t.device();
+    outputs.push_back(t.node());
+  }
+  if (outputs.empty()) return absl::OkStatus();
+  const auto lower_start = Clock::now();
+  ASSIGN_OR_RETURN(Lowered lowered, Lower(outputs));
+  const std::string fingerprint = ir::Fingerprint(*lowered.module);
+  metrics_.lowering_seconds +=
+      std::chrono::duration<double>(Clock::now() - lower_start).count();
+  const std::string site = CallSite(where);
+  const std::string key = absl::StrCat(fingerprint, "@", device);
+  std::shared_ptr<Executable> exe;
+  auto it = executables_.find(key);
+  if (it != executables_.end()) {
+    exe = it->second;
+    ++metrics_.cached_compiles;
+  } else {
+    GraphSummary summary;
+    summary.fingerprint = fingerprint;
+    for (const auto& p : lowered.params) summary.inputs.push_back(p->shape.ToString());
+    for (const auto& instr : lowered.module->entry()->instructions()) {
+      if (instr->opcode() == ir::Opcode::kParameter) continue;
+      summary.ops.push_back(absl::StrCat(ir::OpcodeName(instr->opcode()), " ",
+                                         instr->shape().ToString()));
+    }
+    auto previous = last_graph_at_.find(site);
+    if (previous != last_graph_at_.end() && previous->second.fingerprint != fingerprint) {
+      std::string why = absl::StrCat(site, ": ", Explain(previous->second, summary));
+      explanations_.push_back(why);
+      if (std::getenv("KILN_EXPLAIN_RECOMPILES") != nullptr) {
+        std::cerr << "kiln: recompiling at " << why << "\n";
+      }
+    }
+    last_graph_at_[site] = std::move(summary);
+    ASSIGN_OR_RETURN(exe, client_->Compile(*lowered.module, device));
+    if (exe->cache_hit()) {
+      ++metrics_.cached_compiles;
+    } else {
+      ++metrics_.uncached_compiles;
+    }
+    executables_[key] = exe;
+  }
+  std::vector<std::shared_ptr<DeviceBuffer>> args;
+  for (const auto& p : lowered.params) args.push_back(p->data);
+  ExecuteOptions options;
+  options.inline_result_max_bytes = kInlineBytes;
+  const auto exec_start = Clock::now();
+  ASSIGN_OR_RETURN(ExecuteResult result, client_->Execute(*exe, args, options));
+  metrics_.step_seconds.push_back(
+      std::chrono::duration<double>(Clock::now() - exec_start).count());
+  if (metrics_.step_seconds.size() > kStepHistory) {
+    metrics_.step_seconds.erase(metrics_.step_seconds.begin());
+  }
+  ++metrics_.executions;
+  if (result.outputs.size() != outputs.size()) {
+    return absl::InternalError(absl::StrCat("program returned ", result.outputs.size(),
+                                            " values for ", outputs.size(), " outputs"));
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Node& node = *outputs[i];
+    node.data = result.outputs[i];
+    if (result.inline_values[i].has_value()) {
+      metrics_.bytes_from_device += node.shape.ByteSize();
+      node.host_value = std::move(result.inline_values[i]);
+    }
+    // The value exists now: the graph that produced it can go.
+    node.operands.clear();
+  }
+  return absl::OkStatus();
+}
+
+std::string LazyContext::Explain(const GraphSummary& before, const GraphSummary& after) const {
+  std::vector<std::string> reasons;
+  if (before.inputs.size() != after.inputs.size()) {
+    reasons.push_back(absl::StrCat("number of inputs ", before.inputs.size(), " -> ",
+                                   after.inputs.size()));
+  }
+  for (size_t i = 0; i < std::min(before.inputs.size(), after.inputs.size()); ++i) {
+    if (before.inputs[i] != after.inputs[i]) {
+      reasons.push_back(absl::StrCat("input ", i, " shape ", before.inputs[i], " -> ",
+                                     after.inputs[i]));
+    }
+  }
+  if (before.ops.size() != after.ops.size()) {
+    reasons.push_back(absl::StrCat("number of ops ", before.ops.size(), " -> ", after.ops.size()));
+  }
+  int shown = 0;
+  for (size_t i = 0; i < std::min(before.ops.size(), after.ops.size()) && shown < 3; ++i) {
+    if (before.ops[i] == after.ops[i]) continue;
+    const std::string op_before = before.ops[i].substr(0, before.ops[i].find(' '));
+    const std::string op_after = after.ops[i].substr(0, after.ops[i].find(' '));
+    if (op_before != op_after) {
+      reasons.push_back(absl::StrCat("op ", i, " changed from ", op_before, " to ", op_after));
+    } else {
+      reasons.push_back(absl::StrCat("op ", i, " ", op_before, " shape ",
+                                     before.ops[i].substr(op_before.size() + 1), " -> ",
+                                     after.ops[i].substr(op_after.size() + 1)));
+    }
+    ++shown;
+  }
+  if (reasons.empty()) reasons.push_back("attributes or constants changed");
+  // Input shape changes explain the op shape changes that follow from them:
+  // keep the list short.
+  if (reasons.size() > 4) reasons.resize(4);
+  return absl::StrJoin(reasons, "; ");
+}
+
+std::string LazyContext::Report() const {
+  std::string out = "Kiln lazy tensor metrics\n";
+  absl::StrAppendFormat(&out, "  traced ops           %lld\n", (long long)metrics_.traced_ops);
+  absl::StrAppendFormat(&out, "  barriers             %lld\n", (long long)metrics_.barriers);
+  absl::StrAppendFormat(&out, "  executions           %lld\n", (long long)metrics_.executions);
+  absl::StrAppendFormat(&out, "  uncached compiles    %lld\n", (long long)metrics_.uncached_compiles);
+  absl::StrAppendFormat(&out, "  cached compiles      %lld\n", (long long)metrics_.cached_compiles);
+  absl::StrAppendFormat(&out, "  bytes to device      %lld\n", (long long)metrics_.bytes_to_device);
+  absl::StrAppendFormat(&out, "  bytes from device    %lld (inline)\n",
+                        (long long)metrics_.bytes_from_device);
+  absl::StrAppendFormat(&out, "  lowering time        %.3f s\n", metrics_.lowering_seconds);
+  if (!metrics_.step_seconds.empty()) {
+    std::vector<double> s = metrics_.step_seconds;
+    std::sort(s.begin(), s.end());
+    auto pct = [&](double q) { return s[std::min(s.size() - 1, size_t(q * (s.size() - 1) + 0.5))]; };
+    absl::StrAppendFormat(&out, "  execute round trip   p50 %.3f ms  p90 %.3f ms  p99 %.3f ms (%zu recent)\n",
+                          pct(0.5) * 1e3, pct(0.9) * 1e3, pct(0.99) * 1e3, s.size());
+  }
+  if (!explanations_.empty()) {
+    out += "  recompiles:\n";
+    for (const auto& e : explanations_) absl::StrAppend(&out, "    ", e, "\n");
+  }
+  return out;
+}
+
+absl::StatusOr<ir::Literal> Tensor::ToHost(std::source_location where) const {
+  RETURN_IF_ERROR(status());
+  if (!node_->realized()) RETURN_IF_ERROR(context()->Realize({*this}, where));
+  if (node_->host_value.has_value()) return *node_->host_value;
+  ASSIGN_OR_RETURN(ir::Literal value, context()->client()->TransferFromDevice(*node_->data));
+  node_->host_value = value;
+  return value;
+}
+
+absl::StatusOr<double> Tensor::Item(std::source_location where) const {
+  RETURN_IF_ERROR(status());
+  if (shape().ElementCount() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Item() needs a one-element tensor, not ", shape().ToString()));
+  }
+  ASSIGN_OR_RETURN(ir::Literal value, ToHost(where));
+  return value.GetAsDouble(0);
+}
+
+absl::StatusOr<Tensor> Tensor::ToDevice(const std::string& device,
+                                        std::source_location where) const {
+  ASSIGN_OR_RETURN(ir::Literal value, ToHost(where));
+  Tensor copy = context()->FromLiteral(value, device);
+  RETURN_IF_ERROR(copy.status());
+  return copy;
+}
+
+}  // namespace kiln::client

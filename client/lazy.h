@@ -1,0 +1,101 @@
+// The lazy tracing context: records ops as nodes, cuts traces into modules at
+// barriers, keeps compiled programs by fingerprint, executes them through the
+// client, and explains every recompile.
+#ifndef KILN_CLIENT_LAZY_H_
+#define KILN_CLIENT_LAZY_H_
+
+#include <map>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "client/client.h"
+#include "client/tensor.h"
+
+namespace kiln::client {
+
+struct LazyMetrics {
+  int64_t traced_ops = 0;
+  int64_t barriers = 0;
+  int64_t executions = 0;
+  // Compiles that ran on the server / that were served from a cache.
+  int64_t uncached_compiles = 0;
+  int64_t cached_compiles = 0;
+  int64_t bytes_to_device = 0;
+  int64_t bytes_from_device = 0;
+  // Seconds spent cutting traces into modules and fingerprinting them.
+  double lowering_seconds = 0;
+  // Round trip of each execution (seconds), most recent last (bounded).
+  std::vector<double> step_seconds;
+};
+
+// Not thread-safe: one thread traces at a time. The client is borrowed and
+// must outlive the context and its tensors' use.
+class LazyContext : public std::enable_shared_from_this<LazyContext> {
+ public:
+  static std::shared_ptr<LazyContext> Create(Client* client);
+
+  Client* client() const { return client_; }
+
+  // Uploads `value` now; the tensor is device data (a parameter of traces).
+  Tensor FromLiteral(const ir::Literal& value, const std::string& device);
+  template <typename T>
+  Tensor FromVector(ir::ElementType type, std::vector<int64_t> dims, const std::vector<T>& v,
+                    const std::string& device) {
+    return FromLiteral(ir::Literal::FromVector<T>(type, std::move(dims), v), device);
+  }
+  // A value baked into traces as a constant (use for small fixed values).
+  Tensor Constant(const ir::Literal& value, const std::string& device);
+  // Random values generated from `seed` and uploaded.
+  Tensor RandomNormal(const ir::Shape& shape, double mean, double stddev, uint64_t seed,
+                      const std::string& device);
+  Tensor RandomUniform(const ir::Shape& shape, double low, double high, uint64_t seed,
+                       const std::string& device);
+
+  // Executes every pending tensor on `device` that is still referenced and
+  // leaves the results on the device. The first barrier at a call site with
+  // a given graph compiles; later ones with the same graph are cache hits.
+  absl::Status Barrier(const std::string& device,
+                       std::source_location where = std::source_location::current());
+  // Executes what `tensors` need (and only that).
+  absl::Status Realize(const std::vector<Tensor>& tensors,
+                       std::source_location where = std::source_location::current());
+
+  // Eager mode executes every op as soon as it is recorded.
+  void set_eager(bool eager) { eager_ = eager; }
+  bool eager() const { return eager_; }
+
+  const LazyMetrics& metrics() const { return metrics_; }
+  // Why each compile after the first at a call site happened, e.g.
+  // "input 0 shape f32[128,784] -> f32[96,784]".
+  const std::vector<std::string>& recompile_explanations() const { return explanations_; }
+  // Counters, timers with percentiles and the recompile explanations.
+  std::string Report() const;
+
+  // Records a node built by an op (used by the op functions).
+  Tensor Record(std::shared_ptr<Node> node);
+
+ private:
+  explicit LazyContext(Client* client) : client_(client) {}
+  struct GraphSummary {
+    std::vector<std::string> inputs;  // parameter shapes
+    std::vector<std::string> ops;     // "add f32[128,10]"
+    std::string fingerprint;
+  };
+  std::string Explain(const GraphSummary& before, const GraphSummary& after) const;
+
+  Client* client_;
+  bool eager_ = false;
+  std::vector<std::weak_ptr<Node>> pending_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Executable>> executables_;
+  std::map<std::string, GraphSummary> last_graph_at_;
+  std::vector<std::string> explanations_;
+  LazyMetrics metrics_;
+};
+
+}  // namespace kiln::client
+
+#endif  // KILN_CLIENT_LAZY_H_

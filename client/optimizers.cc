@@ -1,0 +1,81 @@
+#include "client/optimizers.h"
+
+#include "absl/strings/str_cat.h"
+#include "client/lazy.h"
+#include "compiler/ir/status_macros.h"
+
+namespace kiln::client {
+namespace {
+
+absl::Status CheckPairs(const std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
+  if (params.size() != grads.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer got ", params.size(),
+                                                   " parameters and ", grads.size(), " gradients"));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    RETURN_IF_ERROR(params[i].status());
+    RETURN_IF_ERROR(grads[i].status());
+    if (params[i].shape() != grads[i].shape()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter ", i, " is ", params[i].shape().ToString(), " but its gradient is ",
+          grads[i].shape().ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Zeros uploaded as device data: state starts as a parameter of the step
+// program, like it stays, so the first and later steps share one graph.
+Tensor DeviceZeros(const Tensor& like) {
+  return like.context()->FromLiteral(ir::Literal(like.shape()), like.device());
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Tensor>> Sgd::Step(const std::vector<Tensor>& params,
+                                              const std::vector<Tensor>& grads) {
+  RETURN_IF_ERROR(CheckPairs(params, grads));
+  if (momentum_ != 0 && velocity_.empty()) {
+    for (const Tensor& p : params) velocity_.push_back(DeviceZeros(p));
+  }
+  std::vector<Tensor> updated;
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor step = grads[i];
+    if (momentum_ != 0) {
+      velocity_[i] = velocity_[i] * momentum_ + grads[i];
+      step = velocity_[i];
+    }
+    updated.push_back(params[i] - step * lr_);
+    RETURN_IF_ERROR(updated.back().status());
+  }
+  return updated;
+}
+
+absl::StatusOr<std::vector<Tensor>> Adam::Step(const std::vector<Tensor>& params,
+                                               const std::vector<Tensor>& grads) {
+  RETURN_IF_ERROR(CheckPairs(params, grads));
+  if (m_.empty()) {
+    for (const Tensor& p : params) {
+      m_.push_back(DeviceZeros(p));
+      v_.push_back(DeviceZeros(p));
+    }
+    t_ = params[0].context()->FromLiteral(ir::Literal(ir::Shape::Scalar(params[0].dtype())),
+                                          params[0].device());
+  }
+  t_ = t_ + 1.0;
+  Tensor one = OnesLike(t_);
+  Tensor correction1 = one - Pow(OnesLike(t_) * beta1_, t_);
+  Tensor correction2 = one - Pow(OnesLike(t_) * beta2_, t_);
+  std::vector<Tensor> updated;
+  for (size_t i = 0; i < params.size(); ++i) {
+    m_[i] = m_[i] * beta1_ + grads[i] * (1.0 - beta1_);
+    v_[i] = v_[i] * beta2_ + grads[i] * grads[i] * (1.0 - beta2_);
+    Tensor m_hat = m_[i] / correction1;
+    Tensor v_hat = v_[i] / correction2;
+    updated.push_back(params[i] - m_hat * lr_ / (Sqrt(v_hat) + eps_));
+    RETURN_IF_ERROR(updated.back().status());
+  }
+  return updated;
+}
+
+}  // namespace kiln::client

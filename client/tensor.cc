@@ -1,0 +1,543 @@
+#include "client/tensor.h"
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/lazy.h"
+#include "compiler/ir/shape_inference.h"
+
+namespace kiln::client {
+namespace {
+
+using ir::ElementType;
+using ir::Opcode;
+using ir::Shape;
+
+LazyContext* ContextOf(std::initializer_list<const Tensor*> xs) {
+  for (const Tensor* x : xs) {
+    if (x->defined() && x->context() != nullptr) return x->context();
+  }
+  return nullptr;
+}
+
+// A tensor that carries `status` (and the shape/device it would have had).
+Tensor ErrorTensor(const Tensor& like, absl::Status status) {
+  auto node = std::make_shared<Node>();
+  if (like.defined()) {
+    node->shape = like.shape();
+    node->device = like.device();
+    node->context = like.node()->context;
+  }
+  node->status = std::move(status);
+  return Tensor(std::move(node));
+}
+
+// First error among operands, or a device / precision mix-up.
+absl::Status CheckOperands(Opcode op, const std::vector<Tensor>& operands) {
+  for (const Tensor& t : operands) {
+    if (!t.defined()) return absl::InvalidArgumentError("undefined tensor operand");
+    if (!t.status().ok()) return t.status();
+  }
+  for (size_t i = 1; i < operands.size(); ++i) {
+    if (operands[i].device() != operands[0].device()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ir::OpcodeName(op), " mixes tensors on ", operands[0].device(), " and ",
+          operands[i].device(), "; copy one explicitly with ToDevice()"));
+    }
+  }
+  bool reduced = false, full = false;
+  for (const Tensor& t : operands) {
+    if (!ir::IsFloatType(t.dtype())) continue;
+    (t.IsReducedPrecision() ? reduced : full) = true;
+  }
+  if (reduced && full && op != Opcode::kConvert) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ir::OpcodeName(op),
+        " mixes reduced precision (bf16) and full precision tensors; convert one with "
+        "ToReducedPrecision() or ToFullPrecision()"));
+  }
+  return absl::OkStatus();
+}
+
+Tensor Emit(Opcode op, Shape shape, std::vector<Tensor> operands, ir::Attributes attrs = {},
+            Reducer reducer = Reducer::kNone) {
+  const Tensor& like = operands.empty() ? Tensor() : operands[0];
+  if (absl::Status st = CheckOperands(op, operands); !st.ok()) return ErrorTensor(like, st);
+  auto node = std::make_shared<Node>();
+  node->op = op;
+  node->shape = std::move(shape);
+  node->device = operands[0].device();
+  node->attrs = std::move(attrs);
+  node->reducer = reducer;
+  node->operands.reserve(operands.size());
+  for (Tensor& t : operands) node->operands.push_back(t.node());
+  LazyContext* ctx = operands[0].context();
+  return ctx->Record(std::move(node));
+}
+
+// Shape of `op` by the IR's own rules (for the ops with involved shapes).
+absl::StatusOr<Shape> InferShape(Opcode op, const std::vector<Tensor>& operands,
+                                 const ir::Attributes& attrs, const Shape& declared) {
+  std::vector<std::unique_ptr<ir::Instruction>> dummies;
+  ir::Instruction instr(op, declared, "");
+  for (const Tensor& t : operands) {
+    dummies.push_back(std::make_unique<ir::Instruction>(Opcode::kParameter, t.shape(), ""));
+    instr.AddOperand(dummies.back().get());
+  }
+  instr.mutable_attrs() = attrs;
+  return ir::InferShape(instr);
+}
+
+Tensor EmitInferred(Opcode op, std::vector<Tensor> operands, ir::Attributes attrs,
+                    const Shape& declared = Shape()) {
+  if (absl::Status st = CheckOperands(op, operands); !st.ok()) {
+    return ErrorTensor(operands.empty() ? Tensor() : operands[0], st);
+  }
+  absl::StatusOr<Shape> shape = InferShape(op, operands, attrs, declared);
+  if (!shape.ok()) {
+    return ErrorTensor(operands[0], absl::InvalidArgumentError(absl::StrCat(
+                                        ir::OpcodeName(op), ": ", shape.status().message())));
+  }
+  return Emit(op, *shape, std::move(operands), std::move(attrs));
+}
+
+Tensor ScalarLike(const Tensor& like, double value, ElementType type) {
+  LazyContext* ctx = like.context();
+  ir::Literal lit(Shape::Scalar(type));
+  lit.SetFromDouble(0, value);
+  return ctx->Constant(lit, like.device());
+}
+
+std::vector<int64_t> BroadcastDims(const Shape& a, const Shape& b, absl::Status* st) {
+  const int r = std::max(a.rank(), b.rank());
+  std::vector<int64_t> dims(r);
+  for (int i = 0; i < r; ++i) {
+    const int ia = i - (r - a.rank()), ib = i - (r - b.rank());
+    const int64_t da = ia >= 0 ? a.dim(ia) : 1, db = ib >= 0 ? b.dim(ib) : 1;
+    if (da != db && da != 1 && db != 1) {
+      *st = absl::InvalidArgumentError(absl::StrCat("shapes ", a.ToString(), " and ",
+                                                    b.ToString(), " do not broadcast"));
+      return {};
+    }
+    dims[i] = da == 1 ? db : da;
+  }
+  return dims;
+}
+
+std::vector<int64_t> NormalizeDims(std::vector<int64_t> dims, int rank) {
+  if (dims.empty()) {
+    dims.resize(rank);
+    std::iota(dims.begin(), dims.end(), 0);
+  }
+  for (int64_t& d : dims) {
+    if (d < 0) d += rank;
+  }
+  std::sort(dims.begin(), dims.end());
+  return dims;
+}
+
+double InitValue(Reducer r, ElementType type) {
+  switch (r) {
+    case Reducer::kAdd: return 0;
+    case Reducer::kMultiply: return 1;
+    case Reducer::kMax:
+      return ir::IsFloatType(type) ? -std::numeric_limits<double>::infinity()
+                                   : ir::Literal::Scalar(type, -1e300).GetAsDouble(0);
+    case Reducer::kMin:
+      return ir::IsFloatType(type) ? std::numeric_limits<double>::infinity()
+                                   : ir::Literal::Scalar(type, 1e300).GetAsDouble(0);
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+Tensor Tensor::ToReducedPrecision() const { return Cast(*this, ElementType::kBF16); }
+Tensor Tensor::ToFullPrecision() const {
+  return IsReducedPrecision() ? Cast(*this, ElementType::kF32) : *this;
+}
+
+Tensor BroadcastInDim(const Tensor& x, std::vector<int64_t> dims, std::vector<int64_t> mapping) {
+  if (!x.status().ok()) return x;
+  if (x.shape().dims() == dims) return x;
+  ir::Attributes a;
+  a.dimensions = std::move(mapping);
+  return EmitInferred(Opcode::kBroadcast, {x}, std::move(a), Shape(x.dtype(), dims));
+}
+
+Tensor BroadcastTo(const Tensor& x, std::vector<int64_t> dims) {
+  if (!x.status().ok() || x.shape().dims() == dims) return x;
+  const int r = static_cast<int>(dims.size());
+  if (x.rank() > r) {
+    return ErrorTensor(x, absl::InvalidArgumentError(absl::StrCat(
+                              "cannot broadcast ", x.shape().ToString(), " to rank ", r)));
+  }
+  std::vector<int64_t> kept_dims, mapping;
+  for (int i = 0; i < x.rank(); ++i) {
+    const int j = i + (r - x.rank());
+    if (x.dim(i) == dims[j]) {
+      kept_dims.push_back(x.dim(i));
+      mapping.push_back(j);
+    } else if (x.dim(i) != 1) {
+      return ErrorTensor(x, absl::InvalidArgumentError(
+                                absl::StrCat("cannot broadcast ", x.shape().ToString(), " to [",
+                                             absl::StrJoin(dims, ","), "]")));
+    }
+  }
+  Tensor squeezed = kept_dims.size() == size_t(x.rank()) ? x : Reshape(x, kept_dims);
+  return BroadcastInDim(squeezed, std::move(dims), std::move(mapping));
+}
+
+Tensor BinaryWith(Opcode op, const Tensor& a, const Tensor& b, ir::Attributes attrs) {
+  if (absl::Status st = CheckOperands(op, {a, b}); !st.ok()) return ErrorTensor(a, st);
+  absl::Status st;
+  std::vector<int64_t> dims = BroadcastDims(a.shape(), b.shape(), &st);
+  if (!st.ok()) return ErrorTensor(a, st);
+  if (a.dtype() != b.dtype()) {
+    return ErrorTensor(a, absl::InvalidArgumentError(absl::StrCat(
+                              ir::OpcodeName(op), " of ", a.shape().ToString(), " and ",
+                              b.shape().ToString(), ": element types differ; use Cast()")));
+  }
+  Tensor x = BroadcastTo(a, dims), y = BroadcastTo(b, dims);
+  const ElementType out = op == Opcode::kCompare ? ElementType::kPred : a.dtype();
+  return Emit(op, Shape(out, dims), {x, y}, std::move(attrs));
+}
+
+Tensor Binary(Opcode op, const Tensor& a, const Tensor& b) { return BinaryWith(op, a, b, {}); }
+
+Tensor Compare(const Tensor& a, const Tensor& b, ir::ComparisonDirection direction) {
+  ir::Attributes attrs;
+  attrs.direction = direction;
+  return BinaryWith(Opcode::kCompare, a, b, std::move(attrs));
+}
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return Binary(Opcode::kAdd, a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return Binary(Opcode::kSubtract, a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return Binary(Opcode::kMultiply, a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return Binary(Opcode::kDivide, a, b); }
+Tensor operator+(const Tensor& a, double b) { return a + ScalarLike(a, b, a.dtype()); }
+Tensor operator-(const Tensor& a, double b) { return a - ScalarLike(a, b, a.dtype()); }
+Tensor operator*(const Tensor& a, double b) { return a * ScalarLike(a, b, a.dtype()); }
+Tensor operator/(const Tensor& a, double b) { return a / ScalarLike(a, b, a.dtype()); }
+Tensor operator*(double a, const Tensor& b) { return ScalarLike(b, a, b.dtype()) * b; }
+Tensor operator-(double a, const Tensor& b) { return ScalarLike(b, a, b.dtype()) - b; }
+Tensor operator-(const Tensor& a) { return Unary(Opcode::kNegate, a); }
+Tensor Maximum(const Tensor& a, const Tensor& b) { return Binary(Opcode::kMaximum, a, b); }
+Tensor Minimum(const Tensor& a, const Tensor& b) { return Binary(Opcode::kMinimum, a, b); }
+Tensor Pow(const Tensor& a, const Tensor& b) { return Binary(Opcode::kPower, a, b); }
+Tensor Equal(const Tensor& a, const Tensor& b) { return Compare(a, b, ir::ComparisonDirection::kEq); }
+Tensor Greater(const Tensor& a, const Tensor& b) { return Compare(a, b, ir::ComparisonDirection::kGt); }
+Tensor Less(const Tensor& a, const Tensor& b) { return Compare(a, b, ir::ComparisonDirection::kLt); }
+Tensor GreaterEqual(const Tensor& a, const Tensor& b) {
+  return Compare(a, b, ir::ComparisonDirection::kGe);
+}
+Tensor LessEqual(const Tensor& a, const Tensor& b) {
+  return Compare(a, b, ir::ComparisonDirection::kLe);
+}
+
+Tensor Select(const Tensor& pred, const Tensor& on_true, const Tensor& on_false) {
+  if (absl::Status st = CheckOperands(Opcode::kSelect, {pred, on_true, on_false}); !st.ok()) {
+    return ErrorTensor(on_true, st);
+  }
+  absl::Status st;
+  std::vector<int64_t> dims = BroadcastDims(on_true.shape(), on_false.shape(), &st);
+  if (st.ok()) dims = BroadcastDims(pred.shape(), Shape(on_true.dtype(), dims), &st);
+  if (!st.ok()) return ErrorTensor(on_true, st);
+  if (pred.dtype() != ElementType::kPred || on_true.dtype() != on_false.dtype()) {
+    return ErrorTensor(on_true, absl::InvalidArgumentError(
+                                    "Select needs a pred tensor and two branches of one type"));
+  }
+  return Emit(Opcode::kSelect, Shape(on_true.dtype(), dims),
+              {BroadcastTo(pred, dims), BroadcastTo(on_true, dims), BroadcastTo(on_false, dims)});
+}
+
+Tensor Clamp(const Tensor& x, double lo, double hi) {
+  if (!x.status().ok()) return x;
+  return Emit(Opcode::kClamp, x.shape(),
+              {ScalarLike(x, lo, x.dtype()), x, ScalarLike(x, hi, x.dtype())});
+}
+
+Tensor Unary(Opcode op, const Tensor& x) {
+  if (!x.status().ok()) return x;
+  if (absl::StatusOr<Shape> s = InferShape(op, {x}, {}, x.shape()); !s.ok()) {
+    return ErrorTensor(x, absl::InvalidArgumentError(
+                              absl::StrCat(ir::OpcodeName(op), ": ", s.status().message())));
+  }
+  return Emit(op, x.shape(), {x});
+}
+Tensor Exp(const Tensor& x) { return Unary(Opcode::kExp, x); }
+Tensor Log(const Tensor& x) { return Unary(Opcode::kLog, x); }
+Tensor Sqrt(const Tensor& x) { return Unary(Opcode::kSqrt, x); }
+Tensor Rsqrt(const Tensor& x) { return Unary(Opcode::kRsqrt, x); }
+Tensor Abs(const Tensor& x) { return Unary(Opcode::kAbs, x); }
+Tensor Sign(const Tensor& x) { return Unary(Opcode::kSign, x); }
+Tensor Tanh(const Tensor& x) { return Unary(Opcode::kTanh, x); }
+Tensor Sigmoid(const Tensor& x) { return Unary(Opcode::kLogistic, x); }
+Tensor Sin(const Tensor& x) { return Unary(Opcode::kSin, x); }
+Tensor Cos(const Tensor& x) { return Unary(Opcode::kCos, x); }
+Tensor Relu(const Tensor& x) { return Maximum(x, ZerosLike(x)); }
+
+Tensor Cast(const Tensor& x, ElementType type) {
+  if (!x.status().ok() || x.dtype() == type) return x;
+  return Emit(Opcode::kConvert, Shape(type, x.shape().dims()), {x});
+}
+
+Tensor Reshape(const Tensor& x, std::vector<int64_t> dims) {
+  if (!x.status().ok() || x.shape().dims() == dims) return x;
+  return EmitInferred(Opcode::kReshape, {x}, {}, Shape(x.dtype(), std::move(dims)));
+}
+
+Tensor Transpose(const Tensor& x, std::vector<int64_t> permutation) {
+  ir::Attributes a;
+  a.dimensions = std::move(permutation);
+  return EmitInferred(Opcode::kTranspose, {x}, std::move(a));
+}
+
+Tensor Slice(const Tensor& x, std::vector<int64_t> start, std::vector<int64_t> limit,
+             std::vector<int64_t> stride) {
+  if (!x.status().ok()) return x;
+  ir::Attributes a;
+  if (start.size() != size_t(x.rank()) || limit.size() != size_t(x.rank()) ||
+      (!stride.empty() && stride.size() != size_t(x.rank()))) {
+    return ErrorTensor(x, absl::InvalidArgumentError("Slice needs one bound per dimension"));
+  }
+  for (int i = 0; i < x.rank(); ++i) {
+    a.slice.push_back({start[i], limit[i], stride.empty() ? 1 : stride[i]});
+  }
+  return EmitInferred(Opcode::kSlice, {x}, std::move(a));
+}
+
+Tensor Concat(const std::vector<Tensor>& xs, int64_t dim) {
+  if (xs.empty()) return Tensor();
+  ir::Attributes a;
+  a.dimensions = {dim < 0 ? dim + xs[0].rank() : dim};
+  return EmitInferred(Opcode::kConcatenate, xs, std::move(a));
+}
+
+Tensor Reverse(const Tensor& x, std::vector<int64_t> dims) {
+  ir::Attributes a;
+  a.dimensions = std::move(dims);
+  return EmitInferred(Opcode::kReverse, {x}, std::move(a));
+}
+
+Tensor Pad(const Tensor& x, double value, std::vector<ir::PadDim> padding) {
+  if (!x.status().ok()) return x;
+  ir::Attributes a;
+  a.padding = std::move(padding);
+  return EmitInferred(Opcode::kPad, {x, ScalarLike(x, value, x.dtype())}, std::move(a));
+}
+
+Tensor Reduce(const Tensor& x, Reducer reducer, std::vector<int64_t> dims, bool keep_dims) {
+  if (!x.status().ok()) return x;
+  dims = NormalizeDims(std::move(dims), x.rank());
+  std::vector<int64_t> out_dims, kept_shape;
+  for (int i = 0; i < x.rank(); ++i) {
+    const bool reduced = std::binary_search(dims.begin(), dims.end(), i);
+    if (!reduced) out_dims.push_back(x.dim(i));
+    kept_shape.push_back(reduced ? 1 : x.dim(i));
+  }
+  for (int64_t d : dims) {
+    if (d < 0 || d >= x.rank()) {
+      return ErrorTensor(x, absl::InvalidArgumentError(absl::StrCat(
+                                "reduce dimension ", d, " out of range for ", x.shape().ToString())));
+    }
+  }
+  ir::Attributes a;
+  a.dimensions = dims;
+  Tensor init = ScalarLike(x, InitValue(reducer, x.dtype()), x.dtype());
+  Tensor r = Emit(Opcode::kReduce, Shape(x.dtype(), out_dims), {x, init}, std::move(a), reducer);
+  return keep_dims ? Reshape(r, kept_shape) : r;
+}
+
+Tensor Sum(const Tensor& x, std::vector<int64_t> dims, bool keep_dims) {
+  return Reduce(x, Reducer::kAdd, std::move(dims), keep_dims);
+}
+Tensor ReduceMax(const Tensor& x, std::vector<int64_t> dims, bool keep_dims) {
+  return Reduce(x, Reducer::kMax, std::move(dims), keep_dims);
+}
+Tensor Mean(const Tensor& x, std::vector<int64_t> dims, bool keep_dims) {
+  if (!x.status().ok()) return x;
+  std::vector<int64_t> norm = NormalizeDims(dims, x.rank());
+  int64_t count = 1;
+  for (int64_t d : norm) count *= (d >= 0 && d < x.rank()) ? x.dim(d) : 1;
+  return Sum(x, std::move(dims), keep_dims) / static_cast<double>(count);
+}
+
+Tensor Argmax(const Tensor& x, int64_t dim) {
+  if (!x.status().ok()) return x;
+  if (dim < 0) dim += x.rank();
+  Tensor m = ReduceMax(x, {dim}, true);
+  Tensor is_max = Equal(x, m);
+  ir::Attributes a;
+  a.iota_dimension = dim;
+  auto iota = std::make_shared<Node>();
+  iota->op = Opcode::kIota;
+  iota->shape = Shape(ElementType::kS32, x.shape().dims());
+  iota->device = x.device();
+  iota->attrs = a;
+  Tensor index = x.context()->Record(std::move(iota));
+  Tensor big = ScalarLike(x, std::numeric_limits<int32_t>::max(), ElementType::kS32);
+  Tensor candidates = Select(is_max, index, BroadcastTo(big, x.shape().dims()));
+  return Reduce(candidates, Reducer::kMin, {dim}, false);
+}
+
+Tensor Dot(const Tensor& a, const Tensor& b, ir::DotDims dims) {
+  ir::Attributes attrs;
+  attrs.dot = std::move(dims);
+  return EmitInferred(Opcode::kDot, {a, b}, std::move(attrs), Shape(a.dtype(), {}));
+}
+
+Tensor Matmul(const Tensor& a, const Tensor& b) {
+  if (!a.status().ok()) return a;
+  if (!b.status().ok()) return b;
+  if (a.rank() == 3 && b.rank() == 3) return Dot(a, b, ir::DotDims{{0}, {0}, {2}, {1}});
+  return Dot(a, b, ir::DotDims{{}, {}, {a.rank() - 1}, {0}});
+}
+
+Tensor Convolution(const Tensor& x, const Tensor& w, std::vector<ir::WindowDim> window,
+                   ir::ConvDims dims) {
+  ir::Attributes a;
+  a.window = std::move(window);
+  a.conv = std::move(dims);
+  return EmitInferred(Opcode::kConvolution, {x, w}, std::move(a), Shape(x.dtype(), {}));
+}
+
+ir::ConvDims Nhwc() {
+  ir::ConvDims d;
+  d.input_batch = 0;
+  d.input_feature = 3;
+  d.input_spatial = {1, 2};
+  d.kernel_spatial = {0, 1};
+  d.kernel_input_feature = 2;
+  d.kernel_output_feature = 3;
+  d.output_batch = 0;
+  d.output_feature = 3;
+  d.output_spatial = {1, 2};
+  return d;
+}
+
+Tensor Conv2D(const Tensor& x, const Tensor& w, int stride, const std::string& padding) {
+  if (!x.status().ok()) return x;
+  if (!w.status().ok()) return w;
+  if (x.rank() != 4 || w.rank() != 4) {
+    return ErrorTensor(x, absl::InvalidArgumentError(absl::StrCat(
+                              "Conv2D takes [N,H,W,C] and [KH,KW,C,O], got ", x.shape().ToString(),
+                              " and ", w.shape().ToString())));
+  }
+  std::vector<ir::WindowDim> window(2);
+  for (int i = 0; i < 2; ++i) {
+    window[i].size = w.dim(i);
+    window[i].stride = stride;
+    if (padding == "SAME") {
+      const int64_t in = x.dim(1 + i);
+      const int64_t out = (in + stride - 1) / stride;
+      const int64_t total = std::max<int64_t>((out - 1) * stride + w.dim(i) - in, 0);
+      window[i].pad_lo = total / 2;
+      window[i].pad_hi = total - total / 2;
+    } else if (padding != "VALID") {
+      return ErrorTensor(x, absl::InvalidArgumentError(
+                                absl::StrCat("padding must be SAME or VALID, not ", padding)));
+    }
+  }
+  return Convolution(x, w, std::move(window), Nhwc());
+}
+
+Tensor ReduceWindow(const Tensor& x, Reducer reducer, std::vector<ir::WindowDim> window) {
+  if (!x.status().ok()) return x;
+  ir::Attributes a;
+  a.window = std::move(window);
+  Tensor init = ScalarLike(x, InitValue(reducer, x.dtype()), x.dtype());
+  std::vector<Tensor> operands = {x, init};
+  if (absl::Status st = CheckOperands(Opcode::kReduceWindow, operands); !st.ok()) {
+    return ErrorTensor(x, st);
+  }
+  // Shape: the IR rule needs a reducer; compute the windowed size directly.
+  std::vector<int64_t> dims;
+  for (int i = 0; i < x.rank(); ++i) {
+    const ir::WindowDim& w = a.window.size() == size_t(x.rank()) ? a.window[i] : ir::WindowDim();
+    const int64_t padded = (x.dim(i) - 1) * w.base_dilation + 1 + w.pad_lo + w.pad_hi;
+    const int64_t span = (w.size - 1) * w.window_dilation + 1;
+    dims.push_back(padded < span ? 0 : (padded - span) / w.stride + 1);
+  }
+  if (a.window.size() != size_t(x.rank())) {
+    return ErrorTensor(x, absl::InvalidArgumentError("window rank does not match the tensor"));
+  }
+  return Emit(Opcode::kReduceWindow, Shape(x.dtype(), dims), std::move(operands), std::move(a),
+              reducer);
+}
+
+std::vector<ir::WindowDim> Pool2DWindow(int window, int stride) {
+  std::vector<ir::WindowDim> w(4);
+  for (int i : {1, 2}) {
+    w[i].size = window;
+    w[i].stride = stride;
+  }
+  return w;
+}
+
+Tensor MaxPool2D(const Tensor& x, int window, int stride) {
+  return ReduceWindow(x, Reducer::kMax, Pool2DWindow(window, stride));
+}
+
+Tensor AvgPool2D(const Tensor& x, int window, int stride) {
+  return ReduceWindow(x, Reducer::kAdd, Pool2DWindow(window, stride)) /
+         static_cast<double>(window * window);
+}
+
+Tensor SelectAndScatterMax(const Tensor& operand, const Tensor& source,
+                           std::vector<ir::WindowDim> window) {
+  if (!operand.status().ok()) return operand;
+  ir::Attributes a;
+  a.window = std::move(window);
+  Tensor zero = ScalarLike(operand, 0, operand.dtype());
+  return Emit(Opcode::kSelectAndScatter, operand.shape(), {operand, source, zero}, std::move(a));
+}
+
+Tensor Softmax(const Tensor& x, int64_t dim) {
+  if (dim < 0) dim += x.rank();
+  Tensor shifted = x - ReduceMax(x, {dim}, true);
+  Tensor e = Exp(shifted);
+  return e / Sum(e, {dim}, true);
+}
+
+Tensor LogSoftmax(const Tensor& x, int64_t dim) {
+  if (dim < 0) dim += x.rank();
+  Tensor shifted = x - ReduceMax(x, {dim}, true);
+  return shifted - Log(Sum(Exp(shifted), {dim}, true));
+}
+
+Tensor SoftmaxCrossEntropy(const Tensor& logits, const Tensor& one_hot_labels) {
+  if (!logits.status().ok()) return logits;
+  const double batch = static_cast<double>(logits.dim(0));
+  return -Sum(one_hot_labels * LogSoftmax(logits, -1)) / batch;
+}
+
+Tensor OneHot(const Tensor& labels, int64_t classes, ElementType type) {
+  if (!labels.status().ok()) return labels;
+  std::vector<int64_t> dims = labels.shape().dims();
+  dims.push_back(classes);
+  auto iota = std::make_shared<Node>();
+  iota->op = Opcode::kIota;
+  iota->shape = Shape(labels.dtype(), dims);
+  iota->device = labels.device();
+  iota->attrs.iota_dimension = labels.rank();
+  Tensor index = labels.context()->Record(std::move(iota));
+  std::vector<int64_t> mapping(labels.rank());
+  std::iota(mapping.begin(), mapping.end(), 0);
+  Tensor expanded = BroadcastInDim(labels, dims, mapping);
+  return Cast(Equal(expanded, index), type);
+}
+
+Tensor FullLike(const Tensor& like, const Shape& shape, double value) {
+  if (!like.status().ok()) return like;
+  Tensor s = ScalarLike(like, value, shape.type());
+  if (shape.rank() == 0) return s;
+  return BroadcastInDim(s, shape.dims(), {});
+}
+Tensor ZerosLike(const Tensor& x) { return FullLike(x, x.shape(), 0); }
+Tensor OnesLike(const Tensor& x) { return FullLike(x, x.shape(), 1); }
+
+}  // namespace kiln::client

@@ -1,0 +1,178 @@
+// Lazy tensors: every op records a node; nothing runs until a barrier (or a
+// read of a value) cuts the trace into a module, which is compiled once per
+// distinct graph and executed on the device that holds the tensors.
+//
+// Errors found while tracing (tensors on two devices, mixed precision, bad
+// shapes) are carried by the resulting tensor: `status()` reports them, and
+// every later op, barrier or read of a tensor built from it returns them.
+#ifndef KILN_CLIENT_TENSOR_H_
+#define KILN_CLIENT_TENSOR_H_
+
+#include <memory>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/client.h"
+#include "compiler/ir/instruction.h"
+#include "compiler/ir/literal.h"
+
+namespace kiln::client {
+
+class LazyContext;
+
+// The scalar combiner of reduce, reduce-window and all-reduce nodes.
+enum class Reducer : uint8_t { kNone, kAdd, kMax, kMin, kMultiply };
+
+// One recorded op (or a realized value). Not thread-safe: a trace belongs to
+// one thread at a time.
+struct Node {
+  ir::Opcode op = ir::Opcode::kParameter;
+  ir::Shape shape;
+  std::vector<std::shared_ptr<Node>> operands;
+  ir::Attributes attrs;
+  Reducer reducer = Reducer::kNone;
+  std::string device;
+  // Set once the value exists on the device; the node then drops its operands.
+  std::shared_ptr<DeviceBuffer> data;
+  // The value on the host, when it came back inline with an execution.
+  std::optional<ir::Literal> host_value;
+  // An error found while tracing this node.
+  absl::Status status;
+  std::shared_ptr<LazyContext> context;
+
+  bool realized() const { return data != nullptr; }
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<Node> node) : node_(std::move(node)) {}
+
+  bool defined() const { return node_ != nullptr; }
+  const ir::Shape& shape() const { return node_->shape; }
+  ir::ElementType dtype() const { return node_->shape.type(); }
+  int rank() const { return node_->shape.rank(); }
+  int64_t dim(int i) const { return node_->shape.dim(i); }
+  const std::string& device() const { return node_->device; }
+  absl::Status status() const {
+    return node_ == nullptr ? absl::FailedPreconditionError("undefined tensor") : node_->status;
+  }
+  const std::shared_ptr<Node>& node() const { return node_; }
+  LazyContext* context() const { return node_ ? node_->context.get() : nullptr; }
+
+  // Reduced precision means bf16 storage.
+  bool IsReducedPrecision() const { return dtype() == ir::ElementType::kBF16; }
+  Tensor ToReducedPrecision() const;
+  Tensor ToFullPrecision() const;
+
+  // Force execution of what this tensor needs and read it.
+  absl::StatusOr<ir::Literal> ToHost(
+      std::source_location where = std::source_location::current()) const;
+  // The value of a one-element tensor as a double.
+  absl::StatusOr<double> Item(std::source_location where = std::source_location::current()) const;
+  // An explicit copy to another device (the only way data changes device).
+  absl::StatusOr<Tensor> ToDevice(const std::string& device,
+                                  std::source_location where = std::source_location::current()) const;
+
+ private:
+  std::shared_ptr<Node> node_;
+};
+
+// Elementwise arithmetic with NumPy-style broadcasting; a C++ scalar takes
+// the other operand's type and device.
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor Maximum(const Tensor& a, const Tensor& b);
+Tensor Minimum(const Tensor& a, const Tensor& b);
+Tensor Pow(const Tensor& a, const Tensor& b);
+Tensor Binary(ir::Opcode op, const Tensor& a, const Tensor& b);
+Tensor BinaryWith(ir::Opcode op, const Tensor& a, const Tensor& b, ir::Attributes attrs);
+
+// Comparisons give pred tensors.
+Tensor Compare(const Tensor& a, const Tensor& b, ir::ComparisonDirection direction);
+Tensor GreaterEqual(const Tensor& a, const Tensor& b);
+Tensor LessEqual(const Tensor& a, const Tensor& b);
+Tensor Equal(const Tensor& a, const Tensor& b);
+Tensor Greater(const Tensor& a, const Tensor& b);
+Tensor Less(const Tensor& a, const Tensor& b);
+Tensor Select(const Tensor& pred, const Tensor& on_true, const Tensor& on_false);
+// min(max(x, lo), hi) with scalar bounds.
+Tensor Clamp(const Tensor& x, double lo, double hi);
+
+Tensor Unary(ir::Opcode op, const Tensor& x);
+Tensor Exp(const Tensor& x);
+Tensor Log(const Tensor& x);
+Tensor Sqrt(const Tensor& x);
+Tensor Rsqrt(const Tensor& x);
+Tensor Abs(const Tensor& x);
+Tensor Sign(const Tensor& x);
+Tensor Tanh(const Tensor& x);
+Tensor Sigmoid(const Tensor& x);
+Tensor Sin(const Tensor& x);
+Tensor Cos(const Tensor& x);
+Tensor Relu(const Tensor& x);
+Tensor Cast(const Tensor& x, ir::ElementType type);
+
+// Shapes.
+Tensor Reshape(const Tensor& x, std::vector<int64_t> dims);
+Tensor Transpose(const Tensor& x, std::vector<int64_t> permutation);
+Tensor Slice(const Tensor& x, std::vector<int64_t> start, std::vector<int64_t> limit,
+             std::vector<int64_t> stride = {});
+Tensor Concat(const std::vector<Tensor>& xs, int64_t dim);
+Tensor Reverse(const Tensor& x, std::vector<int64_t> dims);
+Tensor Pad(const Tensor& x, double value, std::vector<ir::PadDim> padding);
+// Broadcasts to `dims` following NumPy rules (trailing alignment, size 1).
+Tensor BroadcastTo(const Tensor& x, std::vector<int64_t> dims);
+// The IR broadcast: operand dim i becomes result dim `mapping[i]`.
+Tensor BroadcastInDim(const Tensor& x, std::vector<int64_t> dims, std::vector<int64_t> mapping);
+
+// Reductions over `dims` (all dims when empty).
+Tensor Sum(const Tensor& x, std::vector<int64_t> dims = {}, bool keep_dims = false);
+Tensor Mean(const Tensor& x, std::vector<int64_t> dims = {}, bool keep_dims = false);
+Tensor ReduceMax(const Tensor& x, std::vector<int64_t> dims = {}, bool keep_dims = false);
+Tensor Reduce(const Tensor& x, Reducer reducer, std::vector<int64_t> dims, bool keep_dims);
+// Index of the largest element along `dim` (first on ties), as s32.
+Tensor Argmax(const Tensor& x, int64_t dim);
+
+// Linear algebra and neural-network ops.
+// [.., m, k] x [k, n] (or batched [b, m, k] x [b, k, n]).
+Tensor Matmul(const Tensor& a, const Tensor& b);
+Tensor Dot(const Tensor& a, const Tensor& b, ir::DotDims dims);
+// x: [N, H, W, C], w: [KH, KW, C, O]; padding "SAME" or "VALID".
+Tensor Conv2D(const Tensor& x, const Tensor& w, int stride = 1,
+              const std::string& padding = "VALID");
+Tensor Convolution(const Tensor& x, const Tensor& w, std::vector<ir::WindowDim> window,
+                   ir::ConvDims dims);
+// x: [N, H, W, C]; window and stride over H and W, no padding.
+Tensor MaxPool2D(const Tensor& x, int window, int stride);
+Tensor AvgPool2D(const Tensor& x, int window, int stride);
+Tensor ReduceWindow(const Tensor& x, Reducer reducer, std::vector<ir::WindowDim> window);
+Tensor SelectAndScatterMax(const Tensor& operand, const Tensor& source,
+                           std::vector<ir::WindowDim> window);
+Tensor Softmax(const Tensor& x, int64_t dim = -1);
+Tensor LogSoftmax(const Tensor& x, int64_t dim = -1);
+// Mean over the batch of -sum(labels * log_softmax(logits)).
+Tensor SoftmaxCrossEntropy(const Tensor& logits, const Tensor& one_hot_labels);
+// labels: s32[N] -> [N, classes] of `type`.
+Tensor OneHot(const Tensor& labels, int64_t classes, ir::ElementType type = ir::ElementType::kF32);
+
+// A tensor of `shape` filled with `value`, on `like`'s device.
+Tensor FullLike(const Tensor& like, const ir::Shape& shape, double value);
+Tensor ZerosLike(const Tensor& x);
+Tensor OnesLike(const Tensor& x);
+
+}  // namespace kiln::client
+
+#endif  // KILN_CLIENT_TENSOR_H_

@@ -1,0 +1,158 @@
+// Lazy tensors over the embedded service: tracing, barriers, the compile
+// cache, recompile explanations, device and precision errors, eager mode.
+#include "client/tensor.h"
+
+#include "client/lazy.h"
+#include "gtest/gtest.h"
+
+namespace kiln::client {
+namespace {
+
+using ir::ElementType;
+
+class TensorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EmbeddedOptions options;
+    options.cpu_devices = 2;
+    client_ = *Client::Embedded(options);
+    ctx_ = LazyContext::Create(client_.get());
+  }
+  Tensor Vec(std::vector<float> v, const std::string& device = "cpu:0") {
+    return ctx_->FromVector<float>(ElementType::kF32, {int64_t(v.size())}, v, device);
+  }
+  std::vector<double> Values(const Tensor& t) {
+    auto lit = t.ToHost();
+    EXPECT_TRUE(lit.ok()) << lit.status();
+    std::vector<double> out;
+    for (int64_t i = 0; lit.ok() && i < lit->element_count(); ++i) out.push_back(lit->GetAsDouble(i));
+    return out;
+  }
+
+  std::unique_ptr<Client> client_;
+  std::shared_ptr<LazyContext> ctx_;
+};
+
+TEST_F(TensorTest, OpsOnlyRecordUntilABarrier) {
+  Tensor a = Vec({1, 2, 3});
+  Tensor b = (a * 2.0 + 1.0) * a;
+  EXPECT_EQ(ctx_->metrics().executions, 0);
+  EXPECT_FALSE(b.node()->realized());
+  ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+  EXPECT_EQ(ctx_->metrics().executions, 1);
+  EXPECT_TRUE(b.node()->realized());
+  EXPECT_EQ(Values(b), (std::vector<double>{3, 10, 21}));
+}
+
+TEST_F(TensorTest, ItemForcesOnlyWhatItNeeds) {
+  Tensor a = Vec({1, 2, 3});
+  Tensor unrelated = a * 100.0;
+  Tensor s = Sum(a);
+  auto v = s.Item();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 6);
+  EXPECT_FALSE(unrelated.node()->realized());
+}
+
+TEST_F(TensorTest, BroadcastingReductionsAndShapes) {
+  Tensor m = ctx_->FromVector<float>(ElementType::kF32, {2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6}, "cpu:0");
+  Tensor row = Vec({10, 20, 30});
+  EXPECT_EQ(Values(m + row), (std::vector<double>{11, 22, 33, 14, 25, 36}));
+  EXPECT_EQ(Values(Sum(m, {0})), (std::vector<double>{5, 7, 9}));
+  EXPECT_EQ(Values(Mean(m, {1})), (std::vector<double>{2, 5}));
+  EXPECT_EQ(Values(ReduceMax(m, {1}, true)), (std::vector<double>{3, 6}));
+  EXPECT_EQ(Values(Transpose(m, {1, 0})), (std::vector<double>{1, 4, 2, 5, 3, 6}));
+  EXPECT_EQ(Values(Argmax(m, 1)), (std::vector<double>{2, 2}));
+  Tensor labels = ctx_->FromVector<int>(ElementType::kS32, {2}, std::vector<int>{2, 0}, "cpu:0");
+  EXPECT_EQ(Values(OneHot(labels, 3)), (std::vector<double>{0, 0, 1, 1, 0, 0}));
+  auto sm = Values(Softmax(m, 1));
+  EXPECT_NEAR(sm[0] + sm[1] + sm[2], 1.0, 1e-6);
+  EXPECT_NEAR(sm[2], 0.66524096, 1e-6);
+}
+
+TEST_F(TensorTest, SameGraphHitsTheCacheAndANewShapeIsExplained) {
+  auto step = [&](int n) {
+    std::vector<float> v(n, 1.0f);
+    Tensor x = Vec(v);
+    Tensor y = Exp(x) * 3.0;
+    EXPECT_TRUE(ctx_->Barrier("cpu:0").ok());
+    return Values(y)[0];
+  };
+  EXPECT_NEAR(step(4), 3 * 2.718281828, 1e-5);
+  EXPECT_EQ(ctx_->metrics().uncached_compiles, 1);
+  for (int i = 0; i < 5; ++i) step(4);  // new data, same shapes
+  EXPECT_EQ(ctx_->metrics().uncached_compiles, 1);
+  EXPECT_EQ(ctx_->metrics().cached_compiles, 5);
+  step(7);  // one new compile, explained
+  EXPECT_EQ(ctx_->metrics().uncached_compiles, 2);
+  ASSERT_EQ(ctx_->recompile_explanations().size(), 1u);
+  EXPECT_NE(ctx_->recompile_explanations()[0].find("input 0 shape f32[4] -> f32[7]"),
+            std::string::npos)
+      << ctx_->recompile_explanations()[0];
+  EXPECT_NE(ctx_->Report().find("recompiles:"), std::string::npos);
+}
+
+TEST_F(TensorTest, ChangedOpIsExplained) {
+  for (bool subtract : {false, true}) {
+    Tensor x = Vec({1, 2});
+    Tensor y = subtract ? x - x : x + x;
+    ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+  }
+  ASSERT_EQ(ctx_->recompile_explanations().size(), 1u);
+  EXPECT_NE(ctx_->recompile_explanations()[0].find("changed from add to subtract"),
+            std::string::npos)
+      << ctx_->recompile_explanations()[0];
+}
+
+TEST_F(TensorTest, MixingDevicesIsAnErrorNamingBoth) {
+  Tensor a = Vec({1, 2}, "cpu:0");
+  Tensor b = Vec({3, 4}, "cpu:1");
+  EXPECT_EQ(a.device(), "cpu:0");
+  EXPECT_EQ(b.device(), "cpu:1");
+  Tensor c = a + b;
+  ASSERT_FALSE(c.status().ok());
+  EXPECT_NE(c.status().message().find("cpu:0 and cpu:1"), std::string::npos) << c.status();
+  EXPECT_FALSE((c * 2.0).status().ok());  // errors propagate
+  EXPECT_FALSE(c.Item().ok());
+  // An explicit copy makes it work.
+  auto moved = b.ToDevice("cpu:0");
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(moved->device(), "cpu:0");
+  EXPECT_EQ(Values(a + *moved), (std::vector<double>{4, 6}));
+}
+
+TEST_F(TensorTest, ReducedPrecisionRoundTripAndMixingError) {
+  Tensor a = Vec({1.0f, 1.00390625f, 3.0f});
+  Tensor r = a.ToReducedPrecision();
+  EXPECT_TRUE(r.IsReducedPrecision());
+  EXPECT_FALSE(a.IsReducedPrecision());
+  Tensor back = r.ToFullPrecision();
+  EXPECT_FALSE(back.IsReducedPrecision());
+  EXPECT_EQ(Values(back), (std::vector<double>{1, 1, 3}));  // rounded through bf16
+  Tensor mixed = a + r;
+  ASSERT_FALSE(mixed.status().ok());
+  EXPECT_NE(mixed.status().message().find("reduced precision"), std::string::npos);
+  EXPECT_EQ(Values(r * r), (std::vector<double>{1, 1, 9}));
+}
+
+TEST_F(TensorTest, EagerModeRunsEveryOp) {
+  ctx_->set_eager(true);
+  Tensor a = Vec({1, 2});
+  Tensor b = a * a;
+  EXPECT_TRUE(b.node()->realized());
+  Tensor c = b + a;
+  EXPECT_TRUE(c.node()->realized());
+  EXPECT_EQ(Values(c), (std::vector<double>{2, 6}));
+  EXPECT_GE(ctx_->metrics().executions, 2);
+}
+
+TEST_F(TensorTest, ShapeErrorsAreStatuses) {
+  Tensor a = Vec({1, 2, 3});
+  Tensor b = Vec({1, 2});
+  EXPECT_NE((a + b).status().message().find("do not broadcast"), std::string::npos);
+  EXPECT_FALSE(Reshape(a, {2, 2}).status().ok());
+  EXPECT_FALSE(Matmul(a, b).status().ok());
+}
+
+}  // namespace
+}  // namespace kiln::client
