@@ -1,0 +1,161 @@
+// Trains an MLP or LeNet-5 on Fashion-MNIST through Kiln.
+//
+//   fashion_mnist --model=lenet --epochs=5 --server=127.0.0.1:8470
+//
+// Without --server the service runs embedded in this process.
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "client/client.h"
+#include "client/lazy.h"
+#include "examples/fashion_mnist/mnist.h"
+#include "examples/fashion_mnist/trainer.h"
+#include "server/logging.h"
+
+ABSL_FLAG(std::string, model, "mlp", "mlp (784-512-512-10) or lenet (LeNet-5)");
+ABSL_FLAG(std::string, device, "", "device to train on (default: the server's default device)");
+ABSL_FLAG(int, epochs, 5, "passes over the training set");
+ABSL_FLAG(int, batch_size, 128, "examples per training step");
+ABSL_FLAG(int, eval_batch_size, 1000, "examples per evaluation step");
+ABSL_FLAG(double, lr, 0.01, "learning rate");
+ABSL_FLAG(double, momentum, 0.9, "SGD momentum (0 for plain SGD)");
+ABSL_FLAG(std::string, optimizer, "sgd", "sgd or adam");
+ABSL_FLAG(std::string, server, "", "kiln-server address; empty runs the service embedded");
+ABSL_FLAG(std::string, mode, "lazy", "lazy (one barrier per step) or eager (every op runs at once)");
+ABSL_FLAG(std::string, data_dir, kiln::examples::kDefaultDataDir, "folder of the idx files");
+ABSL_FLAG(int64_t, train_limit, 0, "use only this many training examples (0: all)");
+ABSL_FLAG(int64_t, test_limit, 0, "use only this many test examples (0: all)");
+ABSL_FLAG(int, log_every, 100, "print a progress line every this many steps");
+ABSL_FLAG(uint64_t, seed, 1, "seed of weight initialization and shuffling");
+ABSL_FLAG(bool, report, true, "print the lazy tensor metrics report at the end");
+
+namespace {
+
+using kiln::examples::StepResult;
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+int Fail(const absl::Status& st) {
+  std::fprintf(stderr, "fashion_mnist: %s\n", std::string(st.message()).c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Trains a Fashion-MNIST classifier through Kiln");
+  absl::ParseCommandLine(argc, argv);
+  if (std::getenv("KILN_LOG_LEVEL") == nullptr) kiln::logging::SetLevel("warn").IgnoreError();
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "lazy" && mode != "eager") {
+    return Fail(absl::InvalidArgumentError("--mode must be lazy or eager"));
+  }
+  const int batch = absl::GetFlag(FLAGS_batch_size);
+  const int eval_batch = absl::GetFlag(FLAGS_eval_batch_size);
+  if (batch < 1 || eval_batch < 1) return Fail(absl::InvalidArgumentError("batch sizes must be positive"));
+
+  std::printf("loading Fashion-MNIST from %s\n", absl::GetFlag(FLAGS_data_dir).c_str());
+  auto train = kiln::examples::LoadFashionMnist(absl::GetFlag(FLAGS_data_dir), "train",
+                                                absl::GetFlag(FLAGS_train_limit));
+  if (!train.ok()) return Fail(train.status());
+  auto test = kiln::examples::LoadFashionMnist(absl::GetFlag(FLAGS_data_dir), "t10k",
+                                               absl::GetFlag(FLAGS_test_limit));
+  if (!test.ok()) return Fail(test.status());
+  std::printf("  %lld training and %lld test images\n", static_cast<long long>(train->count),
+              static_cast<long long>(test->count));
+
+  absl::StatusOr<std::unique_ptr<kiln::client::Client>> client;
+  if (absl::GetFlag(FLAGS_server).empty()) {
+    client = kiln::client::Client::Embedded();
+  } else {
+    kiln::client::ConnectOptions options;
+    options.client_name = "fashion_mnist";
+    client = kiln::client::Client::Connect(absl::GetFlag(FLAGS_server), options);
+  }
+  if (!client.ok()) return Fail(client.status());
+  const std::string device = absl::GetFlag(FLAGS_device).empty()
+                                 ? (*client)->default_device().name
+                                 : absl::GetFlag(FLAGS_device);
+  std::printf("training %s on %s (%s mode, %s, batch %d, lr %g)%s\n",
+              absl::GetFlag(FLAGS_model).c_str(), device.c_str(), mode.c_str(),
+              absl::GetFlag(FLAGS_optimizer).c_str(), batch, absl::GetFlag(FLAGS_lr),
+              absl::GetFlag(FLAGS_server).empty()
+                  ? " on an embedded service"
+                  : (" through kiln-server at " + absl::GetFlag(FLAGS_server)).c_str());
+
+  auto ctx = kiln::client::LazyContext::Create(client->get());
+  auto model = kiln::examples::MakeModel(absl::GetFlag(FLAGS_model), ctx.get(), device,
+                                         absl::GetFlag(FLAGS_seed));
+  if (!model.ok()) return Fail(model.status());
+  ctx->set_eager(mode == "eager");
+  kiln::examples::TrainerOptions options;
+  options.optimizer = absl::GetFlag(FLAGS_optimizer);
+  options.learning_rate = absl::GetFlag(FLAGS_lr);
+  options.momentum = absl::GetFlag(FLAGS_momentum);
+  kiln::examples::Trainer trainer(ctx.get(), model->get(), device, options);
+
+  // Whole batches only, so every step has the same shapes (one compile).
+  const int64_t steps = train->count / batch;
+  if (steps == 0) return Fail(absl::InvalidArgumentError("fewer training images than one batch"));
+  std::vector<int64_t> order(train->count);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  std::vector<float> images(size_t(batch) * 784);
+  std::vector<int32_t> labels(batch);
+  const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
+  for (int epoch = 1; epoch <= absl::GetFlag(FLAGS_epochs); ++epoch) {
+    const auto epoch_start = std::chrono::steady_clock::now();
+    std::shuffle(order.begin(), order.end(), rng);
+    double loss_sum = 0, correct = 0, window_loss = 0, window_correct = 0;
+    for (int64_t step = 0; step < steps; ++step) {
+      for (int i = 0; i < batch; ++i) {
+        const int64_t k = order[step * batch + i];
+        std::copy_n(train->images.begin() + k * 784, 784, images.begin() + size_t(i) * 784);
+        labels[i] = train->labels[k];
+      }
+      absl::StatusOr<StepResult> r = trainer.TrainStep(images.data(), labels.data(), batch);
+      if (!r.ok()) return Fail(r.status());
+      loss_sum += r->loss;
+      correct += r->correct;
+      window_loss += r->loss;
+      window_correct += r->correct;
+      if ((step + 1) % log_every == 0 || step + 1 == steps) {
+        const int64_t n = (step % log_every) + 1;
+        std::printf("  epoch %d step %lld/%lld: loss %.4f, accuracy %.4f, %.1f steps/s\n", epoch,
+                    static_cast<long long>(step + 1), static_cast<long long>(steps),
+                    window_loss / n, window_correct / (n * batch),
+                    (step + 1) / Seconds(epoch_start));
+        std::fflush(stdout);
+        window_loss = window_correct = 0;
+      }
+    }
+    const double train_seconds = Seconds(epoch_start);
+    double test_loss = 0, test_correct = 0;
+    int64_t test_seen = 0;
+    for (int64_t start = 0; start + eval_batch <= test->count; start += eval_batch) {
+      absl::StatusOr<StepResult> r = trainer.EvalStep(
+          test->images.data() + start * 784, test->labels.data() + start, eval_batch);
+      if (!r.ok()) return Fail(r.status());
+      test_loss += r->loss * eval_batch;
+      test_correct += r->correct;
+      test_seen += eval_batch;
+    }
+    std::printf(
+        "epoch %d: train loss %.4f, train accuracy %.4f, test loss %.4f, test accuracy %.4f, "
+        "%.1f s, compiles %lld\n",
+        epoch, loss_sum / steps, correct / (steps * batch),
+        test_seen ? test_loss / test_seen : 0.0, test_seen ? test_correct / test_seen : 0.0,
+        train_seconds, static_cast<long long>(ctx->metrics().uncached_compiles));
+    std::fflush(stdout);
+  }
+  if (absl::GetFlag(FLAGS_report)) std::printf("%s", ctx->Report().c_str());
+  return 0;
+}

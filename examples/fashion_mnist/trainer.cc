@@ -1,0 +1,143 @@
+#include "examples/fashion_mnist/trainer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "client/autodiff.h"
+#include "compiler/ir/status_macros.h"
+
+namespace kiln::examples {
+namespace {
+
+using client::Tensor;
+using ir::ElementType;
+using ir::Shape;
+
+class Mlp : public Model {
+ public:
+  Mlp(client::LazyContext* ctx, const std::string& device, uint64_t seed) {
+    const int sizes[] = {784, 512, 512, 10};
+    for (int i = 0; i < 3; ++i) {
+      // He initialization for ReLU layers.
+      const double stddev = std::sqrt(2.0 / sizes[i]);
+      params_.push_back(ctx->RandomNormal(Shape(ElementType::kF32, {sizes[i], sizes[i + 1]}), 0,
+                                          stddev, seed + i, device));
+      params_.push_back(ctx->FromLiteral(ir::Literal(Shape(ElementType::kF32, {sizes[i + 1]})),
+                                         device));
+    }
+  }
+  Tensor Forward(const Tensor& x) override {
+    Tensor h = x;
+    for (int i = 0; i < 3; ++i) {
+      h = client::Matmul(h, params_[2 * i]) + params_[2 * i + 1];
+      if (i < 2) h = client::Relu(h);
+    }
+    return h;
+  }
+};
+
+class LeNet : public Model {
+ public:
+  LeNet(client::LazyContext* ctx, const std::string& device, uint64_t seed) {
+    auto weight = [&](std::vector<int64_t> dims, int64_t fan_in, uint64_t s) {
+      params_.push_back(ctx->RandomNormal(Shape(ElementType::kF32, dims), 0,
+                                          std::sqrt(2.0 / fan_in), seed + s, device));
+      params_.push_back(
+          ctx->FromLiteral(ir::Literal(Shape(ElementType::kF32, {dims.back()})), device));
+    };
+    weight({5, 5, 1, 6}, 25, 0);
+    weight({5, 5, 6, 16}, 150, 1);
+    weight({400, 120}, 400, 2);
+    weight({120, 84}, 120, 3);
+    weight({84, 10}, 84, 4);
+  }
+  Tensor Forward(const Tensor& x) override {
+    const int64_t batch = x.dim(0);
+    Tensor h = client::Reshape(x, {batch, 28, 28, 1});
+    h = client::Relu(client::Conv2D(h, params_[0], 1, "SAME") + params_[1]);
+    h = client::MaxPool2D(h, 2, 2);  // 14x14x6
+    h = client::Relu(client::Conv2D(h, params_[2], 1, "VALID") + params_[3]);
+    h = client::MaxPool2D(h, 2, 2);  // 5x5x16
+    h = client::Reshape(h, {batch, 400});
+    h = client::Relu(client::Matmul(h, params_[4]) + params_[5]);
+    h = client::Relu(client::Matmul(h, params_[6]) + params_[7]);
+    return client::Matmul(h, params_[8]) + params_[9];
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name,
+                                                 client::LazyContext* ctx,
+                                                 const std::string& device, uint64_t seed) {
+  std::unique_ptr<Model> model;
+  if (name == "mlp") {
+    model = std::make_unique<Mlp>(ctx, device, seed);
+  } else if (name == "lenet") {
+    model = std::make_unique<LeNet>(ctx, device, seed);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown model '", name, "' (mlp or lenet)"));
+  }
+  for (const Tensor& p : model->params()) RETURN_IF_ERROR(p.status());
+  return model;
+}
+
+Trainer::Trainer(client::LazyContext* ctx, Model* model, std::string device,
+                 const TrainerOptions& options)
+    : ctx_(ctx), model_(model), device_(std::move(device)) {
+  if (options.optimizer == "adam") {
+    adam_ = std::make_unique<client::Adam>(options.learning_rate);
+  } else {
+    sgd_ = std::make_unique<client::Sgd>(options.learning_rate, options.momentum);
+  }
+}
+
+Trainer::Batch Trainer::Upload(const float* images, const int32_t* labels, int batch) {
+  ir::Literal x(Shape(ElementType::kF32, {batch, 784}));
+  std::memcpy(x.mutable_bytes().data(), images, sizeof(float) * batch * 784);
+  ir::Literal y(Shape(ElementType::kS32, {batch}));
+  std::memcpy(y.mutable_bytes().data(), labels, sizeof(int32_t) * batch);
+  return {ctx_->FromLiteral(x, device_), ctx_->FromLiteral(y, device_)};
+}
+
+absl::StatusOr<StepResult> Trainer::TrainStep(const float* images, const int32_t* labels,
+                                              int batch) {
+  Tensor loss, correct;
+  {
+    Batch b = Upload(images, labels, batch);
+    Tensor logits = model_->Forward(b.images);
+    loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
+    correct = client::Sum(client::Cast(client::Equal(client::Argmax(logits, 1), b.labels),
+                                       ElementType::kF32));
+    ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(loss, model_->params()));
+    ASSIGN_OR_RETURN(std::vector<Tensor> updated,
+                     sgd_ ? sgd_->Step(model_->params(), grads)
+                          : adam_->Step(model_->params(), grads));
+    model_->params() = std::move(updated);
+  }
+  // Everything else of the step is out of scope: the barrier's outputs are
+  // the new weights, the optimizer state, the loss and the count.
+  RETURN_IF_ERROR(ctx_->Barrier(device_));
+  ASSIGN_OR_RETURN(double l, loss.Item());
+  ASSIGN_OR_RETURN(double c, correct.Item());
+  return StepResult{l, c};
+}
+
+absl::StatusOr<StepResult> Trainer::EvalStep(const float* images, const int32_t* labels,
+                                             int batch) {
+  Tensor loss, correct;
+  {
+    Batch b = Upload(images, labels, batch);
+    Tensor logits = model_->Forward(b.images);
+    loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
+    correct = client::Sum(client::Cast(client::Equal(client::Argmax(logits, 1), b.labels),
+                                       ElementType::kF32));
+  }
+  RETURN_IF_ERROR(ctx_->Barrier(device_));
+  ASSIGN_OR_RETURN(double l, loss.Item());
+  ASSIGN_OR_RETURN(double c, correct.Item());
+  return StepResult{l, c};
+}
+
+}  // namespace kiln::examples

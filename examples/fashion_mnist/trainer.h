@@ -1,0 +1,69 @@
+// The Fashion-MNIST models (MLP and LeNet-5) and the training and evaluation
+// steps, written with Kiln's lazy tensors.
+#ifndef KILN_EXAMPLES_FASHION_MNIST_TRAINER_H_
+#define KILN_EXAMPLES_FASHION_MNIST_TRAINER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/lazy.h"
+#include "client/optimizers.h"
+#include "client/tensor.h"
+
+namespace kiln::examples {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Logits [batch, 10] from images [batch, 784].
+  virtual client::Tensor Forward(const client::Tensor& images) = 0;
+  std::vector<client::Tensor>& params() { return params_; }
+
+ protected:
+  std::vector<client::Tensor> params_;
+};
+
+// "mlp" (784-512-512-10, ReLU) or "lenet" (LeNet-5: conv 5x5x6 SAME, max
+// pool, conv 5x5x16, max pool, 120, 84, 10). Weights are drawn from `seed`.
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name,
+                                                 client::LazyContext* ctx,
+                                                 const std::string& device, uint64_t seed);
+
+struct StepResult {
+  double loss = 0;     // mean over the batch
+  double correct = 0;  // examples classified right
+};
+
+struct TrainerOptions {
+  std::string optimizer = "sgd";  // sgd or adam
+  double learning_rate = 0.05;
+  double momentum = 0.9;
+};
+
+// One program per step: forward, loss, backward and update compile together
+// and run with a single barrier. Not thread-safe.
+class Trainer {
+ public:
+  Trainer(client::LazyContext* ctx, Model* model, std::string device,
+          const TrainerOptions& options);
+  absl::StatusOr<StepResult> TrainStep(const float* images, const int32_t* labels, int batch);
+  absl::StatusOr<StepResult> EvalStep(const float* images, const int32_t* labels, int batch);
+
+ private:
+  struct Batch {
+    client::Tensor images, labels;
+  };
+  Batch Upload(const float* images, const int32_t* labels, int batch);
+
+  client::LazyContext* ctx_;
+  Model* model_;
+  std::string device_;
+  std::unique_ptr<client::Sgd> sgd_;
+  std::unique_ptr<client::Adam> adam_;
+};
+
+}  // namespace kiln::examples
+
+#endif  // KILN_EXAMPLES_FASHION_MNIST_TRAINER_H_
