@@ -1,0 +1,104 @@
+// Training through a real kiln-server: a small Fashion-MNIST model learns,
+// the compile counter stays flat after the first train and eval steps, and a
+// changed batch size compiles once with an explanation.
+#include <numeric>
+
+#include "client/client.h"
+#include "client/lazy.h"
+#include "examples/fashion_mnist/mnist.h"
+#include "examples/fashion_mnist/trainer.h"
+#include "gtest/gtest.h"
+#include "tests/server_process.h"
+
+namespace kiln {
+namespace {
+
+class TrainingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto train = examples::LoadFashionMnist(examples::kDefaultDataDir, "train", 3840);
+    auto test = examples::LoadFashionMnist(examples::kDefaultDataDir, "t10k", 1000);
+    ASSERT_TRUE(train.ok()) << train.status();
+    ASSERT_TRUE(test.ok()) << test.status();
+    train_ = new examples::Dataset(*std::move(train));
+    test_ = new examples::Dataset(*std::move(test));
+  }
+  static void TearDownTestSuite() {
+    delete train_;
+    delete test_;
+  }
+
+  void SetUp() override {
+    ASSERT_FALSE(server_.address().empty());
+    auto c = client::Client::Connect(server_.address());
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = std::move(*c);
+    ctx_ = client::LazyContext::Create(client_.get());
+    auto m = examples::MakeModel("mlp", ctx_.get(), "cpu:0", 7);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+    examples::TrainerOptions options;
+    options.learning_rate = 0.02;
+    trainer_ = std::make_unique<examples::Trainer>(ctx_.get(), model_.get(), "cpu:0", options);
+  }
+
+  double TestAccuracy() {
+    auto r = trainer_->EvalStep(test_->images.data(), test_->labels.data(), 1000);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->correct / 1000.0 : 0;
+  }
+  examples::StepResult Train(int64_t step, int batch) {
+    auto r = trainer_->TrainStep(train_->images.data() + step * batch * 784,
+                                 train_->labels.data() + step * batch, batch);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : examples::StepResult{};
+  }
+
+  static examples::Dataset* train_;
+  static examples::Dataset* test_;
+  testing::ServerProcess server_;
+  std::unique_ptr<client::Client> client_;
+  std::shared_ptr<client::LazyContext> ctx_;
+  std::unique_ptr<examples::Model> model_;
+  std::unique_ptr<examples::Trainer> trainer_;
+};
+
+examples::Dataset* TrainingTest::train_ = nullptr;
+examples::Dataset* TrainingTest::test_ = nullptr;
+
+TEST_F(TrainingTest, LossFallsAndAccuracyRisesWithAFlatCompileCounter) {
+  const double before = TestAccuracy();
+  std::vector<double> losses;
+  Train(0, 128);
+  const int64_t compiles_after_first_steps = ctx_->metrics().uncached_compiles;
+  EXPECT_EQ(compiles_after_first_steps, 2);  // one eval program, one train program
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (int64_t step = 0; step < 30; ++step) losses.push_back(Train(step, 128).loss);
+  }
+  const double after = TestAccuracy();
+  const double first = std::accumulate(losses.begin(), losses.begin() + 5, 0.0) / 5;
+  const double last = std::accumulate(losses.end() - 5, losses.end(), 0.0) / 5;
+  EXPECT_LT(last, first * 0.6) << "loss " << first << " -> " << last;
+  EXPECT_GT(after, before + 0.3) << "accuracy " << before << " -> " << after;
+  EXPECT_GT(after, 0.7);
+  // 61 more train steps and one more eval step compiled nothing new.
+  EXPECT_EQ(ctx_->metrics().uncached_compiles, compiles_after_first_steps);
+  EXPECT_GE(ctx_->metrics().cached_compiles, 61);
+  EXPECT_TRUE(ctx_->recompile_explanations().empty());
+}
+
+TEST_F(TrainingTest, ChangedBatchSizeCompilesOnceAndSaysWhy) {
+  Train(0, 128);
+  Train(1, 128);
+  EXPECT_EQ(ctx_->metrics().uncached_compiles, 1);
+  Train(2, 96);
+  Train(3, 96);
+  EXPECT_EQ(ctx_->metrics().uncached_compiles, 2);
+  ASSERT_EQ(ctx_->recompile_explanations().size(), 1u);
+  const std::string& why = ctx_->recompile_explanations()[0];
+  EXPECT_NE(why.find("f32[128,784] -> f32[96,784]"), std::string::npos) << why;
+  EXPECT_NE(why.find("trainer.cc"), std::string::npos) << why;  // the call site
+}
+
+}  // namespace
+}  // namespace kiln
