@@ -73,6 +73,23 @@ def kiln_epoch(name, limit, batch, lr, momentum, threads):
     return float(m.group(1))
 
 
+def torch_op_ns(ops=200000):
+    a, b = torch.ones(1), torch.full((1,), 2.0)
+    x = a
+    start = time.perf_counter()
+    for i in range(ops):
+        x = x + b if i % 2 == 0 else x * b
+        if i % 1000 == 999:
+            x = a
+    return (time.perf_counter() - start) * 1e9 / ops
+
+
+def kiln_trace_ns():
+    out = subprocess.run([os.path.join(HERE, "..", "build", "bin", "trace_benchmark")],
+                         check=True, capture_output=True, text=True).stdout
+    return float(re.search(r"([0-9.]+) ns per op", out).group(1))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--threads", type=int, default=1)
@@ -85,6 +102,9 @@ def main():
     core = os.environ.get("OPENBLAS_CORETYPE", "(auto)")
     print(f"threads {args.threads}, OPENBLAS_CORETYPE {core}, torch {torch.__version__}, "
           f"{args.train_limit} images, batch {args.batch}")
+    kiln_ns, torch_ns = kiln_trace_ns(), torch_op_ns()
+    print(f"per-op cost: kiln trace {kiln_ns:.0f} ns | pytorch eager op on 1 element "
+          f"{torch_ns:.0f} ns | ratio kiln/pytorch {kiln_ns / torch_ns:.2f}")
     for name in args.models.split(","):
         kiln = kiln_epoch(name, args.train_limit, args.batch, 0.01, 0.9, args.threads)
         peer = torch_epoch(name, x, y, args.batch, 0.01, 0.9)

@@ -269,7 +269,7 @@ absl::StatusOr<ExecuteResult> Client::Execute(
   req.set_inline_result_max_bytes(options.inline_result_max_bytes);
   for (int d : options.donate) req.add_donated_arguments(d);
   req.set_infeed_timeout_millis(absl::ToInt64Milliseconds(options.infeed_timeout));
-  ASSIGN_OR_RETURN(v1::ExecuteResponse resp, core_->transport().Execute(req));
+  ASSIGN_OR_RETURN(v1::ExecuteResponse resp, core_->transport().Execute(req, options.cancel));
   for (int d : options.donate) {
     if (d >= 0 && d < static_cast<int>(args.size())) args[d]->MarkDonated();
   }
@@ -294,6 +294,45 @@ absl::StatusOr<v1::MemoryInfoResponse> Client::MemoryInfo(const std::string& dev
   req.set_session_id(core_->session_id());
   req.set_device(device);
   return core_->transport().MemoryInfo(req);
+}
+
+absl::StatusOr<std::string> Client::CreateFeedToken(const std::string& device) {
+  v1::CreateFeedTokenRequest req;
+  req.set_session_id(core_->session_id());
+  req.set_device(device);
+  ASSIGN_OR_RETURN(v1::CreateFeedTokenResponse resp, core_->transport().CreateFeedToken(req));
+  return resp.feed_token();
+}
+
+namespace {
+v1::FeedTarget Target(const std::string& session, const std::string& device,
+                      const std::string& token) {
+  v1::FeedTarget target;
+  if (token.empty()) {
+    target.set_session_id(session);
+  } else {
+    target.set_feed_token(token);
+  }
+  target.set_device(device);
+  return target;
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<InfeedStream>> Client::OpenInfeed(const std::string& device,
+                                                                 const std::string& feed_token) {
+  return core_->transport().OpenInfeed(Target(core_->session_id(), device, feed_token),
+                                       core_->options().chunk_bytes);
+}
+
+absl::StatusOr<std::unique_ptr<OutfeedStream>> Client::OpenOutfeed(
+    const std::string& device, const OutfeedOptions& options) {
+  v1::OutfeedRequest req;
+  *req.mutable_target() = Target(core_->session_id(), device, options.feed_token);
+  req.set_max_values(options.max_values);
+  if (options.timeout != absl::InfiniteDuration()) {
+    req.set_timeout_millis(std::max<int64_t>(1, absl::ToInt64Milliseconds(options.timeout)));
+  }
+  return core_->transport().OpenOutfeed(req);
 }
 
 absl::StatusOr<v1::MetricsResponse> Client::Metrics() {

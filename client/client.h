@@ -22,7 +22,7 @@ namespace kiln::client {
 
 // Protocol versions this client speaks.
 inline constexpr uint32_t kClientMinVersion = 1;
-inline constexpr uint32_t kClientMaxVersion = 1;
+inline constexpr uint32_t kClientMaxVersion = 2;
 
 struct DeviceDescription {
   std::string name;  // "cpu:0"
@@ -105,6 +105,14 @@ struct ExecuteOptions {
   // Arguments (by index) whose buffers the caller gives up.
   std::vector<int> donate;
   absl::Duration infeed_timeout = absl::ZeroDuration();  // 0: server default
+  // Borrowed; Cancel() from another thread stops the program on the server.
+  CallCanceller* cancel = nullptr;
+};
+
+struct OutfeedOptions {
+  int64_t max_values = 0;  // 0: until cancelled
+  absl::Duration timeout = absl::InfiniteDuration();  // longest wait for one value
+  std::string feed_token;  // empty: this client's own session
 };
 
 struct ExecuteResult {
@@ -144,6 +152,17 @@ class Client {
       const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
       const ExecuteOptions& options = {});
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const std::string& device);
+
+  // Feeds. Each session has an infeed and an outfeed queue per device. A
+  // token lets a producer or consumer in another process (its own client)
+  // reach this session's queues on `device`.
+  absl::StatusOr<std::string> CreateFeedToken(const std::string& device);
+  // Into this session's infeed on `device`, or with `feed_token` into the
+  // infeed of the session that issued it.
+  absl::StatusOr<std::unique_ptr<InfeedStream>> OpenInfeed(const std::string& device,
+                                                           const std::string& feed_token = "");
+  absl::StatusOr<std::unique_ptr<OutfeedStream>> OpenOutfeed(const std::string& device,
+                                                             const OutfeedOptions& options = {});
   absl::StatusOr<v1::MetricsResponse> Metrics();
   // Returns once every release queued so far has reached the server.
   absl::Status FlushReleases();

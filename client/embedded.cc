@@ -8,8 +8,89 @@
 namespace kiln::client {
 namespace {
 
+// Values go straight into the session's queue.
+class Infeed : public InfeedStream {
+ public:
+  Infeed(server::Service* service, const v1::FeedTarget& target) : service_(service) {
+    absl::StatusOr<server::Service::FeedEndpoint> feed = service->OpenFeed(target);
+    if (feed.ok()) {
+      feed_ = *std::move(feed);
+    } else {
+      status_ = feed.status();
+    }
+  }
+  absl::Status Write(const ir::Literal& value) override {
+    if (!status_.ok()) return status_;
+    if (!value.shape().IsArray()) {
+      status_ = absl::InvalidArgumentError("feed values are arrays");
+    } else if (value.shape().ByteSize() > feed_.max_value_bytes) {
+      status_ = absl::ResourceExhaustedError(absl::StrCat(
+          "value of ", value.shape().ByteSize(), " bytes exceeds the limit of ",
+          feed_.max_value_bytes));
+    } else {
+      status_ = service_->Infeed(feed_, value, [this]() { return cancelled_.load(); });
+    }
+    if (status_.ok()) {
+      response_.set_values(response_.values() + 1);
+      response_.set_bytes(response_.bytes() + value.shape().ByteSize());
+    }
+    return status_;
+  }
+  absl::StatusOr<v1::InfeedResponse> Finish() override {
+    if (!status_.ok()) return status_;
+    return response_;
+  }
+  void Cancel() override { cancelled_ = true; }
+
+ private:
+  server::Service* service_;
+  server::Service::FeedEndpoint feed_;
+  absl::Status status_;
+  v1::InfeedResponse response_;
+  std::atomic<bool> cancelled_{false};
+};
+
+class Outfeed : public OutfeedStream {
+ public:
+  Outfeed(server::Service* service, const v1::OutfeedRequest& r)
+      : service_(service),
+        max_values_(r.max_values()),
+        timeout_(r.timeout_millis() > 0 ? absl::Milliseconds(r.timeout_millis())
+                                        : absl::InfiniteDuration()) {
+    absl::StatusOr<server::Service::FeedEndpoint> feed = service->OpenFeed(r.target());
+    if (feed.ok()) {
+      feed_ = *std::move(feed);
+    } else {
+      status_ = feed.status();
+    }
+  }
+  absl::StatusOr<std::optional<ir::Literal>> Next() override {
+    if (!status_.ok()) return status_;
+    if (max_values_ > 0 && read_ >= max_values_) return std::optional<ir::Literal>();
+    absl::StatusOr<ir::Literal> value =
+        service_->Outfeed(feed_, timeout_, [this]() { return cancelled_.load(); });
+    if (!value.ok()) {
+      status_ = value.status();
+      return status_;
+    }
+    ++read_;
+    return std::optional<ir::Literal>(*std::move(value));
+  }
+  void Cancel() override { cancelled_ = true; }
+
+ private:
+  server::Service* service_;
+  const int64_t max_values_;
+  const absl::Duration timeout_;
+  server::Service::FeedEndpoint feed_;
+  absl::Status status_;
+  int64_t read_ = 0;
+  std::atomic<bool> cancelled_{false};
+};
+
 class InProcessTransport : public Transport {
  public:
+  using Transport::Execute;
   explicit InProcessTransport(std::unique_ptr<server::Service> service)
       : service_(std::move(service)) {}
 
@@ -52,8 +133,22 @@ class InProcessTransport : public Transport {
   absl::StatusOr<v1::CompileResponse> Compile(const v1::CompileRequest& r) override {
     return service_->Compile(r);
   }
-  absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& r) override {
-    return service_->Execute(r);
+  absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& r,
+                                              CallCanceller* cancel) override {
+    if (cancel == nullptr) return service_->Execute(r);
+    return service_->Execute(r, [cancel]() { return cancel->cancelled(); });
+  }
+  absl::StatusOr<v1::CreateFeedTokenResponse> CreateFeedToken(
+      const v1::CreateFeedTokenRequest& r) override {
+    return service_->CreateFeedToken(r);
+  }
+  absl::StatusOr<std::unique_ptr<InfeedStream>> OpenInfeed(const v1::FeedTarget& target,
+                                                           int64_t) override {
+    return std::unique_ptr<InfeedStream>(new Infeed(service_.get(), target));
+  }
+  absl::StatusOr<std::unique_ptr<OutfeedStream>> OpenOutfeed(
+      const v1::OutfeedRequest& r) override {
+    return std::unique_ptr<OutfeedStream>(new Outfeed(service_.get(), r));
   }
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& r) override {
     return service_->MemoryInfo(r);

@@ -1,6 +1,9 @@
 #include "client/grpc_transport.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/proto_convert.h"
 #include "grpcpp/grpcpp.h"
 #include "kiln/v1/service.grpc.pb.h"
 
@@ -16,6 +19,7 @@ absl::Status FromGrpc(const grpc::Status& s) {
 
 class GrpcTransport : public Transport {
  public:
+  using Transport::Execute;
   GrpcTransport(std::shared_ptr<grpc::Channel> channel, absl::Duration call_timeout)
       : channel_(std::move(channel)),
         stub_(v1::KilnService::NewStub(channel_)),
@@ -52,9 +56,31 @@ class GrpcTransport : public Transport {
   absl::StatusOr<v1::CompileResponse> Compile(const v1::CompileRequest& r) override {
     return Unary<v1::CompileRequest, v1::CompileResponse>(&v1::KilnService::Stub::Compile, r);
   }
-  absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& r) override {
-    return Unary<v1::ExecuteRequest, v1::ExecuteResponse>(&v1::KilnService::Stub::Execute, r);
+  absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& r,
+                                              CallCanceller* cancel) override {
+    if (cancel == nullptr) {
+      return Unary<v1::ExecuteRequest, v1::ExecuteResponse>(&v1::KilnService::Stub::Execute, r);
+    }
+    grpc::ClientContext ctx;
+    if (call_timeout_ > absl::ZeroDuration()) {
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
+    }
+    cancel->SetHook([&ctx]() { ctx.TryCancel(); });
+    v1::ExecuteResponse resp;
+    grpc::Status s = stub_->Execute(&ctx, r, &resp);
+    cancel->ClearHook();
+    if (!s.ok()) return FromGrpc(s);
+    return resp;
   }
+  absl::StatusOr<v1::CreateFeedTokenResponse> CreateFeedToken(
+      const v1::CreateFeedTokenRequest& r) override {
+    return Unary<v1::CreateFeedTokenRequest, v1::CreateFeedTokenResponse>(
+        &v1::KilnService::Stub::CreateFeedToken, r);
+  }
+  absl::StatusOr<std::unique_ptr<InfeedStream>> OpenInfeed(const v1::FeedTarget& target,
+                                                           int64_t chunk_bytes) override;
+  absl::StatusOr<std::unique_ptr<OutfeedStream>> OpenOutfeed(
+      const v1::OutfeedRequest& r) override;
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& r) override {
     return Unary<v1::MemoryInfoRequest, v1::MemoryInfoResponse>(
         &v1::KilnService::Stub::MemoryInfo, r);
@@ -109,6 +135,135 @@ class GrpcTransport : public Transport {
   std::unique_ptr<v1::KilnService::Stub> stub_;
   absl::Duration call_timeout_;
 };
+
+class GrpcInfeedStream : public InfeedStream {
+ public:
+  GrpcInfeedStream(v1::KilnService::Stub* stub, const v1::FeedTarget& target, int64_t chunk_bytes)
+      : chunk_bytes_(std::max<int64_t>(chunk_bytes, 1024)) {
+    writer_ = stub->Infeed(&ctx_, &resp_);
+    v1::InfeedChunk first;
+    *first.mutable_target() = target;
+    open_ = writer_->Write(first);
+  }
+  ~GrpcInfeedStream() override {
+    if (!finished_) {
+      ctx_.TryCancel();
+      Finish().IgnoreError();
+    }
+  }
+
+  absl::Status Write(const ir::Literal& value) override {
+    if (!open_) return absl::UnavailableError("the infeed stream is closed; Finish() tells why");
+    const auto& bytes = value.bytes();
+    const int64_t total = static_cast<int64_t>(bytes.size());
+    int64_t sent = 0;
+    do {
+      v1::InfeedChunk chunk;
+      if (sent == 0) {
+        ir::ShapeToProto(value.shape(), chunk.mutable_shape());
+        chunk.set_total_bytes(total);
+      }
+      const int64_t n = std::min(chunk_bytes_, total - sent);
+      chunk.set_data(reinterpret_cast<const char*>(bytes.data()) + sent, n);
+      if (!writer_->Write(chunk)) {
+        open_ = false;
+        return absl::UnavailableError("the server ended the infeed stream; Finish() tells why");
+      }
+      sent += n;
+    } while (sent < total);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<v1::InfeedResponse> Finish() override {
+    if (finished_) return absl::FailedPreconditionError("the infeed stream was finished already");
+    finished_ = true;
+    writer_->WritesDone();
+    grpc::Status s = writer_->Finish();
+    if (!s.ok()) return FromGrpc(s);
+    return resp_;
+  }
+
+  void Cancel() override { ctx_.TryCancel(); }
+
+ private:
+  grpc::ClientContext ctx_;
+  v1::InfeedResponse resp_;
+  std::unique_ptr<grpc::ClientWriter<v1::InfeedChunk>> writer_;
+  const int64_t chunk_bytes_;
+  bool open_ = false, finished_ = false;
+};
+
+class GrpcOutfeedStream : public OutfeedStream {
+ public:
+  GrpcOutfeedStream(v1::KilnService::Stub* stub, const v1::OutfeedRequest& r)
+      : max_values_(r.max_values()) {
+    reader_ = stub->Outfeed(&ctx_, r);
+  }
+  ~GrpcOutfeedStream() override {
+    if (!finished_) {
+      ctx_.TryCancel();
+      reader_->Finish();
+    }
+  }
+
+  absl::StatusOr<std::optional<ir::Literal>> Next() override {
+    if (finished_) {
+      if (!final_.ok()) return final_;
+      return std::optional<ir::Literal>();
+    }
+    ir::ChunkedValue value;
+    v1::OutfeedChunk chunk;
+    while (reader_->Read(&chunk)) {
+      if (chunk.has_shape()) {
+        absl::Status st = value.Start(chunk.shape(), chunk.total_bytes(),
+                                      std::numeric_limits<int64_t>::max());
+        if (!st.ok()) return Fail(st);
+      }
+      absl::Status st = value.Append(chunk.data());
+      if (!st.ok()) return Fail(st);
+      if (value.complete()) {
+        ++read_;
+        return std::optional<ir::Literal>(value.Take());
+      }
+    }
+    finished_ = true;
+    final_ = FromGrpc(reader_->Finish());
+    if (final_.ok() && value.started()) final_ = absl::DataLossError("outfeed value cut short");
+    if (final_.ok() && max_values_ > 0 && read_ < max_values_) {
+      final_ = absl::UnavailableError("the outfeed stream ended early");
+    }
+    if (!final_.ok()) return final_;
+    return std::optional<ir::Literal>();
+  }
+
+  void Cancel() override { ctx_.TryCancel(); }
+
+ private:
+  absl::Status Fail(absl::Status st) {
+    ctx_.TryCancel();
+    reader_->Finish();
+    finished_ = true;
+    final_ = st;
+    return st;
+  }
+
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::OutfeedChunk>> reader_;
+  const int64_t max_values_;
+  int64_t read_ = 0;
+  bool finished_ = false;
+  absl::Status final_;
+};
+
+absl::StatusOr<std::unique_ptr<InfeedStream>> GrpcTransport::OpenInfeed(
+    const v1::FeedTarget& target, int64_t chunk_bytes) {
+  return std::unique_ptr<InfeedStream>(new GrpcInfeedStream(stub_.get(), target, chunk_bytes));
+}
+
+absl::StatusOr<std::unique_ptr<OutfeedStream>> GrpcTransport::OpenOutfeed(
+    const v1::OutfeedRequest& r) {
+  return std::unique_ptr<OutfeedStream>(new GrpcOutfeedStream(stub_.get(), r));
+}
 
 }  // namespace
 

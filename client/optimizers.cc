@@ -32,12 +32,27 @@ Tensor DeviceZeros(const Tensor& like) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<Tensor>> Sgd::Step(const std::vector<Tensor>& params,
-                                              const std::vector<Tensor>& grads) {
-  RETURN_IF_ERROR(CheckPairs(params, grads));
+void Sgd::set_learning_rate(double lr) {
+  if (lr != lr_) lr_tensor_ = Tensor();
+  lr_ = lr;
+}
+
+void Sgd::InitState(const std::vector<Tensor>& params) {
   if (momentum_ != 0 && velocity_.empty()) {
     for (const Tensor& p : params) velocity_.push_back(DeviceZeros(p));
   }
+  if (!lr_tensor_.defined() && !params.empty()) {
+    ir::Literal lr(ir::Shape::Scalar(params[0].dtype()));
+    lr.SetFromDouble(0, lr_);
+    lr_tensor_ = params[0].context()->FromLiteral(lr, params[0].device());
+  }
+}
+
+absl::StatusOr<std::vector<Tensor>> Sgd::Step(const std::vector<Tensor>& params,
+                                              const std::vector<Tensor>& grads) {
+  RETURN_IF_ERROR(CheckPairs(params, grads));
+  InitState(params);
+  if (lr_tensor_.defined()) RETURN_IF_ERROR(lr_tensor_.status());
   std::vector<Tensor> updated;
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor step = grads[i];
@@ -45,7 +60,7 @@ absl::StatusOr<std::vector<Tensor>> Sgd::Step(const std::vector<Tensor>& params,
       velocity_[i] = velocity_[i] * momentum_ + grads[i];
       step = velocity_[i];
     }
-    updated.push_back(params[i] - step * lr_);
+    updated.push_back(params[i] - step * lr_tensor_);
     RETURN_IF_ERROR(updated.back().status());
   }
   return updated;

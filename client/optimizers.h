@@ -11,6 +11,8 @@
 namespace kiln::client {
 
 // SGD with optional momentum: v = momentum * v + g; p = p - lr * v.
+// The learning rate is a device scalar, so a schedule that changes it
+// between steps keeps the same step program (no recompile).
 class Sgd {
  public:
   Sgd(double learning_rate, double momentum = 0.0)
@@ -18,10 +20,18 @@ class Sgd {
   // Returns the updated parameters; `params` and `grads` match one to one.
   absl::StatusOr<std::vector<Tensor>> Step(const std::vector<Tensor>& params,
                                            const std::vector<Tensor>& grads);
-  const std::vector<Tensor>& velocity() const { return velocity_; }
+  // Takes effect at the next Step (one 4-byte upload).
+  void set_learning_rate(double lr);
+  double learning_rate() const { return lr_; }
+  // Creates the momentum state for `params` if it does not exist yet.
+  void InitState(const std::vector<Tensor>& params);
+  // The momentum buffers (empty without momentum). Code that traces steps
+  // inside a device loop swaps them for the loop's carried values.
+  std::vector<Tensor>& velocity() { return velocity_; }
 
  private:
   double lr_, momentum_;
+  Tensor lr_tensor_;
   std::vector<Tensor> velocity_;
 };
 

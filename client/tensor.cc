@@ -155,6 +155,19 @@ double InitValue(Reducer r, ElementType type) {
 
 }  // namespace
 
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> stack = std::move(operands);
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    if (n.use_count() == 1) {
+      // Last owner: take its operands before it goes, so it dies childless.
+      for (auto& o : n->operands) stack.push_back(std::move(o));
+      n->operands.clear();
+    }
+  }
+}
+
 Tensor Tensor::ToReducedPrecision() const { return Cast(*this, ElementType::kBF16); }
 Tensor Tensor::ToFullPrecision() const {
   return IsReducedPrecision() ? Cast(*this, ElementType::kF32) : *this;

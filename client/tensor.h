@@ -43,6 +43,11 @@ struct Node {
   absl::Status status;
   std::shared_ptr<LazyContext> context;
 
+  Node() = default;
+  // Releases long operand chains iteratively (a recursive release of a
+  // trace of many thousands of ops would overflow the stack).
+  ~Node();
+
   bool realized() const { return data != nullptr; }
 };
 

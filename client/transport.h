@@ -3,13 +3,56 @@
 #ifndef KILN_CLIENT_TRANSPORT_H_
 #define KILN_CLIENT_TRANSPORT_H_
 
+#include <atomic>
 #include <functional>
+#include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "compiler/ir/literal.h"
 #include "kiln/v1/service.pb.h"
 
 namespace kiln::client {
+
+// Cancels a call in flight from another thread. Thread-safe.
+class CallCanceller {
+ public:
+  void Cancel();
+  bool cancelled() const { return cancelled_.load(); }
+  // While set, `hook` runs on Cancel() (at once if already cancelled).
+  void SetHook(std::function<void()> hook);
+  void ClearHook();
+
+ private:
+  absl::Mutex mu_;
+  std::function<void()> hook_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> cancelled_{false};
+};
+
+// A stream of values into a session's infeed on one device. One writer.
+class InfeedStream {
+ public:
+  virtual ~InfeedStream() = default;
+  // Sends one array value; blocks while the device queue is full. An error
+  // means the stream is over: Finish() then tells why.
+  virtual absl::Status Write(const ir::Literal& value) = 0;
+  // Ends the stream and returns the server's verdict.
+  virtual absl::StatusOr<v1::InfeedResponse> Finish() = 0;
+  // Abandons the stream from any thread; a blocked Write returns.
+  virtual void Cancel() = 0;
+};
+
+// A stream of values out of a session's outfeed on one device. One reader;
+// Cancel() may come from any thread.
+class OutfeedStream {
+ public:
+  virtual ~OutfeedStream() = default;
+  // The next value in order; nullopt once max_values were read.
+  virtual absl::StatusOr<std::optional<ir::Literal>> Next() = 0;
+  virtual void Cancel() = 0;
+};
 
 class Transport {
  public:
@@ -27,9 +70,22 @@ class Transport {
       const std::function<absl::Status(v1::TransferFromDeviceChunk&)>& on_chunk) = 0;
   virtual absl::StatusOr<v1::ReleaseResponse> Release(const v1::ReleaseRequest& r) = 0;
   virtual absl::StatusOr<v1::CompileResponse> Compile(const v1::CompileRequest& r) = 0;
-  virtual absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& r) = 0;
+  // `cancel` (may be null) stops the program from another thread.
+  virtual absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& r,
+                                                      CallCanceller* cancel) = 0;
+  absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& r) {
+    return Execute(r, nullptr);
+  }
   virtual absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& r) = 0;
   virtual absl::StatusOr<v1::MetricsResponse> GetMetrics(const v1::MetricsRequest& r) = 0;
+  virtual absl::StatusOr<v1::CreateFeedTokenResponse> CreateFeedToken(
+      const v1::CreateFeedTokenRequest& r) = 0;
+  // Opening checks nothing on the server yet: a refused target shows at the
+  // first Write or at Finish.
+  virtual absl::StatusOr<std::unique_ptr<InfeedStream>> OpenInfeed(const v1::FeedTarget& target,
+                                                                   int64_t chunk_bytes) = 0;
+  virtual absl::StatusOr<std::unique_ptr<OutfeedStream>> OpenOutfeed(
+      const v1::OutfeedRequest& r) = 0;
 };
 
 }  // namespace kiln::client

@@ -28,6 +28,12 @@ struct ExecuteOptions {
   // How long an outfeed may wait for room before the program fails.
   absl::Duration outfeed_timeout = absl::Seconds(30);
   int replica_id = 0;
+  // The queues infeed and outfeed use; null: the device's own.
+  FeedQueue* infeed = nullptr;
+  FeedQueue* outfeed = nullptr;
+  // Polled between loop iterations and while waiting on a queue: once it
+  // returns true the program stops with CANCELLED.
+  CancelCheck cancelled;
 };
 
 // A compiled module, ready to run many times. Thread-safe: concurrent

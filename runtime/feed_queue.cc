@@ -1,29 +1,59 @@
 #include "runtime/feed_queue.h"
 
-namespace kiln::runtime {
+#include <algorithm>
 
-absl::Status FeedQueue::Push(ir::Literal value, absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return aborted_ || items_.size() < capacity_;
-  };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
-    return absl::DeadlineExceededError("feed queue stayed full");
+#include "absl/strings/str_cat.h"
+
+namespace kiln::runtime {
+namespace {
+
+// How often a waiter with a cancel check looks at it.
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
+
+}  // namespace
+
+absl::Status FeedQueue::Await(const absl::Condition& ready, uint64_t generation,
+                              absl::Duration timeout, const CancelCheck& cancelled,
+                              absl::string_view what) {
+  const absl::Time deadline = absl::Now() + timeout;
+  auto aborted = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return generation_ != generation; };
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration slice = cancelled ? std::min(left, kCancelPoll) : left;
+    if (slice > absl::ZeroDuration()) mu_.AwaitWithTimeout(ready, slice);
+    if (aborted()) return absl::CancelledError(absl::StrCat(what, ": the queue was aborted"));
+    if (ready.Eval()) return absl::OkStatus();
+    if (cancelled && cancelled()) return absl::CancelledError(absl::StrCat(what, ": cancelled"));
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, " after ", absl::FormatDuration(timeout)));
+    }
   }
-  if (aborted_) return absl::CancelledError("feed queue aborted");
+}
+
+absl::Status FeedQueue::Push(ir::Literal value, absl::Duration timeout,
+                             const CancelCheck& cancelled) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t generation = generation_;
+  auto ready = [this, generation]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return generation_ != generation || items_.size() < capacity_;
+  };
+  absl::Status st = Await(absl::Condition(&ready), generation, timeout, cancelled,
+                          "the feed queue stayed full");
+  if (!st.ok()) return st;
   items_.push_back(std::move(value));
   return absl::OkStatus();
 }
 
-absl::StatusOr<ir::Literal> FeedQueue::Pop(absl::Duration timeout) {
+absl::StatusOr<ir::Literal> FeedQueue::Pop(absl::Duration timeout, const CancelCheck& cancelled) {
   absl::MutexLock lock(&mu_);
-  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return aborted_ || !items_.empty();
+  const uint64_t generation = generation_;
+  auto ready = [this, generation]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return generation_ != generation || !items_.empty();
   };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
-    return absl::DeadlineExceededError("no value arrived in the feed queue");
-  }
-  if (aborted_) return absl::CancelledError("feed queue aborted");
+  absl::Status st = Await(absl::Condition(&ready), generation, timeout, cancelled,
+                          "no value arrived in the feed queue");
+  if (!st.ok()) return st;
   ir::Literal value = std::move(items_.front());
   items_.pop_front();
   return value;
@@ -31,13 +61,8 @@ absl::StatusOr<ir::Literal> FeedQueue::Pop(absl::Duration timeout) {
 
 void FeedQueue::Abort() {
   absl::MutexLock lock(&mu_);
-  aborted_ = true;
+  ++generation_;
   items_.clear();
-}
-
-void FeedQueue::Reset() {
-  absl::MutexLock lock(&mu_);
-  aborted_ = false;
 }
 
 size_t FeedQueue::size() const {

@@ -2,7 +2,9 @@
 #ifndef KILN_RUNTIME_FEED_QUEUE_H_
 #define KILN_RUNTIME_FEED_QUEUE_H_
 
+#include <cstdint>
 #include <deque>
+#include <functional>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -11,26 +13,38 @@
 
 namespace kiln::runtime {
 
+// Polled by long waits: true once the caller gave up (an RPC cancelled, a
+// session closed). Must be cheap and thread-safe.
+using CancelCheck = std::function<bool()>;
+
 // Thread-safe. Push blocks while the queue is full (backpressure); Pop
 // blocks while it is empty. Both give up at their deadline with
-// DEADLINE_EXCEEDED, and with CANCELLED once Abort() was called.
+// DEADLINE_EXCEEDED, with CANCELLED when `cancelled` turns true (polled a
+// few times a second), and with CANCELLED when Abort() runs while they wait.
 class FeedQueue {
  public:
   explicit FeedQueue(size_t capacity) : capacity_(capacity) {}
 
-  absl::Status Push(ir::Literal value, absl::Duration timeout);
-  absl::StatusOr<ir::Literal> Pop(absl::Duration timeout);
-  // Wakes every waiter with CANCELLED and drops the queued values; the queue
-  // accepts values again after Reset().
+  absl::Status Push(ir::Literal value, absl::Duration timeout,
+                    const CancelCheck& cancelled = nullptr);
+  absl::StatusOr<ir::Literal> Pop(absl::Duration timeout, const CancelCheck& cancelled = nullptr);
+  // Wakes every current waiter with CANCELLED and drops the queued values.
+  // Later calls work as before.
   void Abort();
-  void Reset();
   size_t size() const;
+  size_t capacity() const { return capacity_; }
 
  private:
+  // Waits until `ready` holds, the generation changes, the deadline passes
+  // or `cancelled` turns true; returns the reason it stopped waiting.
+  absl::Status Await(const absl::Condition& ready, uint64_t generation, absl::Duration timeout,
+                     const CancelCheck& cancelled, absl::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const size_t capacity_;
   mutable absl::Mutex mu_;
   std::deque<ir::Literal> items_ ABSL_GUARDED_BY(mu_);
-  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kiln::runtime

@@ -1,6 +1,10 @@
 #include "server/grpc_service.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/proto_convert.h"
+#include "compiler/ir/status_macros.h"
 #include "grpcpp/health_check_service_interface.h"
 
 namespace kiln::server {
@@ -78,9 +82,10 @@ grpc::Status GrpcService::Compile(grpc::ServerContext*, const v1::CompileRequest
                                   v1::CompileResponse* resp) {
   return Reply(service_->Compile(*req), resp);
 }
-grpc::Status GrpcService::Execute(grpc::ServerContext*, const v1::ExecuteRequest* req,
+grpc::Status GrpcService::Execute(grpc::ServerContext* ctx, const v1::ExecuteRequest* req,
                                   v1::ExecuteResponse* resp) {
-  return Reply(service_->Execute(*req), resp);
+  // A client that cancels or passes its deadline stops the program.
+  return Reply(service_->Execute(*req, [ctx]() { return ctx->IsCancelled(); }), resp);
 }
 grpc::Status GrpcService::MemoryInfo(grpc::ServerContext*, const v1::MemoryInfoRequest* req,
                                      v1::MemoryInfoResponse* resp) {
@@ -89,6 +94,93 @@ grpc::Status GrpcService::MemoryInfo(grpc::ServerContext*, const v1::MemoryInfoR
 grpc::Status GrpcService::GetMetrics(grpc::ServerContext*, const v1::MetricsRequest*,
                                      v1::MetricsResponse* resp) {
   *resp = service_->GetMetrics();
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::CreateFeedToken(grpc::ServerContext*,
+                                          const v1::CreateFeedTokenRequest* req,
+                                          v1::CreateFeedTokenResponse* resp) {
+  return Reply(service_->CreateFeedToken(*req), resp);
+}
+
+grpc::Status GrpcService::Infeed(grpc::ServerContext* ctx,
+                                 grpc::ServerReader<v1::InfeedChunk>* reader,
+                                 v1::InfeedResponse* resp) {
+  v1::InfeedChunk chunk;
+  if (!reader->Read(&chunk)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty infeed stream");
+  }
+  if (!chunk.has_target()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first infeed message must carry the target");
+  }
+  absl::StatusOr<kiln::server::Service::FeedEndpoint> feed = service_->OpenFeed(chunk.target());
+  if (!feed.ok()) return ToGrpcStatus(feed.status());
+  auto cancelled = [ctx]() { return ctx->IsCancelled(); };
+  ir::ChunkedValue value;
+  int64_t values = 0, bytes = 0;
+  while (true) {
+    if (chunk.has_shape()) {
+      absl::Status st = value.Start(chunk.shape(), chunk.total_bytes(), feed->max_value_bytes);
+      if (!st.ok()) return ToGrpcStatus(WithContext(st, absl::StrCat("infeed value ", values)));
+    }
+    absl::Status st = value.Append(chunk.data());
+    if (!st.ok()) return ToGrpcStatus(WithContext(st, absl::StrCat("infeed value ", values)));
+    if (value.complete()) {
+      ir::Literal literal = value.Take();
+      bytes += literal.shape().ByteSize();
+      st = service_->Infeed(*feed, std::move(literal), cancelled);
+      if (!st.ok()) return ToGrpcStatus(st);
+      ++values;
+    }
+    if (!reader->Read(&chunk)) break;
+    if (chunk.has_target()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a second infeed target");
+    }
+  }
+  if (ctx->IsCancelled()) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "infeed cancelled by the producer");
+  }
+  if (value.started()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("the infeed stream ended inside value ", values,
+                                     "; that value was dropped"));
+  }
+  resp->set_values(values);
+  resp->set_bytes(bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::Outfeed(grpc::ServerContext* ctx, const v1::OutfeedRequest* req,
+                                  grpc::ServerWriter<v1::OutfeedChunk>* writer) {
+  absl::StatusOr<kiln::server::Service::FeedEndpoint> feed = service_->OpenFeed(req->target());
+  if (!feed.ok()) return ToGrpcStatus(feed.status());
+  const absl::Duration timeout = req->timeout_millis() > 0
+                                     ? absl::Milliseconds(req->timeout_millis())
+                                     : absl::InfiniteDuration();
+  const int64_t chunk = std::clamp<int64_t>(req->chunk_bytes() > 0 ? req->chunk_bytes() : 1 << 20,
+                                            1024, int64_t{16} << 20);
+  for (int64_t n = 0; req->max_values() <= 0 || n < req->max_values(); ++n) {
+    absl::StatusOr<ir::Literal> value =
+        service_->Outfeed(*feed, timeout, [ctx]() { return ctx->IsCancelled(); });
+    if (!value.ok()) return ToGrpcStatus(value.status());
+    const auto& bytes = value->bytes();
+    const int64_t total = static_cast<int64_t>(bytes.size());
+    int64_t sent = 0;
+    do {
+      v1::OutfeedChunk msg;
+      if (sent == 0) {
+        ir::ShapeToProto(value->shape(), msg.mutable_shape());
+        msg.set_total_bytes(total);
+      }
+      const int64_t len = std::min(chunk, total - sent);
+      msg.set_data(reinterpret_cast<const char*>(bytes.data()) + sent, len);
+      if (!writer->Write(msg)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the outfeed reader went away");
+      }
+      sent += len;
+    } while (sent < total);
+  }
   return grpc::Status::OK;
 }
 

@@ -41,6 +41,12 @@ class GrpcService final : public v1::KilnService::Service {
                           v1::MemoryInfoResponse*) override;
   grpc::Status GetMetrics(grpc::ServerContext*, const v1::MetricsRequest*,
                           v1::MetricsResponse*) override;
+  grpc::Status CreateFeedToken(grpc::ServerContext*, const v1::CreateFeedTokenRequest*,
+                               v1::CreateFeedTokenResponse*) override;
+  grpc::Status Infeed(grpc::ServerContext*, grpc::ServerReader<v1::InfeedChunk>*,
+                      v1::InfeedResponse*) override;
+  grpc::Status Outfeed(grpc::ServerContext*, const v1::OutfeedRequest*,
+                       grpc::ServerWriter<v1::OutfeedChunk>*) override;
 
  private:
   kiln::server::Service* service_;  // borrowed

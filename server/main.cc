@@ -24,6 +24,8 @@ ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off (KILN_LOG_LEVEL sets it for embedded use)");
 ABSL_FLAG(int32_t, cpu_devices, 1, "number of CPU devices (cpu:0, cpu:1, ...)");
 ABSL_FLAG(int64_t, cpu_memory_bytes, int64_t{8} << 30, "memory capacity of each CPU device");
+ABSL_FLAG(int64_t, feed_queue_capacity, 16,
+          "values each session's infeed and outfeed queue holds per device");
 ABSL_FLAG(int64_t, infeed_timeout_seconds, 30,
           "how long a program's infeed waits for data before failing");
 ABSL_FLAG(int64_t, shutdown_grace_seconds, 5,
@@ -62,6 +64,11 @@ int main(int argc, char** argv) {
   options.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
   options.cpu_memory_bytes = absl::GetFlag(FLAGS_cpu_memory_bytes);
   options.infeed_timeout = absl::Seconds(absl::GetFlag(FLAGS_infeed_timeout_seconds));
+  if (absl::GetFlag(FLAGS_feed_queue_capacity) < 1) {
+    std::fprintf(stderr, "kiln-server: --feed_queue_capacity must be at least 1\n");
+    return 2;
+  }
+  options.feed_queue_capacity = static_cast<size_t>(absl::GetFlag(FLAGS_feed_queue_capacity));
   auto service = kiln::server::Service::Create(options);
   if (!service.ok()) {
     std::fprintf(stderr, "kiln-server: %s\n", std::string(service.status().message()).c_str());

@@ -27,7 +27,7 @@ void Flatten(const runtime::BufferPtr& buffer, std::vector<runtime::BufferPtr>* 
 
 Service::Service(const ServiceOptions& options)
     : options_(options),
-      sessions_(std::make_unique<SessionManager>(options.lease)),
+      sessions_(std::make_unique<SessionManager>(options.lease, options.feed_queue_capacity)),
       cache_(options.compile_cache_entries) {}
 
 absl::StatusOr<std::unique_ptr<Service>> Service::Create(const ServiceOptions& options) {
@@ -226,7 +226,8 @@ absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& r
   return resp;
 }
 
-absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& req) {
+absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& req,
+                                                     const runtime::CancelCheck& cancelled) {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
   ASSIGN_OR_RETURN(ExecutableEntry exe, session->GetExecutable(req.executable_handle()));
@@ -265,11 +266,28 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
   options.infeed_timeout = req.infeed_timeout_millis() > 0
                                ? absl::Milliseconds(req.infeed_timeout_millis())
                                : options_.infeed_timeout;
+  options.outfeed_timeout = options.infeed_timeout;
+  std::shared_ptr<FeedQueues> feeds = session->Feeds(exe.device->name());
+  options.infeed = &feeds->infeed;
+  options.outfeed = &feeds->outfeed;
+  options.cancelled = [&session, &cancelled]() {
+    return session->closed() || (cancelled && cancelled());
+  };
+  metrics_.Add("executes_running", 1);
   absl::StatusOr<runtime::BufferPtr> result = exe.executable->Execute(args, options);
+  metrics_.Add("executes_running", -1);
   args.clear();
   metrics_.Add("executes");
   if (!result.ok()) {
     metrics_.Add("execute_errors");
+    if (options.cancelled()) {
+      // Wake producers and consumers of the aborted program; drop its data.
+      feeds->infeed.Abort();
+      feeds->outfeed.Abort();
+      metrics_.Add("executes_cancelled");
+      logging::Info("session {}: execution cancelled on {}", session->id(), exe.device->name());
+      return absl::CancelledError(absl::StrCat("execution cancelled: ", result.status().message()));
+    }
     return result.status();
   }
   std::vector<runtime::BufferPtr> leaves;
@@ -300,6 +318,93 @@ absl::StatusOr<v1::MemoryInfoResponse> Service::MemoryInfo(const v1::MemoryInfoR
   resp.set_peak_bytes_in_use(stats.peak_bytes_in_use);
   resp.set_live_buffers(stats.live_buffers);
   return resp;
+}
+
+absl::StatusOr<v1::CreateFeedTokenResponse> Service::CreateFeedToken(
+    const v1::CreateFeedTokenRequest& req) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
+  ASSIGN_OR_RETURN(runtime::Device * device, FindDevice(req.device()));
+  std::string token = NewHandle("f-");
+  {
+    absl::MutexLock lock(&feed_tokens_mu_);
+    // Drop the grants of sessions that have ended.
+    for (auto it = feed_tokens_.begin(); it != feed_tokens_.end();) {
+      if (!sessions_->Alive(it->second.session_id)) {
+        feed_tokens_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    feed_tokens_[token] = FeedGrant{session->id(), device->name()};
+  }
+  logging::Info("session {} issued a feed token for {}", session->id(), device->name());
+  v1::CreateFeedTokenResponse resp;
+  resp.set_feed_token(token);
+  return resp;
+}
+
+absl::StatusOr<Service::FeedEndpoint> Service::OpenFeed(const v1::FeedTarget& target) {
+  FeedEndpoint feed;
+  if (!target.feed_token().empty()) {
+    FeedGrant grant;
+    {
+      absl::MutexLock lock(&feed_tokens_mu_);
+      auto it = feed_tokens_.find(target.feed_token());
+      if (it == feed_tokens_.end()) {
+        return absl::PermissionDeniedError("the feed token is not valid on this server");
+      }
+      grant = it->second;
+    }
+    if (!target.device().empty() && target.device() != grant.device) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "the feed token grants ", grant.device, ", not ", target.device()));
+    }
+    absl::StatusOr<std::shared_ptr<Session>> session = sessions_->Get(grant.session_id);
+    if (!session.ok()) {
+      return absl::PermissionDeniedError("the session that issued the feed token has ended");
+    }
+    feed.session = *session;
+    ASSIGN_OR_RETURN(feed.device, FindDevice(grant.device));
+  } else if (!target.session_id().empty()) {
+    ASSIGN_OR_RETURN(feed.session, sessions_->Get(target.session_id()));
+    ASSIGN_OR_RETURN(feed.device, FindDevice(target.device()));
+  } else {
+    return absl::PermissionDeniedError(
+        "feeds need the session id or a feed token issued by the session");
+  }
+  feed.queues = feed.session->Feeds(feed.device->name());
+  feed.max_value_bytes = feed.device->memory_stats().capacity_bytes;
+  return feed;
+}
+
+absl::Status Service::Infeed(const FeedEndpoint& feed, ir::Literal value,
+                             const runtime::CancelCheck& cancelled) {
+  const int64_t bytes = value.shape().ByteSize();
+  const std::shared_ptr<Session>& session = feed.session;
+  absl::Status pushed = feed.queues->infeed.Push(
+      std::move(value), absl::InfiniteDuration(),
+      [&]() { return session->closed() || (cancelled && cancelled()); });
+  if (!pushed.ok()) {
+    if (session->closed()) return absl::CancelledError("the session has ended");
+    return WithContext(pushed, "infeed");
+  }
+  metrics_.Add("infeed_values");
+  metrics_.Add("infeed_bytes", bytes);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ir::Literal> Service::Outfeed(const FeedEndpoint& feed, absl::Duration timeout,
+                                             const runtime::CancelCheck& cancelled) {
+  const std::shared_ptr<Session>& session = feed.session;
+  absl::StatusOr<ir::Literal> value = feed.queues->outfeed.Pop(
+      timeout, [&]() { return session->closed() || (cancelled && cancelled()); });
+  if (!value.ok()) {
+    if (session->closed()) return absl::CancelledError("the session has ended");
+    return WithContext(value.status(), "outfeed");
+  }
+  metrics_.Add("outfeed_values");
+  metrics_.Add("outfeed_bytes", value->shape().ByteSize());
+  return value;
 }
 
 void Service::RefreshGauges() {

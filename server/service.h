@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "kiln/v1/service.pb.h"
 #include "runtime/device.h"
 #include "server/compile_cache.h"
@@ -20,7 +22,7 @@ namespace kiln::server {
 
 // Protocol versions this server speaks (docs/protocol.md has the changelog).
 inline constexpr uint32_t kMinProtocolVersion = 1;
-inline constexpr uint32_t kMaxProtocolVersion = 1;
+inline constexpr uint32_t kMaxProtocolVersion = 2;
 
 struct ServiceOptions {
   absl::Duration lease = absl::Seconds(60);
@@ -30,6 +32,8 @@ struct ServiceOptions {
   // Default for ExecuteRequest.infeed_timeout_millis <= 0.
   absl::Duration infeed_timeout = absl::Seconds(30);
   int64_t transfer_chunk_bytes = int64_t{1} << 20;
+  // Values each session's infeed and outfeed queue hold per device.
+  size_t feed_queue_capacity = 16;
 };
 
 // Thread-safe: every method may be called from many threads at once.
@@ -58,9 +62,35 @@ class Service {
 
   absl::StatusOr<v1::ReleaseResponse> Release(const v1::ReleaseRequest& request);
   absl::StatusOr<v1::CompileResponse> Compile(const v1::CompileRequest& request);
-  absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& request);
+  // `cancelled` is polled while the program runs (loop iterations, queue
+  // waits): once it returns true, the program stops with CANCELLED and the
+  // session's queues on that device are aborted.
+  absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& request,
+                                              const runtime::CancelCheck& cancelled = nullptr);
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& request);
   v1::MetricsResponse GetMetrics();
+
+  // Feeds: a token lets another process use this session's queues on one
+  // device.
+  absl::StatusOr<v1::CreateFeedTokenResponse> CreateFeedToken(
+      const v1::CreateFeedTokenRequest& request);
+  struct FeedEndpoint {
+    std::shared_ptr<Session> session;
+    std::shared_ptr<FeedQueues> queues;
+    runtime::Device* device = nullptr;
+    // The largest value a peer may send (the device's memory).
+    int64_t max_value_bytes = 0;
+  };
+  // PERMISSION_DENIED without a session id or with a token this server did
+  // not issue (or whose session has ended).
+  absl::StatusOr<FeedEndpoint> OpenFeed(const v1::FeedTarget& target);
+  // Queues one value, waiting while the queue is full until `cancelled`
+  // or the session ends.
+  absl::Status Infeed(const FeedEndpoint& feed, ir::Literal value,
+                      const runtime::CancelCheck& cancelled);
+  // The next outfeed value; waits at most `timeout`.
+  absl::StatusOr<ir::Literal> Outfeed(const FeedEndpoint& feed, absl::Duration timeout,
+                                      const runtime::CancelCheck& cancelled);
 
   const std::vector<std::unique_ptr<runtime::Device>>& devices() const {
     return devices_;
@@ -78,6 +108,12 @@ class Service {
   std::unique_ptr<SessionManager> sessions_;
   CompileCache cache_;
   Metrics metrics_;
+  struct FeedGrant {
+    std::string session_id;
+    std::string device;
+  };
+  absl::Mutex feed_tokens_mu_;
+  absl::flat_hash_map<std::string, FeedGrant> feed_tokens_ ABSL_GUARDED_BY(feed_tokens_mu_);
 };
 
 }  // namespace kiln::server

@@ -107,7 +107,28 @@ absl::StatusOr<std::vector<BufferEntry>> Session::TakeBuffers(
   return taken;
 }
 
+std::shared_ptr<FeedQueues> Session::Feeds(const std::string& device) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<FeedQueues>& feeds = feeds_[device];
+  if (feeds == nullptr) feeds = std::make_shared<FeedQueues>(feed_capacity_);
+  return feeds;
+}
+
+void Session::AbortFeeds() {
+  std::vector<std::shared_ptr<FeedQueues>> feeds;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [device, f] : feeds_) feeds.push_back(f);
+  }
+  for (auto& f : feeds) {
+    f->infeed.Abort();
+    f->outfeed.Abort();
+  }
+}
+
 void Session::Clear() {
+  closed_ = true;
+  AbortFeeds();
   absl::flat_hash_map<std::string, BufferEntry> buffers;
   absl::flat_hash_map<std::string, ExecutableEntry> executables;
   {
@@ -122,7 +143,8 @@ int64_t Session::buffer_count() const {
   return static_cast<int64_t>(buffers_.size());
 }
 
-SessionManager::SessionManager(absl::Duration lease) : lease_(lease) {
+SessionManager::SessionManager(absl::Duration lease, size_t feed_capacity)
+    : lease_(lease), feed_capacity_(feed_capacity) {
   reaper_ = std::thread([this] {
     const absl::Duration period =
         std::min(absl::Seconds(1), std::max(absl::Milliseconds(50), lease_ / 4));
@@ -146,7 +168,7 @@ SessionManager::~SessionManager() {
 }
 
 std::shared_ptr<Session> SessionManager::Create(const std::string& client_name) {
-  auto session = std::make_shared<Session>(NewHandle("s-"), client_name);
+  auto session = std::make_shared<Session>(NewHandle("s-"), client_name, feed_capacity_);
   absl::MutexLock lock(&mu_);
   sessions_[session->id()] = Entry{session, absl::Now() + lease_};
   return session;
@@ -177,6 +199,11 @@ absl::Status SessionManager::Close(const std::string& id) {
   session->Clear();
   logging::Info("session {} ({}) closed", id, session->client_name());
   return absl::OkStatus();
+}
+
+bool SessionManager::Alive(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.contains(id);
 }
 
 size_t SessionManager::size() const {

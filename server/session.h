@@ -4,6 +4,7 @@
 #ifndef KILN_SERVER_SESSION_H_
 #define KILN_SERVER_SESSION_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -28,14 +29,22 @@ struct BufferEntry {
   runtime::Device* device;  // borrowed from the service
 };
 
+// The infeed and outfeed of one device as one session sees them: sessions
+// sharing a device never see each other's values.
+struct FeedQueues {
+  explicit FeedQueues(size_t capacity) : infeed(capacity), outfeed(capacity) {}
+  runtime::FeedQueue infeed, outfeed;
+};
+
 // 128 random bits as hex with a prefix: handles cannot be guessed.
 std::string NewHandle(absl::string_view prefix);
 
 // Thread-safe.
 class Session {
  public:
-  Session(std::string id, std::string client_name)
-      : id_(std::move(id)), client_name_(std::move(client_name)) {}
+  // Feed queues hold at most `feed_capacity` values each.
+  Session(std::string id, std::string client_name, size_t feed_capacity = 16)
+      : id_(std::move(id)), client_name_(std::move(client_name)), feed_capacity_(feed_capacity) {}
 
   const std::string& id() const { return id_; }
   const std::string& client_name() const { return client_name_; }
@@ -51,23 +60,34 @@ class Session {
   // Removes and returns buffers (donation); all or none.
   absl::StatusOr<std::vector<BufferEntry>> TakeBuffers(
       const std::vector<std::string>& handles);
+  // This session's queues on `device` (made on first use).
+  std::shared_ptr<FeedQueues> Feeds(const std::string& device);
+  // Aborts every queue of the session: waiters wake with CANCELLED and
+  // queued values are dropped.
+  void AbortFeeds();
+  // Ends the session: marks it closed (running programs stop), aborts its
+  // queues and drops its handles.
   void Clear();
+  bool closed() const { return closed_.load(); }
   int64_t buffer_count() const;
 
  private:
   const std::string id_;
   const std::string client_name_;
+  const size_t feed_capacity_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, BufferEntry> buffers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, ExecutableEntry> executables_
       ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<FeedQueues>> feeds_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> closed_{false};
 };
 
 // Owns the sessions and their leases; a background thread drops sessions
 // whose lease ran out. Thread-safe.
 class SessionManager {
  public:
-  explicit SessionManager(absl::Duration lease);
+  explicit SessionManager(absl::Duration lease, size_t feed_capacity = 16);
   ~SessionManager();
 
   std::shared_ptr<Session> Create(const std::string& client_name);
@@ -75,6 +95,8 @@ class SessionManager {
   // expired sessions.
   absl::StatusOr<std::shared_ptr<Session>> Get(const std::string& id);
   absl::Status Close(const std::string& id);
+  // Whether the session exists (does not renew its lease).
+  bool Alive(const std::string& id) const;
   absl::Duration lease() const { return lease_; }
   size_t size() const;
   // Drops expired sessions now; returns how many (the reaper calls this).
@@ -86,6 +108,7 @@ class SessionManager {
     absl::Time deadline;
   };
   const absl::Duration lease_;
+  const size_t feed_capacity_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

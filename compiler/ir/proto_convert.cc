@@ -1,5 +1,7 @@
 #include "compiler/ir/proto_convert.h"
 
+#include <cstring>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
@@ -308,6 +310,53 @@ absl::StatusOr<std::unique_ptr<Module>> ModuleFromProto(
   }
   module->set_entry(entry->second);
   return module;
+}
+
+absl::Status ChunkedValue::Start(const v1::ShapeProto& shape_proto, int64_t total_bytes,
+                                 int64_t max_bytes) {
+  if (started()) {
+    return absl::InvalidArgumentError(absl::StrCat("a new value began after ", received_,
+                                                   " of the previous value's ", total_,
+                                                   " bytes"));
+  }
+  absl::StatusOr<Shape> shape = ShapeFromProto(shape_proto);
+  if (!shape.ok()) return shape.status();
+  if (!shape->IsArray()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("feed values are arrays, not ", shape->ToString()));
+  }
+  if (total_bytes != shape->ByteSize()) {
+    return absl::InvalidArgumentError(absl::StrCat("value declares ", total_bytes,
+                                                   " bytes but ", shape->ToString(), " has ",
+                                                   shape->ByteSize()));
+  }
+  if (total_bytes > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "value of ", total_bytes, " bytes exceeds the limit of ", max_bytes));
+  }
+  value_.emplace(*shape);
+  total_ = total_bytes;
+  received_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status ChunkedValue::Append(absl::string_view data) {
+  if (data.empty()) return absl::OkStatus();
+  if (!started()) return absl::InvalidArgumentError("data before a value's shape");
+  if (static_cast<int64_t>(data.size()) > total_ - received_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("value sent more than its declared ", total_, " bytes"));
+  }
+  std::memcpy(value_->mutable_bytes().data() + received_, data.data(), data.size());
+  received_ += static_cast<int64_t>(data.size());
+  return absl::OkStatus();
+}
+
+Literal ChunkedValue::Take() {
+  Literal out = std::move(*value_);
+  value_.reset();
+  total_ = received_ = 0;
+  return out;
 }
 
 }  // namespace kiln::ir

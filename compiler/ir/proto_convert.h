@@ -3,6 +3,7 @@
 #define KILN_COMPILER_IR_PROTO_CONVERT_H_
 
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "compiler/ir/instruction.h"
@@ -16,6 +17,23 @@ absl::StatusOr<Shape> ShapeFromProto(const v1::ShapeProto& proto);
 void LiteralToProto(const Literal& literal, v1::LiteralProto* proto);
 // Checks the data size matches the shape.
 absl::StatusOr<Literal> LiteralFromProto(const v1::LiteralProto& proto);
+
+// Rebuilds an array value sent in chunks: Start with the announced shape
+// and size, Append the data pieces, Take once complete(). Every size is
+// checked before memory is allocated.
+class ChunkedValue {
+ public:
+  // `max_bytes` bounds what a peer may announce.
+  absl::Status Start(const v1::ShapeProto& shape, int64_t total_bytes, int64_t max_bytes);
+  absl::Status Append(absl::string_view data);
+  bool started() const { return value_.has_value(); }
+  bool complete() const { return value_.has_value() && received_ == total_; }
+  Literal Take();
+
+ private:
+  std::optional<Literal> value_;
+  int64_t total_ = 0, received_ = 0;
+};
 
 v1::ModuleProto ModuleToProto(const Module& module);
 // Rebuilds the module; every id reference is checked, so a malformed message

@@ -4,6 +4,7 @@
 //
 // Without --server the service runs embedded in this process.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -23,7 +24,10 @@ ABSL_FLAG(std::string, device, "", "device to train on (default: the server's de
 ABSL_FLAG(int, epochs, 5, "passes over the training set");
 ABSL_FLAG(int, batch_size, 128, "examples per training step");
 ABSL_FLAG(int, eval_batch_size, 1000, "examples per evaluation step");
-ABSL_FLAG(double, lr, 0.01, "learning rate");
+ABSL_FLAG(double, lr, 0,
+          "learning rate; 0: the model's default (SGD: 0.02 for mlp, 0.04 for lenet; Adam: 0.001)");
+ABSL_FLAG(std::string, lr_schedule, "cosine",
+          "constant, or cosine: the SGD rate decays per epoch as lr * (1 + cos(pi * e / epochs)) / 2");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum (0 for plain SGD)");
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd or adam");
 ABSL_FLAG(std::string, server, "", "kiln-server address; empty runs the service embedded");
@@ -84,9 +88,15 @@ int main(int argc, char** argv) {
   const std::string device = absl::GetFlag(FLAGS_device).empty()
                                  ? (*client)->default_device().name
                                  : absl::GetFlag(FLAGS_device);
+  double base_lr = absl::GetFlag(FLAGS_lr);
+  if (base_lr <= 0) {
+    base_lr = absl::GetFlag(FLAGS_optimizer) == "adam"   ? 0.001
+              : absl::GetFlag(FLAGS_model) == "lenet" ? 0.04
+                                                       : 0.02;
+  }
   std::printf("training %s on %s (%s mode, %s, batch %d, lr %g)%s\n",
               absl::GetFlag(FLAGS_model).c_str(), device.c_str(), mode.c_str(),
-              absl::GetFlag(FLAGS_optimizer).c_str(), batch, absl::GetFlag(FLAGS_lr),
+              absl::GetFlag(FLAGS_optimizer).c_str(), batch, base_lr,
               absl::GetFlag(FLAGS_server).empty()
                   ? " on an embedded service"
                   : (" through kiln-server at " + absl::GetFlag(FLAGS_server)).c_str());
@@ -98,9 +108,14 @@ int main(int argc, char** argv) {
   ctx->set_eager(mode == "eager");
   kiln::examples::TrainerOptions options;
   options.optimizer = absl::GetFlag(FLAGS_optimizer);
-  options.learning_rate = absl::GetFlag(FLAGS_lr);
+  options.learning_rate = base_lr;
   options.momentum = absl::GetFlag(FLAGS_momentum);
   kiln::examples::Trainer trainer(ctx.get(), model->get(), device, options);
+  const std::string schedule = absl::GetFlag(FLAGS_lr_schedule);
+  if (schedule != "constant" && schedule != "cosine") {
+    return Fail(absl::InvalidArgumentError("--lr_schedule must be constant or cosine"));
+  }
+  const bool cosine = schedule == "cosine";
 
   // Whole batches only, so every step has the same shapes (one compile).
   const int64_t steps = train->count / batch;
@@ -113,6 +128,12 @@ int main(int argc, char** argv) {
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   for (int epoch = 1; epoch <= absl::GetFlag(FLAGS_epochs); ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
+    if (cosine) {
+      const double lr = base_lr * 0.5 *
+                        (1 + std::cos(M_PI * (epoch - 1) / absl::GetFlag(FLAGS_epochs)));
+      trainer.SetLearningRate(lr);
+      std::printf("epoch %d: learning rate %.5f\n", epoch, lr);
+    }
     std::shuffle(order.begin(), order.end(), rng);
     double loss_sum = 0, correct = 0, window_loss = 0, window_correct = 0;
     for (int64_t step = 0; step < steps; ++step) {

@@ -50,6 +50,10 @@ class Trainer {
           const TrainerOptions& options);
   absl::StatusOr<StepResult> TrainStep(const float* images, const int32_t* labels, int batch);
   absl::StatusOr<StepResult> EvalStep(const float* images, const int32_t* labels, int batch);
+  // For schedules (SGD only: its rate is a device scalar, so no recompile).
+  void SetLearningRate(double lr) {
+    if (sgd_) sgd_->set_learning_rate(lr);
+  }
 
  private:
   struct Batch {

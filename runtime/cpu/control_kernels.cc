@@ -53,6 +53,9 @@ absl::StatusOr<Kernel> MakeControlKernel(const ir::Instruction& instr,
           ASSIGN_OR_RETURN(BufferPtr keep_going, cond->Run(st, {state}));
           ASSIGN_OR_RETURN(bool go, ReadPred(*keep_going));
           if (!go) return state;
+          if (st.options->cancelled && st.options->cancelled()) {
+            return absl::CancelledError("the execution was cancelled");
+          }
           ASSIGN_OR_RETURN(state, body->Run(st, {state}));
         }
       });
@@ -91,7 +94,7 @@ absl::StatusOr<Kernel> MakeControlKernel(const ir::Instruction& instr,
         if (st.infeed == nullptr) {
           return absl::FailedPreconditionError("this device has no infeed queue");
         }
-        absl::StatusOr<ir::Literal> value = st.infeed->Pop(st.options->infeed_timeout);
+        absl::StatusOr<ir::Literal> value = st.infeed->Pop(st.options->infeed_timeout, st.options->cancelled);
         if (!value.ok()) return WithContext(value.status(), "infeed");
         if (value->shape() != data_shape) {
           return absl::InvalidArgumentError(absl::StrCat(
@@ -110,7 +113,7 @@ absl::StatusOr<Kernel> MakeControlKernel(const ir::Instruction& instr,
           return absl::FailedPreconditionError("this device has no outfeed queue");
         }
         absl::Status pushed =
-            st.outfeed->Push(ops[0]->ToLiteral(), st.options->outfeed_timeout);
+            st.outfeed->Push(ops[0]->ToLiteral(), st.options->outfeed_timeout, st.options->cancelled);
         if (!pushed.ok()) return WithContext(pushed, "outfeed");
         return st.Allocate(Shape::Token());
       });

@@ -42,8 +42,8 @@ class CpuExecutable : public runtime::Executable {
     std::mt19937_64 rng(seed_ + 0x9e3779b97f4a7c15ULL * executions_.fetch_add(1));
     ExecState state;
     state.memory = device_->memory();
-    state.infeed = &device_->infeed();
-    state.outfeed = &device_->outfeed();
+    state.infeed = options.infeed != nullptr ? options.infeed : &device_->infeed();
+    state.outfeed = options.outfeed != nullptr ? options.outfeed : &device_->outfeed();
     state.options = &options;
     state.rng = &rng;
     return entry_->Run(state, args);

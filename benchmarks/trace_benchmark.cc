@@ -1,0 +1,33 @@
+// Cost of recording one lazy op (no execution): builds chains of elementwise
+// ops and prints nanoseconds per op. benchmarks/fashion_mnist_vs_torch.py
+// runs it beside PyTorch's eager per-op cost and prints the ratio.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "client/client.h"
+#include "client/lazy.h"
+#include "client/tensor.h"
+#include "server/logging.h"
+
+int main(int argc, char** argv) {
+  kiln::logging::SetLevel("warn").IgnoreError();
+  const int chains = argc > 1 ? std::atoi(argv[1]) : 200;
+  const int length = argc > 2 ? std::atoi(argv[2]) : 1000;
+  auto client = *kiln::client::Client::Embedded();
+  auto ctx = kiln::client::LazyContext::Create(client.get());
+  kiln::client::Tensor a = ctx->FromVector<float>(kiln::ir::ElementType::kF32, {1}, std::vector<float>{1}, "cpu:0");
+  kiln::client::Tensor b = ctx->FromVector<float>(kiln::ir::ElementType::kF32, {1}, std::vector<float>{2}, "cpu:0");
+  const int64_t ops_before = ctx->metrics().traced_ops;
+  const auto start = std::chrono::steady_clock::now();
+  for (int c = 0; c < chains; ++c) {
+    kiln::client::Tensor x = a;
+    for (int i = 0; i < length; ++i) x = (i % 2 == 0) ? x + b : x * b;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t ops = ctx->metrics().traced_ops - ops_before;
+  std::printf("kiln trace: %lld ops in %.3f s, %.0f ns per op (including release)\n",
+              static_cast<long long>(ops), seconds, seconds * 1e9 / ops);
+  return 0;
+}
