@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "compiler/ir/builder.h"
+#include "client/lower.h"
 #include "compiler/ir/fingerprint.h"
 #include "compiler/ir/status_macros.h"
 
@@ -21,105 +21,6 @@ using Clock = std::chrono::steady_clock;
 // Results up to this size come back inline with the execution.
 constexpr int64_t kInlineBytes = 256;
 constexpr size_t kStepHistory = 4096;
-
-// Builds the reducer computations a module needs, once per (reducer, type).
-class ReducerCache {
- public:
-  explicit ReducerCache(ir::Module* module) : module_(module) {}
-  ir::Computation* Get(Reducer r, ir::ElementType type) {
-    auto key = std::make_pair(r, type);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) return it->second;
-    ir::Opcode op = r == Reducer::kAdd   ? ir::Opcode::kAdd
-                    : r == Reducer::kMax ? ir::Opcode::kMaximum
-                    : r == Reducer::kMin ? ir::Opcode::kMinimum
-                                         : ir::Opcode::kMultiply;
-    if (type == ir::ElementType::kPred) {
-      op = r == Reducer::kMin || r == Reducer::kMultiply ? ir::Opcode::kAnd : ir::Opcode::kOr;
-    }
-    ir::Computation* c = ir::Builder::ScalarBinary(module_, op, type);
-    cache_[key] = c;
-    return c;
-  }
-  ir::Computation* SelectGe(ir::ElementType type) {
-    if (select_ge_.contains(type)) return select_ge_[type];
-    ir::Builder b(module_, absl::StrCat("select_ge_", ir::ElementTypeName(type)));
-    ir::Instruction* x = b.Parameter(0, ir::Shape::Scalar(type), "x");
-    ir::Instruction* y = b.Parameter(1, ir::Shape::Scalar(type), "y");
-    b.Compare(x, y, ir::ComparisonDirection::kGe);
-    ir::Computation* c = b.Build().value_or(nullptr);
-    select_ge_[type] = c;
-    return c;
-  }
-
- private:
-  ir::Module* module_;
-  std::map<std::pair<Reducer, ir::ElementType>, ir::Computation*> cache_;
-  absl::flat_hash_map<ir::ElementType, ir::Computation*> select_ge_;
-};
-
-struct Lowered {
-  std::unique_ptr<ir::Module> module;
-  std::vector<std::shared_ptr<Node>> params;
-};
-
-// Cuts the trace that `outputs` need into a module: realized nodes become
-// parameters (in order of first use), everything else becomes instructions.
-absl::StatusOr<Lowered> Lower(const std::vector<std::shared_ptr<Node>>& outputs) {
-  Lowered out;
-  out.module = std::make_unique<ir::Module>("trace");
-  ReducerCache reducers(out.module.get());
-  ir::Builder b(out.module.get(), "main");
-  absl::flat_hash_map<const Node*, ir::Instruction*> lowered;
-  // Iterative post-order DFS.
-  std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack;
-  for (const auto& root : outputs) {
-    if (lowered.contains(root.get())) continue;
-    stack.push_back({root, 0});
-    while (!stack.empty()) {
-      auto& [node, next] = stack.back();
-      if (lowered.contains(node.get())) {
-        stack.pop_back();
-        continue;
-      }
-      if (!node->status.ok()) return node->status;
-      if (!node->realized() && next < node->operands.size()) {
-        std::shared_ptr<Node> child = node->operands[next++];
-        if (!lowered.contains(child.get())) stack.push_back({std::move(child), 0});
-        continue;
-      }
-      ir::Instruction* instr;
-      if (node->realized()) {
-        instr = b.Parameter(static_cast<int64_t>(out.params.size()), node->shape);
-        out.params.push_back(node);
-      } else if (node->op == ir::Opcode::kConstant) {
-        instr = b.Constant(node->attrs.literal);
-      } else {
-        std::vector<ir::Instruction*> operands;
-        for (const auto& o : node->operands) operands.push_back(lowered.at(o.get()));
-        std::vector<ir::Computation*> called;
-        const ir::ElementType type = node->operands.empty()
-                                         ? node->shape.type()
-                                         : node->operands[0]->shape.type();
-        if (node->op == ir::Opcode::kSelectAndScatter) {
-          called = {reducers.SelectGe(type), reducers.Get(Reducer::kAdd, type)};
-        } else if (node->reducer != Reducer::kNone) {
-          called = {reducers.Get(node->reducer, type)};
-        }
-        instr = b.AddOp(node->op, operands, node->attrs, called, node->shape);
-      }
-      if (instr == nullptr) return b.status();
-      lowered[node.get()] = instr;
-      stack.pop_back();
-    }
-  }
-  std::vector<ir::Instruction*> roots;
-  for (const auto& o : outputs) roots.push_back(lowered.at(o.get()));
-  ir::Instruction* root = b.Tuple(roots);
-  ASSIGN_OR_RETURN(ir::Computation * entry, b.Build(root));
-  out.module->set_entry(entry);
-  return out;
-}
 
 std::string CallSite(const std::source_location& where) {
   return absl::StrCat(where.file_name(), ":", where.line());
@@ -136,6 +37,10 @@ Tensor LazyContext::Record(std::shared_ptr<Node> node) {
   ++metrics_.traced_ops;
   Tensor t(std::move(node));
   if (!t.status().ok()) return t;
+  if (!loop_bodies_.empty()) {
+    loop_bodies_.back().insert(t.node().get());
+    return t;
+  }
   if (eager_) {
     // Eager: run the op now. An error becomes the tensor's status.
     absl::Status st = Realize({t}, std::source_location::current());
@@ -144,6 +49,14 @@ Tensor LazyContext::Record(std::shared_ptr<Node> node) {
   }
   pending_.push_back(t.node());
   return t;
+}
+
+void LazyContext::BeginLoopBody() { loop_bodies_.emplace_back(); }
+
+absl::flat_hash_set<const Node*> LazyContext::EndLoopBody() {
+  absl::flat_hash_set<const Node*> nodes = std::move(loop_bodies_.back());
+  loop_bodies_.pop_back();
+  return nodes;
 }
 
 Tensor LazyContext::FromLiteral(const ir::Literal& value, const std::string& device) {
@@ -207,7 +120,8 @@ absl::Status LazyContext::Barrier(const std::string& device, std::source_locatio
   return Realize(live, where);
 }
 
-absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::source_location where) {
+absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::source_location where,
+                                  CallCanceller* cancel) {
   std::vector<std::shared_ptr<Node>> outputs;
   std::string device;
   for (const Tensor& t : tensors) {
@@ -271,6 +185,7 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
   for (const auto& p : lowered.params) args.push_back(p->data);
   ExecuteOptions options;
   options.inline_result_max_bytes = kInlineBytes;
+  options.cancel = cancel;
   const auto exec_start = Clock::now();
   ASSIGN_OR_RETURN(ExecuteResult result, client_->Execute(*exe, args, options));
   metrics_.step_seconds.push_back(

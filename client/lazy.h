@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "client/client.h"
 #include "client/tensor.h"
@@ -60,9 +61,11 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   // a given graph compiles; later ones with the same graph are cache hits.
   absl::Status Barrier(const std::string& device,
                        std::source_location where = std::source_location::current());
-  // Executes what `tensors` need (and only that).
+  // Executes what `tensors` need (and only that). `cancel` (borrowed) can
+  // stop the program from another thread, e.g. a device loop.
   absl::Status Realize(const std::vector<Tensor>& tensors,
-                       std::source_location where = std::source_location::current());
+                       std::source_location where = std::source_location::current(),
+                       CallCanceller* cancel = nullptr);
 
   // Eager mode executes every op as soon as it is recorded.
   void set_eager(bool eager) { eager_ = eager; }
@@ -78,6 +81,13 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   // Records a node built by an op (used by the op functions).
   Tensor Record(std::shared_ptr<Node> node);
 
+  // Device loops (client/loop.h): while a body is traced, recorded nodes
+  // belong to it, are never pending and never run eagerly.
+  void BeginLoopBody();
+  // Ends the innermost body; returns the nodes recorded in it.
+  absl::flat_hash_set<const Node*> EndLoopBody();
+  bool in_loop_body() const { return !loop_bodies_.empty(); }
+
  private:
   explicit LazyContext(Client* client) : client_(client) {}
   struct GraphSummary {
@@ -90,6 +100,7 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   Client* client_;
   bool eager_ = false;
   std::vector<std::weak_ptr<Node>> pending_;
+  std::vector<absl::flat_hash_set<const Node*>> loop_bodies_;
   absl::flat_hash_map<std::string, std::shared_ptr<Executable>> executables_;
   std::map<std::string, GraphSummary> last_graph_at_;
   std::vector<std::string> explanations_;

@@ -26,6 +26,22 @@ class LazyContext;
 // The scalar combiner of reduce, reduce-window and all-reduce nodes.
 enum class Reducer : uint8_t { kNone, kAdd, kMax, kMin, kMultiply };
 
+struct Node;
+
+// A device loop as traced (client/loop.h builds it): the body's graph, from
+// placeholders standing for the carried state to the next state.
+struct LoopSpec {
+  int64_t trip_count = 0;
+  // Body-side stand-ins for the carried state (unrealized parameter nodes).
+  std::vector<std::shared_ptr<Node>> placeholders;
+  // The next state, one per placeholder.
+  std::vector<std::shared_ptr<Node>> results;
+  // Values from outside the body that it reads; carried unchanged.
+  std::vector<std::shared_ptr<Node>> captures;
+  // The last token of the body's infeeds and outfeeds (null if none).
+  std::shared_ptr<Node> effects;
+};
+
 // One recorded op (or a realized value). Not thread-safe: a trace belongs to
 // one thread at a time.
 struct Node {
@@ -42,6 +58,8 @@ struct Node {
   // An error found while tracing this node.
   absl::Status status;
   std::shared_ptr<LazyContext> context;
+  // Set on a while node: the loop it runs.
+  std::shared_ptr<const LoopSpec> loop;
 
   Node() = default;
   // Releases long operand chains iteratively (a recursive release of a

@@ -1,0 +1,166 @@
+#include "client/loop.h"
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "client/lazy.h"
+#include "compiler/ir/status_macros.h"
+
+namespace kiln::client {
+namespace {
+
+std::shared_ptr<Node> NewNode(ir::Opcode op, ir::Shape shape, std::string device,
+                              std::vector<std::shared_ptr<Node>> operands) {
+  auto node = std::make_shared<Node>();
+  node->op = op;
+  node->shape = std::move(shape);
+  node->device = std::move(device);
+  node->operands = std::move(operands);
+  return node;
+}
+
+std::shared_ptr<Node> TupleElement(LazyContext* ctx, const std::shared_ptr<Node>& tuple,
+                                   int64_t index) {
+  auto node = NewNode(ir::Opcode::kGetTupleElement, tuple->shape.tuple_shape(index),
+                      tuple->device, {tuple});
+  node->attrs.tuple_index = index;
+  return ctx->Record(std::move(node)).node();
+}
+
+// The values from outside the body that its graph reads.
+std::vector<std::shared_ptr<Node>> FindCaptures(const std::vector<std::shared_ptr<Node>>& roots,
+                                                const absl::flat_hash_set<const Node*>& body,
+                                                const absl::flat_hash_set<const Node*>& inputs) {
+  std::vector<std::shared_ptr<Node>> captures;
+  absl::flat_hash_set<const Node*> seen;
+  std::vector<std::shared_ptr<Node>> stack(roots.begin(), roots.end());
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    if (n == nullptr || !seen.insert(n.get()).second) continue;
+    if (inputs.contains(n.get())) continue;
+    const bool inline_constant =
+        !n->realized() && n->op == ir::Opcode::kConstant && n->operands.empty();
+    if (inline_constant) continue;
+    if (!body.contains(n.get())) {
+      captures.push_back(n);
+      continue;
+    }
+    for (const auto& o : n->operands) stack.push_back(o);
+  }
+  return captures;
+}
+
+}  // namespace
+
+std::shared_ptr<Node> DeviceLoop::Token() {
+  if (token_ == nullptr) {
+    token_ = ctx_->Record(NewNode(ir::Opcode::kAfterAll, ir::Shape::Token(), device_, {})).node();
+  }
+  return token_;
+}
+
+Tensor DeviceLoop::Infeed(const ir::Shape& shape) {
+  if (!shape.IsArray()) {
+    status_ = absl::InvalidArgumentError(
+        absl::StrCat("infeed values are arrays, not ", shape.ToString()));
+  }
+  auto feed = ctx_->Record(NewNode(ir::Opcode::kInfeed,
+                                   ir::Shape::Tuple({shape, ir::Shape::Token()}), device_,
+                                   {Token()}))
+                  .node();
+  token_ = TupleElement(ctx_, feed, 1);
+  return Tensor(TupleElement(ctx_, feed, 0));
+}
+
+void DeviceLoop::Outfeed(const Tensor& value) {
+  if (!value.status().ok()) {
+    if (status_.ok()) status_ = value.status();
+    return;
+  }
+  if (value.device() != device_) {
+    status_ = absl::InvalidArgumentError(absl::StrCat(
+        "outfeed of a tensor on ", value.device(), " in a loop on ", device_));
+    return;
+  }
+  token_ = ctx_->Record(NewNode(ir::Opcode::kOutfeed, ir::Shape::Token(), device_,
+                                {value.node(), Token()}))
+               .node();
+}
+
+absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<Tensor>& state,
+                                          const LoopBody& body) {
+  if (state.empty()) return absl::InvalidArgumentError("a device loop needs state");
+  if (trip_count < 0 || trip_count > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("trip count ", trip_count, " out of range"));
+  }
+  for (const Tensor& t : state) RETURN_IF_ERROR(t.status());
+  LazyContext* ctx = state[0].context();
+  const std::string device = state[0].device();
+  for (size_t i = 0; i < state.size(); ++i) {
+    if (state[i].device() != device) {
+      return absl::InvalidArgumentError(absl::StrCat("loop state ", i, " lives on ",
+                                                     state[i].device(), ", state 0 on ", device));
+    }
+  }
+  auto spec = std::make_shared<LoopSpec>();
+  spec->trip_count = trip_count;
+  std::vector<Tensor> inputs;
+  absl::flat_hash_set<const Node*> input_set;
+  for (const Tensor& t : state) {
+    auto p = NewNode(ir::Opcode::kParameter, t.shape(), device, {});
+    p->context = t.node()->context;
+    spec->placeholders.push_back(p);
+    input_set.insert(p.get());
+    inputs.push_back(Tensor(p));
+  }
+  DeviceLoop loop(ctx, device);
+  ctx->BeginLoopBody();
+  absl::StatusOr<std::vector<Tensor>> next = body(loop, inputs);
+  absl::flat_hash_set<const Node*> body_nodes = ctx->EndLoopBody();
+  if (!next.ok()) return WithContext(next.status(), "device loop body");
+  RETURN_IF_ERROR(loop.status());
+  if (next->size() != state.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the loop body returned ", next->size(), " tensors for ", state.size(), " state tensors"));
+  }
+  for (size_t i = 0; i < state.size(); ++i) {
+    RETURN_IF_ERROR(WithContext((*next)[i].status(), absl::StrCat("loop state ", i)));
+    if ((*next)[i].shape() != state[i].shape() || (*next)[i].device() != device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "loop state ", i, " enters as ", state[i].shape().ToString(), " on ", device,
+          " but the body returns ", (*next)[i].shape().ToString(), " on ", (*next)[i].device()));
+    }
+    spec->results.push_back((*next)[i].node());
+  }
+  spec->effects = loop.last_token();
+  std::vector<std::shared_ptr<Node>> roots = spec->results;
+  if (spec->effects) roots.push_back(spec->effects);
+  spec->captures = FindCaptures(roots, body_nodes, input_set);
+
+  std::vector<ir::Shape> carried{ir::Shape::Scalar(ir::ElementType::kS32)};
+  std::vector<std::shared_ptr<Node>> operands;
+  for (const Tensor& t : state) {
+    carried.push_back(t.shape());
+    operands.push_back(t.node());
+  }
+  for (const auto& c : spec->captures) {
+    RETURN_IF_ERROR(c->status);
+    if (c->device != device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the loop body on ", device, " reads a tensor on ", c->device));
+    }
+    carried.push_back(c->shape);
+    operands.push_back(c);
+  }
+  auto loop_node = NewNode(ir::Opcode::kWhile, ir::Shape::Tuple(carried), device,
+                           std::move(operands));
+  loop_node->loop = std::move(spec);
+  loop_node->context = state[0].node()->context;
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < state.size(); ++i) {
+    out.push_back(Tensor(TupleElement(ctx, loop_node, 1 + static_cast<int64_t>(i))));
+  }
+  return out;
+}
+
+}  // namespace kiln::client

@@ -1,0 +1,189 @@
+#include "client/lower.h"
+
+#include <functional>
+#include <map>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/builder.h"
+#include "compiler/ir/status_macros.h"
+
+namespace kiln::client {
+namespace {
+
+// Builds the reducer computations a module needs, once per (reducer, type).
+class ReducerCache {
+ public:
+  explicit ReducerCache(ir::Module* module) : module_(module) {}
+  ir::Computation* Get(Reducer r, ir::ElementType type) {
+    auto key = std::make_pair(r, type);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    ir::Opcode op = r == Reducer::kAdd   ? ir::Opcode::kAdd
+                    : r == Reducer::kMax ? ir::Opcode::kMaximum
+                    : r == Reducer::kMin ? ir::Opcode::kMinimum
+                                         : ir::Opcode::kMultiply;
+    if (type == ir::ElementType::kPred) {
+      op = r == Reducer::kMin || r == Reducer::kMultiply ? ir::Opcode::kAnd : ir::Opcode::kOr;
+    }
+    ir::Computation* c = ir::Builder::ScalarBinary(module_, op, type);
+    cache_[key] = c;
+    return c;
+  }
+  ir::Computation* SelectGe(ir::ElementType type) {
+    if (select_ge_.contains(type)) return select_ge_[type];
+    ir::Builder b(module_, absl::StrCat("select_ge_", ir::ElementTypeName(type)));
+    ir::Instruction* x = b.Parameter(0, ir::Shape::Scalar(type), "x");
+    ir::Instruction* y = b.Parameter(1, ir::Shape::Scalar(type), "y");
+    b.Compare(x, y, ir::ComparisonDirection::kGe);
+    ir::Computation* c = b.Build().value_or(nullptr);
+    select_ge_[type] = c;
+    return c;
+  }
+
+ private:
+  ir::Module* module_;
+  std::map<std::pair<Reducer, ir::ElementType>, ir::Computation*> cache_;
+  absl::flat_hash_map<ir::ElementType, ir::Computation*> select_ge_;
+};
+
+// Returns the instruction for a node that is not lowered as an op of the
+// computation being built (a parameter or a loop input), or null.
+using LeafFn = std::function<absl::StatusOr<ir::Instruction*>(const std::shared_ptr<Node>&)>;
+
+class Lowerer {
+ public:
+  explicit Lowerer(ir::Module* module) : module_(module), reducers_(module) {}
+
+  // Lowers what `roots` need into `b`; returns their instructions.
+  absl::StatusOr<std::vector<ir::Instruction*>> LowerInto(
+      ir::Builder& b, const std::vector<std::shared_ptr<Node>>& roots, const LeafFn& leaf) {
+    absl::flat_hash_map<const Node*, ir::Instruction*> lowered;
+    std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack;
+    for (const auto& root : roots) {
+      if (lowered.contains(root.get())) continue;
+      stack.push_back({root, 0});
+      while (!stack.empty()) {
+        auto& [node, next] = stack.back();
+        if (lowered.contains(node.get())) {
+          stack.pop_back();
+          continue;
+        }
+        if (!node->status.ok()) return node->status;
+        ASSIGN_OR_RETURN(ir::Instruction * as_leaf, leaf(node));
+        if (as_leaf == nullptr && next < node->operands.size()) {
+          std::shared_ptr<Node> child = node->operands[next++];
+          if (!lowered.contains(child.get())) stack.push_back({std::move(child), 0});
+          continue;
+        }
+        ir::Instruction* instr = as_leaf;
+        if (instr == nullptr) {
+          std::vector<ir::Instruction*> operands;
+          for (const auto& o : node->operands) operands.push_back(lowered.at(o.get()));
+          ASSIGN_OR_RETURN(instr, LowerOp(b, *node, std::move(operands)));
+        }
+        if (instr == nullptr) return b.status();
+        lowered[node.get()] = instr;
+        stack.pop_back();
+      }
+    }
+    std::vector<ir::Instruction*> out;
+    for (const auto& r : roots) out.push_back(lowered.at(r.get()));
+    return out;
+  }
+
+ private:
+  absl::StatusOr<ir::Instruction*> LowerOp(ir::Builder& b, const Node& node,
+                                           std::vector<ir::Instruction*> operands) {
+    if (node.op == ir::Opcode::kConstant) return b.Constant(node.attrs.literal);
+    if (node.op == ir::Opcode::kParameter) {
+      return absl::FailedPreconditionError(
+          "a device loop's state tensor was used outside the loop body");
+    }
+    if (node.op == ir::Opcode::kWhile) return LowerLoop(b, node, std::move(operands));
+    std::vector<ir::Computation*> called;
+    const ir::ElementType type =
+        node.operands.empty() ? node.shape.type() : node.operands[0]->shape.type();
+    if (node.op == ir::Opcode::kSelectAndScatter) {
+      called = {reducers_.SelectGe(type), reducers_.Get(Reducer::kAdd, type)};
+    } else if (node.reducer != Reducer::kNone) {
+      called = {reducers_.Get(node.reducer, type)};
+    }
+    return b.AddOp(node.op, std::move(operands), node.attrs, called, node.shape);
+  }
+
+  // The carried tuple is (s32 counter, state..., captured...): the condition
+  // compares the counter with the trip count; the body reads the rest.
+  absl::StatusOr<ir::Instruction*> LowerLoop(ir::Builder& b, const Node& node,
+                                             std::vector<ir::Instruction*> operands) {
+    const LoopSpec& loop = *node.loop;
+    const int id = loops_++;
+    std::vector<ir::Shape> carried{ir::Shape::Scalar(ir::ElementType::kS32)};
+    for (const auto& o : node.operands) carried.push_back(o->shape);
+    const ir::Shape tuple = ir::Shape::Tuple(carried);
+
+    ir::Builder cond(module_, absl::StrCat("loop", id, "_condition"));
+    ir::Instruction* cp = cond.Parameter(0, tuple, "state");
+    cond.Compare(cond.GetTupleElement(cp, 0),
+                 cond.ConstantScalar<int32_t>(ir::ElementType::kS32,
+                                              static_cast<int32_t>(loop.trip_count)),
+                 ir::ComparisonDirection::kLt);
+    ASSIGN_OR_RETURN(ir::Computation * cond_comp, cond.Build());
+
+    ir::Builder body(module_, absl::StrCat("loop", id, "_body"));
+    ir::Instruction* bp = body.Parameter(0, tuple, "state");
+    absl::flat_hash_map<const Node*, int64_t> slot;
+    for (size_t i = 0; i < loop.placeholders.size(); ++i) {
+      slot[loop.placeholders[i].get()] = 1 + static_cast<int64_t>(i);
+    }
+    for (size_t i = 0; i < loop.captures.size(); ++i) {
+      slot[loop.captures[i].get()] = 1 + static_cast<int64_t>(loop.placeholders.size() + i);
+    }
+    LeafFn leaf = [&](const std::shared_ptr<Node>& n) -> absl::StatusOr<ir::Instruction*> {
+      auto it = slot.find(n.get());
+      if (it == slot.end()) return nullptr;
+      return body.GetTupleElement(bp, it->second);
+    };
+    std::vector<std::shared_ptr<Node>> roots = loop.results;
+    if (loop.effects != nullptr) roots.push_back(loop.effects);
+    ASSIGN_OR_RETURN(std::vector<ir::Instruction*> outs, LowerInto(body, roots, leaf));
+    std::vector<ir::Instruction*> next{body.Binary(
+        ir::Opcode::kAdd, body.GetTupleElement(bp, 0),
+        body.ConstantScalar<int32_t>(ir::ElementType::kS32, 1))};
+    for (size_t i = 0; i < loop.results.size(); ++i) next.push_back(outs[i]);
+    for (size_t i = 0; i < loop.captures.size(); ++i) {
+      next.push_back(body.GetTupleElement(bp, 1 + static_cast<int64_t>(loop.results.size() + i)));
+    }
+    // The outfeeds and infeeds reach the root through no value; they stay
+    // in the body as instructions (every instruction of a body runs).
+    ASSIGN_OR_RETURN(ir::Computation * body_comp, body.Build(body.Tuple(next)));
+
+    std::vector<ir::Instruction*> init{b.ConstantScalar<int32_t>(ir::ElementType::kS32, 0)};
+    for (ir::Instruction* o : operands) init.push_back(o);
+    return b.While(cond_comp, body_comp, b.Tuple(init));
+  }
+
+  ir::Module* module_;
+  ReducerCache reducers_;
+  int loops_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<Lowered> Lower(const std::vector<std::shared_ptr<Node>>& outputs) {
+  Lowered out;
+  out.module = std::make_unique<ir::Module>("trace");
+  Lowerer lowerer(out.module.get());
+  ir::Builder b(out.module.get(), "main");
+  LeafFn leaf = [&](const std::shared_ptr<Node>& n) -> absl::StatusOr<ir::Instruction*> {
+    if (!n->realized()) return nullptr;
+    out.params.push_back(n);
+    return b.Parameter(static_cast<int64_t>(out.params.size() - 1), n->shape);
+  };
+  ASSIGN_OR_RETURN(std::vector<ir::Instruction*> roots, lowerer.LowerInto(b, outputs, leaf));
+  ASSIGN_OR_RETURN(ir::Computation * entry, b.Build(b.Tuple(roots)));
+  out.module->set_entry(entry);
+  return out;
+}
+
+}  // namespace kiln::client
