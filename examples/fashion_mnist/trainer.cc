@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/autodiff.h"
+#include "client/loop.h"
 #include "compiler/ir/status_macros.h"
 
 namespace kiln::examples {
@@ -122,6 +123,41 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const float* images, const int32_t
   ASSIGN_OR_RETURN(double l, loss.Item());
   ASSIGN_OR_RETURN(double c, correct.Item());
   return StepResult{l, c};
+}
+
+absl::Status Trainer::TrainLoop(int64_t steps, int batch, client::CallCanceller* cancel) {
+  if (!sgd_) return absl::InvalidArgumentError("loop mode trains with SGD");
+  std::vector<Tensor>& params = model_->params();
+  sgd_->InitState(params);
+  std::vector<Tensor>& velocity = sgd_->velocity();
+  const size_t n = params.size();
+  std::vector<Tensor> state = params;
+  state.insert(state.end(), velocity.begin(), velocity.end());
+  auto body = [&](client::DeviceLoop& loop,
+                  const std::vector<Tensor>& s) -> absl::StatusOr<std::vector<Tensor>> {
+    Tensor images = loop.Infeed(Shape(ElementType::kF32, {batch, 784}));
+    Tensor labels = loop.Infeed(Shape(ElementType::kS32, {batch}));
+    std::vector<Tensor> p(s.begin(), s.begin() + n);
+    // The optimizer works on the loop's carried momentum.
+    velocity.assign(s.begin() + n, s.end());
+    model_->params() = p;
+    Tensor logits = model_->Forward(images);
+    Tensor loss = client::SoftmaxCrossEntropy(logits, client::OneHot(labels, 10));
+    loop.Outfeed(loss);
+    ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(loss, p));
+    ASSIGN_OR_RETURN(std::vector<Tensor> updated, sgd_->Step(p, grads));
+    updated.insert(updated.end(), velocity.begin(), velocity.end());
+    return updated;
+  };
+  absl::StatusOr<std::vector<Tensor>> out = client::While(steps, state, body);
+  // Whatever happened, the model and optimizer hold values from outside the body again.
+  params.assign(state.begin(), state.begin() + n);
+  velocity.assign(state.begin() + n, state.end());
+  RETURN_IF_ERROR(out.status());
+  RETURN_IF_ERROR(ctx_->Realize(*out, std::source_location::current(), cancel));
+  params.assign(out->begin(), out->begin() + n);
+  velocity.assign(out->begin() + n, out->end());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepResult> Trainer::EvalStep(const float* images, const int32_t* labels,

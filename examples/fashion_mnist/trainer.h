@@ -50,6 +50,13 @@ class Trainer {
           const TrainerOptions& options);
   absl::StatusOr<StepResult> TrainStep(const float* images, const int32_t* labels, int batch);
   absl::StatusOr<StepResult> EvalStep(const float* images, const int32_t* labels, int batch);
+  // Loop mode: `steps` training steps as one device program. Each
+  // iteration reads images f32[batch,784] then labels s32[batch] from the
+  // device's infeed and pushes the step's loss (f32[]) to its outfeed.
+  // Blocks until the loop ends; `cancel` may stop it from another thread.
+  // SGD only.
+  absl::Status TrainLoop(int64_t steps, int batch, client::CallCanceller* cancel = nullptr);
+
   // For schedules (SGD only: its rate is a device scalar, so no recompile).
   void SetLearningRate(double lr) {
     if (sgd_) sgd_->set_learning_rate(lr);
