@@ -1,0 +1,254 @@
+// Infeed, outfeed and device loops against a real kiln-server: a loop of N
+// steps equals N lazy steps; a producer in another process with a token;
+// a refused producer without one; a wrong-shape value; a producer that dies
+// mid-value; cancelling the consumer; outfeed order; other calls keep being
+// served while a loop waits.
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "client/client.h"
+#include "client/grpc_transport.h"
+#include "client/lazy.h"
+#include "client/loop.h"
+#include "examples/fashion_mnist/trainer.h"
+#include "gtest/gtest.h"
+#include "tests/server_process.h"
+
+namespace kiln {
+namespace {
+
+using client::Tensor;
+using ir::ElementType;
+using ir::Shape;
+
+class FeedE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(server_.address().empty()) << "kiln-server did not start";
+    auto c = client::Client::Connect(server_.address());
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = *std::move(c);
+    ctx_ = client::LazyContext::Create(client_.get());
+  }
+  Tensor Vec(std::vector<float> v) {
+    return ctx_->FromVector<float>(ElementType::kF32, {int64_t(v.size())}, v, "cpu:0");
+  }
+  static ir::Literal F32(std::vector<float> v) {
+    return ir::Literal::FromVector<float>(ElementType::kF32, {int64_t(v.size())}, v);
+  }
+  static std::vector<double> Values(const ir::Literal& lit) {
+    std::vector<double> out;
+    for (int64_t i = 0; i < lit.element_count(); ++i) out.push_back(lit.GetAsDouble(i));
+    return out;
+  }
+  // Runs a producer process; returns its one-line report.
+  std::string Produce(const std::string& token, int count, bool cut = false) {
+    int fd = -1;
+    std::vector<std::string> argv = {std::string(KILN_BIN_DIR) + "/feed_producer",
+                                     server_.address(), token, std::to_string(count)};
+    if (cut) argv.push_back("cut");
+    pid_t pid = testing::SpawnWithStdout(argv, &fd);
+    std::string line;
+    testing::ReadLine(fd, &line, 30000);
+    testing::StopProcess(pid, SIGTERM, 5000);
+    close(fd);
+    return line;
+  }
+
+  testing::ServerProcess server_{{"--infeed_timeout_seconds=4"}};
+  std::unique_ptr<client::Client> client_;
+  std::shared_ptr<client::LazyContext> ctx_;
+};
+
+// Running sum of f32[2] infeed values; each iteration outfeeds the sum.
+absl::StatusOr<std::vector<Tensor>> SumInfeeds(client::DeviceLoop& loop,
+                                               const std::vector<Tensor>& s) {
+  Tensor next = s[0] + loop.Infeed(Shape(ElementType::kF32, {2}));
+  loop.Outfeed(next);
+  return std::vector<Tensor>{next};
+}
+
+TEST_F(FeedE2E, LoopOfNStepsMatchesNLazySteps) {
+  constexpr int kSteps = 4, kBatch = 8;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> pixel;
+  std::vector<std::vector<float>> images(kSteps, std::vector<float>(kBatch * 784));
+  std::vector<std::vector<int32_t>> labels(kSteps, std::vector<int32_t>(kBatch));
+  for (int s = 0; s < kSteps; ++s) {
+    for (float& p : images[s]) p = pixel(rng);
+    for (int i = 0; i < kBatch; ++i) labels[s][i] = (s * 3 + i) % 10;
+  }
+  examples::TrainerOptions options;
+  options.learning_rate = 0.05;
+  options.momentum = 0.9;
+  // Step mode.
+  auto step_model = examples::MakeModel("mlp", ctx_.get(), "cpu:0", 3);
+  ASSERT_TRUE(step_model.ok());
+  examples::Trainer stepper(ctx_.get(), step_model->get(), "cpu:0", options);
+  for (int s = 0; s < kSteps; ++s) {
+    ASSERT_TRUE(stepper.TrainStep(images[s].data(), labels[s].data(), kBatch).ok());
+  }
+  // Loop mode: the same batches through the infeed.
+  auto loop_model = examples::MakeModel("mlp", ctx_.get(), "cpu:0", 3);
+  ASSERT_TRUE(loop_model.ok());
+  examples::Trainer looper(ctx_.get(), loop_model->get(), "cpu:0", options);
+  auto in = client_->OpenInfeed("cpu:0");
+  ASSERT_TRUE(in.ok());
+  for (int s = 0; s < kSteps; ++s) {
+    ir::Literal x(Shape(ElementType::kF32, {kBatch, 784}));
+    std::memcpy(x.mutable_bytes().data(), images[s].data(), images[s].size() * 4);
+    ir::Literal y(Shape(ElementType::kS32, {kBatch}));
+    std::memcpy(y.mutable_bytes().data(), labels[s].data(), labels[s].size() * 4);
+    ASSERT_TRUE((*in)->Write(x).ok());
+    ASSERT_TRUE((*in)->Write(y).ok());
+  }
+  ASSERT_TRUE((*in)->Finish().ok());
+  absl::Status st = looper.TrainLoop(kSteps, kBatch);
+  ASSERT_TRUE(st.ok()) << st;
+  // The losses came out in order, one per step.
+  client::OutfeedOptions out_options;
+  out_options.max_values = kSteps;
+  out_options.timeout = absl::Seconds(10);
+  auto reader = client_->OpenOutfeed("cpu:0", out_options);
+  for (int s = 0; s < kSteps; ++s) {
+    auto loss = (*reader)->Next();
+    ASSERT_TRUE(loss.ok() && loss->has_value()) << loss.status();
+    EXPECT_TRUE(std::isfinite((**loss).GetAsDouble(0)));
+  }
+  const auto& a = (*step_model)->params();
+  const auto& b = (*loop_model)->params();
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto va = a[i].ToHost(), vb = b[i].ToHost();
+    ASSERT_TRUE(va.ok() && vb.ok());
+    for (int64_t k = 0; k < va->element_count(); ++k) {
+      const double x = va->GetAsDouble(k), y = vb->GetAsDouble(k);
+      worst = std::max(worst, std::abs(x - y) / (1e-3 + std::abs(x)));
+    }
+  }
+  EXPECT_LT(worst, 1e-3) << "loop weights differ from step weights";
+  // And the weights did move: the comparison is not between two initial states.
+  auto fresh = examples::MakeModel("mlp", ctx_.get(), "cpu:0", 3);
+  auto w0 = (*fresh)->params()[0].ToHost(), w1 = b[0].ToHost();
+  double moved = 0;
+  for (int64_t k = 0; k < w0->element_count(); ++k) {
+    moved = std::max(moved, std::abs(w0->GetAsDouble(k) - w1->GetAsDouble(k)));
+  }
+  EXPECT_GT(moved, 1e-5);
+}
+
+TEST_F(FeedE2E, ProducerInAnotherProcessWithToken) {
+  auto token = client_->CreateFeedToken("cpu:0");
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(Produce(*token, 6), "done 6");
+  auto out = client::While(6, {Vec({0, 0})}, SumInfeeds);
+  auto lit = (*out)[0].ToHost();
+  ASSERT_TRUE(lit.ok()) << lit.status();
+  EXPECT_EQ(Values(*lit), (std::vector<double>{21, -21}));
+  // The outfeed kept the order of the iterations.
+  client::OutfeedOptions options;
+  options.max_values = 6;
+  options.timeout = absl::Seconds(10);
+  auto reader = client_->OpenOutfeed("cpu:0", options);
+  double sum = 0;
+  for (int i = 1; i <= 6; ++i) {
+    auto v = (*reader)->Next();
+    ASSERT_TRUE(v.ok() && v->has_value()) << v.status();
+    sum += i;
+    EXPECT_EQ(Values(**v), (std::vector<double>{sum, -sum}));
+  }
+}
+
+TEST_F(FeedE2E, ProducerWithoutTokenIsRefused) {
+  EXPECT_NE(Produce("f-00000000000000000000000000000000", 1).find("PERMISSION_DENIED"),
+            std::string::npos);
+  // A target with neither a session nor a token.
+  auto transport =
+      client::ConnectGrpc(server_.address(), absl::Seconds(10), absl::ZeroDuration());
+  ASSERT_TRUE(transport.ok());
+  v1::FeedTarget nobody;
+  nobody.set_device("cpu:0");
+  auto stream = (*transport)->OpenInfeed(nobody, 1 << 20);
+  ASSERT_TRUE(stream.ok());
+  (*stream)->Write(F32({1, 2})).IgnoreError();
+  EXPECT_EQ((*stream)->Finish().status().code(), absl::StatusCode::kPermissionDenied);
+  v1::OutfeedRequest read;
+  *read.mutable_target() = nobody;
+  auto reader = (*transport)->OpenOutfeed(read);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ((*reader)->Next().status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(FeedE2E, WrongShapeIsRefusedWithAClearError) {
+  auto in = client_->OpenInfeed("cpu:0");
+  ASSERT_TRUE((*in)->Write(F32({1, 2, 3})).ok());
+  ASSERT_TRUE((*in)->Finish().ok());
+  auto out = client::While(1, {Vec({0, 0})}, SumInfeeds);
+  absl::Status st = ctx_->Realize(*out);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("infeed expected f32[2] but the queue held f32[3]"),
+            std::string::npos)
+      << st;
+}
+
+TEST_F(FeedE2E, ProducerDyingMidValueGivesADeadlineNotAHang) {
+  auto token = client_->CreateFeedToken("cpu:0");
+  EXPECT_EQ(Produce(*token, 1, /*cut=*/true), "cut");
+  auto out = client::While(2, {Vec({0, 0})}, SumInfeeds);
+  // The whole value arrived; the cut one never enters the queue, so the
+  // second iteration waits until the infeed timeout.
+  const absl::Time start = absl::Now();
+  auto exe_status = ctx_->Realize(*out);
+  EXPECT_EQ(exe_status.code(), absl::StatusCode::kDeadlineExceeded) << exe_status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+}
+
+TEST_F(FeedE2E, CancellingTheConsumerStopsTheLoopAndOthersKeepWorking) {
+  auto out = client::While(100000, {Vec({0, 0})}, SumInfeeds);
+  client::CallCanceller cancel;
+  absl::Status loop_status;
+  std::thread runner([&]() {
+    loop_status = ctx_->Realize(*out, std::source_location::current(), &cancel);
+  });
+  // While the loop waits on its infeed, another client is served.
+  auto other = client::Client::Connect(server_.address());
+  ASSERT_TRUE(other.ok());
+  auto other_ctx = client::LazyContext::Create(other->get());
+  auto x = other_ctx->FromVector<float>(ElementType::kF32, {2}, std::vector<float>{1, 2}, "cpu:0");
+  auto y = (x * 2.0).ToHost();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(Values(*y), (std::vector<double>{2, 4}));
+  // Feed a few values, then cancel.
+  auto in = client_->OpenInfeed("cpu:0");
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*in)->Write(F32({1, 1})).ok());
+  ASSERT_TRUE((*in)->Finish().ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  cancel.Cancel();
+  runner.join();
+  EXPECT_EQ(loop_status.code(), absl::StatusCode::kCancelled) << loop_status;
+  // The call ends at once on the client; the server stops the program at
+  // its next poll and then drains the queues, which its counter shows.
+  bool stopped = false;
+  for (int i = 0; i < 100 && !stopped; ++i) {
+    auto m = client_->Metrics();
+    ASSERT_TRUE(m.ok());
+    for (const auto& c : m->counters()) {
+      if (c.name() == "executes_cancelled" && c.value() >= 1) stopped = true;
+    }
+    if (!stopped) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(stopped) << "the server did not report the cancelled execution";
+  // The session still works and its queues start empty.
+  auto again = client::While(1, {Vec({5, 5})}, SumInfeeds);
+  auto in2 = client_->OpenInfeed("cpu:0");
+  ASSERT_TRUE((*in2)->Write(F32({1, 2})).ok());
+  ASSERT_TRUE((*in2)->Finish().ok());
+  auto lit = (*again)[0].ToHost();
+  ASSERT_TRUE(lit.ok()) << lit.status();
+  EXPECT_EQ(Values(*lit), (std::vector<double>{6, 7}));
+}
+
+}  // namespace
+}  // namespace kiln
