@@ -1,9 +1,9 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Epoch time of Fashion-MNIST training: Kiln (lazy mode) against PyTorch
 eager (Debian's python3-torch), same models, data, batch and thread count,
 measured in one run. Prints both times and the ratio.
 
-    python3 benchmarks/fashion_mnist_vs_torch.py [--threads 1] [--train_limit 12800]
+    /usr/bin/python3 benchmarks/fashion_mnist_vs_torch.py [--threads 1] [--train_limit 12800]
 """
 import argparse
 import gzip

@@ -33,7 +33,9 @@ std::shared_ptr<LazyContext> LazyContext::Create(Client* client) {
 }
 
 Tensor LazyContext::Record(std::shared_ptr<Node> node) {
-  node->context = shared_from_this();
+  // Ops copy the context from their first operand; only other nodes need
+  // the (slower) shared_from_this.
+  if (node->context.get() != this) node->context = shared_from_this();
   ++metrics_.traced_ops;
   Tensor t(std::move(node));
   if (!t.status().ok()) return t;
@@ -48,6 +50,12 @@ Tensor LazyContext::Record(std::shared_ptr<Node> node) {
     return t;
   }
   pending_.push_back(t.node());
+  if (pending_.size() >= prune_pending_at_) {
+    // Dead entries would keep their nodes' memory (the weak references hold
+    // the allocation): drop them whenever the list doubles.
+    std::erase_if(pending_, [](const std::weak_ptr<Node>& w) { return w.expired(); });
+    prune_pending_at_ = std::max<size_t>(1024, 2 * pending_.size());
+  }
   return t;
 }
 

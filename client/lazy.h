@@ -100,6 +100,7 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   Client* client_;
   bool eager_ = false;
   std::vector<std::weak_ptr<Node>> pending_;
+  size_t prune_pending_at_ = 1024;
   std::vector<absl::flat_hash_set<const Node*>> loop_bodies_;
   absl::flat_hash_map<std::string, std::shared_ptr<Executable>> executables_;
   std::map<std::string, GraphSummary> last_graph_at_;

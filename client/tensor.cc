@@ -74,6 +74,7 @@ Tensor Emit(Opcode op, Shape shape, std::vector<Tensor> operands, ir::Attributes
   node->reducer = reducer;
   node->operands.reserve(operands.size());
   for (Tensor& t : operands) node->operands.push_back(t.node());
+  node->context = operands[0].node()->context;
   LazyContext* ctx = operands[0].context();
   return ctx->Record(std::move(node));
 }
@@ -205,6 +206,19 @@ Tensor BroadcastTo(const Tensor& x, std::vector<int64_t> dims) {
 }
 
 Tensor BinaryWith(Opcode op, const Tensor& a, const Tensor& b, ir::Attributes attrs) {
+  // The common case first: two healthy operands of one shape on one device
+  // and one precision need no broadcast and no checks beyond these.
+  if (a.defined() && b.defined() && a.node()->status.ok() && b.node()->status.ok() &&
+      a.shape() == b.shape() && a.device() == b.device() && a.context() != nullptr) {
+    auto node = std::make_shared<Node>();
+    node->op = op;
+    node->shape = op == Opcode::kCompare ? Shape(ElementType::kPred, a.shape().dims()) : a.shape();
+    node->device = a.device();
+    node->attrs = std::move(attrs);
+    node->operands = {a.node(), b.node()};
+    node->context = a.node()->context;
+    return a.context()->Record(std::move(node));
+  }
   if (absl::Status st = CheckOperands(op, {a, b}); !st.ok()) return ErrorTensor(a, st);
   absl::Status st;
   std::vector<int64_t> dims = BroadcastDims(a.shape(), b.shape(), &st);
