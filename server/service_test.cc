@@ -203,3 +203,84 @@ TEST_F(ServiceTest, ExpiredLeaseFreesMemory) {
 
 }  // namespace
 }  // namespace kiln::server
+
+namespace kiln::server {
+namespace {
+
+// An infeed loop that never gets data: closing its session stops it, and
+// feeds of sessions sharing the device stay apart.
+constexpr char kStarvedLoop[] = R"(
+cond {
+  s = (s32[], f32[2]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(1000000)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  s = (s32[], f32[2]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  tok = token[] after-all()
+  in = (f32[2], token[]) infeed(tok)
+  v = f32[2] get-tuple-element(in), index=0
+  ROOT t = (s32[], f32[2]) tuple(j, v)
+}
+ENTRY e {
+  z = s32[] constant(0)
+  x = f32[2] parameter(0)
+  init = (s32[], f32[2]) tuple(z, x)
+  ROOT w = (s32[], f32[2]) while(init), condition=cond, body=body
+}
+)";
+
+TEST_F(ServiceTest, ClosingTheSessionStopsItsRunningLoop) {
+  auto exe = CompileText(kStarvedLoop);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto x = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
+  ASSERT_TRUE(x.ok());
+  v1::ExecuteRequest req;
+  req.set_session_id(session_);
+  req.set_executable_handle(exe->executable_handle());
+  req.add_argument_handles(*x);
+  req.set_infeed_timeout_millis(60000);
+  absl::Status result;
+  std::thread runner([&]() { result = service_->Execute(req).status(); });
+  // Another session's value does not reach this session's program.
+  const std::string other = Open();
+  v1::FeedTarget target;
+  target.set_session_id(other);
+  target.set_device("cpu:0");
+  auto feed = service_->OpenFeed(target);
+  ASSERT_TRUE(feed.ok());
+  ASSERT_TRUE(service_->Infeed(*feed, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {5, 5}), nullptr).ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  v1::CloseSessionRequest close;
+  close.set_session_id(session_);
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(service_->CloseSession(close).ok());
+  runner.join();
+  EXPECT_EQ(result.code(), absl::StatusCode::kCancelled) << result;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(feed->queues->infeed.size(), 1u);
+}
+
+TEST_F(ServiceTest, FeedsNeedASessionOrAToken) {
+  v1::FeedTarget target;
+  target.set_device("cpu:0");
+  EXPECT_EQ(service_->OpenFeed(target).status().code(), absl::StatusCode::kPermissionDenied);
+  target.set_feed_token("f-1234");
+  EXPECT_EQ(service_->OpenFeed(target).status().code(), absl::StatusCode::kPermissionDenied);
+  v1::CreateFeedTokenRequest req;
+  req.set_session_id(session_);
+  req.set_device("cpu:0");
+  auto token = service_->CreateFeedToken(req);
+  ASSERT_TRUE(token.ok());
+  target.set_feed_token(token->feed_token());
+  EXPECT_TRUE(service_->OpenFeed(target).ok());
+  target.set_device("cpu:1");
+  EXPECT_EQ(service_->OpenFeed(target).status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace kiln::server
