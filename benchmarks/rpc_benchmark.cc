@@ -11,6 +11,7 @@
 
 #include "client/client.h"
 #include "compiler/ir/hlo_parser.h"
+#include "benchmarks/echo_service.h"
 #include "echo.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/grpc_service.h"
@@ -20,27 +21,6 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-class EchoService final : public kiln::bench::Echo::Service {
-  grpc::Status Unary(grpc::ServerContext*, const kiln::bench::Blob* in,
-                     kiln::bench::Blob* out) override {
-    *out = *in;
-    return grpc::Status::OK;
-  }
-  grpc::Status Upload(grpc::ServerContext*, grpc::ServerReader<kiln::bench::Blob>* reader,
-                      kiln::bench::Count* out) override {
-    kiln::bench::Blob b;
-    int64_t n = 0;
-    // Copy like Kiln does, so both sides touch every byte once.
-    std::vector<char> sink;
-    while (reader->Read(&b)) {
-      sink.assign(b.data().begin(), b.data().end());
-      n += static_cast<int64_t>(b.data().size());
-    }
-    out->set_bytes(n);
-    return grpc::Status::OK;
-  }
-};
 
 struct Stats {
   double mean_us, p50_us;
@@ -70,7 +50,7 @@ int main(int argc, char** argv) {
   kiln::server::ServiceOptions options;
   auto service = *kiln::server::Service::Create(options);
   auto kiln_server = *kiln::server::GrpcServer::Start(service.get(), "127.0.0.1:0");
-  EchoService echo;
+  kiln::bench::EchoService echo;
   grpc::ServerBuilder builder;
   int echo_port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &echo_port);

@@ -8,6 +8,7 @@
 #include "client/feeds.h"
 #include "client/lazy.h"
 #include "client/optimizers.h"
+#include "client/loop_test_util.h"
 #include "gtest/gtest.h"
 
 namespace kiln::client {
@@ -15,6 +16,10 @@ namespace {
 
 using ir::ElementType;
 using ir::Shape;
+using testing::F32;
+using testing::SumInfeeds;
+using testing::Values;
+constexpr auto VecOn = testing::Vec;
 
 class LoopTest : public ::testing::Test {
  protected:
@@ -22,17 +27,7 @@ class LoopTest : public ::testing::Test {
     client_ = *Client::Embedded();
     ctx_ = LazyContext::Create(client_.get());
   }
-  Tensor Vec(std::vector<float> v) {
-    return ctx_->FromVector<float>(ElementType::kF32, {int64_t(v.size())}, v, "cpu:0");
-  }
-  static ir::Literal F32(std::vector<float> v) {
-    return ir::Literal::FromVector<float>(ElementType::kF32, {int64_t(v.size())}, v);
-  }
-  static std::vector<double> Values(const ir::Literal& lit) {
-    std::vector<double> out;
-    for (int64_t i = 0; i < lit.element_count(); ++i) out.push_back(lit.GetAsDouble(i));
-    return out;
-  }
+  Tensor Vec(std::vector<float> v) { return VecOn(ctx_.get(), std::move(v)); }
 
   std::unique_ptr<Client> client_;
   std::shared_ptr<LazyContext> ctx_;
@@ -58,15 +53,6 @@ TEST_F(LoopTest, BodyMustKeepTheStateShapes) {
   });
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("enters as f32[2]"), std::string::npos) << out.status();
-}
-
-// A running sum over infeed values: each iteration pushes the sum so far to
-// the outfeed, in order.
-absl::StatusOr<std::vector<Tensor>> SumInfeeds(DeviceLoop& loop, const std::vector<Tensor>& s) {
-  Tensor v = loop.Infeed(Shape(ElementType::kF32, {2}));
-  Tensor next = s[0] + v;
-  loop.Outfeed(next);
-  return std::vector<Tensor>{next};
 }
 
 TEST_F(LoopTest, InfeedAndOutfeedKeepOrder) {

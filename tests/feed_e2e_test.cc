@@ -12,6 +12,7 @@
 #include "client/lazy.h"
 #include "client/loop.h"
 #include "examples/fashion_mnist/trainer.h"
+#include "client/loop_test_util.h"
 #include "gtest/gtest.h"
 #include "tests/server_process.h"
 
@@ -21,6 +22,10 @@ namespace {
 using client::Tensor;
 using ir::ElementType;
 using ir::Shape;
+using client::testing::F32;
+using client::testing::SumInfeeds;
+using client::testing::Values;
+constexpr auto VecOn = client::testing::Vec;
 
 class FeedE2E : public ::testing::Test {
  protected:
@@ -31,17 +36,7 @@ class FeedE2E : public ::testing::Test {
     client_ = *std::move(c);
     ctx_ = client::LazyContext::Create(client_.get());
   }
-  Tensor Vec(std::vector<float> v) {
-    return ctx_->FromVector<float>(ElementType::kF32, {int64_t(v.size())}, v, "cpu:0");
-  }
-  static ir::Literal F32(std::vector<float> v) {
-    return ir::Literal::FromVector<float>(ElementType::kF32, {int64_t(v.size())}, v);
-  }
-  static std::vector<double> Values(const ir::Literal& lit) {
-    std::vector<double> out;
-    for (int64_t i = 0; i < lit.element_count(); ++i) out.push_back(lit.GetAsDouble(i));
-    return out;
-  }
+  Tensor Vec(std::vector<float> v) { return VecOn(ctx_.get(), std::move(v)); }
   // Runs a producer process; returns its one-line report.
   std::string Produce(const std::string& token, int count, bool cut = false) {
     int fd = -1;
@@ -60,14 +55,6 @@ class FeedE2E : public ::testing::Test {
   std::unique_ptr<client::Client> client_;
   std::shared_ptr<client::LazyContext> ctx_;
 };
-
-// Running sum of f32[2] infeed values; each iteration outfeeds the sum.
-absl::StatusOr<std::vector<Tensor>> SumInfeeds(client::DeviceLoop& loop,
-                                               const std::vector<Tensor>& s) {
-  Tensor next = s[0] + loop.Infeed(Shape(ElementType::kF32, {2}));
-  loop.Outfeed(next);
-  return std::vector<Tensor>{next};
-}
 
 TEST_F(FeedE2E, LoopOfNStepsMatchesNLazySteps) {
   constexpr int kSteps = 4, kBatch = 8;

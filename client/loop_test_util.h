@@ -1,0 +1,37 @@
+// Helpers shared by the device-loop tests (client/loop_test.cc over the
+// embedded service, tests/feed_e2e_test.cc against kiln-server).
+#ifndef KILN_CLIENT_LOOP_TEST_UTIL_H_
+#define KILN_CLIENT_LOOP_TEST_UTIL_H_
+
+#include <vector>
+
+#include "client/lazy.h"
+#include "client/loop.h"
+
+namespace kiln::client::testing {
+
+inline ir::Literal F32(std::vector<float> v) {
+  return ir::Literal::FromVector<float>(ir::ElementType::kF32, {int64_t(v.size())}, v);
+}
+
+inline Tensor Vec(LazyContext* ctx, std::vector<float> v) {
+  return ctx->FromVector<float>(ir::ElementType::kF32, {int64_t(v.size())}, v, "cpu:0");
+}
+
+inline std::vector<double> Values(const ir::Literal& lit) {
+  std::vector<double> out;
+  for (int64_t i = 0; i < lit.element_count(); ++i) out.push_back(lit.GetAsDouble(i));
+  return out;
+}
+
+// A running sum of f32[2] infeed values; each iteration outfeeds the sum.
+inline absl::StatusOr<std::vector<Tensor>> SumInfeeds(DeviceLoop& loop,
+                                                      const std::vector<Tensor>& s) {
+  Tensor next = s[0] + loop.Infeed(ir::Shape(ir::ElementType::kF32, {2}));
+  loop.Outfeed(next);
+  return std::vector<Tensor>{next};
+}
+
+}  // namespace kiln::client::testing
+
+#endif  // KILN_CLIENT_LOOP_TEST_UTIL_H_
