@@ -122,7 +122,7 @@ int RunProducer(const Dataset& train) {
       absl::GetFlag(FLAGS_prefetch));
   const auto start = std::chrono::steady_clock::now();
   absl::Status st = loader.Wait();
-  std::printf("producer: %lld batches sent in %.1f s%s\n",
+  std::printf("producer: %lld batches written to the stream in %.1f s%s\n",
               static_cast<long long>(loader.batches_written()), Seconds(start),
               st.ok() ? "" : (" (" + st.ToString() + ")").c_str());
   return st.ok() ? 0 : 1;
