@@ -1,5 +1,6 @@
 #include "client/client.h"
 
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -213,31 +214,24 @@ absl::StatusOr<ir::Literal> Client::TransferFromDevice(const DeviceBuffer& buffe
   req.set_session_id(core_->session_id());
   req.set_buffer_handle(buffer.handle());
   req.set_chunk_bytes(core_->options().chunk_bytes);
-  std::optional<ir::Literal> out;
-  int64_t received = 0, total = 0;
+  // The server is trusted to announce a consistent value; any mismatch is
+  // data loss on the way.
+  ir::ChunkedValue value;
+  auto lost = [](const absl::Status& st) {
+    return absl::DataLossError(absl::StrCat("transfer from device: ", st.message()));
+  };
   RETURN_IF_ERROR(core_->transport().TransferFromDevice(
       req, [&](v1::TransferFromDeviceChunk& chunk) -> absl::Status {
-        if (!out.has_value()) {
-          ASSIGN_OR_RETURN(ir::Shape shape, ir::ShapeFromProto(chunk.shape()));
-          if (!shape.IsArray() || shape.ByteSize() != chunk.total_bytes()) {
-            return absl::DataLossError("the server sent an inconsistent transfer header");
-          }
-          out.emplace(shape);
-          total = chunk.total_bytes();
+        if (!value.started()) {
+          absl::Status st = value.Start(chunk.shape(), chunk.total_bytes(),
+                                        std::numeric_limits<int64_t>::max());
+          if (!st.ok()) return lost(st);
         }
-        if (static_cast<int64_t>(chunk.data().size()) > total - received) {
-          return absl::DataLossError("the server sent more bytes than declared");
-        }
-        std::memcpy(out->mutable_bytes().data() + received, chunk.data().data(),
-                    chunk.data().size());
-        received += static_cast<int64_t>(chunk.data().size());
-        return absl::OkStatus();
+        absl::Status st = value.Append(chunk.data());
+        return st.ok() ? st : lost(st);
       }));
-  if (!out.has_value() || received != total) {
-    return absl::DataLossError(absl::StrCat("transfer from device ended after ", received,
-                                            " of ", total, " bytes"));
-  }
-  return *std::move(out);
+  if (!value.complete()) return lost(absl::InternalError("the stream ended before the value did"));
+  return value.Take();
 }
 
 absl::StatusOr<std::shared_ptr<Executable>> Client::Compile(const ir::Module& module,

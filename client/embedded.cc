@@ -8,10 +8,11 @@
 namespace kiln::client {
 namespace {
 
-// Values go straight into the session's queue.
-class Infeed : public InfeedStream {
- public:
-  Infeed(server::Service* service, const v1::FeedTarget& target) : service_(service) {
+// What both in-process feed streams hold: the service's endpoint (or why
+// it could not be opened) and a cancel flag its waits poll.
+class FeedBase {
+ protected:
+  FeedBase(server::Service* service, const v1::FeedTarget& target) : service_(service) {
     absl::StatusOr<server::Service::FeedEndpoint> feed = service->OpenFeed(target);
     if (feed.ok()) {
       feed_ = *std::move(feed);
@@ -19,17 +20,23 @@ class Infeed : public InfeedStream {
       status_ = feed.status();
     }
   }
+  runtime::CancelCheck Cancelled() {
+    return [this]() { return cancelled_.load(); };
+  }
+
+  server::Service* service_;
+  server::Service::FeedEndpoint feed_;
+  absl::Status status_;
+  std::atomic<bool> cancelled_{false};
+};
+
+// Values go straight into the session's queue.
+class Infeed : public InfeedStream, FeedBase {
+ public:
+  Infeed(server::Service* service, const v1::FeedTarget& target) : FeedBase(service, target) {}
   absl::Status Write(const ir::Literal& value) override {
     if (!status_.ok()) return status_;
-    if (!value.shape().IsArray()) {
-      status_ = absl::InvalidArgumentError("feed values are arrays");
-    } else if (value.shape().ByteSize() > feed_.max_value_bytes) {
-      status_ = absl::ResourceExhaustedError(absl::StrCat(
-          "value of ", value.shape().ByteSize(), " bytes exceeds the limit of ",
-          feed_.max_value_bytes));
-    } else {
-      status_ = service_->Infeed(feed_, value, [this]() { return cancelled_.load(); });
-    }
+    status_ = service_->Infeed(feed_, value, Cancelled());
     if (status_.ok()) {
       response_.set_values(response_.values() + 1);
       response_.set_bytes(response_.bytes() + value.shape().ByteSize());
@@ -43,32 +50,20 @@ class Infeed : public InfeedStream {
   void Cancel() override { cancelled_ = true; }
 
  private:
-  server::Service* service_;
-  server::Service::FeedEndpoint feed_;
-  absl::Status status_;
   v1::InfeedResponse response_;
-  std::atomic<bool> cancelled_{false};
 };
 
-class Outfeed : public OutfeedStream {
+class Outfeed : public OutfeedStream, FeedBase {
  public:
   Outfeed(server::Service* service, const v1::OutfeedRequest& r)
-      : service_(service),
+      : FeedBase(service, r.target()),
         max_values_(r.max_values()),
         timeout_(r.timeout_millis() > 0 ? absl::Milliseconds(r.timeout_millis())
-                                        : absl::InfiniteDuration()) {
-    absl::StatusOr<server::Service::FeedEndpoint> feed = service->OpenFeed(r.target());
-    if (feed.ok()) {
-      feed_ = *std::move(feed);
-    } else {
-      status_ = feed.status();
-    }
-  }
+                                        : absl::InfiniteDuration()) {}
   absl::StatusOr<std::optional<ir::Literal>> Next() override {
     if (!status_.ok()) return status_;
     if (max_values_ > 0 && read_ >= max_values_) return std::optional<ir::Literal>();
-    absl::StatusOr<ir::Literal> value =
-        service_->Outfeed(feed_, timeout_, [this]() { return cancelled_.load(); });
+    absl::StatusOr<ir::Literal> value = service_->Outfeed(feed_, timeout_, Cancelled());
     if (!value.ok()) {
       status_ = value.status();
       return status_;
@@ -79,13 +74,9 @@ class Outfeed : public OutfeedStream {
   void Cancel() override { cancelled_ = true; }
 
  private:
-  server::Service* service_;
   const int64_t max_values_;
   const absl::Duration timeout_;
-  server::Service::FeedEndpoint feed_;
-  absl::Status status_;
   int64_t read_ = 0;
-  std::atomic<bool> cancelled_{false};
 };
 
 class InProcessTransport : public Transport {

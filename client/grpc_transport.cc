@@ -25,14 +25,17 @@ class GrpcTransport : public Transport {
         stub_(v1::KilnService::NewStub(channel_)),
         call_timeout_(call_timeout) {}
 
+  // `cancel` (may be null) lets another thread cancel the call.
   template <typename Req, typename Resp, typename Method>
-  absl::StatusOr<Resp> Unary(Method method, const Req& req) {
+  absl::StatusOr<Resp> Unary(Method method, const Req& req, CallCanceller* cancel = nullptr) {
     grpc::ClientContext ctx;
     if (call_timeout_ > absl::ZeroDuration()) {
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
     }
+    if (cancel != nullptr) cancel->SetHook([&ctx]() { ctx.TryCancel(); });
     Resp resp;
     grpc::Status s = (stub_.get()->*method)(&ctx, req, &resp);
+    if (cancel != nullptr) cancel->ClearHook();
     if (!s.ok()) return FromGrpc(s);
     return resp;
   }
@@ -58,19 +61,8 @@ class GrpcTransport : public Transport {
   }
   absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& r,
                                               CallCanceller* cancel) override {
-    if (cancel == nullptr) {
-      return Unary<v1::ExecuteRequest, v1::ExecuteResponse>(&v1::KilnService::Stub::Execute, r);
-    }
-    grpc::ClientContext ctx;
-    if (call_timeout_ > absl::ZeroDuration()) {
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
-    }
-    cancel->SetHook([&ctx]() { ctx.TryCancel(); });
-    v1::ExecuteResponse resp;
-    grpc::Status s = stub_->Execute(&ctx, r, &resp);
-    cancel->ClearHook();
-    if (!s.ok()) return FromGrpc(s);
-    return resp;
+    return Unary<v1::ExecuteRequest, v1::ExecuteResponse>(&v1::KilnService::Stub::Execute, r,
+                                                          cancel);
   }
   absl::StatusOr<v1::CreateFeedTokenResponse> CreateFeedToken(
       const v1::CreateFeedTokenRequest& r) override {
@@ -156,21 +148,18 @@ class GrpcInfeedStream : public InfeedStream {
     if (!open_) return absl::UnavailableError("the infeed stream is closed; Finish() tells why");
     const auto& bytes = value.bytes();
     const int64_t total = static_cast<int64_t>(bytes.size());
-    int64_t sent = 0;
-    do {
+    open_ = ir::ForEachChunk(total, chunk_bytes_, [&](int64_t offset, int64_t n) {
       v1::InfeedChunk chunk;
-      if (sent == 0) {
+      if (offset == 0) {
         ir::ShapeToProto(value.shape(), chunk.mutable_shape());
         chunk.set_total_bytes(total);
       }
-      const int64_t n = std::min(chunk_bytes_, total - sent);
-      chunk.set_data(reinterpret_cast<const char*>(bytes.data()) + sent, n);
-      if (!writer_->Write(chunk)) {
-        open_ = false;
-        return absl::UnavailableError("the server ended the infeed stream; Finish() tells why");
-      }
-      sent += n;
-    } while (sent < total);
+      chunk.set_data(reinterpret_cast<const char*>(bytes.data()) + offset, n);
+      return writer_->Write(chunk);
+    });
+    if (!open_) {
+      return absl::UnavailableError("the server ended the infeed stream; Finish() tells why");
+    }
     return absl::OkStatus();
   }
 

@@ -166,20 +166,16 @@ grpc::Status GrpcService::Outfeed(grpc::ServerContext* ctx, const v1::OutfeedReq
     if (!value.ok()) return ToGrpcStatus(value.status());
     const auto& bytes = value->bytes();
     const int64_t total = static_cast<int64_t>(bytes.size());
-    int64_t sent = 0;
-    do {
+    const bool sent = ir::ForEachChunk(total, chunk, [&](int64_t offset, int64_t len) {
       v1::OutfeedChunk msg;
-      if (sent == 0) {
+      if (offset == 0) {
         ir::ShapeToProto(value->shape(), msg.mutable_shape());
         msg.set_total_bytes(total);
       }
-      const int64_t len = std::min(chunk, total - sent);
-      msg.set_data(reinterpret_cast<const char*>(bytes.data()) + sent, len);
-      if (!writer->Write(msg)) {
-        return grpc::Status(grpc::StatusCode::CANCELLED, "the outfeed reader went away");
-      }
-      sent += len;
-    } while (sent < total);
+      msg.set_data(reinterpret_cast<const char*>(bytes.data()) + offset, len);
+      return writer->Write(msg);
+    });
+    if (!sent) return grpc::Status(grpc::StatusCode::CANCELLED, "the outfeed reader went away");
   }
   return grpc::Status::OK;
 }

@@ -23,6 +23,13 @@ void Flatten(const runtime::BufferPtr& buffer, std::vector<runtime::BufferPtr>* 
   }
 }
 
+// Polled by a session's long waits: true once the session has ended or
+// the caller gave up.
+runtime::CancelCheck UntilSessionEnds(const std::shared_ptr<Session>& session,
+                                      const runtime::CancelCheck& cancelled) {
+  return [session, cancelled]() { return session->closed() || (cancelled && cancelled()); };
+}
+
 }  // namespace
 
 Service::Service(const ServiceOptions& options)
@@ -157,20 +164,16 @@ absl::Status Service::TransferFromDevice(const v1::TransferFromDeviceRequest& re
   int64_t chunk = req.chunk_bytes() > 0 ? req.chunk_bytes() : options_.transfer_chunk_bytes;
   chunk = std::min<int64_t>(chunk, int64_t{16} << 20);
   const int64_t total = buffer.size_bytes();
-  int64_t sent = 0;
-  bool first = true;
-  do {
+  const bool sent = ir::ForEachChunk(total, chunk, [&](int64_t offset, int64_t n) {
     v1::TransferFromDeviceChunk msg;
-    if (first) {
+    if (offset == 0) {
       ir::ShapeToProto(buffer.shape(), msg.mutable_shape());
       msg.set_total_bytes(total);
-      first = false;
     }
-    const int64_t n = std::min(chunk, total - sent);
-    msg.set_data(reinterpret_cast<const char*>(buffer.data()) + sent, n);
-    if (!write(msg)) return absl::CancelledError("the client went away during a transfer");
-    sent += n;
-  } while (sent < total);
+    msg.set_data(reinterpret_cast<const char*>(buffer.data()) + offset, n);
+    return write(msg);
+  });
+  if (!sent) return absl::CancelledError("the client went away during a transfer");
   metrics_.Add("bytes_out", total);
   metrics_.Add("transfers_from_device");
   return absl::OkStatus();
@@ -270,12 +273,8 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
   std::shared_ptr<FeedQueues> feeds = session->Feeds(exe.device->name());
   options.infeed = &feeds->infeed;
   options.outfeed = &feeds->outfeed;
-  options.cancelled = [&session, &cancelled]() {
-    return session->closed() || (cancelled && cancelled());
-  };
-  metrics_.Add("executes_running", 1);
+  options.cancelled = UntilSessionEnds(session, cancelled);
   absl::StatusOr<runtime::BufferPtr> result = exe.executable->Execute(args, options);
-  metrics_.Add("executes_running", -1);
   args.clear();
   metrics_.Add("executes");
   if (!result.ok()) {
@@ -379,13 +378,12 @@ absl::StatusOr<Service::FeedEndpoint> Service::OpenFeed(const v1::FeedTarget& ta
 
 absl::Status Service::Infeed(const FeedEndpoint& feed, ir::Literal value,
                              const runtime::CancelCheck& cancelled) {
+  RETURN_IF_ERROR(ir::CheckArrayValue(value.shape(), feed.max_value_bytes));
   const int64_t bytes = value.shape().ByteSize();
-  const std::shared_ptr<Session>& session = feed.session;
-  absl::Status pushed = feed.queues->infeed.Push(
-      std::move(value), absl::InfiniteDuration(),
-      [&]() { return session->closed() || (cancelled && cancelled()); });
+  absl::Status pushed = feed.queues->infeed.Push(std::move(value), absl::InfiniteDuration(),
+                                                 UntilSessionEnds(feed.session, cancelled));
   if (!pushed.ok()) {
-    if (session->closed()) return absl::CancelledError("the session has ended");
+    if (feed.session->closed()) return absl::CancelledError("the session has ended");
     return WithContext(pushed, "infeed");
   }
   metrics_.Add("infeed_values");
@@ -395,11 +393,10 @@ absl::Status Service::Infeed(const FeedEndpoint& feed, ir::Literal value,
 
 absl::StatusOr<ir::Literal> Service::Outfeed(const FeedEndpoint& feed, absl::Duration timeout,
                                              const runtime::CancelCheck& cancelled) {
-  const std::shared_ptr<Session>& session = feed.session;
-  absl::StatusOr<ir::Literal> value = feed.queues->outfeed.Pop(
-      timeout, [&]() { return session->closed() || (cancelled && cancelled()); });
+  absl::StatusOr<ir::Literal> value =
+      feed.queues->outfeed.Pop(timeout, UntilSessionEnds(feed.session, cancelled));
   if (!value.ok()) {
-    if (session->closed()) return absl::CancelledError("the session has ended");
+    if (feed.session->closed()) return absl::CancelledError("the session has ended");
     return WithContext(value.status(), "outfeed");
   }
   metrics_.Add("outfeed_values");

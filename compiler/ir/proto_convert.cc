@@ -1,5 +1,6 @@
 #include "compiler/ir/proto_convert.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
@@ -312,6 +313,29 @@ absl::StatusOr<std::unique_ptr<Module>> ModuleFromProto(
   return module;
 }
 
+absl::Status CheckArrayValue(const Shape& shape, int64_t max_bytes) {
+  if (!shape.IsArray()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("feed values are arrays, not ", shape.ToString()));
+  }
+  if (shape.ByteSize() > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "value of ", shape.ByteSize(), " bytes exceeds the limit of ", max_bytes));
+  }
+  return absl::OkStatus();
+}
+
+bool ForEachChunk(int64_t total, int64_t chunk,
+                  const std::function<bool(int64_t offset, int64_t length)>& send) {
+  int64_t sent = 0;
+  do {
+    const int64_t n = std::min(chunk, total - sent);
+    if (!send(sent, n)) return false;
+    sent += n;
+  } while (sent < total);
+  return true;
+}
+
 absl::Status ChunkedValue::Start(const v1::ShapeProto& shape_proto, int64_t total_bytes,
                                  int64_t max_bytes) {
   if (started()) {
@@ -321,18 +345,11 @@ absl::Status ChunkedValue::Start(const v1::ShapeProto& shape_proto, int64_t tota
   }
   absl::StatusOr<Shape> shape = ShapeFromProto(shape_proto);
   if (!shape.ok()) return shape.status();
-  if (!shape->IsArray()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("feed values are arrays, not ", shape->ToString()));
-  }
+  RETURN_IF_ERROR(CheckArrayValue(*shape, max_bytes));
   if (total_bytes != shape->ByteSize()) {
     return absl::InvalidArgumentError(absl::StrCat("value declares ", total_bytes,
                                                    " bytes but ", shape->ToString(), " has ",
                                                    shape->ByteSize()));
-  }
-  if (total_bytes > max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "value of ", total_bytes, " bytes exceeds the limit of ", max_bytes));
   }
   value_.emplace(*shape);
   total_ = total_bytes;

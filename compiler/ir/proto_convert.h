@@ -2,6 +2,7 @@
 #ifndef KILN_COMPILER_IR_PROTO_CONVERT_H_
 #define KILN_COMPILER_IR_PROTO_CONVERT_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -17,6 +18,16 @@ absl::StatusOr<Shape> ShapeFromProto(const v1::ShapeProto& proto);
 void LiteralToProto(const Literal& literal, v1::LiteralProto* proto);
 // Checks the data size matches the shape.
 absl::StatusOr<Literal> LiteralFromProto(const v1::LiteralProto& proto);
+
+// A value that travels on its own (a feed value) must be an array of at
+// most `max_bytes` bytes: INVALID_ARGUMENT / RESOURCE_EXHAUSTED otherwise.
+absl::Status CheckArrayValue(const Shape& shape, int64_t max_bytes);
+
+// Splits `total` bytes into consecutive pieces of at most `chunk` bytes and
+// calls `send(offset, length)` for each; an empty value is one empty piece.
+// Stops when `send` returns false; returns whether every piece went.
+bool ForEachChunk(int64_t total, int64_t chunk,
+                  const std::function<bool(int64_t offset, int64_t length)>& send);
 
 // Rebuilds an array value sent in chunks: Start with the announced shape
 // and size, Append the data pieces, Take once complete(). Every size is

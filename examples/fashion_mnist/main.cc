@@ -4,7 +4,6 @@
 //
 // Without --server the service runs embedded in this process.
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -85,14 +84,11 @@ int main(int argc, char** argv) {
     client = kiln::client::Client::Connect(absl::GetFlag(FLAGS_server), options);
   }
   if (!client.ok()) return Fail(client.status());
-  const std::string device = absl::GetFlag(FLAGS_device).empty()
-                                 ? (*client)->default_device().name
-                                 : absl::GetFlag(FLAGS_device);
+  const std::string device = kiln::examples::TrainingDevice(**client, absl::GetFlag(FLAGS_device));
   double base_lr = absl::GetFlag(FLAGS_lr);
   if (base_lr <= 0) {
-    base_lr = absl::GetFlag(FLAGS_optimizer) == "adam"   ? 0.001
-              : absl::GetFlag(FLAGS_model) == "lenet" ? 0.04
-                                                       : 0.02;
+    base_lr = kiln::examples::DefaultLearningRate(absl::GetFlag(FLAGS_model),
+                                                  absl::GetFlag(FLAGS_optimizer));
   }
   std::printf("training %s on %s (%s mode, %s, batch %d, lr %g)%s\n",
               absl::GetFlag(FLAGS_model).c_str(), device.c_str(), mode.c_str(),
@@ -129,8 +125,8 @@ int main(int argc, char** argv) {
   for (int epoch = 1; epoch <= absl::GetFlag(FLAGS_epochs); ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
     if (cosine) {
-      const double lr = base_lr * 0.5 *
-                        (1 + std::cos(M_PI * (epoch - 1) / absl::GetFlag(FLAGS_epochs)));
+      const double lr =
+          kiln::examples::CosineLearningRate(base_lr, epoch, absl::GetFlag(FLAGS_epochs));
       trainer.SetLearningRate(lr);
       std::printf("epoch %d: learning rate %.5f\n", epoch, lr);
     }

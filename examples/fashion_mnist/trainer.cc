@@ -69,6 +69,19 @@ class LeNet : public Model {
 
 }  // namespace
 
+double DefaultLearningRate(const std::string& model, const std::string& optimizer) {
+  if (optimizer == "adam") return 0.001;
+  return model == "lenet" ? 0.04 : 0.02;
+}
+
+double CosineLearningRate(double base, int epoch, int epochs) {
+  return base * 0.5 * (1 + std::cos(M_PI * (epoch - 1) / epochs));
+}
+
+std::string TrainingDevice(const client::Client& client, const std::string& flag) {
+  return flag.empty() ? client.default_device().name : flag;
+}
+
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name,
                                                  client::LazyContext* ctx,
                                                  const std::string& device, uint64_t seed) {

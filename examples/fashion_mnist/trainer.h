@@ -31,6 +31,18 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name,
                                                  client::LazyContext* ctx,
                                                  const std::string& device, uint64_t seed);
 
+// The learning rate a model trains with when none is given: 0.001 for
+// Adam; for SGD 0.04 for lenet and 0.02 for mlp (with the cosine decay
+// below these reach the accuracies recorded in docs/tensors.md).
+double DefaultLearningRate(const std::string& model, const std::string& optimizer);
+// Cosine decay per epoch: base * (1 + cos(pi * (epoch - 1) / epochs)) / 2,
+// for epoch = 1..epochs.
+double CosineLearningRate(double base, int epoch, int epochs);
+
+// The device a client trains on: `flag` when given, else the server's
+// default device.
+std::string TrainingDevice(const client::Client& client, const std::string& flag);
+
 struct StepResult {
   double loss = 0;     // mean over the batch
   double correct = 0;  // examples classified right

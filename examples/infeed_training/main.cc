@@ -7,7 +7,6 @@
 //   infeed_training --server=HOST:PORT --producer=external  # prints a token, then:
 //   infeed_training --role=producer --server=HOST:PORT --token=f-...   # on any machine
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -105,9 +104,7 @@ int RunProducer(const Dataset& train) {
   }
   auto client = Connect("infeed_training producer");
   if (!client.ok()) return Fail(client.status());
-  const std::string device = absl::GetFlag(FLAGS_device).empty()
-                                 ? (*client)->default_device().name
-                                 : absl::GetFlag(FLAGS_device);
+  const std::string device = kiln::examples::TrainingDevice(**client, absl::GetFlag(FLAGS_device));
   auto stream = (*client)->OpenInfeed(device, absl::GetFlag(FLAGS_token));
   if (!stream.ok()) return Fail(stream.status());
   const int batch = absl::GetFlag(FLAGS_batch_size);
@@ -154,14 +151,12 @@ int main(int argc, char** argv) {
   }
   auto client = Connect("infeed_training");
   if (!client.ok()) return Fail(client.status());
-  const std::string device = absl::GetFlag(FLAGS_device).empty()
-                                 ? (*client)->default_device().name
-                                 : absl::GetFlag(FLAGS_device);
+  const std::string device = kiln::examples::TrainingDevice(**client, absl::GetFlag(FLAGS_device));
   const int64_t steps = train->count / batch;
   if (steps == 0) return Fail(absl::InvalidArgumentError("fewer training images than one batch"));
   const int epochs = absl::GetFlag(FLAGS_epochs);
   double lr = absl::GetFlag(FLAGS_lr);
-  if (lr <= 0) lr = absl::GetFlag(FLAGS_model) == "lenet" ? 0.04 : 0.02;
+  if (lr <= 0) lr = kiln::examples::DefaultLearningRate(absl::GetFlag(FLAGS_model), "sgd");
 
   auto ctx = kiln::client::LazyContext::Create(client->get());
   auto model = kiln::examples::MakeModel(absl::GetFlag(FLAGS_model), ctx.get(), device,
@@ -197,7 +192,7 @@ int main(int argc, char** argv) {
 
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   for (int epoch = 1; epoch <= epochs; ++epoch) {
-    const double epoch_lr = lr * 0.5 * (1 + std::cos(M_PI * (epoch - 1) / epochs));
+    const double epoch_lr = kiln::examples::CosineLearningRate(lr, epoch, epochs);
     trainer.SetLearningRate(epoch_lr);
     const auto start = std::chrono::steady_clock::now();
     kiln::client::CallCanceller cancel;
