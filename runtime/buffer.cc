@@ -22,8 +22,10 @@ absl::StatusOr<BufferPtr> Buffer::Allocate(const ir::Shape& shape,
   buf->shape_ = shape;
   buf->size_bytes_ = shape.IsArray() ? shape.ByteSize() : 0;
   if (tracker != nullptr) {
-    RETURN_IF_ERROR(tracker->Reserve(buf->size_bytes_, shape.ToString()));
+    const int64_t charged = shape.IsArray() ? tracker->FootprintOf(shape) : 0;
+    RETURN_IF_ERROR(tracker->Reserve(buf.get(), charged));
     buf->tracker_ = tracker;
+    buf->charged_bytes_ = charged;
   }
   if (buf->size_bytes_ > 0) {
     size_t rounded = (static_cast<size_t>(buf->size_bytes_) + 63) & ~size_t{63};
@@ -64,7 +66,7 @@ absl::StatusOr<BufferPtr> Buffer::FromLiteral(const ir::Literal& literal,
 
 Buffer::~Buffer() {
   std::free(data_);
-  if (tracker_ != nullptr) tracker_->Release(size_bytes_);
+  if (tracker_ != nullptr) tracker_->Release(this, charged_bytes_);
 }
 
 ir::Literal Buffer::ToLiteral() const {

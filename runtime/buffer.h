@@ -42,6 +42,8 @@ class Buffer {
     return reinterpret_cast<const T*>(data_);
   }
   int64_t size_bytes() const { return size_bytes_; }
+  // What the buffer costs its device's memory (its tiles, padding included).
+  int64_t charged_bytes() const { return charged_bytes_; }
   const std::vector<BufferPtr>& tuple_elements() const { return elements_; }
 
   ir::Literal ToLiteral() const;
@@ -51,6 +53,7 @@ class Buffer {
   ir::Shape shape_;
   uint8_t* data_ = nullptr;
   int64_t size_bytes_ = 0;
+  int64_t charged_bytes_ = 0;
   MemoryTracker* tracker_ = nullptr;
   std::vector<BufferPtr> elements_;
 };

@@ -12,6 +12,8 @@
 #include "absl/time/time.h"
 #include "compiler/ir/instruction.h"
 #include "runtime/buffer.h"
+#include "runtime/collectives.h"
+#include "runtime/cost.h"
 #include "runtime/feed_queue.h"
 #include "runtime/memory.h"
 
@@ -27,10 +29,19 @@ struct ExecuteOptions {
   absl::Duration infeed_timeout = absl::Seconds(30);
   // How long an outfeed may wait for room before the program fails.
   absl::Duration outfeed_timeout = absl::Seconds(30);
+  // Replicated execution: this replica's id, how many run the program, and
+  // where they meet for all-reduce (borrowed; null: a single replica).
   int replica_id = 0;
+  int replica_count = 1;
+  ReplicaRendezvous* rendezvous = nullptr;
+  // The memory the execution charges (borrowed); null: the memory of the
+  // device that compiled the program. A replica runs on its own device's.
+  MemoryTracker* memory = nullptr;
   // The queues infeed and outfeed use; null: the device's own.
   FeedQueue* infeed = nullptr;
   FeedQueue* outfeed = nullptr;
+  // Filled by backends with a cost model (tpusim) when set; borrowed.
+  ExecutionProfile* profile = nullptr;
   // Polled between loop iterations and while waiting on a queue: once it
   // returns true the program stops with CANCELLED.
   CancelCheck cancelled;

@@ -20,7 +20,7 @@ namespace {
 const absl::flat_hash_set<absl::string_view>& IgnoredAttributes() {
   static const auto* const kSet = new absl::flat_hash_set<absl::string_view>{
       "metadata", "sharding", "frontend_attributes", "backend_config",
-      "precision_config", "operand_precision", "channel_id",
+      "precision_config", "channel_id",
       "use_global_device_ids", "constrain_layout", "indices_are_sorted",
       "unique_indices", "outfeed_shape", "api_version",
       "custom_call_has_side_effect", "output_to_operand_aliasing",
@@ -614,6 +614,16 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
     if (d == "rng_uniform") a.distribution = RngDistribution::kUniform;
     else if (d == "rng_normal") a.distribution = RngDistribution::kNormal;
     else return absl::InvalidArgumentError(absl::StrCat("unsupported distribution '", d, "'"));
+  } else if (key == "operand_precision") {
+    absl::string_view v = absl::StripAsciiWhitespace(value);
+    if (!absl::ConsumePrefix(&v, "{") || !absl::ConsumeSuffix(&v, "}")) {
+      return absl::InvalidArgumentError("operand_precision must be {...}");
+    }
+    for (absl::string_view name : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
+      std::optional<Precision> p = PrecisionFromName(absl::StripAsciiWhitespace(name));
+      if (!p) return absl::InvalidArgumentError(absl::StrCat("bad precision '", name, "'"));
+      a.operand_precision.push_back(*p);
+    }
   } else if (key == "is_stable") {
     a.is_stable = absl::StripAsciiWhitespace(value) == "true";
   } else if (key == "custom_call_target") {

@@ -68,6 +68,14 @@ std::string DimLabels(const ConvDims& c) {
   return absl::StrCat(in, "_", k, "->", out);
 }
 
+template <typename Add>
+void AddPrecision(const Attributes& a, Add& add) {
+  if (a.operand_precision.empty()) return;
+  std::vector<std::string> names;
+  for (Precision p : a.operand_precision) names.emplace_back(PrecisionName(p));
+  add("operand_precision", absl::StrCat("{", absl::StrJoin(names, ","), "}"));
+}
+
 }  // namespace
 
 std::string PrintAttributes(
@@ -133,6 +141,7 @@ std::string PrintAttributes(
       add("lhs_contracting_dims", List(a.dot.lhs_contracting));
       if (!a.dot.rhs_batch.empty()) add("rhs_batch_dims", List(a.dot.rhs_batch));
       add("rhs_contracting_dims", List(a.dot.rhs_contracting));
+      AddPrecision(a, add);
       break;
     case Opcode::kConvolution:
       if (!a.window.empty()) add("window", WindowText(a.window));
@@ -143,6 +152,7 @@ std::string PrintAttributes(
       if (a.batch_group_count != 1) {
         add("batch_group_count", absl::StrCat(a.batch_group_count));
       }
+      AddPrecision(a, add);
       break;
     case Opcode::kCompare:
       add("direction", std::string(ComparisonDirectionName(a.direction)));

@@ -1,5 +1,7 @@
 #include "compiler/ir/instruction.h"
 
+#include "absl/strings/ascii.h"
+
 #include <algorithm>
 #include <functional>
 
@@ -7,6 +9,22 @@
 #include "absl/strings/str_cat.h"
 
 namespace kiln::ir {
+
+absl::string_view PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kHigh: return "high";
+    case Precision::kHighest: return "highest";
+    default: return "default";
+  }
+}
+
+std::optional<Precision> PrecisionFromName(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "default") return Precision::kDefault;
+  if (lower == "high") return Precision::kHigh;
+  if (lower == "highest") return Precision::kHighest;
+  return std::nullopt;
+}
 
 Instruction* Computation::AddInstruction(std::unique_ptr<Instruction> instr) {
   instr->parent_ = this;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,13 @@ struct ScatterDims {
   bool operator==(const ScatterDims&) const = default;
 };
 enum class RngDistribution : uint8_t { kUniform, kNormal };
+// How precisely dot and convolution treat an operand (operand_precision):
+// on backends whose matrix units round inputs (tpusim), only kHighest keeps
+// full f32.
+enum class Precision : uint8_t { kDefault, kHigh, kHighest };
+absl::string_view PrecisionName(Precision p);
+// Accepts XLA's spellings in either case ("default", "HIGHEST").
+std::optional<Precision> PrecisionFromName(absl::string_view name);
 
 // Every attribute an op may carry; each op reads the ones it documents.
 struct Attributes {
@@ -85,6 +93,8 @@ struct Attributes {
   std::vector<std::vector<int64_t>> replica_groups;
   RngDistribution distribution = RngDistribution::kUniform;
   bool is_stable = false;
+  std::vector<Precision> operand_precision;  // dot, convolution: none or one
+                                             // per operand
   std::string custom_call_target;
   std::string config;  // infeed_config / outfeed_config
   Literal literal;     // constant

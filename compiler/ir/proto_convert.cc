@@ -95,6 +95,9 @@ void AttrsToProto(const Attributes& a, v1::InstructionProto* p) {
   p->set_is_stable(a.is_stable);
   p->set_custom_call_target(a.custom_call_target);
   p->set_config(a.config);
+  for (Precision prec : a.operand_precision) {
+    p->add_operand_precision(std::string(PrecisionName(prec)));
+  }
 }
 
 absl::Status AttrsFromProto(const v1::InstructionProto& p, Attributes* a) {
@@ -150,6 +153,11 @@ absl::Status AttrsFromProto(const v1::InstructionProto& p, Attributes* a) {
   a->is_stable = p.is_stable();
   a->custom_call_target = p.custom_call_target();
   a->config = p.config();
+  for (const std::string& name : p.operand_precision()) {
+    std::optional<Precision> prec = PrecisionFromName(name);
+    if (!prec) return absl::InvalidArgumentError(absl::StrCat("unknown precision '", name, "'"));
+    a->operand_precision.push_back(*prec);
+  }
   if (p.has_literal()) {
     ASSIGN_OR_RETURN(a->literal, LiteralFromProto(p.literal()));
   }

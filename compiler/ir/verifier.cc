@@ -136,13 +136,21 @@ absl::Status Verify(Module& module) {
                                        " but operands give ",
                                        inferred->ToString()));
       }
+      // A replica may appear in one group only.
+      absl::flat_hash_set<int64_t> ids;
       for (const auto& group : instr->attrs().replica_groups) {
-        absl::flat_hash_set<int64_t> ids;
+        if (group.empty()) return InstrError(*c, *instr, "empty replica group");
         for (int64_t id : group) {
           if (id < 0 || !ids.insert(id).second) {
             return InstrError(*c, *instr, "invalid replica_groups");
           }
         }
+      }
+      const size_t precisions = instr->attrs().operand_precision.size();
+      if (precisions != 0 && precisions != static_cast<size_t>(instr->operand_count())) {
+        return InstrError(*c, *instr,
+                          absl::StrCat("operand_precision has ", precisions, " entries for ",
+                                       instr->operand_count(), " operands"));
       }
     }
   }

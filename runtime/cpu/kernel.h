@@ -27,6 +27,8 @@ struct ExecState {
   runtime::FeedQueue* outfeed = nullptr;
   const runtime::ExecuteOptions* options = nullptr;
   std::mt19937_64* rng = nullptr;
+  // Each step's simulated cost is added here when set (tpusim).
+  runtime::CostCounters* cost = nullptr;
 
   absl::StatusOr<BufferPtr> Allocate(const ir::Shape& shape) {
     return Buffer::Allocate(shape, memory);

@@ -114,7 +114,7 @@ std::optional<Opcode> MatchScalarBinary(const ir::Computation& c) {
 }
 
 absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
-    const ir::Computation& comp, ProgramSource& programs) {
+    const ir::Computation& comp, ProgramSource& programs, const ProgramOptions& options) {
   auto program = std::shared_ptr<Program>(new Program());
   program->name_ = comp.name();
   const auto& instrs = comp.instructions();
@@ -163,8 +163,13 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
     if (group_of[i] == i) {
       step.kernel = MakeFusedKernel(members[i], &step.inputs);
       program->fused_instructions_ += static_cast<int>(members[i].size()) - 1;
+      if (options.step_cost) step.cost = options.step_cost(members[i]);
     } else {
       absl::StatusOr<Kernel> kernel = MakeKernel(instr, programs);
+      if (kernel.ok() && options.wrap_kernel) {
+        kernel = options.wrap_kernel(instr, *std::move(kernel));
+      }
+      if (options.step_cost) step.cost = options.step_cost({&instr});
       if (!kernel.ok()) {
         return WithContext(kernel.status(),
                            absl::StrCat("instruction ", instr.name()));
@@ -203,6 +208,7 @@ absl::StatusOr<BufferPtr> Program::Run(ExecState& state,
     }
     slots[step.output] = *std::move(out);
     for (int r : step.release) slots[r].reset();
+    if (state.cost != nullptr) *state.cost += step.cost;
   }
   return slots[root_slot_];
 }
@@ -212,7 +218,7 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramCache::Get(
   auto it = programs_.find(computation);
   if (it != programs_.end()) return it->second;
   ASSIGN_OR_RETURN(std::shared_ptr<const Program> p,
-                   Program::Build(*computation, *this));
+                   Program::Build(*computation, *this, options_));
   programs_[computation] = p;
   return p;
 }

@@ -13,9 +13,12 @@
 
 namespace kiln::cpu {
 
+// Runs on `device` (a fresh CpuDevice when null); fills `profile` when the
+// backend has a cost model.
 inline absl::StatusOr<ir::Literal> RunHlo(absl::string_view text,
                                           const std::vector<ir::Literal>& args,
-                                          CpuDevice* device = nullptr) {
+                                          runtime::Device* device = nullptr,
+                                          runtime::ExecutionProfile* profile = nullptr) {
   CpuDevice local;
   if (device == nullptr) device = &local;
   auto module = ir::ParseModule(text);
@@ -31,6 +34,7 @@ inline absl::StatusOr<ir::Literal> RunHlo(absl::string_view text,
   }
   runtime::ExecuteOptions options;
   options.infeed_timeout = absl::Milliseconds(100);
+  options.profile = profile;
   auto out = (*exe)->Execute(buffers, options);
   if (!out.ok()) return out.status();
   return (*out)->ToLiteral();

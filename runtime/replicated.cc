@@ -1,0 +1,55 @@
+#include "runtime/replicated.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace kiln::runtime {
+
+absl::StatusOr<std::vector<BufferPtr>> ExecuteReplicated(Executable& executable,
+                                                         std::vector<ReplicaRun>& replicas,
+                                                         absl::Duration collective_timeout) {
+  const int n = static_cast<int>(replicas.size());
+  if (n == 0) return absl::InvalidArgumentError("a replicated execution needs a replica");
+  ReplicaRendezvous rendezvous(n, collective_timeout);
+  std::atomic<bool> failed{false};
+  absl::Mutex mu;
+  absl::Status first_error;
+  std::vector<BufferPtr> results(n);
+  auto run = [&](int r) {
+    ReplicaRun& replica = replicas[r];
+    ExecuteOptions options = replica.options;
+    options.replica_id = r;
+    options.replica_count = n;
+    options.rendezvous = &rendezvous;
+    options.memory = replica.device->memory();
+    const CancelCheck outer = replica.options.cancelled;
+    options.cancelled = [&failed, outer]() { return failed.load() || (outer && outer()); };
+    absl::StatusOr<BufferPtr> out = executable.Execute(replica.args, options);
+    if (out.ok()) {
+      results[r] = *std::move(out);
+      return;
+    }
+    absl::Status error(out.status().code(),
+                       absl::StrCat("replica ", r, " on ", replica.device->name(), ": ",
+                                    out.status().message()));
+    {
+      absl::MutexLock lock(&mu);
+      // The others fail in turn once stopped; the first failure is the cause.
+      if (first_error.ok()) first_error = error;
+    }
+    failed = true;
+    rendezvous.Abort(error);
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(n - 1);
+  for (int r = 1; r < n; ++r) threads.emplace_back(run, r);
+  run(0);
+  for (std::thread& t : threads) t.join();
+  if (!first_error.ok()) return first_error;
+  return results;
+}
+
+}  // namespace kiln::runtime

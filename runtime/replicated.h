@@ -1,0 +1,34 @@
+// Replicated execution: one compiled program run on several devices at
+// once, its replicas meeting at every all-reduce.
+#ifndef KILN_RUNTIME_REPLICATED_H_
+#define KILN_RUNTIME_REPLICATED_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "runtime/device.h"
+
+namespace kiln::runtime {
+
+struct ReplicaRun {
+  Device* device = nullptr;  // borrowed; must be of the executable's backend
+  std::vector<BufferPtr> args;
+  // Queues, timeouts, cancel check and profile of this replica. The id,
+  // count, rendezvous and memory are set by ExecuteReplicated.
+  ExecuteOptions options;
+};
+
+// Runs `executable` once per element of `replicas`, replica i with id i on
+// its own thread (replica 0 on the caller's), charging each replica's
+// device memory. A replica that fails stops the others at their next
+// collective or wait; the error is the first failure, naming its replica.
+// `collective_timeout` bounds how long a replica waits for the others at an
+// all-reduce.
+absl::StatusOr<std::vector<BufferPtr>> ExecuteReplicated(Executable& executable,
+                                                         std::vector<ReplicaRun>& replicas,
+                                                         absl::Duration collective_timeout);
+
+}  // namespace kiln::runtime
+
+#endif  // KILN_RUNTIME_REPLICATED_H_
