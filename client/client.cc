@@ -246,39 +246,99 @@ absl::StatusOr<std::shared_ptr<Executable>> Client::Compile(const ir::Module& mo
   return std::make_shared<Executable>(core_, resp, device);
 }
 
-absl::StatusOr<ExecuteResult> Client::Execute(
-    const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
-    const ExecuteOptions& options) {
-  v1::ExecuteRequest req;
-  req.set_session_id(core_->session_id());
-  req.set_executable_handle(executable.handle());
+namespace {
+
+absl::Status AddArguments(const std::vector<std::shared_ptr<DeviceBuffer>>& args,
+                          google::protobuf::RepeatedPtrField<std::string>* handles) {
   for (const auto& a : args) {
     if (a == nullptr) return absl::InvalidArgumentError("null argument buffer");
     if (a->donated()) {
       return absl::FailedPreconditionError(
           absl::StrCat("buffer ", a->handle(), " was donated to an earlier execution"));
     }
-    req.add_argument_handles(a->handle());
+    *handles->Add() = a->handle();
   }
-  req.set_inline_result_max_bytes(options.inline_result_max_bytes);
-  for (int d : options.donate) req.add_donated_arguments(d);
-  req.set_infeed_timeout_millis(absl::ToInt64Milliseconds(options.infeed_timeout));
-  ASSIGN_OR_RETURN(v1::ExecuteResponse resp, core_->transport().Execute(req, options.cancel));
-  for (int d : options.donate) {
-    if (d >= 0 && d < static_cast<int>(args.size())) args[d]->MarkDonated();
-  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExecuteResult> ReadOutputs(
+    const std::shared_ptr<ClientCore>& core,
+    const google::protobuf::RepeatedPtrField<v1::ExecuteOutput>& outputs,
+    const std::string& device) {
   ExecuteResult result;
-  result.execute_micros = resp.execute_micros();
-  for (const auto& out : resp.outputs()) {
+  for (const auto& out : outputs) {
     ASSIGN_OR_RETURN(ir::Shape shape, ir::ShapeFromProto(out.shape()));
-    result.outputs.push_back(
-        std::make_shared<DeviceBuffer>(core_, out.buffer_handle(), shape, executable.device()));
+    result.outputs.push_back(std::make_shared<DeviceBuffer>(core, out.buffer_handle(), shape, device));
     if (out.has_inline_value()) {
       ASSIGN_OR_RETURN(ir::Literal value, ir::LiteralFromProto(out.inline_value()));
       result.inline_values.push_back(std::move(value));
     } else {
       result.inline_values.push_back(std::nullopt);
     }
+  }
+  return result;
+}
+
+void FillRequest(const ExecuteOptions& options, v1::ExecuteRequest* req) {
+  req->set_inline_result_max_bytes(options.inline_result_max_bytes);
+  for (int d : options.donate) req->add_donated_arguments(d);
+  req->set_infeed_timeout_millis(absl::ToInt64Milliseconds(options.infeed_timeout));
+}
+
+void MarkDonated(const ExecuteOptions& options,
+                 const std::vector<std::shared_ptr<DeviceBuffer>>& args) {
+  for (int d : options.donate) {
+    if (d >= 0 && d < static_cast<int>(args.size())) args[d]->MarkDonated();
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ExecuteResult> Client::Execute(
+    const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
+    const ExecuteOptions& options) {
+  v1::ExecuteRequest req;
+  req.set_session_id(core_->session_id());
+  req.set_executable_handle(executable.handle());
+  RETURN_IF_ERROR(AddArguments(args, req.mutable_argument_handles()));
+  FillRequest(options, &req);
+  ASSIGN_OR_RETURN(v1::ExecuteResponse resp, core_->transport().Execute(req, options.cancel));
+  MarkDonated(options, args);
+  ASSIGN_OR_RETURN(ExecuteResult result, ReadOutputs(core_, resp.outputs(), executable.device()));
+  result.execute_micros = resp.execute_micros();
+  if (resp.has_profile()) result.profile = resp.profile();
+  return result;
+}
+
+absl::StatusOr<ReplicatedResult> Client::ExecuteReplicated(
+    const Executable& executable, const std::vector<ReplicaArguments>& replicas,
+    const ExecuteOptions& options) {
+  if (replicas.empty()) return absl::InvalidArgumentError("no replicas to run");
+  v1::ExecuteRequest req;
+  req.set_session_id(core_->session_id());
+  req.set_executable_handle(executable.handle());
+  for (const ReplicaArguments& replica : replicas) {
+    v1::ReplicaArguments* r = req.add_replicas();
+    r->set_device(replica.device);
+    RETURN_IF_ERROR(AddArguments(replica.args, r->mutable_argument_handles()));
+  }
+  FillRequest(options, &req);
+  ASSIGN_OR_RETURN(v1::ExecuteResponse resp, core_->transport().Execute(req, options.cancel));
+  for (const ReplicaArguments& replica : replicas) MarkDonated(options, replica.args);
+  if (resp.replicas_size() != static_cast<int>(replicas.size())) {
+    return absl::InternalError(absl::StrCat("the server returned ", resp.replicas_size(),
+                                            " replica results for ", replicas.size(),
+                                            " replicas (protocol version 3 needed)"));
+  }
+  ReplicatedResult result;
+  result.execute_micros = resp.execute_micros();
+  if (resp.has_profile()) result.profile = resp.profile();
+  for (int r = 0; r < resp.replicas_size(); ++r) {
+    const v1::ReplicaOutputs& out = resp.replicas(r);
+    ASSIGN_OR_RETURN(ExecuteResult replica, ReadOutputs(core_, out.outputs(), out.device()));
+    if (out.has_profile()) replica.profile = out.profile();
+    replica.execute_micros = resp.execute_micros();
+    result.replicas.push_back(std::move(replica));
   }
   return result;
 }

@@ -22,7 +22,7 @@ namespace kiln::client {
 
 // Protocol versions this client speaks.
 inline constexpr uint32_t kClientMinVersion = 1;
-inline constexpr uint32_t kClientMaxVersion = 2;
+inline constexpr uint32_t kClientMaxVersion = 3;
 
 struct DeviceDescription {
   std::string name;  // "cpu:0"
@@ -45,6 +45,8 @@ struct EmbeddedOptions {
   std::string client_name = "kiln-embedded";
   int cpu_devices = 1;
   int64_t cpu_memory_bytes = int64_t{8} << 30;
+  // Simulated TPU cores (tpu:0..) of a default TPU v3-8.
+  int tpu_cores = 0;
 };
 
 class ClientCore;
@@ -121,6 +123,21 @@ struct ExecuteResult {
   // Values of the outputs that came back inline.
   std::vector<std::optional<ir::Literal>> inline_values;
   int64_t execute_micros = 0;
+  // What the execution would cost on the simulated chip (tpu devices).
+  std::optional<v1::ExecutionProfileProto> profile;
+};
+
+// One replica of a replicated execution: its device and arguments.
+struct ReplicaArguments {
+  std::string device;
+  std::vector<std::shared_ptr<DeviceBuffer>> args;
+};
+
+struct ReplicatedResult {
+  std::vector<ExecuteResult> replicas;  // in replica order
+  int64_t execute_micros = 0;
+  // The slowest replica's simulated cost (tpu devices).
+  std::optional<v1::ExecutionProfileProto> profile;
 };
 
 // Thread-safe.
@@ -151,6 +168,13 @@ class Client {
   absl::StatusOr<ExecuteResult> Execute(
       const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
       const ExecuteOptions& options = {});
+  // Runs `executable` on every replica's device at once (protocol version
+  // 3); replica i has replica-id i and all-reduce sums across them. The
+  // devices must be of the kind the program was compiled for; `donate`
+  // applies to every replica's arguments.
+  absl::StatusOr<ReplicatedResult> ExecuteReplicated(const Executable& executable,
+                                                     const std::vector<ReplicaArguments>& replicas,
+                                                     const ExecuteOptions& options = {});
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const std::string& device);
 
   // Feeds. Each session has an infeed and an outfeed queue per device. A

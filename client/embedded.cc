@@ -158,6 +158,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Embedded(const EmbeddedOptions& 
   server::ServiceOptions service_options;
   service_options.cpu_devices = options.cpu_devices;
   service_options.cpu_memory_bytes = options.cpu_memory_bytes;
+  service_options.tpu_cores = options.tpu_cores;
   // In-process, the client cannot vanish without the service: a long lease.
   service_options.lease = absl::Hours(24);
   ASSIGN_OR_RETURN(std::unique_ptr<server::Service> service,

@@ -82,6 +82,85 @@ Tensor LazyContext::FromLiteral(const ir::Literal& value, const std::string& dev
   return Tensor(std::move(node));
 }
 
+Tensor LazyContext::FromReplicaLiterals(const std::vector<ir::Literal>& values,
+                                        const std::vector<std::string>& devices) {
+  auto node = std::make_shared<Node>();
+  node->context = shared_from_this();
+  if (values.empty() || values.size() != devices.size()) {
+    node->status = absl::InvalidArgumentError(absl::StrCat(
+        "replicated tensor: ", values.size(), " values for ", devices.size(), " devices"));
+    return Tensor(std::move(node));
+  }
+  node->shape = values[0].shape();
+  node->device = devices[0];
+  for (size_t r = 0; r < values.size(); ++r) {
+    if (values[r].shape() != node->shape) {
+      node->status = absl::InvalidArgumentError(absl::StrCat(
+          "replicated tensor: replica ", r, " has shape ", values[r].shape().ToString(),
+          ", replica 0 ", node->shape.ToString()));
+      break;
+    }
+    absl::StatusOr<std::shared_ptr<DeviceBuffer>> buffer =
+        client_->TransferToDevice(values[r], devices[r]);
+    if (!buffer.ok()) {
+      node->status = buffer.status();
+      break;
+    }
+    metrics_.bytes_to_device += values[r].shape().ByteSize();
+    node->replicas.push_back(*std::move(buffer));
+  }
+  if (node->status.ok()) {
+    node->data = node->replicas[0];
+  } else {
+    node->replicas.clear();
+  }
+  return Tensor(std::move(node));
+}
+
+absl::StatusOr<std::vector<ReplicaArguments>> LazyContext::ReplicaInputs(
+    const std::vector<std::shared_ptr<Node>>& params) {
+  const Node* lead = nullptr;
+  for (const auto& p : params) {
+    if (p->replicas.size() > 1) {
+      lead = p.get();
+      break;
+    }
+  }
+  if (lead == nullptr) return std::vector<ReplicaArguments>();
+  std::vector<ReplicaArguments> replicas(lead->replicas.size());
+  for (size_t r = 0; r < replicas.size(); ++r) replicas[r].device = lead->replicas[r]->device();
+  for (size_t i = 0; i < params.size(); ++i) {
+    Node& p = *params[i];
+    if (p.replicas.empty()) {
+      // Read from the lead device only (a learning rate, a constant
+      // uploaded once): every replica gets a copy, kept on the node.
+      ASSIGN_OR_RETURN(ir::Literal value, Tensor(params[i]).ToHost());
+      p.replicas.push_back(p.data);
+      for (size_t r = 1; r < replicas.size(); ++r) {
+        ASSIGN_OR_RETURN(std::shared_ptr<DeviceBuffer> copy,
+                         client_->TransferToDevice(value, replicas[r].device));
+        p.replicas.push_back(std::move(copy));
+        metrics_.bytes_to_device += value.shape().ByteSize();
+      }
+      ++metrics_.broadcasts_to_replicas;
+    }
+    if (p.replicas.size() != replicas.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a program reads values replicated ", p.replicas.size(), " and ", replicas.size(),
+          " times"));
+    }
+    for (size_t r = 0; r < replicas.size(); ++r) {
+      if (p.replicas[r]->device() != replicas[r].device) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a program reads replica ", r, " values on ", p.replicas[r]->device(), " and ",
+            replicas[r].device));
+      }
+      replicas[r].args.push_back(p.replicas[r]);
+    }
+  }
+  return replicas;
+}
+
 Tensor LazyContext::Constant(const ir::Literal& value, const std::string& device) {
   auto node = std::make_shared<Node>();
   node->op = ir::Opcode::kConstant;
@@ -189,13 +268,29 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
     }
     executables_[key] = exe;
   }
-  std::vector<std::shared_ptr<DeviceBuffer>> args;
-  for (const auto& p : lowered.params) args.push_back(p->data);
+  ASSIGN_OR_RETURN(std::vector<ReplicaArguments> replica_args, ReplicaInputs(lowered.params));
   ExecuteOptions options;
   options.inline_result_max_bytes = kInlineBytes;
   options.cancel = cancel;
   const auto exec_start = Clock::now();
-  ASSIGN_OR_RETURN(ExecuteResult result, client_->Execute(*exe, args, options));
+  ExecuteResult result;
+  std::vector<ExecuteResult> replica_results;
+  if (replica_args.empty()) {
+    std::vector<std::shared_ptr<DeviceBuffer>> args;
+    for (const auto& p : lowered.params) args.push_back(p->data);
+    ASSIGN_OR_RETURN(result, client_->Execute(*exe, args, options));
+  } else {
+    ASSIGN_OR_RETURN(ReplicatedResult replicated,
+                     client_->ExecuteReplicated(*exe, replica_args, options));
+    replica_results = std::move(replicated.replicas);
+    result = replica_results[0];
+    result.profile = replicated.profile;
+    ++metrics_.replicated_executions;
+  }
+  if (result.profile.has_value()) {
+    metrics_.last_profile = result.profile;
+    metrics_.simulated_seconds += result.profile->simulated_seconds();
+  }
   metrics_.step_seconds.push_back(
       std::chrono::duration<double>(Clock::now() - exec_start).count());
   if (metrics_.step_seconds.size() > kStepHistory) {
@@ -209,6 +304,9 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
   for (size_t i = 0; i < outputs.size(); ++i) {
     Node& node = *outputs[i];
     node.data = result.outputs[i];
+    for (const ExecuteResult& replica : replica_results) {
+      node.replicas.push_back(replica.outputs[i]);
+    }
     if (result.inline_values[i].has_value()) {
       metrics_.bytes_from_device += node.shape.ByteSize();
       node.host_value = std::move(result.inline_values[i]);
@@ -266,6 +364,16 @@ std::string LazyContext::Report() const {
   absl::StrAppendFormat(&out, "  bytes from device    %lld (inline)\n",
                         (long long)metrics_.bytes_from_device);
   absl::StrAppendFormat(&out, "  lowering time        %.3f s\n", metrics_.lowering_seconds);
+  if (metrics_.replicated_executions > 0) {
+    absl::StrAppendFormat(&out, "  replicated executions %lld (%lld values copied to replicas)\n",
+                          (long long)metrics_.replicated_executions,
+                          (long long)metrics_.broadcasts_to_replicas);
+  }
+  if (metrics_.last_profile.has_value()) {
+    absl::StrAppendFormat(&out, "  simulated tpu time   %.3f ms in all, %.3f ms the last step\n",
+                          metrics_.simulated_seconds * 1e3,
+                          metrics_.last_profile->simulated_seconds() * 1e3);
+  }
   if (!metrics_.step_seconds.empty()) {
     std::vector<double> s = metrics_.step_seconds;
     std::sort(s.begin(), s.end());

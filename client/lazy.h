@@ -5,6 +5,7 @@
 #define KILN_CLIENT_LAZY_H_
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <source_location>
 #include <string>
@@ -31,6 +32,14 @@ struct LazyMetrics {
   double lowering_seconds = 0;
   // Round trip of each execution (seconds), most recent last (bounded).
   std::vector<double> step_seconds;
+  // Executions that ran as replicas, and values copied to replicas because
+  // a replicated program read them from the lead device only.
+  int64_t replicated_executions = 0;
+  int64_t broadcasts_to_replicas = 0;
+  // On tpu devices: the simulated cost of the latest execution and the sum
+  // of all simulated times.
+  std::optional<v1::ExecutionProfileProto> last_profile;
+  double simulated_seconds = 0;
 };
 
 // Not thread-safe: one thread traces at a time. The client is borrowed and
@@ -48,6 +57,10 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
                     const std::string& device) {
     return FromLiteral(ir::Literal::FromVector<T>(type, std::move(dims), v), device);
   }
+  // Uploads `values[i]` to `devices[i]`: one replicated tensor whose
+  // replica 0 lives on devices[0]. The values must have one shape.
+  Tensor FromReplicaLiterals(const std::vector<ir::Literal>& values,
+                             const std::vector<std::string>& devices);
   // A value baked into traces as a constant (use for small fixed values).
   Tensor Constant(const ir::Literal& value, const std::string& device);
   // Random values generated from `seed` and uploaded.
@@ -90,6 +103,10 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
 
  private:
   explicit LazyContext(Client* client) : client_(client) {}
+  // The buffers of replicated program inputs, per replica; empty when no
+  // parameter is replicated. Copies lead-device values to the replicas.
+  absl::StatusOr<std::vector<ReplicaArguments>> ReplicaInputs(
+      const std::vector<std::shared_ptr<Node>>& params);
   struct GraphSummary {
     std::vector<std::string> inputs;  // parameter shapes
     std::vector<std::string> ops;     // "add f32[128,10]"

@@ -558,6 +558,11 @@ Tensor OneHot(const Tensor& labels, int64_t classes, ElementType type) {
   return Cast(Equal(expanded, index), type);
 }
 
+Tensor CrossReplicaSum(const Tensor& x) {
+  if (!x.status().ok()) return x;
+  return Emit(Opcode::kAllReduce, x.shape(), {x}, {}, Reducer::kAdd);
+}
+
 Tensor FullLike(const Tensor& like, const Shape& shape, double value) {
   if (!like.status().ok()) return like;
   Tensor s = ScalarLike(like, value, shape.type());

@@ -53,6 +53,9 @@ struct Node {
   std::string device;
   // Set once the value exists on the device; the node then drops its operands.
   std::shared_ptr<DeviceBuffer> data;
+  // A replicated value: one buffer per replica device, replica 0 is `data`
+  // (on `device`). Programs reading it run once per replica.
+  std::vector<std::shared_ptr<DeviceBuffer>> replicas;
   // The value on the host, when it came back inline with an execution.
   std::optional<ir::Literal> host_value;
   // An error found while tracing this node.
@@ -80,6 +83,10 @@ class Tensor {
   int rank() const { return node_->shape.rank(); }
   int64_t dim(int i) const { return node_->shape.dim(i); }
   const std::string& device() const { return node_->device; }
+  // Replicas holding this value (1 unless replicated, see DataParallel).
+  int replica_count() const {
+    return node_->replicas.empty() ? 1 : static_cast<int>(node_->replicas.size());
+  }
   absl::Status status() const {
     return node_ == nullptr ? absl::FailedPreconditionError("undefined tensor") : node_->status;
   }
@@ -190,6 +197,10 @@ Tensor LogSoftmax(const Tensor& x, int64_t dim = -1);
 Tensor SoftmaxCrossEntropy(const Tensor& logits, const Tensor& one_hot_labels);
 // labels: s32[N] -> [N, classes] of `type`.
 Tensor OneHot(const Tensor& labels, int64_t classes, ir::ElementType type = ir::ElementType::kF32);
+
+// The sum of `x` over every replica of a replicated execution (an
+// all-reduce); `x` itself when the program runs once.
+Tensor CrossReplicaSum(const Tensor& x);
 
 // A tensor of `shape` filled with `value`, on `like`'s device.
 Tensor FullLike(const Tensor& like, const ir::Shape& shape, double value);

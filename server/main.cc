@@ -28,6 +28,14 @@ ABSL_FLAG(int64_t, feed_queue_capacity, 16,
           "values each session's infeed and outfeed queue holds per device");
 ABSL_FLAG(int64_t, infeed_timeout_seconds, 30,
           "how long a program's infeed waits for data before failing");
+ABSL_FLAG(int32_t, tpu_cores, 0,
+          "simulated TPU cores (tpu:0, tpu:1, ...), at most the chip's; 0: none");
+ABSL_FLAG(std::string, tpu_config, "",
+          "chip config file for the simulated TPU (name = value lines; docs/tpusim.md); "
+          "empty: a TPU v3-8");
+ABSL_FLAG(int64_t, tpu_hbm_bytes, 0, "HBM per simulated core; 0: the chip config's");
+ABSL_FLAG(int64_t, collective_timeout_seconds, 60,
+          "how long a replica waits for the others at an all-reduce");
 ABSL_FLAG(int64_t, shutdown_grace_seconds, 5,
           "on SIGTERM/SIGINT, how long in-flight calls may take before they are cancelled");
 
@@ -69,6 +77,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.feed_queue_capacity = static_cast<size_t>(absl::GetFlag(FLAGS_feed_queue_capacity));
+  if (!absl::GetFlag(FLAGS_tpu_config).empty()) {
+    auto chip = kiln::tpusim::LoadChipConfig(absl::GetFlag(FLAGS_tpu_config));
+    if (!chip.ok()) {
+      std::fprintf(stderr, "kiln-server: %s\n", std::string(chip.status().message()).c_str());
+      return 2;
+    }
+    options.tpu_chip = *chip;
+  }
+  if (absl::GetFlag(FLAGS_tpu_hbm_bytes) > 0) {
+    options.tpu_chip.hbm_bytes = absl::GetFlag(FLAGS_tpu_hbm_bytes);
+  }
+  options.tpu_cores = absl::GetFlag(FLAGS_tpu_cores);
+  options.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_seconds));
   auto service = kiln::server::Service::Create(options);
   if (!service.ok()) {
     std::fprintf(stderr, "kiln-server: %s\n", std::string(service.status().message()).c_str());

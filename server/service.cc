@@ -1,5 +1,6 @@
 #include "server/service.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,8 @@
 #include "compiler/ir/status_macros.h"
 #include "compiler/ir/verifier.h"
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/replicated.h"
+#include "runtime/tpusim/tpusim_device.h"
 #include "server/logging.h"
 
 namespace kiln::server {
@@ -30,6 +33,19 @@ runtime::CancelCheck UntilSessionEnds(const std::shared_ptr<Session>& session,
   return [session, cancelled]() { return session->closed() || (cancelled && cancelled()); };
 }
 
+void ProfileToProto(const runtime::ExecutionProfile& p, v1::ExecutionProfileProto* out) {
+  out->set_simulated_seconds(p.simulated_seconds);
+  out->set_matrix_seconds(p.matrix_seconds);
+  out->set_vector_seconds(p.vector_seconds);
+  out->set_hbm_seconds(p.hbm_seconds);
+  out->set_interconnect_seconds(p.interconnect_seconds);
+  out->set_infeed_seconds(p.infeed_seconds);
+  out->set_matrix_utilization(p.matrix_utilization);
+  out->set_matrix_flops(p.matrix_flops);
+  out->set_hbm_bytes(p.hbm_bytes);
+  out->set_padding_waste(p.padding_waste);
+}
+
 }  // namespace
 
 Service::Service(const ServiceOptions& options)
@@ -41,6 +57,11 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const ServiceOptions& o
   if (options.cpu_devices < 1) {
     return absl::InvalidArgumentError("the server needs at least one CPU device");
   }
+  if (options.tpu_cores < 0 || options.tpu_cores > options.tpu_chip.cores) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tpu_cores must be 0..", options.tpu_chip.cores, " (the chip's cores), not ",
+        options.tpu_cores));
+  }
   if (options.lease <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the lease must be positive");
   }
@@ -50,6 +71,15 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const ServiceOptions& o
     cpu.ordinal = i;
     cpu.memory_capacity_bytes = options.cpu_memory_bytes;
     service->devices_.push_back(std::make_unique<cpu::CpuDevice>(cpu));
+  }
+  for (int i = 0; i < options.tpu_cores; ++i) {
+    tpusim::TpuSimDeviceOptions tpu;
+    tpu.ordinal = i;
+    tpu.chip = options.tpu_chip;
+    service->devices_.push_back(std::make_unique<tpusim::TpuSimDevice>(tpu));
+  }
+  if (options.tpu_cores > 0) {
+    logging::Info("simulating {} cores of a {}", options.tpu_cores, options.tpu_chip.name);
   }
   return service;
 }
@@ -234,76 +264,147 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
   ASSIGN_OR_RETURN(ExecutableEntry exe, session->GetExecutable(req.executable_handle()));
-  std::vector<runtime::BufferPtr> args;
-  for (int i = 0; i < req.argument_handles_size(); ++i) {
-    absl::StatusOr<BufferEntry> arg = session->GetBuffer(req.argument_handles(i));
-    if (!arg.ok()) return WithContext(arg.status(), absl::StrCat("argument ", i));
-    if (arg->device != exe.device) {
+  const bool replicated = req.replicas_size() > 0;
+  if (replicated && req.argument_handles_size() > 0) {
+    return absl::InvalidArgumentError(
+        "a replicated execution takes its arguments per replica, not in argument_handles");
+  }
+  // Every replica's device and argument handles; a single execution is one
+  // replica on the executable's device.
+  std::vector<std::pair<runtime::Device*, std::vector<std::string>>> plan;
+  if (!replicated) {
+    plan.push_back({exe.device, {req.argument_handles().begin(), req.argument_handles().end()}});
+  }
+  for (int r = 0; r < req.replicas_size(); ++r) {
+    const v1::ReplicaArguments& replica = req.replicas(r);
+    absl::StatusOr<runtime::Device*> device = FindDevice(replica.device());
+    if (!device.ok()) return WithContext(device.status(), absl::StrCat("replica ", r));
+    if ((*device)->kind() != exe.device->kind()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "argument ", i, " lives on ", arg->device->name(), " but the program runs on ",
-          exe.device->name(), "; copy it explicitly"));
+          "replica ", r, " is on ", (*device)->name(), " but the program was compiled for ",
+          exe.device->kind(), " devices"));
     }
-    args.push_back(arg->buffer);
+    for (const auto& [other, unused] : plan) {
+      if (other == *device) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("replica ", r, ": ", other->name(), " already runs a replica"));
+      }
+    }
+    plan.push_back({*device, {replica.argument_handles().begin(), replica.argument_handles().end()}});
   }
   const auto& params = exe.executable->parameter_shapes();
-  if (args.size() != params.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "program takes ", params.size(), " arguments, got ", args.size()));
-  }
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i]->shape() != params[i]) {
+  std::vector<runtime::ReplicaRun> runs(plan.size());
+  std::vector<runtime::ExecutionProfile> profiles(plan.size());
+  std::vector<std::shared_ptr<FeedQueues>> feeds(plan.size());
+  const absl::Duration infeed_timeout = req.infeed_timeout_millis() > 0
+                                            ? absl::Milliseconds(req.infeed_timeout_millis())
+                                            : options_.infeed_timeout;
+  const runtime::CancelCheck until_done = UntilSessionEnds(session, cancelled);
+  for (size_t r = 0; r < plan.size(); ++r) {
+    const auto& [device, handles] = plan[r];
+    const std::string where = replicated ? absl::StrCat("replica ", r, ", ") : "";
+    if (handles.size() != params.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "argument ", i, " has shape ", args[i]->shape().ToString(),
-          ", the program expects ", params[i].ToString()));
+          where, "program takes ", params.size(), " arguments, got ", handles.size()));
     }
+    runtime::ReplicaRun& run = runs[r];
+    run.device = device;
+    for (size_t i = 0; i < handles.size(); ++i) {
+      absl::StatusOr<BufferEntry> arg = session->GetBuffer(handles[i]);
+      if (!arg.ok()) return WithContext(arg.status(), absl::StrCat(where, "argument ", i));
+      if (arg->device != device) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, "argument ", i, " lives on ", arg->device->name(),
+            " but the program runs on ", device->name(), "; copy it explicitly"));
+      }
+      if (arg->buffer->shape() != params[i]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, "argument ", i, " has shape ", arg->buffer->shape().ToString(),
+            ", the program expects ", params[i].ToString()));
+      }
+      run.args.push_back(arg->buffer);
+    }
+    feeds[r] = session->Feeds(device->name());
+    run.options.infeed_timeout = infeed_timeout;
+    run.options.outfeed_timeout = infeed_timeout;
+    run.options.infeed = &feeds[r]->infeed;
+    run.options.outfeed = &feeds[r]->outfeed;
+    run.options.cancelled = until_done;
+    run.options.profile = &profiles[r];
   }
   std::vector<std::string> donated;
   for (int index : req.donated_arguments()) {
-    if (index < 0 || index >= req.argument_handles_size()) {
+    if (index < 0 || index >= static_cast<int>(params.size())) {
       return absl::InvalidArgumentError(absl::StrCat("donated argument ", index, " out of range"));
     }
-    donated.push_back(req.argument_handles(index));
+    for (const auto& [device, handles] : plan) donated.push_back(handles[index]);
   }
   if (!donated.empty()) RETURN_IF_ERROR(session->TakeBuffers(donated).status());
-  runtime::ExecuteOptions options;
-  options.infeed_timeout = req.infeed_timeout_millis() > 0
-                               ? absl::Milliseconds(req.infeed_timeout_millis())
-                               : options_.infeed_timeout;
-  options.outfeed_timeout = options.infeed_timeout;
-  std::shared_ptr<FeedQueues> feeds = session->Feeds(exe.device->name());
-  options.infeed = &feeds->infeed;
-  options.outfeed = &feeds->outfeed;
-  options.cancelled = UntilSessionEnds(session, cancelled);
-  absl::StatusOr<runtime::BufferPtr> result = exe.executable->Execute(args, options);
-  args.clear();
+  absl::StatusOr<std::vector<runtime::BufferPtr>> results =
+      runtime::ExecuteReplicated(*exe.executable, runs, options_.collective_timeout);
+  runs.clear();
   metrics_.Add("executes");
-  if (!result.ok()) {
+  if (replicated) metrics_.Add("replicated_executes");
+  if (!results.ok()) {
     metrics_.Add("execute_errors");
-    if (options.cancelled()) {
+    if (until_done()) {
       // Wake producers and consumers of the aborted program; drop its data.
-      feeds->infeed.Abort();
-      feeds->outfeed.Abort();
+      for (const auto& f : feeds) {
+        f->infeed.Abort();
+        f->outfeed.Abort();
+      }
       metrics_.Add("executes_cancelled");
       logging::Info("session {}: execution cancelled on {}", session->id(), exe.device->name());
-      return absl::CancelledError(absl::StrCat("execution cancelled: ", result.status().message()));
+      return absl::CancelledError(absl::StrCat("execution cancelled: ", results.status().message()));
     }
-    return result.status();
+    return results.status();
   }
-  std::vector<runtime::BufferPtr> leaves;
-  Flatten(*result, &leaves);
   v1::ExecuteResponse resp;
-  for (const runtime::BufferPtr& leaf : leaves) {
-    auto* out = resp.add_outputs();
-    ir::ShapeToProto(leaf->shape(), out->mutable_shape());
-    out->set_buffer_handle(session->AddBuffer({leaf, exe.device}));
-    if (leaf->size_bytes() <= req.inline_result_max_bytes()) {
-      ir::LiteralToProto(leaf->ToLiteral(), out->mutable_inline_value());
+  const bool profiled = exe.device->kind() == "tpu";
+  for (size_t r = 0; r < plan.size(); ++r) {
+    runtime::Device* device = plan[r].first;
+    v1::ReplicaOutputs* replica = replicated ? resp.add_replicas() : nullptr;
+    if (replica != nullptr) replica->set_device(device->name());
+    std::vector<runtime::BufferPtr> leaves;
+    Flatten((*results)[r], &leaves);
+    for (const runtime::BufferPtr& leaf : leaves) {
+      auto* out = replica != nullptr ? replica->add_outputs() : resp.add_outputs();
+      ir::ShapeToProto(leaf->shape(), out->mutable_shape());
+      out->set_buffer_handle(session->AddBuffer({leaf, device}));
+      if (leaf->size_bytes() <= req.inline_result_max_bytes()) {
+        ir::LiteralToProto(leaf->ToLiteral(), out->mutable_inline_value());
+      }
     }
+    if (profiled) {
+      RecordProfile(profiles[r]);
+      ProfileToProto(profiles[r], replica != nullptr ? replica->mutable_profile()
+                                                     : resp.mutable_profile());
+    }
+  }
+  // The replicas run in parallel: the execution takes as long as the
+  // slowest, which is what the top-level profile of a replicated run says.
+  if (profiled && replicated) {
+    const auto slowest = std::max_element(
+        profiles.begin(), profiles.end(),
+        [](const auto& a, const auto& b) { return a.simulated_seconds < b.simulated_seconds; });
+    ProfileToProto(*slowest, resp.mutable_profile());
   }
   const absl::Duration took = absl::Now() - start;
   resp.set_execute_micros(absl::ToInt64Microseconds(took));
   metrics_.Record("execute", took);
   return resp;
+}
+
+void Service::RecordProfile(const runtime::ExecutionProfile& p) {
+  metrics_.Record("tpu_simulated_step", absl::Seconds(p.simulated_seconds));
+  metrics_.Add("tpu_simulated_nanos_matrix", static_cast<int64_t>(p.matrix_seconds * 1e9));
+  metrics_.Add("tpu_simulated_nanos_vector", static_cast<int64_t>(p.vector_seconds * 1e9));
+  metrics_.Add("tpu_simulated_nanos_hbm", static_cast<int64_t>(p.hbm_seconds * 1e9));
+  metrics_.Add("tpu_simulated_nanos_interconnect",
+               static_cast<int64_t>(p.interconnect_seconds * 1e9));
+  metrics_.Add("tpu_simulated_nanos_infeed", static_cast<int64_t>(p.infeed_seconds * 1e9));
+  metrics_.Add("tpu_matrix_flops", p.matrix_flops);
+  metrics_.Add("tpu_hbm_bytes", p.hbm_bytes);
 }
 
 absl::StatusOr<v1::MemoryInfoResponse> Service::MemoryInfo(const v1::MemoryInfoRequest& req) {

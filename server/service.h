@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kiln/v1/service.pb.h"
 #include "runtime/device.h"
+#include "runtime/tpusim/chip_config.h"
 #include "server/compile_cache.h"
 #include "server/metrics.h"
 #include "server/session.h"
@@ -22,7 +23,7 @@ namespace kiln::server {
 
 // Protocol versions this server speaks (docs/protocol.md has the changelog).
 inline constexpr uint32_t kMinProtocolVersion = 1;
-inline constexpr uint32_t kMaxProtocolVersion = 2;
+inline constexpr uint32_t kMaxProtocolVersion = 3;
 
 struct ServiceOptions {
   absl::Duration lease = absl::Seconds(60);
@@ -34,6 +35,11 @@ struct ServiceOptions {
   int64_t transfer_chunk_bytes = int64_t{1} << 20;
   // Values each session's infeed and outfeed queue hold per device.
   size_t feed_queue_capacity = 16;
+  // Simulated TPU cores (tpu:0..), at most the chip's; 0: none.
+  int tpu_cores = 0;
+  tpusim::ChipConfig tpu_chip;
+  // How long a replica waits for the others at an all-reduce.
+  absl::Duration collective_timeout = absl::Seconds(60);
 };
 
 // Thread-safe: every method may be called from many threads at once.
@@ -64,7 +70,9 @@ class Service {
   absl::StatusOr<v1::CompileResponse> Compile(const v1::CompileRequest& request);
   // `cancelled` is polled while the program runs (loop iterations, queue
   // waits): once it returns true, the program stops with CANCELLED and the
-  // session's queues on that device are aborted.
+  // session's queues on that device are aborted. With `replicas`, runs the
+  // program on each replica's device at once; a replica that fails stops
+  // the others. On tpu devices the reply carries the simulated profile.
   absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& request,
                                               const runtime::CancelCheck& cancelled = nullptr);
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& request);
@@ -102,6 +110,7 @@ class Service {
   explicit Service(const ServiceOptions& options);
   absl::StatusOr<runtime::Device*> FindDevice(const std::string& name) const;
   void RefreshGauges();
+  void RecordProfile(const runtime::ExecutionProfile& profile);
 
   const ServiceOptions options_;
   std::vector<std::unique_ptr<runtime::Device>> devices_;

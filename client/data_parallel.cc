@@ -1,0 +1,70 @@
+#include "client/data_parallel.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/status_macros.h"
+
+namespace kiln::client {
+
+absl::StatusOr<Tensor> DataParallel::Replicate(const Tensor& t) const {
+  ASSIGN_OR_RETURN(ir::Literal value, t.ToHost());
+  Tensor out = ctx_->FromReplicaLiterals(std::vector<ir::Literal>(devices_.size(), value),
+                                         devices_);
+  RETURN_IF_ERROR(out.status());
+  return out;
+}
+
+absl::Status DataParallel::ReplicateAll(std::vector<Tensor>* tensors) const {
+  for (Tensor& t : *tensors) {
+    ASSIGN_OR_RETURN(t, Replicate(t));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> DataParallel::Shard(const ir::Literal& batch) const {
+  const ir::Shape& shape = batch.shape();
+  const int64_t n = replicas();
+  if (!shape.IsArray() || shape.rank() == 0 || shape.dim(0) % n != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot split ", shape.ToString(), " into ", n, " equal shards along dimension 0"));
+  }
+  ir::Shape shard_shape = shape;
+  shard_shape.mutable_dims()[0] = shape.dim(0) / n;
+  const int64_t shard_bytes = shard_shape.ByteSize();
+  std::vector<ir::Literal> shards;
+  for (int64_t r = 0; r < n; ++r) {
+    ir::Literal shard(shard_shape);
+    if (shard_bytes > 0) {
+      std::memcpy(shard.mutable_bytes().data(), batch.bytes().data() + r * shard_bytes,
+                  shard_bytes);
+    }
+    shards.push_back(std::move(shard));
+  }
+  Tensor out = ctx_->FromReplicaLiterals(shards, devices_);
+  RETURN_IF_ERROR(out.status());
+  return out;
+}
+
+std::vector<Tensor> DataParallel::AllReduceMean(const std::vector<Tensor>& grads) const {
+  std::vector<Tensor> out;
+  out.reserve(grads.size());
+  const double scale = 1.0 / replicas();
+  for (const Tensor& g : grads) out.push_back(CrossReplicaSum(g) * scale);
+  return out;
+}
+
+absl::StatusOr<ir::Literal> DataParallel::CheckInStep(const Tensor& t) const {
+  ASSIGN_OR_RETURN(ir::Literal first, t.ToHost());
+  const auto& replicas = t.node()->replicas;
+  for (size_t r = 1; r < replicas.size(); ++r) {
+    ASSIGN_OR_RETURN(ir::Literal value, ctx_->client()->TransferFromDevice(*replicas[r]));
+    if (value.bytes() != first.bytes()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("replica ", r, " on ", replicas[r]->device(), " differs from replica 0"));
+    }
+  }
+  return first;
+}
+
+}  // namespace kiln::client
