@@ -19,7 +19,13 @@
 #include "server/logging.h"
 
 ABSL_FLAG(std::string, model, "mlp", "mlp (784-512-512-10) or lenet (LeNet-5)");
-ABSL_FLAG(std::string, device, "", "device to train on (default: the server's default device)");
+ABSL_FLAG(std::string, device, "",
+          "device (cpu:0, tpu:0) or device kind (tpu) to train on; default: the server's "
+          "default device");
+ABSL_FLAG(int, replicas, 1,
+          "data-parallel replicas: the first N devices of --device's kind each take 1/N of "
+          "every batch");
+ABSL_FLAG(int, tpu_cores, 8, "simulated TPU cores of the embedded service (without --server)");
 ABSL_FLAG(int, epochs, 5, "passes over the training set");
 ABSL_FLAG(int, batch_size, 128, "examples per training step");
 ABSL_FLAG(int, eval_batch_size, 1000, "examples per evaluation step");
@@ -77,21 +83,40 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<std::unique_ptr<kiln::client::Client>> client;
   if (absl::GetFlag(FLAGS_server).empty()) {
-    client = kiln::client::Client::Embedded();
+    kiln::client::EmbeddedOptions embedded;
+    // The simulated chip only when asked for, so the default device stays
+    // the CPU.
+    if (absl::GetFlag(FLAGS_device).rfind("tpu", 0) == 0) {
+      embedded.tpu_cores = absl::GetFlag(FLAGS_tpu_cores);
+    }
+    client = kiln::client::Client::Embedded(embedded);
   } else {
     kiln::client::ConnectOptions options;
     options.client_name = "fashion_mnist";
     client = kiln::client::Client::Connect(absl::GetFlag(FLAGS_server), options);
   }
   if (!client.ok()) return Fail(client.status());
-  const std::string device = kiln::examples::TrainingDevice(**client, absl::GetFlag(FLAGS_device));
+  const int replicas = absl::GetFlag(FLAGS_replicas);
+  std::vector<std::string> replica_devices;
+  std::string device = kiln::examples::TrainingDevice(**client, absl::GetFlag(FLAGS_device));
+  if (replicas > 1 || device.find(':') == std::string::npos) {
+    auto devices = kiln::examples::ReplicaDevices(**client, absl::GetFlag(FLAGS_device), replicas);
+    if (!devices.ok()) return Fail(devices.status());
+    replica_devices = *devices;
+    device = replica_devices[0];
+  }
+  if (batch % replicas != 0 || eval_batch % replicas != 0) {
+    return Fail(absl::InvalidArgumentError("batch sizes must be multiples of --replicas"));
+  }
   double base_lr = absl::GetFlag(FLAGS_lr);
   if (base_lr <= 0) {
     base_lr = kiln::examples::DefaultLearningRate(absl::GetFlag(FLAGS_model),
                                                   absl::GetFlag(FLAGS_optimizer));
   }
-  std::printf("training %s on %s (%s mode, %s, batch %d, lr %g)%s\n",
-              absl::GetFlag(FLAGS_model).c_str(), device.c_str(), mode.c_str(),
+  std::printf("training %s on %s%s (%s mode, %s, batch %d, lr %g)%s\n",
+              absl::GetFlag(FLAGS_model).c_str(), device.c_str(),
+              replicas > 1 ? absl::StrFormat(" and %d more replicas", replicas - 1).c_str() : "",
+              mode.c_str(),
               absl::GetFlag(FLAGS_optimizer).c_str(), batch, base_lr,
               absl::GetFlag(FLAGS_server).empty()
                   ? " on an embedded service"
@@ -106,6 +131,7 @@ int main(int argc, char** argv) {
   options.optimizer = absl::GetFlag(FLAGS_optimizer);
   options.learning_rate = base_lr;
   options.momentum = absl::GetFlag(FLAGS_momentum);
+  options.replica_devices = replica_devices;
   kiln::examples::Trainer trainer(ctx.get(), model->get(), device, options);
   const std::string schedule = absl::GetFlag(FLAGS_lr_schedule);
   if (schedule != "constant" && schedule != "cosine") {
@@ -146,10 +172,18 @@ int main(int argc, char** argv) {
       window_correct += r->correct;
       if ((step + 1) % log_every == 0 || step + 1 == steps) {
         const int64_t n = (step % log_every) + 1;
-        std::printf("  epoch %d step %lld/%lld: loss %.4f, accuracy %.4f, %.1f steps/s\n", epoch,
-                    static_cast<long long>(step + 1), static_cast<long long>(steps),
+        std::printf("  epoch %d step %lld/%lld: loss %.4f, accuracy %.4f, %.1f steps/s",
+                    epoch, static_cast<long long>(step + 1), static_cast<long long>(steps),
                     window_loss / n, window_correct / (n * batch),
                     (step + 1) / Seconds(epoch_start));
+        const auto& profile = ctx->metrics().last_profile;
+        if (profile.has_value()) {
+          // What the step would take on the chip, next to what it took here.
+          std::printf(", step wall %.2f ms, simulated %.3f ms (matrix units %.1f%% busy)",
+                      1e3 * Seconds(epoch_start) / (step + 1), 1e3 * profile->simulated_seconds(),
+                      100 * profile->matrix_utilization());
+        }
+        std::printf("\n");
         std::fflush(stdout);
         window_loss = window_correct = 0;
       }

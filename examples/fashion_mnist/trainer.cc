@@ -82,6 +82,30 @@ std::string TrainingDevice(const client::Client& client, const std::string& flag
   return flag.empty() ? client.default_device().name : flag;
 }
 
+absl::StatusOr<std::vector<std::string>> ReplicaDevices(const client::Client& client,
+                                                        const std::string& flag, int replicas) {
+  if (replicas < 1) return absl::InvalidArgumentError("--replicas must be at least 1");
+  std::string kind = flag.empty() ? client.default_device().kind : flag;
+  std::string first;
+  if (const size_t colon = kind.find(':'); colon != std::string::npos) {
+    first = kind;
+    kind = kind.substr(0, colon);
+  }
+  std::vector<std::string> devices;
+  for (const client::DeviceDescription& d : client.devices()) {
+    if (d.kind != kind) continue;
+    if (!first.empty() && devices.empty() && d.name != first) continue;
+    if (static_cast<int>(devices.size()) < replicas) devices.push_back(d.name);
+  }
+  if (static_cast<int>(devices.size()) < replicas) {
+    return absl::NotFoundError(absl::StrCat(
+        "the server has ", devices.size(), " ", kind, " device(s) from ",
+        first.empty() ? kind + ":0" : first, " on, ", replicas, " replicas need ", replicas,
+        kind == "tpu" ? " (start kiln-server with --tpu_cores=8)" : ""));
+  }
+  return devices;
+}
+
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name,
                                                  client::LazyContext* ctx,
                                                  const std::string& device, uint64_t seed) {
@@ -100,6 +124,9 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name,
 Trainer::Trainer(client::LazyContext* ctx, Model* model, std::string device,
                  const TrainerOptions& options)
     : ctx_(ctx), model_(model), device_(std::move(device)) {
+  if (options.replica_devices.size() > 1) {
+    data_parallel_ = std::make_unique<client::DataParallel>(ctx, options.replica_devices);
+  }
   if (options.optimizer == "adam") {
     adam_ = std::make_unique<client::Adam>(options.learning_rate);
   } else {
@@ -107,24 +134,50 @@ Trainer::Trainer(client::LazyContext* ctx, Model* model, std::string device,
   }
 }
 
-Trainer::Batch Trainer::Upload(const float* images, const int32_t* labels, int batch) {
+absl::StatusOr<Trainer::Batch> Trainer::Upload(const float* images, const int32_t* labels, int batch) {
   ir::Literal x(Shape(ElementType::kF32, {batch, 784}));
   std::memcpy(x.mutable_bytes().data(), images, sizeof(float) * batch * 784);
   ir::Literal y(Shape(ElementType::kS32, {batch}));
   std::memcpy(y.mutable_bytes().data(), labels, sizeof(int32_t) * batch);
-  return {ctx_->FromLiteral(x, device_), ctx_->FromLiteral(y, device_)};
+  Batch b;
+  if (data_parallel_ != nullptr) {
+    ASSIGN_OR_RETURN(b.images, data_parallel_->Shard(x));
+    ASSIGN_OR_RETURN(b.labels, data_parallel_->Shard(y));
+  } else {
+    b.images = ctx_->FromLiteral(x, device_);
+    b.labels = ctx_->FromLiteral(y, device_);
+  }
+  RETURN_IF_ERROR(b.images.status());
+  RETURN_IF_ERROR(b.labels.status());
+  return b;
+}
+
+absl::Status Trainer::ReplicateModel() {
+  if (data_parallel_ == nullptr || replicated_) return absl::OkStatus();
+  RETURN_IF_ERROR(data_parallel_->ReplicateAll(&model_->params()));
+  replicated_ = true;
+  return absl::OkStatus();
+}
+
+void Trainer::SumOverReplicas(Tensor& loss, Tensor& correct) const {
+  if (data_parallel_ == nullptr) return;
+  loss = client::CrossReplicaSum(loss) * (1.0 / data_parallel_->replicas());
+  correct = client::CrossReplicaSum(correct);
 }
 
 absl::StatusOr<StepResult> Trainer::TrainStep(const float* images, const int32_t* labels,
                                               int batch) {
+  RETURN_IF_ERROR(ReplicateModel());
   Tensor loss, correct;
   {
-    Batch b = Upload(images, labels, batch);
+    ASSIGN_OR_RETURN(Batch b, Upload(images, labels, batch));
     Tensor logits = model_->Forward(b.images);
     loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
     correct = client::Sum(client::Cast(client::Equal(client::Argmax(logits, 1), b.labels),
                                        ElementType::kF32));
     ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(loss, model_->params()));
+    if (data_parallel_ != nullptr) grads = data_parallel_->AllReduceMean(grads);
+    SumOverReplicas(loss, correct);
     ASSIGN_OR_RETURN(std::vector<Tensor> updated,
                      sgd_ ? sgd_->Step(model_->params(), grads)
                           : adam_->Step(model_->params(), grads));
@@ -140,6 +193,9 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const float* images, const int32_t
 
 absl::Status Trainer::TrainLoop(int64_t steps, int batch, client::CallCanceller* cancel) {
   if (!sgd_) return absl::InvalidArgumentError("loop mode trains with SGD");
+  if (data_parallel_ != nullptr) {
+    return absl::InvalidArgumentError("loop mode trains on one device");
+  }
   std::vector<Tensor>& params = model_->params();
   sgd_->InitState(params);
   std::vector<Tensor>& velocity = sgd_->velocity();
@@ -175,13 +231,15 @@ absl::Status Trainer::TrainLoop(int64_t steps, int batch, client::CallCanceller*
 
 absl::StatusOr<StepResult> Trainer::EvalStep(const float* images, const int32_t* labels,
                                              int batch) {
+  RETURN_IF_ERROR(ReplicateModel());
   Tensor loss, correct;
   {
-    Batch b = Upload(images, labels, batch);
+    ASSIGN_OR_RETURN(Batch b, Upload(images, labels, batch));
     Tensor logits = model_->Forward(b.images);
     loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
     correct = client::Sum(client::Cast(client::Equal(client::Argmax(logits, 1), b.labels),
                                        ElementType::kF32));
+    SumOverReplicas(loss, correct);
   }
   RETURN_IF_ERROR(ctx_->Barrier(device_));
   ASSIGN_OR_RETURN(double l, loss.Item());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/data_parallel.h"
 #include "client/lazy.h"
 #include "client/optimizers.h"
 #include "client/tensor.h"
@@ -42,6 +43,12 @@ double CosineLearningRate(double base, int epoch, int epochs);
 // The device a client trains on: `flag` when given, else the server's
 // default device.
 std::string TrainingDevice(const client::Client& client, const std::string& flag);
+// The devices `replicas` replicas train on. `flag` is a device kind ("tpu":
+// its first `replicas` devices), a device ("tpu:2": it and the next ones of
+// its kind) or empty (the default device's kind). NOT_FOUND when the
+// server has too few.
+absl::StatusOr<std::vector<std::string>> ReplicaDevices(const client::Client& client,
+                                                        const std::string& flag, int replicas);
 
 struct StepResult {
   double loss = 0;     // mean over the batch
@@ -52,10 +59,15 @@ struct TrainerOptions {
   std::string optimizer = "sgd";  // sgd or adam
   double learning_rate = 0.05;
   double momentum = 0.9;
+  // Data-parallel training over these devices (each batch split among
+  // them); one device or none: the trainer's own device only.
+  std::vector<std::string> replica_devices;
 };
 
 // One program per step: forward, loss, backward and update compile together
-// and run with a single barrier. Not thread-safe.
+// and run with a single barrier. With several replica devices the step runs
+// as one replicated program: each replica takes 1/N of the batch and the
+// gradients are all-reduced. Not thread-safe.
 class Trainer {
  public:
   Trainer(client::LazyContext* ctx, Model* model, std::string device,
@@ -78,11 +90,18 @@ class Trainer {
   struct Batch {
     client::Tensor images, labels;
   };
-  Batch Upload(const float* images, const int32_t* labels, int batch);
+  absl::StatusOr<Batch> Upload(const float* images, const int32_t* labels, int batch);
+
+  // Replicates the model on the first data-parallel step.
+  absl::Status ReplicateModel();
+  // Loss and correct count over every replica's shard.
+  void SumOverReplicas(client::Tensor& loss, client::Tensor& correct) const;
 
   client::LazyContext* ctx_;
   Model* model_;
   std::string device_;
+  std::unique_ptr<client::DataParallel> data_parallel_;
+  bool replicated_ = false;
   std::unique_ptr<client::Sgd> sgd_;
   std::unique_ptr<client::Adam> adam_;
 };
