@@ -119,6 +119,27 @@ TEST_F(CliTest, BadInputsFailCleanly) {
   ExpectCleanFailure(Kiln("run " + m + " --frobnicate"), "unknown flag");
 }
 
+TEST_F(CliTest, RunOnTpuPrintsTheSimulatedProfile) {
+  const std::string m = Write("dot.hlo", R"(HloModule dot
+ENTRY main {
+  a = f32[256,512] parameter(0)
+  b = f32[512,256] parameter(1)
+  ROOT d = f32[256,256] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+})");
+  auto r = Kiln("run " + m + " --random_inputs=3 --device=tpu:0 --profile");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("profile: simulated time on tpu:0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("matrix unit"), std::string::npos) << r.output;
+  // 2 * 256 * 512 * 256 useful flops.
+  EXPECT_NE(r.output.find("67108864 flops"), std::string::npos) << r.output;
+  auto cpu = Kiln("run " + m + " --random_inputs=3 --profile");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_NE(cpu.output.find("cpu:0 has no cost model"), std::string::npos) << cpu.output;
+  ExpectCleanFailure(Kiln("run " + Write("wide.hlo", "ENTRY e {\n x = f64[2] parameter(0)\n ROOT y = f64[2] negate(x)\n}") +
+                          " --random_inputs=1 --device=tpu:0"),
+                     "TPUs have no f64");
+}
+
 TEST_F(CliTest, ServerModeMatchesInProcessAndReportsStats) {
   testing::ServerProcess server;
   ASSERT_FALSE(server.address().empty());

@@ -2,7 +2,7 @@
 //
 //   kiln check FILE.hlo
 //   kiln run FILE.hlo [--server=ADDR] [--device=cpu:0] [--input=a.npy ...]
-//            [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N]
+//            [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N] [--profile]
 //   kiln devices [--server=ADDR]
 //   kiln stats --server=ADDR
 //
@@ -37,7 +37,7 @@ constexpr char kUsage[] =
     "usage:\n"
     "  kiln check FILE.hlo\n"
     "  kiln run FILE.hlo [--server=ADDR] [--device=cpu:0] [--input=a.npy ...]\n"
-    "           [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N]\n"
+    "           [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N] [--profile]\n"
     "  kiln devices [--server=ADDR]\n"
     "  kiln stats --server=ADDR\n"
     "  (--connect_timeout=SECONDS bounds reaching a server; default 10)\n";
@@ -52,6 +52,7 @@ struct Args {
   std::optional<uint64_t> random_seed;
   std::string output_dir;
   int64_t repeat = 1;
+  bool profile = false;  // print the simulated cost (tpu devices)
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
@@ -88,6 +89,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
           args.repeat > 1000000) {
         return absl::InvalidArgumentError("--repeat needs an integer from 1 to 1000000");
       }
+    } else if (a == "--profile") {
+      args.profile = true;
     } else if (absl::StartsWith(a, "--")) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", a));
     } else {
@@ -160,18 +163,46 @@ absl::Status Check(const Args& args) {
 }
 
 absl::StatusOr<std::unique_ptr<client::Client>> OpenClient(const Args& args) {
-  if (args.server.empty()) return client::Client::Embedded();
+  if (args.server.empty()) {
+    client::EmbeddedOptions embedded;
+    // The simulated chip only when asked for: the default device stays the CPU.
+    if (absl::StartsWith(args.device, "tpu")) embedded.tpu_cores = 8;
+    return client::Client::Embedded(embedded);
+  }
   client::ConnectOptions options;
   options.client_name = "kiln-cli";
   options.connect_timeout = absl::Seconds(args.connect_timeout_seconds);
   return client::Client::Connect(args.server, options);
 }
 
+void PrintProfile(const std::string& device, const client::ExecuteResult& result) {
+  if (!result.profile.has_value()) {
+    std::printf("profile: %s has no cost model (tpu devices do)\n", device.c_str());
+    return;
+  }
+  const v1::ExecutionProfileProto& p = *result.profile;
+  const double total = p.simulated_seconds();
+  std::printf("profile: simulated time on %s %.6f ms\n", device.c_str(), total * 1e3);
+  auto part = [&](const char* name, double seconds) {
+    std::printf("  %-13s %.6f ms (%5.1f%%)\n", name, seconds * 1e3,
+                total > 0 ? 100 * seconds / total : 0.0);
+  };
+  part("matrix unit", p.matrix_seconds());
+  part("vector", p.vector_seconds());
+  part("hbm", p.hbm_seconds());
+  part("interconnect", p.interconnect_seconds());
+  part("infeed", p.infeed_seconds());
+  std::printf("  matrix-unit utilization %.2f%%, %lld flops, %lld HBM bytes moved, "
+              "padding waste %.1f%%\n",
+              100 * p.matrix_utilization(), static_cast<long long>(p.matrix_flops()),
+              static_cast<long long>(p.hbm_bytes()), 100 * p.padding_waste());
+}
+
 absl::Status Run(const Args& args) {
   ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> module, LoadModule(args.file));
   ASSIGN_OR_RETURN(std::unique_ptr<client::Client> client, OpenClient(args));
   std::string device = args.device.empty() ? client->default_device().name : args.device;
-  if (device == "cpu") device = "cpu:0";
+  if (device == "cpu" || device == "tpu") device += ":0";
   const std::vector<ir::Shape> params = module->entry()->ParameterShapes();
   std::vector<ir::Literal> inputs;
   if (args.random_seed.has_value()) {
@@ -222,6 +253,7 @@ absl::Status Run(const Args& args) {
           absl::StrCat("cannot create ", args.output_dir, ": ", ec.message()));
     }
   }
+  if (args.profile) PrintProfile(device, result);
   for (size_t i = 0; i < result.outputs.size(); ++i) {
     ASSIGN_OR_RETURN(ir::Literal value, client->TransferFromDevice(*result.outputs[i]));
     std::printf("out_%zu: %s\n", i, Summary(value).c_str());
