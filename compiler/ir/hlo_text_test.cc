@@ -1,3 +1,5 @@
+#include "compiler/ir/fingerprint.h"
+#include "compiler/ir/proto_convert.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/hlo_printer.h"
 #include "compiler/ir/verifier.h"
@@ -165,6 +167,40 @@ TEST(HloTextTest, GarbageNeverCrashes) {
       EXPECT_FALSE(Verify(**m).ok()) << in;
     }
   }
+}
+
+}  // namespace
+}  // namespace kiln::ir
+
+namespace kiln::ir {
+namespace {
+
+TEST(HloTextTest, OperandPrecisionSurvivesTextProtoAndFingerprint) {
+  constexpr char kText[] = R"(HloModule p
+ENTRY main {
+  a = f32[2,2] parameter(0)
+  b = f32[2,2] parameter(1)
+  ROOT d = f32[2,2] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, operand_precision={HIGHEST,default}
+})";
+  auto m = ParseModule(kText);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const Instruction* dot = (*m)->entry()->root();
+  ASSERT_EQ(dot->attrs().operand_precision.size(), 2u);
+  EXPECT_EQ(dot->attrs().operand_precision[0], Precision::kHighest);
+  EXPECT_EQ(dot->attrs().operand_precision[1], Precision::kDefault);
+  const std::string printed = PrintModule(**m);
+  EXPECT_NE(printed.find("operand_precision={highest,default}"), std::string::npos) << printed;
+  auto back = ModuleFromProto(ModuleToProto(**m));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(PrintModule(**back), printed);
+  // Precision changes what a TPU computes, so it changes the fingerprint.
+  std::string plain(kText);
+  plain.erase(plain.find(", operand_precision"), std::string::npos);
+  plain += "\n}";
+  auto without = ParseModule(plain);
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_NE(Fingerprint(**m), Fingerprint(**without));
+  EXPECT_FALSE(ParseModule(std::string(kText).replace(std::string(kText).find("HIGHEST"), 7, "fastest")).ok());
 }
 
 }  // namespace
