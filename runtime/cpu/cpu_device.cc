@@ -1,18 +1,10 @@
 #include "runtime/cpu/cpu_device.h"
 
-#include "absl/strings/str_cat.h"
 #include "compiler/ir/status_macros.h"
 #include "runtime/cpu/executable.h"
 #include "runtime/cpu/program.h"
 
 namespace kiln::cpu {
-
-CpuDevice::CpuDevice(const CpuDeviceOptions& options)
-    : name_(absl::StrCat("cpu:", options.ordinal)),
-      ordinal_(options.ordinal),
-      memory_(options.memory_capacity_bytes),
-      infeed_(options.feed_queue_capacity),
-      outfeed_(options.feed_queue_capacity) {}
 
 absl::StatusOr<std::shared_ptr<runtime::Executable>> CpuDevice::Compile(
     const ir::Module& module, const runtime::CompileOptions& options) {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/device.h"
+#include "runtime/host_device.h"
 
 namespace kiln::cpu {
 
@@ -17,26 +17,14 @@ struct CpuDeviceOptions {
 };
 
 // Thread-safe.
-class CpuDevice : public runtime::Device {
+class CpuDevice : public runtime::HostDevice {
  public:
-  explicit CpuDevice(const CpuDeviceOptions& options = {});
+  explicit CpuDevice(const CpuDeviceOptions& options = {})
+      : HostDevice("cpu", options.ordinal, options.memory_capacity_bytes,
+                   options.feed_queue_capacity) {}
 
-  const std::string& name() const override { return name_; }
-  const std::string& kind() const override { return kind_; }
-  int ordinal() const override { return ordinal_; }
-  runtime::MemoryTracker* memory() override { return &memory_; }
   absl::StatusOr<std::shared_ptr<runtime::Executable>> Compile(
       const ir::Module& module, const runtime::CompileOptions& options) override;
-  runtime::FeedQueue& infeed() override { return infeed_; }
-  runtime::FeedQueue& outfeed() override { return outfeed_; }
-
- private:
-  std::string name_;
-  std::string kind_ = "cpu";
-  int ordinal_;
-  runtime::MemoryTracker memory_;
-  runtime::FeedQueue infeed_;
-  runtime::FeedQueue outfeed_;
 };
 
 }  // namespace kiln::cpu

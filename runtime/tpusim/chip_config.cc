@@ -1,6 +1,9 @@
 #include "runtime/tpusim/chip_config.h"
 
+#include <algorithm>
 #include <fstream>
+#include <type_traits>
+#include <variant>
 #include <sstream>
 #include <vector>
 
@@ -13,15 +16,40 @@
 namespace kiln::tpusim {
 namespace {
 
-template <typename T>
-absl::Status ParseNumber(absl::string_view text, T* out, bool positive) {
+// Every numeric field, in file order: its name, where it lives, and whether
+// zero is allowed.
+using FieldPtr = std::variant<int ChipConfig::*, int64_t ChipConfig::*, double ChipConfig::*>;
+struct Field {
+  absl::string_view name;
+  FieldPtr ptr;
+  bool zero_allowed = false;
+};
+const std::vector<Field>& Fields() {
+  static const auto* const kFields = new std::vector<Field>{
+      {"cores", &ChipConfig::cores},
+      {"hbm_bytes", &ChipConfig::hbm_bytes},
+      {"matrix_unit_size", &ChipConfig::matrix_unit_size},
+      {"matrix_units", &ChipConfig::matrix_units},
+      {"clock_hz", &ChipConfig::clock_hz},
+      {"vector_ops_per_cycle", &ChipConfig::vector_ops_per_cycle},
+      {"transcendental_ops", &ChipConfig::transcendental_ops},
+      {"hbm_bandwidth", &ChipConfig::hbm_bandwidth},
+      {"interconnect_bandwidth", &ChipConfig::interconnect_bandwidth},
+      {"interconnect_latency", &ChipConfig::interconnect_latency, true},
+      {"infeed_bandwidth", &ChipConfig::infeed_bandwidth},
+  };
+  return *kFields;
+}
+
+absl::Status SetField(ChipConfig& config, const Field& field, absl::string_view text) {
   double v = 0;
-  if (!absl::SimpleAtod(text, &v) || (positive && !(v > 0)) || !(v >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a ",
-                                                   positive ? "positive" : "non-negative",
-                                                   " number"));
+  if (!absl::SimpleAtod(text, &v) || !(v >= 0) || (!field.zero_allowed && v == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "' is not a ", field.zero_allowed ? "non-negative" : "positive", " number"));
   }
-  *out = static_cast<T>(v);
+  std::visit([&](auto member) { config.*member = static_cast<std::remove_reference_t<
+                                    decltype(config.*member)>>(v); },
+             field.ptr);
   return absl::OkStatus();
 }
 
@@ -41,36 +69,18 @@ absl::Status ChipConfig::Apply(absl::string_view text) {
     }
     const absl::string_view key = absl::StripAsciiWhitespace(kv[0]);
     const absl::string_view value = absl::StripAsciiWhitespace(kv[1]);
-    absl::Status st;
     if (key == "name") {
       name = std::string(value);
-    } else if (key == "cores") {
-      st = ParseNumber(value, &cores, true);
-    } else if (key == "hbm_bytes") {
-      st = ParseNumber(value, &hbm_bytes, true);
-    } else if (key == "matrix_unit_size") {
-      st = ParseNumber(value, &matrix_unit_size, true);
-    } else if (key == "matrix_units") {
-      st = ParseNumber(value, &matrix_units, true);
-    } else if (key == "clock_hz") {
-      st = ParseNumber(value, &clock_hz, true);
-    } else if (key == "vector_ops_per_cycle") {
-      st = ParseNumber(value, &vector_ops_per_cycle, true);
-    } else if (key == "transcendental_ops") {
-      st = ParseNumber(value, &transcendental_ops, true);
-    } else if (key == "hbm_bandwidth") {
-      st = ParseNumber(value, &hbm_bandwidth, true);
-    } else if (key == "interconnect_bandwidth") {
-      st = ParseNumber(value, &interconnect_bandwidth, true);
-    } else if (key == "interconnect_latency") {
-      st = ParseNumber(value, &interconnect_latency, false);
-    } else if (key == "infeed_bandwidth") {
-      st = ParseNumber(value, &infeed_bandwidth, true);
-    } else {
+      continue;
+    }
+    const auto& fields = Fields();
+    auto field = std::find_if(fields.begin(), fields.end(),
+                              [&](const Field& f) { return f.name == key; });
+    if (field == fields.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("chip config line ", line_number, ": unknown field '", key, "'"));
     }
-    if (!st.ok()) {
+    if (absl::Status st = SetField(*this, *field, value); !st.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("chip config line ", line_number, ", ", key, ": ", st.message()));
     }
@@ -80,15 +90,12 @@ absl::Status ChipConfig::Apply(absl::string_view text) {
 }
 
 std::string ChipConfig::ToString() const {
-  return absl::StrCat("name = ", name, "\ncores = ", cores, "\nhbm_bytes = ", hbm_bytes,
-                      "\nmatrix_unit_size = ", matrix_unit_size,
-                      "\nmatrix_units = ", matrix_units, "\nclock_hz = ", clock_hz,
-                      "\nvector_ops_per_cycle = ", vector_ops_per_cycle,
-                      "\ntranscendental_ops = ", transcendental_ops,
-                      "\nhbm_bandwidth = ", hbm_bandwidth,
-                      "\ninterconnect_bandwidth = ", interconnect_bandwidth,
-                      "\ninterconnect_latency = ", interconnect_latency,
-                      "\ninfeed_bandwidth = ", infeed_bandwidth, "\n");
+  std::string out = absl::StrCat("name = ", name, "\n");
+  for (const Field& field : Fields()) {
+    std::visit([&](auto member) { absl::StrAppend(&out, field.name, " = ", this->*member, "\n"); },
+               field.ptr);
+  }
+  return out;
 }
 
 absl::StatusOr<ChipConfig> LoadChipConfig(const std::string& path) {

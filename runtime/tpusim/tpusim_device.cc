@@ -54,12 +54,9 @@ void RoundToBf16(const float* in, float* out, int64_t count) {
 }
 
 TpuSimDevice::TpuSimDevice(const TpuSimDeviceOptions& options)
-    : name_(absl::StrCat("tpu:", options.ordinal)),
-      ordinal_(options.ordinal),
-      cost_model_(std::make_shared<CostModel>(options.chip)),
-      memory_(options.chip.hbm_bytes, [](const ir::Shape& s) { return PaddedBytes(s); }),
-      infeed_(options.feed_queue_capacity),
-      outfeed_(options.feed_queue_capacity) {}
+    : HostDevice("tpu", options.ordinal, options.chip.hbm_bytes, options.feed_queue_capacity,
+                 [](const ir::Shape& s) { return PaddedBytes(s); }),
+      cost_model_(std::make_shared<CostModel>(options.chip)) {}
 
 absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimDevice::Compile(
     const ir::Module& module, const runtime::CompileOptions& options) {

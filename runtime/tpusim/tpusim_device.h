@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/device.h"
+#include "runtime/host_device.h"
 #include "runtime/tpusim/chip_config.h"
 #include "runtime/tpusim/cost_model.h"
 
@@ -24,31 +24,19 @@ struct TpuSimDeviceOptions {
 };
 
 // Thread-safe.
-class TpuSimDevice : public runtime::Device {
+class TpuSimDevice : public runtime::HostDevice {
  public:
   explicit TpuSimDevice(const TpuSimDeviceOptions& options);
 
-  const std::string& name() const override { return name_; }
-  const std::string& kind() const override { return kind_; }
-  int ordinal() const override { return ordinal_; }
-  runtime::MemoryTracker* memory() override { return &memory_; }
   // Errors: INVALID_ARGUMENT naming the first instruction with a type a TPU
   // lacks; whatever the kernels refuse.
   absl::StatusOr<std::shared_ptr<runtime::Executable>> Compile(
       const ir::Module& module, const runtime::CompileOptions& options) override;
-  runtime::FeedQueue& infeed() override { return infeed_; }
-  runtime::FeedQueue& outfeed() override { return outfeed_; }
 
   const CostModel& cost_model() const { return *cost_model_; }
 
  private:
-  std::string name_;
-  std::string kind_ = "tpu";
-  int ordinal_;
   std::shared_ptr<const CostModel> cost_model_;
-  runtime::MemoryTracker memory_;
-  runtime::FeedQueue infeed_;
-  runtime::FeedQueue outfeed_;
 };
 
 // f32 values as the matrix unit sees them: rounded to the nearest bf16
