@@ -142,6 +142,49 @@ ENTRY main {
   EXPECT_THAT(other_kind.status().message(), HasSubstr("compiled for tpu devices"));
 }
 
+TEST_F(TpuE2ETest, ReducedPrecisionTensorsAreStoredAsBf16Tiles) {
+  auto ctx = client::LazyContext::Create(client_.get());
+  const int64_t before = client_->MemoryInfo("tpu:2")->bytes_in_use();
+  client::Tensor x = ctx->FromLiteral(ir::Literal(ir::Shape(ir::ElementType::kF32, {20, 200})),
+                                      "tpu:2");
+  // f32[20,200]: 24 rows (tiles of 8) x 256 lanes x 4 bytes.
+  EXPECT_EQ(client_->MemoryInfo("tpu:2")->bytes_in_use() - before, 24 * 256 * 4);
+  client::Tensor half = x.ToReducedPrecision();
+  ASSERT_TRUE(ctx->Barrier("tpu:2").ok());
+  ASSERT_TRUE(client_->FlushReleases().ok());
+  // bf16[20,200] next to it: 32 rows (tiles of 16) x 256 lanes x 2 bytes.
+  EXPECT_EQ(half.dtype(), ir::ElementType::kBF16);
+  EXPECT_EQ(client_->MemoryInfo("tpu:2")->bytes_in_use() - before, 24 * 256 * 4 + 32 * 256 * 2);
+}
+
+TEST_F(TpuE2ETest, EachCoreHasItsOwnInfeed) {
+  auto module = ir::ParseModule(R"(HloModule feed
+ENTRY main {
+  t = token[] after-all()
+  in = (f32[2], token[]) infeed(t)
+  ROOT x = f32[2] get-tuple-element(in), index=0
+})");
+  ASSERT_TRUE(module.ok());
+  auto exe = client_->Compile(**module, "tpu:3");
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto in = client_->OpenInfeed("tpu:3");
+  ASSERT_TRUE(in.ok());
+  ASSERT_TRUE((*in)->Write(F32({5, 6})).ok());
+  ASSERT_TRUE((*in)->Finish().ok());
+  client::ExecuteOptions options;
+  options.inline_result_max_bytes = 64;
+  options.infeed_timeout = absl::Milliseconds(200);
+  auto fed = client_->Execute(**exe, {}, options);
+  ASSERT_TRUE(fed.ok()) << fed.status();
+  EXPECT_EQ(fed->inline_values[0]->GetAsDouble(1), 6);
+  // The value went to tpu:3's queue: the same program on tpu:4 starves.
+  auto other = client_->Compile(**module, "tpu:4");
+  ASSERT_TRUE(other.ok());
+  auto starved = client_->Execute(**other, {}, options);
+  ASSERT_FALSE(starved.ok());
+  EXPECT_EQ(starved.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
 TEST_F(TpuE2ETest, F64ModulesAreRefusedAtCompile) {
   auto module = ir::ParseModule(R"(HloModule wide
 ENTRY main {
