@@ -268,5 +268,12 @@ TEST(TpuSimConfigTest, ConfigTextOverridesDefaultsAndRejectsUnknownFields) {
   EXPECT_FALSE(chip.Apply("cores = -1").ok());
 }
 
+TEST(TpuSimConfigTest, ShippedConfigFileIsTheDefaultChip) {
+  auto chip = LoadChipConfig(std::string(KILN_SOURCE_DIR) + "/deploy/tpu_v3_8.cfg");
+  ASSERT_TRUE(chip.ok()) << chip.status();
+  EXPECT_EQ(chip->ToString(), ChipConfig().ToString());
+  EXPECT_EQ(LoadChipConfig("/nonexistent/chip.cfg").status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace kiln::tpusim
