@@ -60,6 +60,9 @@ class Executable {
                                             const ExecuteOptions& options) = 0;
   virtual const ir::Shape& result_shape() const = 0;
   virtual const std::vector<ir::Shape>& parameter_shapes() const = 0;
+  // True when executions fill ExecuteOptions::profile (a backend with a
+  // cost model, such as tpusim).
+  virtual bool has_cost_model() const { return false; }
 };
 
 // Thread-safe.

@@ -32,9 +32,12 @@ absl::StatusOr<std::vector<BufferPtr>> ExecuteReplicated(Executable& executable,
       results[r] = *std::move(out);
       return;
     }
-    absl::Status error(out.status().code(),
-                       absl::StrCat("replica ", r, " on ", replica.device->name(), ": ",
-                                    out.status().message()));
+    // A single execution's error reads as before; a replica names itself.
+    absl::Status error =
+        n == 1 ? out.status()
+               : absl::Status(out.status().code(),
+                              absl::StrCat("replica ", r, " on ", replica.device->name(), ": ",
+                                           out.status().message()));
     {
       absl::MutexLock lock(&mu);
       // The others fail in turn once stopped; the first failure is the cause.

@@ -22,7 +22,8 @@ struct ReplicaRun {
 // Runs `executable` once per element of `replicas`, replica i with id i on
 // its own thread (replica 0 on the caller's), charging each replica's
 // device memory. A replica that fails stops the others at their next
-// collective or wait; the error is the first failure, naming its replica.
+// collective or wait; the error is the first failure, naming its replica
+// when there are several.
 // `collective_timeout` bounds how long a replica waits for the others at an
 // all-reduce.
 absl::StatusOr<std::vector<BufferPtr>> ExecuteReplicated(Executable& executable,

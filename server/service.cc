@@ -360,7 +360,7 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     return results.status();
   }
   v1::ExecuteResponse resp;
-  const bool profiled = exe.device->kind() == "tpu";
+  const bool profiled = exe.executable->has_cost_model();
   for (size_t r = 0; r < plan.size(); ++r) {
     runtime::Device* device = plan[r].first;
     v1::ReplicaOutputs* replica = replicated ? resp.add_replicas() : nullptr;

@@ -32,6 +32,7 @@ class ProgramExecutable : public runtime::Executable {
   const std::vector<ir::Shape>& parameter_shapes() const override {
     return parameter_shapes_;
   }
+  bool has_cost_model() const override { return profile_ != nullptr; }
 
  private:
   std::shared_ptr<const Program> entry_;

@@ -14,15 +14,6 @@ using ir::Opcode;
 
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-int64_t LogicalBytes(const ir::Shape& shape) {
-  if (shape.IsTuple()) {
-    int64_t total = 0;
-    for (const ir::Shape& s : shape.tuple_shapes()) total += LogicalBytes(s);
-    return total;
-  }
-  return shape.IsArray() ? shape.ByteSize() : 0;
-}
-
 bool IsTranscendental(Opcode op) {
   switch (op) {
     case Opcode::kExp: case Opcode::kExpm1: case Opcode::kLog: case Opcode::kLog1p:
@@ -117,10 +108,10 @@ runtime::CostCounters CostModel::StepCost(
   int64_t read = 0, read_logical = 0;
   if (op == Opcode::kSlice || op == Opcode::kDynamicSlice || op == Opcode::kGather) {
     read = PaddedBytes(out.shape());
-    read_logical = LogicalBytes(out.shape());
+    read_logical = out.shape().ByteSize();
   } else if (op == Opcode::kDynamicUpdateSlice) {
     read = PaddedBytes(out.operand(1)->shape());
-    read_logical = LogicalBytes(out.operand(1)->shape());
+    read_logical = out.operand(1)->shape().ByteSize();
   } else {
     absl::flat_hash_set<const Instruction*> inside(members.begin(), members.end());
     absl::flat_hash_set<const Instruction*> seen;
@@ -128,14 +119,14 @@ runtime::CostCounters CostModel::StepCost(
       for (const Instruction* o : m->operands()) {
         if (inside.contains(o) || !seen.insert(o).second) continue;
         read += PaddedBytes(o->shape());
-        read_logical += LogicalBytes(o->shape());
+        read_logical += o->shape().ByteSize();
       }
     }
   }
   const ir::Shape& written_shape =
       op == Opcode::kDynamicUpdateSlice ? out.operand(1)->shape() : out.shape();
   c.hbm_bytes = read + PaddedBytes(written_shape);
-  c.hbm_logical_bytes = read_logical + LogicalBytes(written_shape);
+  c.hbm_logical_bytes = read_logical + written_shape.ByteSize();
 
   double matrix = 0;
   int64_t vector_ops = 0;
