@@ -3,6 +3,8 @@
 #ifndef KILN_BENCHMARKS_ECHO_SERVICE_H_
 #define KILN_BENCHMARKS_ECHO_SERVICE_H_
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "echo.grpc.pb.h"
@@ -28,6 +30,30 @@ class EchoService final : public Echo::Service {
     return grpc::Status::OK;
   }
 };
+
+// The peer listening on a free loopback port, with a stub connected to it;
+// both take messages of up to 256 MiB.
+struct EchoPeer {
+  EchoService service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<Echo::Stub> stub;
+};
+
+inline std::unique_ptr<EchoPeer> StartEchoPeer() {
+  auto peer = std::make_unique<EchoPeer>();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  builder.RegisterService(&peer->service);
+  peer->server = builder.BuildAndStart();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  peer->stub = Echo::NewStub(grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
+  return peer;
+}
 
 }  // namespace kiln::bench
 

@@ -50,21 +50,9 @@ int main(int argc, char** argv) {
   kiln::server::ServiceOptions options;
   auto service = *kiln::server::Service::Create(options);
   auto kiln_server = *kiln::server::GrpcServer::Start(service.get(), "127.0.0.1:0");
-  kiln::bench::EchoService echo;
-  grpc::ServerBuilder builder;
-  int echo_port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &echo_port);
-  builder.SetMaxReceiveMessageSize(256 << 20);
-  builder.RegisterService(&echo);
-  auto echo_server = builder.BuildAndStart();
-  const std::string echo_address = "127.0.0.1:" + std::to_string(echo_port);
-
+  auto echo = kiln::bench::StartEchoPeer();
+  auto& echo_stub = echo->stub;
   auto client = *kiln::client::Client::Connect(kiln_server->address());
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);
-  args.SetMaxSendMessageSize(256 << 20);
-  auto echo_stub = kiln::bench::Echo::NewStub(
-      grpc::CreateCustomChannel(echo_address, grpc::InsecureChannelCredentials(), args));
 
   // 1. Cached execute round trip.
   auto module = *kiln::ir::ParseModule(
@@ -140,7 +128,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(transfer_bytes >> 20), rounds, kiln_best, bare_best,
               kiln_best / bare_best);
   client.reset();
-  echo_server->Shutdown();
+  echo->server->Shutdown();
   kiln_server->Shutdown(absl::Seconds(1));
   return 0;
 }
