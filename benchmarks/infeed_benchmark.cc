@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "base/flags.h"
 #include "client/client.h"
 #include "client/lazy.h"
 #include "client/loop.h"
@@ -14,7 +15,7 @@
 #include "echo.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/grpc_service.h"
-#include "server/logging.h"
+#include "base/logging.h"
 #include "server/service.h"
 
 namespace {
@@ -31,6 +32,7 @@ double Since(Clock::time_point t0) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kiln::HandleHelp(argc, argv, "usage: infeed_benchmark [BATCHES]\nInfeed throughput through kiln-server against a bare gRPC stream of the same bytes; prints the ratio.");
   kiln::logging::SetLevel("warn").IgnoreError();
   const int batches = argc > 1 ? std::atoi(argv[1]) : 500;
   const int batch = 128;

@@ -9,13 +9,14 @@
 #include <cstdio>
 #include <vector>
 
+#include "base/flags.h"
 #include "client/client.h"
 #include "compiler/ir/hlo_parser.h"
 #include "benchmarks/echo_service.h"
 #include "echo.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/grpc_service.h"
-#include "server/logging.h"
+#include "base/logging.h"
 #include "server/service.h"
 
 namespace {
@@ -43,6 +44,7 @@ Stats Time(int iterations, F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kiln::HandleHelp(argc, argv, "usage: rpc_benchmark [ITERATIONS] [TRANSFER_MIB]\nKiln RPCs against bare gRPC calls of the same size; prints the ratios.");
   kiln::logging::SetLevel("warn").IgnoreError();
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 2000;
   const int64_t transfer_bytes = (argc > 2 ? std::atoll(argv[2]) : 256) << 20;

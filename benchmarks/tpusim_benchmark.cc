@@ -12,18 +12,21 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "base/flags.h"
 #include "client/client.h"
 #include "client/lazy.h"
 #include "compiler/ir/hlo_parser.h"
+#include "embedded/embedded.h"
 #include "examples/fashion_mnist/trainer.h"
 #include "runtime/tpusim/chip_config.h"
-#include "server/logging.h"
+#include "base/logging.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 namespace client = kiln::client;
 namespace examples = kiln::examples;
+namespace embedded = kiln::embedded;
 
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -83,15 +86,16 @@ void PrintProfile(const char* what, const kiln::v1::ExecutionProfileProto& p,
 }  // namespace
 
 int main(int argc, char** argv) {
+  kiln::HandleHelp(argc, argv, "usage: tpusim_benchmark [STEPS]\nTPU-simulator overhead against the cpu backend and predicted step times against the roofline.");
   kiln::logging::SetLevel("warn").IgnoreError();
   const int steps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   std::printf("tpusim benchmark: %d timed steps each; OPENBLAS_CORETYPE=%s; "
               "peer: the cpu backend, same program, same process\n",
               steps, coretype ? coretype : "(unset)");
-  client::EmbeddedOptions options;
-  options.tpu_cores = 8;
-  auto c = client::Client::Embedded(options);
+  embedded::Options options;
+  options.devices = "cpu:1,tpu:8";
+  auto c = embedded::Connect(options);
   if (!c.ok()) return 1;
   const kiln::tpusim::ChipConfig chip;
 

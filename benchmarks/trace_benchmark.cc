@@ -5,16 +5,19 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/flags.h"
 #include "client/client.h"
 #include "client/lazy.h"
 #include "client/tensor.h"
-#include "server/logging.h"
+#include "base/logging.h"
+#include "embedded/embedded.h"
 
 int main(int argc, char** argv) {
+  kiln::HandleHelp(argc, argv, "usage: trace_benchmark [CHAINS] [LENGTH]\nCost of tracing lazy tensor ops, per op.");
   kiln::logging::SetLevel("warn").IgnoreError();
   const int chains = argc > 1 ? std::atoi(argv[1]) : 200;
   const int length = argc > 2 ? std::atoi(argv[2]) : 1000;
-  auto client = *kiln::client::Client::Embedded();
+  auto client = *kiln::embedded::Connect();
   auto ctx = kiln::client::LazyContext::Create(client.get());
   kiln::client::Tensor a = ctx->FromVector<float>(kiln::ir::ElementType::kF32, {1}, std::vector<float>{1}, "cpu:0");
   kiln::client::Tensor b = ctx->FromVector<float>(kiln::ir::ElementType::kF32, {1}, std::vector<float>{2}, "cpu:0");

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "client/lazy.h"
+#include "embedded/embedded.h"
 #include "gtest/gtest.h"
 
 namespace kiln::client {
@@ -16,7 +17,7 @@ using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 class GradTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    client_ = *Client::Embedded();
+    client_ = *embedded::Connect();
     ctx_ = LazyContext::Create(client_.get());
   }
 

@@ -7,7 +7,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/grpc_transport.h"
 #include "compiler/ir/proto_convert.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 
 namespace kiln::client {
 

@@ -41,13 +41,6 @@ struct ConnectOptions {
   bool keep_alive = true;
 };
 
-struct EmbeddedOptions {
-  std::string client_name = "kiln-embedded";
-  int cpu_devices = 1;
-  int64_t cpu_memory_bytes = int64_t{8} << 30;
-  // Simulated TPU cores (tpu:0..) of a default TPU v3-8.
-  int tpu_cores = 0;
-};
 
 class ClientCore;
 
@@ -146,9 +139,7 @@ class Client {
   // Connects to a kiln-server, retrying until `options.connect_timeout`.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address,
                                                          const ConnectOptions& options = {});
-  // Runs the service in this process, without sockets (client/embedded.cc;
-  // link kiln_client_embedded).
-  static absl::StatusOr<std::unique_ptr<Client>> Embedded(const EmbeddedOptions& options = {});
+  // (A service in this process, without sockets: embedded/embedded.h.)
   // Builds a client over any transport (tests, embedders).
   static absl::StatusOr<std::unique_ptr<Client>> Create(std::unique_ptr<Transport> transport,
                                                         const ConnectOptions& options);

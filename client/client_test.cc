@@ -2,6 +2,7 @@
 #include "client/client.h"
 
 #include "compiler/ir/hlo_parser.h"
+#include "embedded/embedded.h"
 #include "gtest/gtest.h"
 
 namespace kiln::client {
@@ -18,7 +19,7 @@ ir::Literal Vec(std::vector<float> v) {
 }
 
 TEST(ClientTest, DevicesAndDefault) {
-  auto client = Client::Embedded();
+  auto client = embedded::Connect();
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_EQ((*client)->devices().size(), 1u);
   EXPECT_EQ((*client)->devices()[0].name, "cpu:0");
@@ -27,7 +28,7 @@ TEST(ClientTest, DevicesAndDefault) {
 }
 
 TEST(ClientTest, TransferCompileExecuteAndReleaseFreesMemory) {
-  auto client = *Client::Embedded();
+  auto client = *embedded::Connect();
   {
     auto x = client->TransferToDevice(Vec({1, 2, 3}), "cpu:0");
     ASSERT_TRUE(x.ok()) << x.status();
@@ -52,7 +53,7 @@ TEST(ClientTest, TransferCompileExecuteAndReleaseFreesMemory) {
 }
 
 TEST(ClientTest, DonatedBufferCannotBeReused) {
-  auto client = *Client::Embedded();
+  auto client = *embedded::Connect();
   auto x = *client->TransferToDevice(Vec({1}), "cpu:0");
   auto exe = *client->Compile(*Parse("ENTRY e {\n x = f32[1] parameter(0)\n ROOT y = f32[1] negate(x)\n}"),
                               "cpu:0");
@@ -67,7 +68,7 @@ TEST(ClientTest, DonatedBufferCannotBeReused) {
 TEST(ClientTest, HandlesMayOutliveTheClient) {
   std::shared_ptr<DeviceBuffer> kept;
   {
-    auto client = *Client::Embedded();
+    auto client = *embedded::Connect();
     kept = *client->TransferToDevice(Vec({1, 2}), "cpu:0");
   }
   EXPECT_EQ(kept->shape().ToString(), "f32[2]");
@@ -75,7 +76,7 @@ TEST(ClientTest, HandlesMayOutliveTheClient) {
 }
 
 TEST(ClientTest, ServerErrorsArriveAsStatuses) {
-  auto client = *Client::Embedded();
+  auto client = *embedded::Connect();
   auto bad_device = client->TransferToDevice(Vec({1}), "gpu:3");
   EXPECT_EQ(bad_device.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(bad_device.status().message().find("unknown device 'gpu:3'"), std::string::npos);

@@ -7,6 +7,7 @@
 
 #include "client/autodiff.h"
 #include "client/optimizers.h"
+#include "embedded/embedded.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -40,10 +41,9 @@ ir::Literal Random(Shape shape, uint64_t seed) {
 class DataParallelTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    EmbeddedOptions options;
-    options.cpu_devices = 4;
-    options.tpu_cores = 4;
-    client_ = *Client::Embedded(options);
+    embedded::Options options;
+    options.devices = "cpu:4,tpu:4";
+    client_ = *embedded::Connect(options);
     ctx_ = LazyContext::Create(client_.get());
   }
   std::unique_ptr<Client> client_;

@@ -6,6 +6,7 @@
 #include "compiler/ir/proto_convert.h"
 #include "grpcpp/grpcpp.h"
 #include "kiln/v1/service.grpc.pb.h"
+#include "base/chunks.h"
 
 namespace kiln::client {
 namespace {
@@ -148,7 +149,7 @@ class GrpcInfeedStream : public InfeedStream {
     if (!open_) return absl::UnavailableError("the infeed stream is closed; Finish() tells why");
     const auto& bytes = value.bytes();
     const int64_t total = static_cast<int64_t>(bytes.size());
-    open_ = ir::ForEachChunk(total, chunk_bytes_, [&](int64_t offset, int64_t n) {
+    open_ = ForEachChunk(total, chunk_bytes_, [&](int64_t offset, int64_t n) {
       v1::InfeedChunk chunk;
       if (offset == 0) {
         ir::ShapeToProto(value.shape(), chunk.mutable_shape());

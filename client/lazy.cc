@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "client/lower.h"
 #include "compiler/ir/fingerprint.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 
 namespace kiln::client {
 namespace {

@@ -9,6 +9,7 @@
 #include "client/lazy.h"
 #include "client/optimizers.h"
 #include "client/loop_test_util.h"
+#include "embedded/embedded.h"
 #include "gtest/gtest.h"
 
 namespace kiln::client {
@@ -24,7 +25,7 @@ constexpr auto VecOn = testing::Vec;
 class LoopTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    client_ = *Client::Embedded();
+    client_ = *embedded::Connect();
     ctx_ = LazyContext::Create(client_.get());
   }
   Tensor Vec(std::vector<float> v) { return VecOn(ctx_.get(), std::move(v)); }
@@ -102,7 +103,7 @@ TEST_F(LoopTest, ProducerWithTokenFromAnotherClient) {
   auto token = client_->CreateFeedToken("cpu:0");
   ASSERT_TRUE(token.ok()) << token.status();
   // A token this server did not issue: refused.
-  auto other = Client::Embedded();  // another service: tokens do not cross servers
+  auto other = embedded::Connect();  // another service: tokens do not cross servers
   auto foreign = (*other)->OpenInfeed("cpu:0", *token);
   ASSERT_TRUE(foreign.ok());
   EXPECT_EQ((*foreign)->Write(F32({1, 1})).code(), absl::StatusCode::kPermissionDenied);

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/lazy.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 
 namespace kiln::client {
 namespace {

@@ -3,6 +3,7 @@
 #include "client/tensor.h"
 
 #include "client/lazy.h"
+#include "embedded/embedded.h"
 #include "gtest/gtest.h"
 
 namespace kiln::client {
@@ -13,9 +14,9 @@ using ir::ElementType;
 class TensorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    EmbeddedOptions options;
-    options.cpu_devices = 2;
-    client_ = *Client::Embedded(options);
+    embedded::Options options;
+    options.devices = "cpu:2";
+    client_ = *embedded::Connect(options);
     ctx_ = LazyContext::Create(client_.get());
   }
   Tensor Vec(std::vector<float> v, const std::string& device = "cpu:0") {

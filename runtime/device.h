@@ -1,6 +1,7 @@
-// The backend interfaces: Device (memory, transfers, queues), Executable
-// (a compiled module) and the compile entry point. Each backend lives in its
-// own folder (cpu/, tpusim/, gpu/) and implements these.
+// The backend interfaces: Device (memory, buffers, transfers, queues),
+// Executable (a compiled module) and Compiler (one per backend kind, whose
+// executables run on any device of that kind). Each backend lives in its own
+// folder (null/ is the template) and registers itself (backend.h).
 #ifndef KILN_RUNTIME_DEVICE_H_
 #define KILN_RUNTIME_DEVICE_H_
 
@@ -34,9 +35,6 @@ struct ExecuteOptions {
   int replica_id = 0;
   int replica_count = 1;
   ReplicaRendezvous* rendezvous = nullptr;
-  // The memory the execution charges (borrowed); null: the memory of the
-  // device that compiled the program. A replica runs on its own device's.
-  MemoryTracker* memory = nullptr;
   // The queues infeed and outfeed use; null: the device's own.
   FeedQueue* infeed = nullptr;
   FeedQueue* outfeed = nullptr;
@@ -47,16 +45,21 @@ struct ExecuteOptions {
   CancelCheck cancelled;
 };
 
+class Device;
+
 // A compiled module, ready to run many times. Thread-safe: concurrent
 // executions do not share mutable state.
 class Executable {
  public:
   virtual ~Executable() = default;
-  // Runs with `args` (one per entry parameter, shapes checked) and returns the
-  // result buffer. Errors: InvalidArgument for wrong arguments; whatever a
-  // kernel reports (RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED on a starved
-  // infeed, ...), with the instruction that failed.
-  virtual absl::StatusOr<BufferPtr> Execute(const std::vector<BufferPtr>& args,
+  // Runs on `device` (one of the kind the executable was compiled for;
+  // borrowed) with `args` (one per entry parameter, living on `device`,
+  // shapes checked) and returns the result buffer, charged to the device's
+  // memory. Errors: INVALID_ARGUMENT for wrong arguments or a device of
+  // another kind; whatever a kernel reports (RESOURCE_EXHAUSTED,
+  // DEADLINE_EXCEEDED on a starved infeed, ...), with the instruction that
+  // failed.
+  virtual absl::StatusOr<BufferPtr> Execute(Device& device, const std::vector<BufferPtr>& args,
                                             const ExecuteOptions& options) = 0;
   virtual const ir::Shape& result_shape() const = 0;
   virtual const std::vector<ir::Shape>& parameter_shapes() const = 0;
@@ -65,7 +68,19 @@ class Executable {
   virtual bool has_cost_model() const { return false; }
 };
 
-// Thread-safe.
+// Turns verified modules into executables for every device of one backend
+// kind. Thread-safe.
+class Compiler {
+ public:
+  virtual ~Compiler() = default;
+  // The module need not outlive the executable. Errors name the instruction
+  // the backend cannot run.
+  virtual absl::StatusOr<std::shared_ptr<Executable>> Compile(const ir::Module& module,
+                                                              const CompileOptions& options) = 0;
+};
+
+// One device of a backend: its memory, buffers, transfers and the device's
+// own feed queues. Thread-safe.
 class Device {
  public:
   virtual ~Device() = default;
@@ -76,21 +91,27 @@ class Device {
   virtual MemoryTracker* memory() = 0;
   MemoryStats memory_stats() { return memory()->Stats(); }
 
-  // Copies a host literal into device memory.
-  virtual absl::StatusOr<BufferPtr> TransferToDevice(const ir::Literal& value) {
-    return Buffer::FromLiteral(value, memory());
-  }
-  virtual ir::Literal TransferFromDevice(const Buffer& buffer) {
-    return buffer.ToLiteral();
-  }
+  // An uninitialized array buffer of `shape` on this device, charged to its
+  // memory. RESOURCE_EXHAUSTED past the capacity (naming the largest live
+  // buffers); INVALID_ARGUMENT for a tuple or token shape.
+  virtual absl::StatusOr<BufferPtr> Allocate(const ir::Shape& shape) = 0;
+  // Copy `size` bytes between host memory and the array `buffer` (which
+  // must live on this device) at byte `offset`. INVALID_ARGUMENT for a range
+  // outside the buffer or a buffer of another device.
+  virtual absl::Status CopyToBuffer(Buffer& buffer, int64_t offset, const void* src,
+                                    int64_t size) = 0;
+  virtual absl::Status CopyFromBuffer(const Buffer& buffer, int64_t offset, void* dst,
+                                      int64_t size) = 0;
 
-  // Compiles a module that has passed the verifier; the module need not
-  // outlive the executable. Errors name the instruction a backend cannot run.
-  virtual absl::StatusOr<std::shared_ptr<Executable>> Compile(
-      const ir::Module& module, const CompileOptions& options) = 0;
+  // Whole arrays, through the two copies above in pieces of at most
+  // `kTransferChunkBytes`.
+  absl::StatusOr<BufferPtr> TransferToDevice(const ir::Literal& value);
+  absl::StatusOr<ir::Literal> TransferFromDevice(const Buffer& buffer);
 
   virtual FeedQueue& infeed() = 0;
   virtual FeedQueue& outfeed() = 0;
+
+  static constexpr int64_t kTransferChunkBytes = int64_t{4} << 20;
 };
 
 }  // namespace kiln::runtime

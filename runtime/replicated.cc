@@ -24,10 +24,9 @@ absl::StatusOr<std::vector<BufferPtr>> ExecuteReplicated(Executable& executable,
     options.replica_id = r;
     options.replica_count = n;
     options.rendezvous = &rendezvous;
-    options.memory = replica.device->memory();
     const CancelCheck outer = replica.options.cancelled;
     options.cancelled = [&failed, outer]() { return failed.load() || (outer && outer()); };
-    absl::StatusOr<BufferPtr> out = executable.Execute(replica.args, options);
+    absl::StatusOr<BufferPtr> out = executable.Execute(*replica.device, replica.args, options);
     if (out.ok()) {
       results[r] = *std::move(out);
       return;

@@ -15,7 +15,7 @@ struct ReplicaRun {
   Device* device = nullptr;  // borrowed; must be of the executable's backend
   std::vector<BufferPtr> args;
   // Queues, timeouts, cancel check and profile of this replica. The id,
-  // count, rendezvous and memory are set by ExecuteReplicated.
+  // count and rendezvous are set by ExecuteReplicated.
   ExecuteOptions options;
 };
 

@@ -10,7 +10,8 @@ namespace {
 
 class FakeExecutable : public runtime::Executable {
  public:
-  absl::StatusOr<runtime::BufferPtr> Execute(const std::vector<runtime::BufferPtr>&,
+  absl::StatusOr<runtime::BufferPtr> Execute(runtime::Device&,
+                                             const std::vector<runtime::BufferPtr>&,
                                              const runtime::ExecuteOptions&) override {
     return absl::UnimplementedError("fake");
   }

@@ -4,8 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/proto_convert.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "base/chunks.h"
 
 namespace kiln::server {
 namespace {
@@ -166,7 +167,7 @@ grpc::Status GrpcService::Outfeed(grpc::ServerContext* ctx, const v1::OutfeedReq
     if (!value.ok()) return ToGrpcStatus(value.status());
     const auto& bytes = value->bytes();
     const int64_t total = static_cast<int64_t>(bytes.size());
-    const bool sent = ir::ForEachChunk(total, chunk, [&](int64_t offset, int64_t len) {
+    const bool sent = ForEachChunk(total, chunk, [&](int64_t offset, int64_t len) {
       v1::OutfeedChunk msg;
       if (offset == 0) {
         ir::ShapeToProto(value->shape(), msg.mutable_shape());

@@ -8,11 +8,10 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "base/flags.h"
 #include "server/grpc_service.h"
-#include "server/logging.h"
+#include "base/logging.h"
 #include "server/service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:8470",
@@ -22,18 +21,17 @@ ABSL_FLAG(int64_t, lease_seconds, 60,
 ABSL_FLAG(int64_t, compile_cache_entries, 256, "compiled programs kept in the cache");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off (KILN_LOG_LEVEL sets it for embedded use)");
-ABSL_FLAG(int32_t, cpu_devices, 1, "number of CPU devices (cpu:0, cpu:1, ...)");
-ABSL_FLAG(int64_t, cpu_memory_bytes, int64_t{8} << 30, "memory capacity of each CPU device");
+ABSL_FLAG(std::string, devices, "cpu:1",
+          "the devices, as kind:count,... (cpu:2,tpu:8 gives cpu:0, cpu:1 and tpu:0..7); "
+          "kiln-server --backends lists the kinds this build has");
+ABSL_FLAG(std::string, backend_config, "",
+          "backend settings, as kind.key=value,... (cpu.memory_bytes=16G, "
+          "tpu.config=deploy/tpu_v3_8.cfg, tpu.hbm_bytes=1G)");
+ABSL_FLAG(bool, backends, false, "list the backend kinds of this build and their settings, then exit");
 ABSL_FLAG(int64_t, feed_queue_capacity, 16,
           "values each session's infeed and outfeed queue holds per device");
 ABSL_FLAG(int64_t, infeed_timeout_seconds, 30,
           "how long a program's infeed waits for data before failing");
-ABSL_FLAG(int32_t, tpu_cores, 0,
-          "simulated TPU cores (tpu:0, tpu:1, ...), at most the chip's; 0: none");
-ABSL_FLAG(std::string, tpu_config, "",
-          "chip config file for the simulated TPU (name = value lines; docs/tpusim.md); "
-          "empty: a TPU v3-8");
-ABSL_FLAG(int64_t, tpu_hbm_bytes, 0, "HBM per simulated core; 0: the chip config's");
 ABSL_FLAG(int64_t, collective_timeout_seconds, 60,
           "how long a replica waits for the others at an all-reduce");
 ABSL_FLAG(int64_t, shutdown_grace_seconds, 5,
@@ -48,8 +46,16 @@ void OnStopSignal(int sig) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("kiln-server: the Kiln device server");
-  absl::ParseCommandLine(argc, argv);
+  kiln::ParseFlags(argc, argv,
+                   "kiln-server: the Kiln device server. Usage: kiln-server [--flag=value ...]");
+  if (absl::GetFlag(FLAGS_backends)) {
+    kiln::runtime::RegisterBuiltinBackends();
+    for (const kiln::runtime::BackendInfo& b : kiln::runtime::RegisteredBackends()) {
+      std::printf("%s: %s\n  config: %s\n", b.kind.c_str(), b.summary.c_str(),
+                  b.config_help.c_str());
+    }
+    return 0;
+  }
   // The handler only writes the signal number to a pipe; a thread reads it
   // and shuts the server down outside signal context.
   if (pipe(g_signal_pipe) != 0) {
@@ -69,26 +75,19 @@ int main(int argc, char** argv) {
   kiln::server::ServiceOptions options;
   options.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_seconds));
   options.compile_cache_entries = static_cast<size_t>(absl::GetFlag(FLAGS_compile_cache_entries));
-  options.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
-  options.cpu_memory_bytes = absl::GetFlag(FLAGS_cpu_memory_bytes);
+  auto backends = kiln::runtime::ParseBackendSpecs(absl::GetFlag(FLAGS_devices),
+                                                   absl::GetFlag(FLAGS_backend_config));
+  if (!backends.ok()) {
+    std::fprintf(stderr, "kiln-server: %s\n", std::string(backends.status().message()).c_str());
+    return 2;
+  }
+  options.backends = *std::move(backends);
   options.infeed_timeout = absl::Seconds(absl::GetFlag(FLAGS_infeed_timeout_seconds));
   if (absl::GetFlag(FLAGS_feed_queue_capacity) < 1) {
     std::fprintf(stderr, "kiln-server: --feed_queue_capacity must be at least 1\n");
     return 2;
   }
   options.feed_queue_capacity = static_cast<size_t>(absl::GetFlag(FLAGS_feed_queue_capacity));
-  if (!absl::GetFlag(FLAGS_tpu_config).empty()) {
-    auto chip = kiln::tpusim::LoadChipConfig(absl::GetFlag(FLAGS_tpu_config));
-    if (!chip.ok()) {
-      std::fprintf(stderr, "kiln-server: %s\n", std::string(chip.status().message()).c_str());
-      return 2;
-    }
-    options.tpu_chip = *chip;
-  }
-  if (absl::GetFlag(FLAGS_tpu_hbm_bytes) > 0) {
-    options.tpu_chip.hbm_bytes = absl::GetFlag(FLAGS_tpu_hbm_bytes);
-  }
-  options.tpu_cores = absl::GetFlag(FLAGS_tpu_cores);
   options.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_seconds));
   auto service = kiln::server::Service::Create(options);
   if (!service.ok()) {

@@ -7,12 +7,11 @@
 #include "absl/strings/str_join.h"
 #include "compiler/ir/fingerprint.h"
 #include "compiler/ir/proto_convert.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 #include "compiler/ir/verifier.h"
-#include "runtime/cpu/cpu_device.h"
 #include "runtime/replicated.h"
-#include "runtime/tpusim/tpusim_device.h"
-#include "server/logging.h"
+#include "base/logging.h"
+#include "base/chunks.h"
 
 namespace kiln::server {
 namespace {
@@ -20,7 +19,7 @@ namespace {
 // Flattens a result depth-first into its array leaves (tokens dropped).
 void Flatten(const runtime::BufferPtr& buffer, std::vector<runtime::BufferPtr>* out) {
   if (buffer->shape().IsTuple()) {
-    for (const auto& e : buffer->tuple_elements()) Flatten(e, out);
+    for (int i = 0; i < buffer->tuple_size(); ++i) Flatten(buffer->tuple_element(i), out);
   } else if (buffer->shape().IsArray()) {
     out->push_back(buffer);
   }
@@ -54,32 +53,28 @@ Service::Service(const ServiceOptions& options)
       cache_(options.compile_cache_entries) {}
 
 absl::StatusOr<std::unique_ptr<Service>> Service::Create(const ServiceOptions& options) {
-  if (options.cpu_devices < 1) {
-    return absl::InvalidArgumentError("the server needs at least one CPU device");
-  }
-  if (options.tpu_cores < 0 || options.tpu_cores > options.tpu_chip.cores) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tpu_cores must be 0..", options.tpu_chip.cores, " (the chip's cores), not ",
-        options.tpu_cores));
+  if (options.backends.empty()) {
+    return absl::InvalidArgumentError("the server needs at least one backend");
   }
   if (options.lease <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the lease must be positive");
   }
   auto service = std::unique_ptr<Service>(new Service(options));
-  for (int i = 0; i < options.cpu_devices; ++i) {
-    cpu::CpuDeviceOptions cpu;
-    cpu.ordinal = i;
-    cpu.memory_capacity_bytes = options.cpu_memory_bytes;
-    service->devices_.push_back(std::make_unique<cpu::CpuDevice>(cpu));
-  }
-  for (int i = 0; i < options.tpu_cores; ++i) {
-    tpusim::TpuSimDeviceOptions tpu;
-    tpu.ordinal = i;
-    tpu.chip = options.tpu_chip;
-    service->devices_.push_back(std::make_unique<tpusim::TpuSimDevice>(tpu));
-  }
-  if (options.tpu_cores > 0) {
-    logging::Info("simulating {} cores of a {}", options.tpu_cores, options.tpu_chip.name);
+  runtime::RegisterBuiltinBackends();
+  for (const runtime::BackendSpec& spec : options.backends) {
+    for (const auto& other : service->backends_) {
+      if (other->kind() == spec.kind) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the backend '", spec.kind, "' is named twice"));
+      }
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> backend, runtime::CreateBackend(spec));
+    for (const auto& device : backend->devices()) {
+      service->devices_.push_back(device.get());
+      service->backend_of_[device.get()] = backend.get();
+    }
+    logging::Info("{} backend: {}", backend->kind(), backend->Describe());
+    service->backends_.push_back(std::move(backend));
   }
   return service;
 }
@@ -87,11 +82,15 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const ServiceOptions& o
 absl::StatusOr<runtime::Device*> Service::FindDevice(const std::string& name) const {
   std::vector<std::string> names;
   for (const auto& d : devices_) {
-    if (d->name() == name) return d.get();
+    if (d->name() == name) return d;
     names.push_back(d->name());
   }
   return absl::NotFoundError(absl::StrCat("unknown device '", name, "' (this server has ",
                                           absl::StrJoin(names, ", "), ")"));
+}
+
+runtime::Backend& Service::BackendOf(const runtime::Device* device) const {
+  return *backend_of_.at(device);
 }
 
 absl::StatusOr<v1::HandshakeResponse> Service::Handshake(const v1::HandshakeRequest& req) {
@@ -153,7 +152,7 @@ absl::StatusOr<v1::TransferToDeviceResponse> Service::TransferToDevice(
   }
   // Allocation charges the device before any data is read: an over-size
   // transfer is refused here.
-  absl::StatusOr<runtime::BufferPtr> buffer = runtime::Buffer::Allocate(*shape, device->memory());
+  absl::StatusOr<runtime::BufferPtr> buffer = device->Allocate(*shape);
   if (!buffer.ok()) return WithContext(buffer.status(), "transfer to " + device->name());
   const int64_t total = header.total_bytes();
   int64_t received = 0;
@@ -162,7 +161,10 @@ absl::StatusOr<v1::TransferToDeviceResponse> Service::TransferToDevice(
       return absl::InvalidArgumentError(absl::StrCat(
           "transfer sent more than the declared ", total, " bytes"));
     }
-    if (!data.empty()) std::memcpy((*buffer)->data() + received, data.data(), data.size());
+    if (!data.empty()) {
+      RETURN_IF_ERROR(device->CopyToBuffer(**buffer, received, data.data(),
+                                           static_cast<int64_t>(data.size())));
+    }
     received += static_cast<int64_t>(data.size());
     return absl::OkStatus();
   };
@@ -191,18 +193,22 @@ absl::Status Service::TransferFromDevice(const v1::TransferFromDeviceRequest& re
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
   ASSIGN_OR_RETURN(BufferEntry entry, session->GetBuffer(req.buffer_handle()));
   const runtime::Buffer& buffer = *entry.buffer;
+  absl::Status copied = absl::OkStatus();
   int64_t chunk = req.chunk_bytes() > 0 ? req.chunk_bytes() : options_.transfer_chunk_bytes;
   chunk = std::min<int64_t>(chunk, int64_t{16} << 20);
   const int64_t total = buffer.size_bytes();
-  const bool sent = ir::ForEachChunk(total, chunk, [&](int64_t offset, int64_t n) {
+  const bool sent = ForEachChunk(total, chunk, [&](int64_t offset, int64_t n) {
     v1::TransferFromDeviceChunk msg;
     if (offset == 0) {
       ir::ShapeToProto(buffer.shape(), msg.mutable_shape());
       msg.set_total_bytes(total);
     }
-    msg.set_data(reinterpret_cast<const char*>(buffer.data()) + offset, n);
-    return write(msg);
+    std::string* data = msg.mutable_data();
+    data->resize(n);
+    copied = entry.device->CopyFromBuffer(buffer, offset, data->data(), n);
+    return copied.ok() && write(msg);
   });
+  RETURN_IF_ERROR(copied);
   if (!sent) return absl::CancelledError("the client went away during a transfer");
   metrics_.Add("bytes_out", total);
   metrics_.Add("transfers_from_device");
@@ -238,10 +244,13 @@ absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& r
   const std::string fingerprint = ir::Fingerprint(**module);
   runtime::CompileOptions options;
   if (req.options().rng_seed() != 0) options.rng_seed = req.options().rng_seed();
-  const std::string key =
-      absl::StrCat(fingerprint, "/", device->name(), "/seed=", options.rng_seed);
+  // One entry serves every device of the backend: the key names the kind
+  // and the config that shapes code, never the device.
+  runtime::Backend& backend = BackendOf(device);
+  const std::string key = absl::StrCat(fingerprint, "/", backend.kind(), "/",
+                                       backend.config_key(), "/seed=", options.rng_seed);
   ASSIGN_OR_RETURN(CompileCache::Result result, cache_.GetOrCompile(key, [&]() {
-    return device->Compile(**module, options);
+    return backend.compiler().Compile(**module, options);
   }));
   const absl::Duration took = absl::Now() - start;
   metrics_.Add(result.hit ? "compile_cache_hits" : "compile_cache_misses");
@@ -372,7 +381,8 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
       ir::ShapeToProto(leaf->shape(), out->mutable_shape());
       out->set_buffer_handle(session->AddBuffer({leaf, device}));
       if (leaf->size_bytes() <= req.inline_result_max_bytes()) {
-        ir::LiteralToProto(leaf->ToLiteral(), out->mutable_inline_value());
+        ASSIGN_OR_RETURN(ir::Literal value, device->TransferFromDevice(*leaf));
+        ir::LiteralToProto(value, out->mutable_inline_value());
       }
     }
     if (profiled) {

@@ -13,8 +13,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "kiln/v1/service.pb.h"
+#include "runtime/backend.h"
 #include "runtime/device.h"
-#include "runtime/tpusim/chip_config.h"
 #include "server/compile_cache.h"
 #include "server/metrics.h"
 #include "server/session.h"
@@ -28,16 +28,13 @@ inline constexpr uint32_t kMaxProtocolVersion = 3;
 struct ServiceOptions {
   absl::Duration lease = absl::Seconds(60);
   size_t compile_cache_entries = 256;
-  int cpu_devices = 1;
-  int64_t cpu_memory_bytes = int64_t{8} << 30;
+  // The devices: one backend per spec (runtime/backend.h), in order.
+  std::vector<runtime::BackendSpec> backends = {{"cpu", 1, {}}};
   // Default for ExecuteRequest.infeed_timeout_millis <= 0.
   absl::Duration infeed_timeout = absl::Seconds(30);
   int64_t transfer_chunk_bytes = int64_t{1} << 20;
   // Values each session's infeed and outfeed queue hold per device.
   size_t feed_queue_capacity = 16;
-  // Simulated TPU cores (tpu:0..), at most the chip's; 0: none.
-  int tpu_cores = 0;
-  tpusim::ChipConfig tpu_chip;
   // How long a replica waits for the others at an all-reduce.
   absl::Duration collective_timeout = absl::Seconds(60);
 };
@@ -100,20 +97,24 @@ class Service {
   absl::StatusOr<ir::Literal> Outfeed(const FeedEndpoint& feed, absl::Duration timeout,
                                       const runtime::CancelCheck& cancelled);
 
-  const std::vector<std::unique_ptr<runtime::Device>>& devices() const {
-    return devices_;
-  }
+  // Every device of every backend, in the order of the specs; borrowed.
+  const std::vector<runtime::Device*>& devices() const { return devices_; }
+  const std::vector<std::unique_ptr<runtime::Backend>>& backends() const { return backends_; }
   SessionManager& sessions() { return *sessions_; }
   Metrics& metrics() { return metrics_; }
 
  private:
   explicit Service(const ServiceOptions& options);
   absl::StatusOr<runtime::Device*> FindDevice(const std::string& name) const;
+  // The backend that owns `device`.
+  runtime::Backend& BackendOf(const runtime::Device* device) const;
   void RefreshGauges();
   void RecordProfile(const runtime::ExecutionProfile& profile);
 
   const ServiceOptions options_;
-  std::vector<std::unique_ptr<runtime::Device>> devices_;
+  std::vector<std::unique_ptr<runtime::Backend>> backends_;
+  std::vector<runtime::Device*> devices_;
+  absl::flat_hash_map<const runtime::Device*, runtime::Backend*> backend_of_;
   std::unique_ptr<SessionManager> sessions_;
   CompileCache cache_;
   Metrics metrics_;

@@ -15,7 +15,7 @@ class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServiceOptions options;
-    options.cpu_memory_bytes = 1 << 20;
+    options.backends = {{"cpu", 1, {{"memory_bytes", "1M"}}}};
     options.lease = absl::Seconds(2);
     service_ = *Service::Create(options);
     session_ = Open();
@@ -78,6 +78,56 @@ class ServiceTest : public ::testing::Test {
 };
 
 constexpr char kNegate[] = "ENTRY e {\n x = f32[3] parameter(0)\n ROOT n = f32[3] negate(x)\n}";
+
+// The compile cache key, part by part: the module's exact content, the
+// backend kind (never the device), and the compile options.
+TEST(ServiceCacheKeyTest, EachPartOfTheKeySeparatesEntries) {
+  ServiceOptions options;
+  options.backends = *runtime::ParseBackendSpecs("cpu:2,tpu:1", "");
+  auto service = *Service::Create(options);
+  v1::HandshakeRequest hello;
+  hello.set_min_version(1);
+  hello.set_max_version(3);
+  const std::string session = service->Handshake(hello)->session_id();
+  auto compile = [&](const std::string& text, const std::string& device, uint64_t seed) {
+    auto m = ir::ParseModule(text);
+    EXPECT_TRUE(m.ok()) << m.status();
+    v1::CompileRequest req;
+    req.set_session_id(session);
+    req.set_device(device);
+    req.mutable_options()->set_rng_seed(seed);
+    *req.mutable_module() = ir::ModuleToProto(**m);
+    auto resp = service->Compile(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() && resp->cache_hit();
+  };
+  constexpr char kScale[] = "ENTRY e {\n x = f32[3] parameter(0)\n c = f32[] constant(0.1)\n"
+                            " b = f32[3] broadcast(c), dimensions={}\n ROOT m = f32[3] multiply(x, b)\n}";
+  EXPECT_FALSE(compile(kScale, "cpu:0", 0));
+  EXPECT_TRUE(compile(kScale, "cpu:0", 0));
+  // Another device of the same backend shares the entry.
+  EXPECT_TRUE(compile(kScale, "cpu:1", 0));
+  // Another backend kind does not.
+  EXPECT_FALSE(compile(kScale, "tpu:0", 0));
+  EXPECT_TRUE(compile(kScale, "tpu:0", 0));
+  // Nor do other compile options.
+  EXPECT_FALSE(compile(kScale, "cpu:0", 7));
+  EXPECT_TRUE(compile(kScale, "cpu:1", 7));
+  // A constant that differs in its last bit is another program
+  // (0.1f is 0x3dcccccd; 0.100000009f is 0x3dccccce).
+  constexpr char kNext[] = "ENTRY e {\n x = f32[3] parameter(0)\n c = f32[] constant(0.100000009)\n"
+                           " b = f32[3] broadcast(c), dimensions={}\n ROOT m = f32[3] multiply(x, b)\n}";
+  EXPECT_FALSE(compile(kNext, "cpu:0", 0));
+  // So is a constant of another sign of zero.
+  constexpr char kZero[] = "ENTRY e {\n ROOT c = f32[] constant(0)\n}";
+  constexpr char kNegZero[] = "ENTRY e {\n ROOT c = f32[] constant(-0)\n}";
+  EXPECT_FALSE(compile(kZero, "cpu:0", 0));
+  EXPECT_FALSE(compile(kNegZero, "cpu:0", 0));
+  // Names and metadata are not part of the program.
+  constexpr char kRenamed[] = "ENTRY main {\n y = f32[3] parameter(0)\n k = f32[] constant(0.1)\n"
+                              " bb = f32[3] broadcast(k), dimensions={}\n ROOT out = f32[3] multiply(y, bb)\n}";
+  EXPECT_TRUE(compile(kRenamed, "cpu:1", 0));
+}
 
 TEST_F(ServiceTest, VersionMismatchNamesBothRanges) {
   v1::HandshakeRequest req;

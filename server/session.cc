@@ -4,7 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "server/logging.h"
+#include "base/logging.h"
 
 namespace kiln::server {
 

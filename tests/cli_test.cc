@@ -115,7 +115,7 @@ TEST_F(CliTest, BadInputsFailCleanly) {
   ExpectCleanFailure(Kiln("run " + m + " --input=" + x + " --input=" + Write("junk.npy", "garbage")),
                      "invalid .npy");
   ExpectCleanFailure(Kiln("run " + (dir_ / "missing.hlo").string()), "cannot open");
-  ExpectCleanFailure(Kiln("run " + m + " --random_inputs=1 --device=gpu:7"), "unknown device");
+  ExpectCleanFailure(Kiln("run " + m + " --random_inputs=1 --device=gpu:7"), "no backend of kind 'gpu' (this build has cpu");
   ExpectCleanFailure(Kiln("run " + m + " --frobnicate"), "unknown flag");
 }
 

@@ -10,12 +10,14 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/flags.h"
 #include "client/client.h"
 #include "kiln/v1/service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "compiler/ir/proto_convert.h"
 
 int main(int argc, char** argv) {
+  kiln::HandleHelp(argc, argv, "usage: feed_producer ADDRESS TOKEN COUNT [cut]\nA test helper: writes COUNT values into the infeed a feed token grants.");
   if (argc < 4) {
     std::fprintf(stderr, "usage: feed_producer ADDRESS TOKEN COUNT [cut]\n");
     return 2;

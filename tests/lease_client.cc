@@ -5,9 +5,11 @@
 #include <cstdlib>
 #include <thread>
 
+#include "base/flags.h"
 #include "client/client.h"
 
 int main(int argc, char** argv) {
+  kiln::HandleHelp(argc, argv, "usage: lease_client ADDRESS BYTES\nA test helper: opens a session, holds BYTES on the server and waits to be killed.");
   if (argc != 3) {
     std::fprintf(stderr, "usage: lease_client ADDRESS BYTES\n");
     return 2;

@@ -55,7 +55,7 @@ constexpr char kScale[] = "ENTRY e {\n x = f32[4] parameter(0)\n c = f32[] const
                           " b = f32[4] broadcast(c), dimensions={}\n ROOT y = f32[4] multiply(x, b)\n}";
 
 TEST(ServerE2E, HandshakeListsDevicesAndShutsDownCleanly) {
-  testing::ServerProcess server({"--cpu_devices=2", "--cpu_memory_bytes=1000000"});
+  testing::ServerProcess server({"--devices=cpu:2", "--backend_config=cpu.memory_bytes=1000000"});
   auto c = ConnectTo(server);
   ASSERT_NE(c, nullptr);
   ASSERT_EQ(c->devices().size(), 2u);
@@ -123,7 +123,7 @@ TEST(ServerE2E, TransfersRoundTripExactly) {
 }
 
 TEST(ServerE2E, TransferLargerThanTwoGiB) {
-  testing::ServerProcess server({"--cpu_memory_bytes=4000000000"});
+  testing::ServerProcess server({"--backend_config=cpu.memory_bytes=4000000000"});
   auto c = ConnectTo(server);
   ASSERT_NE(c, nullptr);
   const int64_t n = (int64_t{2} << 30) + 12345;  // past every 2 GiB limit
@@ -141,7 +141,7 @@ TEST(ServerE2E, TransferLargerThanTwoGiB) {
 }
 
 TEST(ServerE2E, OversizeTransferRefusedBeforeItIsSent) {
-  testing::ServerProcess server({"--cpu_memory_bytes=16000000"});
+  testing::ServerProcess server({"--backend_config=cpu.memory_bytes=16000000"});
   auto c = ConnectTo(server);
   ASSERT_NE(c, nullptr);
   ir::Literal big(ir::Shape(ir::ElementType::kF32, {16 << 20}));  // 64 MiB

@@ -28,7 +28,7 @@ class TpuE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
     server_ = std::make_unique<testing::ServerProcess>(std::vector<std::string>{
-        "--tpu_cores=8", absl::StrCat("--tpu_hbm_bytes=", kHbm)});
+        "--devices=cpu:1,tpu:8", absl::StrCat("--backend_config=tpu.hbm_bytes=", kHbm)});
     ASSERT_FALSE(server_->address().empty()) << "kiln-server did not start";
     auto c = Client::Connect(server_->address());
     ASSERT_TRUE(c.ok()) << c.status();
@@ -201,7 +201,7 @@ ENTRY main {
 }
 
 TEST(TpuTrainingE2ETest, DataParallelLeNetStepsOnEightCoresStayInStep) {
-  testing::ServerProcess server({"--tpu_cores=8"});
+  testing::ServerProcess server({"--devices=cpu:1,tpu:8"});
   ASSERT_FALSE(server.address().empty()) << "kiln-server did not start";
   auto client = Client::Connect(server.address());
   ASSERT_TRUE(client.ok()) << client.status();

@@ -1,5 +1,7 @@
 #include "compiler/ir/literal.h"
 
+#include "base/format.h"
+
 #include <cmath>
 #include <cstdio>
 
@@ -49,16 +51,19 @@ void Literal::SetFromDouble(int64_t i, double v) {
 std::string FormatElement(const Literal& lit, int64_t i) {
   ElementType t = lit.shape().type();
   if (t == ElementType::kPred) return lit.data<bool>()[i] ? "true" : "false";
+  if (t == ElementType::kF64) return FormatShortest(lit.data<double>()[i]);
+  if (t == ElementType::kF32) return FormatShortest(lit.data<float>()[i]);
   if (IsFloatType(t)) {
+    // bf16 and f16: the fewest significant digits that round back to the
+    // same bits, then printed as that double's shortest form (so 40 prints
+    // as "40", not "4e+01").
     double v = lit.GetAsDouble(i);
-    if (std::isnan(v)) return "nan";
-    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    if (std::isnan(v) || std::isinf(v)) return FormatShortest(v);
     char buf[64];
-    int digits = t == ElementType::kF64 ? 17 : 9;
-    // Shortest representation that parses back to the same value.
-    for (int p = 1; p <= digits; ++p) {
+    double back = v;
+    for (int p = 1; p <= 9; ++p) {
       std::snprintf(buf, sizeof(buf), "%.*g", p, v);
-      double back = std::strtod(buf, nullptr);
+      back = std::strtod(buf, nullptr);
       Literal probe(Shape(t, {}));
       probe.SetFromDouble(0, back);
       if (std::memcmp(probe.bytes().data(),
@@ -67,7 +72,7 @@ std::string FormatElement(const Literal& lit, int64_t i) {
         break;
       }
     }
-    return buf;
+    return FormatShortest(back);
   }
   if (IsUnsignedIntType(t)) {
     return DispatchType(t, [&](auto tag) -> std::string {

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/ir/shape.h"
-#include "compiler/ir/type_dispatch.h"
+#include "base/type_dispatch.h"
 
 namespace kiln::ir {
 

@@ -5,7 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 
 namespace kiln::ir {
 namespace {
@@ -331,17 +331,6 @@ absl::Status CheckArrayValue(const Shape& shape, int64_t max_bytes) {
         "value of ", shape.ByteSize(), " bytes exceeds the limit of ", max_bytes));
   }
   return absl::OkStatus();
-}
-
-bool ForEachChunk(int64_t total, int64_t chunk,
-                  const std::function<bool(int64_t offset, int64_t length)>& send) {
-  int64_t sent = 0;
-  do {
-    const int64_t n = std::min(chunk, total - sent);
-    if (!send(sent, n)) return false;
-    sent += n;
-  } while (sent < total);
-  return true;
 }
 
 absl::Status ChunkedValue::Start(const v1::ShapeProto& shape_proto, int64_t total_bytes,

@@ -23,12 +23,6 @@ absl::StatusOr<Literal> LiteralFromProto(const v1::LiteralProto& proto);
 // most `max_bytes` bytes: INVALID_ARGUMENT / RESOURCE_EXHAUSTED otherwise.
 absl::Status CheckArrayValue(const Shape& shape, int64_t max_bytes);
 
-// Splits `total` bytes into consecutive pieces of at most `chunk` bytes and
-// calls `send(offset, length)` for each; an empty value is one empty piece.
-// Stops when `send` returns false; returns whether every piece went.
-bool ForEachChunk(int64_t total, int64_t chunk,
-                  const std::function<bool(int64_t offset, int64_t length)>& send);
-
 // Rebuilds an array value sent in chunks: Start with the announced shape
 // and size, Append the data pieces, Take once complete(). Every size is
 // checked before memory is allocated.

@@ -1,6 +1,6 @@
 #include "compiler/ir/shape.h"
 
-#include "compiler/ir/half.h"
+#include "base/half.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/literal.h"
 #include "gtest/gtest.h"

@@ -12,11 +12,13 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "base/flags.h"
 #include "client/client.h"
 #include "client/lazy.h"
+#include "embedded/embedded.h"
 #include "examples/fashion_mnist/mnist.h"
 #include "examples/fashion_mnist/trainer.h"
-#include "server/logging.h"
+#include "base/logging.h"
 
 ABSL_FLAG(std::string, model, "mlp", "mlp (784-512-512-10) or lenet (LeNet-5)");
 ABSL_FLAG(std::string, device, "",
@@ -60,8 +62,9 @@ int Fail(const absl::Status& st) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Trains a Fashion-MNIST classifier through Kiln");
-  absl::ParseCommandLine(argc, argv);
+  kiln::ParseFlags(argc, argv,
+                   "fashion_mnist: trains a Fashion-MNIST classifier through Kiln. "
+                   "Usage: fashion_mnist [--flag=value ...]");
   if (std::getenv("KILN_LOG_LEVEL") == nullptr) kiln::logging::SetLevel("warn").IgnoreError();
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode != "lazy" && mode != "eager") {
@@ -83,13 +86,13 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<std::unique_ptr<kiln::client::Client>> client;
   if (absl::GetFlag(FLAGS_server).empty()) {
-    kiln::client::EmbeddedOptions embedded;
+    kiln::embedded::Options embedded;
     // The simulated chip only when asked for, so the default device stays
     // the CPU.
     if (absl::GetFlag(FLAGS_device).rfind("tpu", 0) == 0) {
-      embedded.tpu_cores = absl::GetFlag(FLAGS_tpu_cores);
+      embedded.devices = absl::StrCat("cpu:1,tpu:", absl::GetFlag(FLAGS_tpu_cores));
     }
-    client = kiln::client::Client::Embedded(embedded);
+    client = kiln::embedded::Connect(embedded);
   } else {
     kiln::client::ConnectOptions options;
     options.client_name = "fashion_mnist";

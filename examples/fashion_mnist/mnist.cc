@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 
 namespace kiln::examples {
 namespace {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/autodiff.h"
 #include "client/loop.h"
-#include "compiler/ir/status_macros.h"
+#include "base/status_macros.h"
 
 namespace kiln::examples {
 namespace {

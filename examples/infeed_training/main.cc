@@ -15,12 +15,14 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "base/flags.h"
 #include "client/client.h"
 #include "client/feeds.h"
 #include "client/lazy.h"
+#include "embedded/embedded.h"
 #include "examples/fashion_mnist/mnist.h"
 #include "examples/fashion_mnist/trainer.h"
-#include "server/logging.h"
+#include "base/logging.h"
 
 ABSL_FLAG(std::string, role, "trainer", "trainer, or producer (streams the batches)");
 ABSL_FLAG(std::string, server, "", "kiln-server address; empty runs the service embedded");
@@ -92,7 +94,7 @@ kiln::client::InfeedLoader::BatchSource Batches(const Dataset* data, int batch, 
 }
 
 absl::StatusOr<std::unique_ptr<kiln::client::Client>> Connect(const std::string& name) {
-  if (absl::GetFlag(FLAGS_server).empty()) return kiln::client::Client::Embedded();
+  if (absl::GetFlag(FLAGS_server).empty()) return kiln::embedded::Connect();
   kiln::client::ConnectOptions options;
   options.client_name = name;
   return kiln::client::Client::Connect(absl::GetFlag(FLAGS_server), options);
@@ -128,8 +130,9 @@ int RunProducer(const Dataset& train) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Fashion-MNIST trained by one device loop per epoch, fed through the infeed");
-  absl::ParseCommandLine(argc, argv);
+  kiln::ParseFlags(argc, argv,
+                   "infeed_training: Fashion-MNIST trained by one device loop per epoch, fed "
+                   "through the infeed. Usage: infeed_training [--flag=value ...]");
   kiln::logging::SetLevel("warn").IgnoreError();
   const std::string role = absl::GetFlag(FLAGS_role);
   if (role != "trainer" && role != "producer") {

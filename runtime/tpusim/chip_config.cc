@@ -1,5 +1,7 @@
 #include "runtime/tpusim/chip_config.h"
 
+#include "base/format.h"
+
 #include <algorithm>
 #include <fstream>
 #include <type_traits>
@@ -92,8 +94,17 @@ absl::Status ChipConfig::Apply(absl::string_view text) {
 std::string ChipConfig::ToString() const {
   std::string out = absl::StrCat("name = ", name, "\n");
   for (const Field& field : Fields()) {
-    std::visit([&](auto member) { absl::StrAppend(&out, field.name, " = ", this->*member, "\n"); },
-               field.ptr);
+    std::visit(
+        [&](auto member) {
+          // Doubles in their shortest exact form, so that Apply reads back
+          // exactly this config.
+          if constexpr (std::is_same_v<decltype(this->*member), const double&>) {
+            absl::StrAppend(&out, field.name, " = ", FormatShortest(this->*member), "\n");
+          } else {
+            absl::StrAppend(&out, field.name, " = ", this->*member, "\n");
+          }
+        },
+        field.ptr);
   }
   return out;
 }

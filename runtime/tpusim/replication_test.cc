@@ -5,15 +5,16 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/test_util.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/host/test_util.h"
 #include "runtime/replicated.h"
 #include "runtime/tpusim/tpusim_device.h"
 
 namespace kiln::tpusim {
 namespace {
 
-using cpu::F32;
-using cpu::Values;
+using host::F32;
+using host::Values;
 using ::testing::HasSubstr;
 
 constexpr char kSumAndId[] = R"(
@@ -52,25 +53,24 @@ std::vector<std::unique_ptr<runtime::Device>> TpuCores(int n) {
   return devices;
 }
 
-std::vector<std::unique_ptr<runtime::Device>> CpuDevices(int n) {
-  std::vector<std::unique_ptr<runtime::Device>> devices;
-  for (int i = 0; i < n; ++i) {
-    cpu::CpuDeviceOptions options;
-    options.ordinal = i;
-    devices.push_back(std::make_unique<cpu::CpuDevice>(options));
-  }
-  return devices;
+// A result's value (host buffers only).
+ir::Literal ValueOf(const runtime::BufferPtr& buffer) {
+  return host::HostBuffer::Cast(buffer)->ToLiteral();
+}
+ir::Literal ElementOf(const runtime::BufferPtr& buffer, int index) {
+  return ValueOf(buffer->tuple_element(index));
 }
 
-// Compiles `text` on the first device and runs it on all, replica i with
-// `inputs[i]`.
+// Compiles `text` once with `compiler` and runs it on all `devices`,
+// replica i with `inputs[i]`.
 absl::StatusOr<std::vector<runtime::BufferPtr>> RunReplicated(
-    absl::string_view text, std::vector<std::unique_ptr<runtime::Device>>& devices,
+    absl::string_view text, runtime::Compiler& compiler,
+    const std::vector<std::unique_ptr<runtime::Device>>& devices,
     const std::vector<ir::Literal>& inputs, std::vector<runtime::ExecutionProfile>* profiles) {
   auto module = ir::ParseModule(text);
   if (!module.ok()) return module.status();
   if (absl::Status st = ir::Verify(**module); !st.ok()) return st;
-  auto exe = devices[0]->Compile(**module, {});
+  auto exe = compiler.Compile(**module, {});
   if (!exe.ok()) return exe.status();
   std::vector<runtime::ReplicaRun> runs(devices.size());
   if (profiles != nullptr) profiles->resize(devices.size());
@@ -87,15 +87,15 @@ absl::StatusOr<std::vector<runtime::BufferPtr>> RunReplicated(
 TEST(ReplicationTest, AllReduceOfIdenticalInputsIsNTimesTheValueOnTpuCores) {
   for (int n : {2, 8}) {
     auto devices = TpuCores(n);
+    TpuSimCompiler compiler({});
     std::vector<ir::Literal> inputs(n, F32({3}, {1.5f, -2.0f, 4.0f}));
     std::vector<runtime::ExecutionProfile> profiles;
-    auto out = RunReplicated(kSumAndId, devices, inputs, &profiles);
+    auto out = RunReplicated(kSumAndId, compiler, devices, inputs, &profiles);
     ASSERT_TRUE(out.ok()) << out.status();
     for (int r = 0; r < n; ++r) {
-      const auto& parts = (*out)[r]->tuple_elements();
-      EXPECT_THAT(Values(parts[0]->ToLiteral()),
+      EXPECT_THAT(Values(ElementOf((*out)[r], 0)),
                   ::testing::ElementsAre(1.5 * n, -2.0 * n, 4.0 * n));
-      EXPECT_EQ(Values(parts[1]->ToLiteral())[0], r);
+      EXPECT_EQ(Values(ElementOf((*out)[r], 1))[0], r);
       // The interconnect is priced for n replicas: one all-reduce of one
       // (8,128) tile.
       const CostModel model{ChipConfig{}};
@@ -107,32 +107,36 @@ TEST(ReplicationTest, AllReduceOfIdenticalInputsIsNTimesTheValueOnTpuCores) {
 }
 
 TEST(ReplicationTest, AllReduceOnSeveralCpuDevices) {
-  auto devices = CpuDevices(3);
+  cpu::CpuBackendOptions options;
+  options.devices = 3;
+  cpu::CpuBackend cpus(options);
   std::vector<ir::Literal> inputs = {F32({3}, {1, 2, 3}), F32({3}, {10, 20, 30}),
                                      F32({3}, {100, 200, 300})};
-  auto out = RunReplicated(kSumAndId, devices, inputs, nullptr);
+  auto out = RunReplicated(kSumAndId, cpus.compiler(), cpus.devices(), inputs, nullptr);
   ASSERT_TRUE(out.ok()) << out.status();
   for (int r = 0; r < 3; ++r) {
-    EXPECT_THAT(Values((*out)[r]->tuple_elements()[0]->ToLiteral()),
+    EXPECT_THAT(Values(ElementOf((*out)[r], 0)),
                 ::testing::ElementsAre(111, 222, 333));
   }
 }
 
 TEST(ReplicationTest, ReplicaGroupsReduceSeparately) {
   auto devices = TpuCores(4);
+  TpuSimCompiler compiler({});
   std::vector<ir::Literal> inputs = {F32({2}, {1, 1}), F32({2}, {2, 2}), F32({2}, {4, 4}),
                                      F32({2}, {8, 8})};
-  auto out = RunReplicated(kPairs, devices, inputs, nullptr);
+  auto out = RunReplicated(kPairs, compiler, devices, inputs, nullptr);
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_THAT(Values((*out)[0]->ToLiteral()), ::testing::ElementsAre(3, 3));
-  EXPECT_THAT(Values((*out)[1]->ToLiteral()), ::testing::ElementsAre(3, 3));
-  EXPECT_THAT(Values((*out)[2]->ToLiteral()), ::testing::ElementsAre(12, 12));
-  EXPECT_THAT(Values((*out)[3]->ToLiteral()), ::testing::ElementsAre(12, 12));
+  EXPECT_THAT(Values(ValueOf((*out)[0])), ::testing::ElementsAre(3, 3));
+  EXPECT_THAT(Values(ValueOf((*out)[1])), ::testing::ElementsAre(3, 3));
+  EXPECT_THAT(Values(ValueOf((*out)[2])), ::testing::ElementsAre(12, 12));
+  EXPECT_THAT(Values(ValueOf((*out)[3])), ::testing::ElementsAre(12, 12));
 }
 
 TEST(ReplicationTest, GroupsNamingMissingReplicasFailCleanly) {
   auto devices = TpuCores(2);
-  auto out = RunReplicated(kPairs, devices, {F32({2}, {1, 1}), F32({2}, {2, 2})}, nullptr);
+  TpuSimCompiler compiler({});
+  auto out = RunReplicated(kPairs, compiler, devices, {F32({2}, {1, 1}), F32({2}, {2, 2})}, nullptr);
   ASSERT_FALSE(out.ok());
   EXPECT_THAT(out.status().message(), HasSubstr("names replica 2 but 2 replicas run"));
 }
@@ -158,7 +162,8 @@ ENTRY main {
   small.ordinal = 1;
   small.chip.hbm_bytes = 256 << 10;
   devices.push_back(std::make_unique<TpuSimDevice>(small));
-  auto out = RunReplicated(kGrow, devices, {F32({}, {1}), F32({}, {1})}, nullptr);
+  TpuSimCompiler compiler({});
+  auto out = RunReplicated(kGrow, compiler, devices, {F32({}, {1}), F32({}, {1})}, nullptr);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(out.status().message(), HasSubstr("replica 1 on tpu:1"));

@@ -1,19 +1,19 @@
 #include "runtime/tpusim/tpusim_device.h"
 
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/half.h"
-#include "compiler/ir/status_macros.h"
-#include "runtime/cpu/executable.h"
-#include "runtime/cpu/program.h"
+#include "base/half.h"
+#include "base/status_macros.h"
+#include "runtime/host/executable.h"
+#include "runtime/host/kernel.h"
 #include "runtime/tpusim/layout.h"
 
 namespace kiln::tpusim {
 namespace {
 
-using cpu::ExecState;
-using cpu::Kernel;
-using runtime::Buffer;
-using runtime::BufferPtr;
+using host::ExecState;
+using host::Kernel;
+using host::Buffer;
+using host::BufferPtr;
 
 // Dot and convolution read their f32 operands through the matrix unit's
 // bf16 inputs; operands marked HIGHEST keep f32 (XLA runs those as several
@@ -55,29 +55,72 @@ void RoundToBf16(const float* in, float* out, int64_t count) {
 
 TpuSimDevice::TpuSimDevice(const TpuSimDeviceOptions& options)
     : HostDevice("tpu", options.ordinal, options.chip.hbm_bytes, options.feed_queue_capacity,
-                 [](const ir::Shape& s) { return PaddedBytes(s); }),
-      cost_model_(std::make_shared<CostModel>(options.chip)) {}
+                 [](const ir::Shape& s) { return PaddedBytes(s); }) {}
 
-absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimDevice::Compile(
+TpuSimCompiler::TpuSimCompiler(const ChipConfig& chip)
+    : cost_model_(std::make_shared<CostModel>(chip)) {}
+
+absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimCompiler::Compile(
     const ir::Module& module, const runtime::CompileOptions& options) {
   if (module.entry() == nullptr) {
     return absl::InvalidArgumentError("module has no entry computation");
   }
   RETURN_IF_ERROR(CheckTpuTypes(module));
   std::shared_ptr<const CostModel> model = cost_model_;
-  cpu::ProgramOptions program_options;
+  host::ProgramOptions program_options;
   program_options.wrap_kernel = RoundMatrixInputs;
   program_options.step_cost = [model](const std::vector<const ir::Instruction*>& members) {
     return model->StepCost(members);
   };
-  cpu::ProgramCache programs(std::move(program_options));
-  ASSIGN_OR_RETURN(std::shared_ptr<const cpu::Program> entry, programs.Get(module.entry()));
-  return std::make_shared<cpu::ProgramExecutable>(
-      entry, module.entry()->root()->shape(), module.entry()->ParameterShapes(),
-      options.rng_seed, this,
+  return host::CompileProgram(
+      "tpu", module, options, std::move(program_options),
       [model](const runtime::CostCounters& counters, int replica_count) {
         return model->Profile(counters, replica_count);
       });
 }
 
+TpuSimBackend::TpuSimBackend(const ChipConfig& chip, int cores, size_t feed_queue_capacity)
+    : chip_(chip), compiler_(chip) {
+  for (int i = 0; i < cores; ++i) {
+    TpuSimDeviceOptions core;
+    core.ordinal = i;
+    core.chip = chip;
+    core.feed_queue_capacity = feed_queue_capacity;
+    devices_.push_back(std::make_unique<TpuSimDevice>(core));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<runtime::Backend>> TpuSimBackend::Create(
+    const runtime::BackendSpec& spec) {
+  ChipConfig chip;
+  std::string overrides;
+  for (const auto& [key, value] : spec.config) {
+    if (key == "config") {
+      ASSIGN_OR_RETURN(chip, LoadChipConfig(value));
+    } else if (key == "hbm_bytes") {
+      ASSIGN_OR_RETURN(int64_t bytes, runtime::ConfigBytes(spec, key, 0));
+      absl::StrAppend(&overrides, key, " = ", bytes, "\n");
+    } else {
+      absl::StrAppend(&overrides, key, " = ", value, "\n");
+    }
+  }
+  RETURN_IF_ERROR(chip.Apply(overrides));
+  if (spec.count > chip.cores) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a ", chip.name, " has ", chip.cores, " cores, not ", spec.count));
+  }
+  return std::make_unique<TpuSimBackend>(chip, spec.count);
+}
+
+std::string TpuSimBackend::Describe() const {
+  return absl::StrCat("simulating ", devices_.size(), " cores of a ", chip_.name);
+}
+
 }  // namespace kiln::tpusim
+
+KILN_BACKEND_REGISTRATION(tpu) {
+  RegisterBackend({"tpu", "a simulated TPU chip (default TPU v3-8), run on the host",
+                   "config: chip config file (docs/tpusim.md); any chip field, e.g. "
+                   "hbm_bytes=16G",
+                   &tpusim::TpuSimBackend::Create});
+}

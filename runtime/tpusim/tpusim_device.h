@@ -1,4 +1,4 @@
-// The TPU simulator's device (tpu:N): one core of the configured chip. It
+// The TPU simulator's backend (tpu:N): the cores of the configured chip. It
 // runs programs on the host with the CPU backend's kernels, but behaves like
 // a TPU core where a user would notice: dot and convolution round their f32
 // inputs to bf16 (unless an operand's precision is HIGHEST) and accumulate
@@ -11,7 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "runtime/host_device.h"
+#include "runtime/backend.h"
+#include "runtime/host/host_device.h"
 #include "runtime/tpusim/chip_config.h"
 #include "runtime/tpusim/cost_model.h"
 
@@ -23,20 +24,53 @@ struct TpuSimDeviceOptions {
   size_t feed_queue_capacity = 64;
 };
 
-// Thread-safe.
-class TpuSimDevice : public runtime::HostDevice {
+// One core: HBM of the chip's size holding padded tiles. Thread-safe.
+class TpuSimDevice : public host::HostDevice {
  public:
   explicit TpuSimDevice(const TpuSimDeviceOptions& options);
+};
 
-  // Errors: INVALID_ARGUMENT naming the first instruction with a type a TPU
-  // lacks; whatever the kernels refuse.
+// Compiles for every core of one chip config. Errors: INVALID_ARGUMENT
+// naming the first instruction with a type a TPU lacks; whatever the kernels
+// refuse. Thread-safe.
+class TpuSimCompiler : public runtime::Compiler {
+ public:
+  explicit TpuSimCompiler(const ChipConfig& chip);
   absl::StatusOr<std::shared_ptr<runtime::Executable>> Compile(
       const ir::Module& module, const runtime::CompileOptions& options) override;
-
   const CostModel& cost_model() const { return *cost_model_; }
 
  private:
   std::shared_ptr<const CostModel> cost_model_;
+};
+
+// The simulated chip's cores tpu:0..cores-1. Thread-safe.
+class TpuSimBackend : public runtime::Backend {
+ public:
+  // `cores` at most the chip's.
+  TpuSimBackend(const ChipConfig& chip, int cores, size_t feed_queue_capacity = 64);
+  // From a spec: `count` cores; config keys `config` (a chip config file,
+  // docs/tpusim.md) and any chip field (hbm_bytes=16G, clock_hz=940e6, ...),
+  // applied over the file.
+  static absl::StatusOr<std::unique_ptr<runtime::Backend>> Create(
+      const runtime::BackendSpec& spec);
+
+  const std::string& kind() const override { return kind_; }
+  std::string config_key() const override { return chip_.ToString(); }
+  const std::vector<std::unique_ptr<runtime::Device>>& devices() const override {
+    return devices_;
+  }
+  runtime::Compiler& compiler() override { return compiler_; }
+  std::string Describe() const override;
+
+  runtime::Device* device(int index) { return devices_[index].get(); }
+  const ChipConfig& chip() const { return chip_; }
+
+ private:
+  const std::string kind_ = "tpu";
+  const ChipConfig chip_;
+  std::vector<std::unique_ptr<runtime::Device>> devices_;
+  TpuSimCompiler compiler_;
 };
 
 // f32 values as the matrix unit sees them: rounded to the nearest bf16

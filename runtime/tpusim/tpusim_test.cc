@@ -2,16 +2,16 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/test_util.h"
+#include "runtime/host/test_util.h"
 #include "runtime/tpusim/layout.h"
 #include "runtime/tpusim/tpusim_device.h"
 
 namespace kiln::tpusim {
 namespace {
 
-using cpu::F32;
-using cpu::RunHlo;
-using cpu::Values;
+using host::F32;
+using host::RunHlo;
+using host::Values;
 using ::testing::HasSubstr;
 
 constexpr char kDot[] = R"(
@@ -35,13 +35,14 @@ TEST(TpuSimNumericsTest, DotRoundsInputsToBf16) {
   const float x = 1.0f + std::ldexp(1.0f, -10);
   const std::vector<ir::Literal> args = {F32({1, 2}, {x, 1.0f}), F32({2, 1}, {1.0f, 1.0f})};
   TpuSimDevice tpu({});
-  auto on_tpu = RunHlo(kDot, args, &tpu);
+  TpuSimCompiler compiler({});
+  auto on_tpu = RunHlo(kDot, args, &tpu, &compiler);
   ASSERT_TRUE(on_tpu.ok()) << on_tpu.status();
   EXPECT_EQ(Values(*on_tpu)[0], 2.0);
   auto on_cpu = RunHlo(kDot, args);
   ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
   EXPECT_EQ(Values(*on_cpu)[0], 2.0 + std::ldexp(1.0, -10));
-  auto highest = RunHlo(kDotHighest, args, &tpu);
+  auto highest = RunHlo(kDotHighest, args, &tpu, &compiler);
   ASSERT_TRUE(highest.ok()) << highest.status();
   EXPECT_EQ(Values(*highest)[0], 2.0 + std::ldexp(1.0, -10));
 }
@@ -58,7 +59,8 @@ ENTRY main {
   const std::vector<ir::Literal> args = {F32({1, 2, 1, 1}, {x, 1.0f}),
                                          F32({2, 1, 1, 1}, {1.0f, 1.0f})};
   TpuSimDevice tpu({});
-  auto on_tpu = RunHlo(kConv, args, &tpu);
+  TpuSimCompiler compiler({});
+  auto on_tpu = RunHlo(kConv, args, &tpu, &compiler);
   ASSERT_TRUE(on_tpu.ok()) << on_tpu.status();
   EXPECT_EQ(Values(*on_tpu)[0], 2.0);
 }
@@ -72,7 +74,8 @@ ENTRY main {
 })";
   const float x = 1.0f + std::ldexp(1.0f, -10);
   TpuSimDevice tpu({});
-  auto out = RunHlo(kAdd, {F32({2}, {x, 3.0f})}, &tpu);
+  TpuSimCompiler compiler({});
+  auto out = RunHlo(kAdd, {F32({2}, {x, 3.0f})}, &tpu, &compiler);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(Values(*out)[0], 2.0 * x);
 }
@@ -86,7 +89,8 @@ ENTRY main {
   ROOT back = f32[2] convert(wide)
 })";
   TpuSimDevice tpu({});
-  auto out = RunHlo(kF64, {F32({2}, {1, 2})}, &tpu);
+  TpuSimCompiler compiler({});
+  auto out = RunHlo(kF64, {F32({2}, {1, 2})}, &tpu, &compiler);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status().message(), HasSubstr("instruction wide"));
@@ -101,7 +105,8 @@ ENTRY main {
   ROOT i = s64[4] iota(), iota_dimension=0
 })";
   TpuSimDevice tpu({});
-  auto out = RunHlo(kS64, {}, &tpu);
+  TpuSimCompiler compiler({});
+  auto out = RunHlo(kS64, {}, &tpu, &compiler);
   ASSERT_FALSE(out.ok());
   EXPECT_THAT(out.status().message(), HasSubstr("64-bit integers"));
 }
@@ -128,6 +133,7 @@ TEST(TpuSimLayoutTest, PaddedSizesMatchHandComputedTiles) {
 
 TEST(TpuSimMemoryTest, AccountingCountsPadding) {
   TpuSimDevice tpu({});
+  TpuSimCompiler compiler({});
   auto a = tpu.TransferToDevice(F32({3, 5}, std::vector<float>(15, 1.0f)));
   ASSERT_TRUE(a.ok());
   ir::Literal half(ir::Shape(ir::ElementType::kBF16, {3, 5}));
@@ -144,6 +150,7 @@ TEST(TpuSimMemoryTest, OutOfHbmIsResourceExhaustedListingLargestBuffers) {
   TpuSimDeviceOptions options;
   options.chip.hbm_bytes = 1 << 20;
   TpuSimDevice tpu(options);
+  TpuSimCompiler compiler(options.chip);
   auto big = tpu.TransferToDevice(ir::Literal(ir::Shape(ir::ElementType::kF32, {512, 384})));
   ASSERT_TRUE(big.ok()) << big.status();
   auto small = tpu.TransferToDevice(F32({2}, {1, 2}));
@@ -160,7 +167,7 @@ HloModule big
 ENTRY main {
   a = f32[] parameter(0)
   ROOT b = f32[1024,1024] broadcast(a), dimensions={}
-})", {F32({}, {1})}, &tpu);
+})", {F32({}, {1})}, &tpu, &compiler);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(out.status().message(), HasSubstr("f32[512,384]"));
@@ -177,10 +184,11 @@ ENTRY main {
   ROOT d = f32[1024,1024] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
 })";
   TpuSimDevice tpu({});
+  TpuSimCompiler compiler({});
   const ChipConfig chip;
   ir::Literal m(ir::Shape(ir::ElementType::kF32, {1024, 1024}));
   runtime::ExecutionProfile profile;
-  ASSERT_TRUE(RunHlo(kBigDot, {m, m}, &tpu, &profile).ok());
+  ASSERT_TRUE(RunHlo(kBigDot, {m, m}, &tpu, &compiler, &profile).ok());
   // 2 * 1024^3 flops at 2 units * 128^2 * 2 flops * 940 MHz; HBM moves
   // 3 * 4 MiB in less time, so the step is matrix-bound.
   const double peak = 2.0 * 2 * 128 * 128 * 940e6;
@@ -205,13 +213,13 @@ ENTRY main {
   ASSERT_TRUE(RunHlo(kSmallDot,
                      {ir::Literal(ir::Shape(ir::ElementType::kF32, {256, 512})),
                       ir::Literal(ir::Shape(ir::ElementType::kF32, {512, 300}))},
-                     &tpu, &profile)
+                     &tpu, &compiler, &profile)
                   .ok());
   const int64_t bytes = (256 * 512 + 512 * 384 + 256 * 384) * 4;
   EXPECT_EQ(profile.hbm_bytes, bytes);
   EXPECT_DOUBLE_EQ(profile.hbm_seconds, bytes / 450e9);
   EXPECT_DOUBLE_EQ(profile.matrix_seconds, 0);
-  EXPECT_DOUBLE_EQ(tpu.cost_model().MatrixSeconds(1, 256, 512, 300),
+  EXPECT_DOUBLE_EQ(compiler.cost_model().MatrixSeconds(1, 256, 512, 300),
                    2.0 * 256 * 512 * 384 / peak);
   EXPECT_EQ(profile.matrix_flops, int64_t{2} * 256 * 512 * 300);
 }
@@ -225,9 +233,10 @@ ENTRY main {
   ROOT s = f32[3,5] add(a, b)
 })";
   TpuSimDevice tpu({});
+  TpuSimCompiler compiler({});
   ir::Literal x(ir::Shape(ir::ElementType::kF32, {3, 5}));
   runtime::ExecutionProfile profile;
-  ASSERT_TRUE(RunHlo(kAdd, {x, x}, &tpu, &profile).ok());
+  ASSERT_TRUE(RunHlo(kAdd, {x, x}, &tpu, &compiler, &profile).ok());
   // Two tiles read, one written; 1024 padded elements of vector work take
   // one cycle, far less than the HBM time.
   EXPECT_EQ(profile.hbm_bytes, 3 * 4096);
@@ -243,13 +252,13 @@ ENTRY main {
   }
   chain += "  ROOT out = f32[8,128] negate(v10)\n}\n";
   ASSERT_TRUE(RunHlo(chain, {ir::Literal(ir::Shape(ir::ElementType::kF32, {8, 128}))},
-                     &tpu, &profile)
+                     &tpu, &compiler, &profile)
                   .ok());
   const double vector = (10 * 4 + 1) * 1024 / (1024 * 940e6);
   EXPECT_DOUBLE_EQ(profile.vector_seconds, vector);
   EXPECT_DOUBLE_EQ(profile.hbm_seconds, 0);
   EXPECT_EQ(profile.hbm_bytes, 2 * 4096);
-  EXPECT_DOUBLE_EQ(tpu.cost_model().VectorSeconds(41 * 1024), vector);
+  EXPECT_DOUBLE_EQ(compiler.cost_model().VectorSeconds(41 * 1024), vector);
 }
 
 TEST(TpuSimConfigTest, ConfigTextOverridesDefaultsAndRejectsUnknownFields) {

@@ -1,0 +1,178 @@
+// convolution with general dim_labels, strides, padding, dilations and
+// feature groups: operands are brought to [N, C, spatial...] and
+// [O, I, spatial...], each (batch, group) becomes im2col + one GEMM, and the
+// result is laid out as the output dim_labels say.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/type_dispatch.h"
+#include "runtime/host/gemm.h"
+#include "runtime/host/kernel.h"
+#include "runtime/host/strided_copy.h"
+
+namespace kiln::host {
+namespace {
+
+using ir::ElementType;
+using ir::Shape;
+
+struct ConvPlan {
+  int64_t batch, in_c, out_c, groups;
+  std::vector<int64_t> in_sp, k_sp, out_sp;  // spatial sizes
+  std::vector<ir::WindowDim> window;
+  // Permutations from the operands' layouts to canonical ones.
+  std::vector<int64_t> in_perm, k_perm, out_perm;
+};
+
+template <typename C>
+std::vector<C> LoadPermuted(const Buffer& b, const std::vector<int64_t>& perm) {
+  const Shape& s = b.shape();
+  const std::vector<int64_t> strides = ir::RowMajorStrides(s.dims());
+  std::vector<int64_t> dims, src_strides;
+  for (int64_t p : perm) {
+    dims.push_back(s.dim(p));
+    src_strides.push_back(strides[p]);
+  }
+  std::vector<C> out(s.ElementCount());
+  ir::DispatchType(s.type(), [&](auto tag) {
+    using T = decltype(tag);
+    std::unique_ptr<T[]> tmp(new T[s.ElementCount()]);
+    StridedCopy(dims, b.data(), 0, src_strides,
+                reinterpret_cast<uint8_t*>(tmp.get()), 0,
+                ir::RowMajorStrides(dims), sizeof(T));
+    for (int64_t i = 0; i < s.ElementCount(); ++i) out[i] = ir::ConvertValue<C>(tmp[i]);
+  });
+  return out;
+}
+
+template <typename C>
+void RunConv(const ConvPlan& p, const std::vector<C>& in, const std::vector<C>& k,
+             std::vector<C>& out) {
+  const int rank = static_cast<int>(p.in_sp.size());
+  int64_t in_size = 1, k_size = 1, out_size = 1;
+  for (int d = 0; d < rank; ++d) {
+    in_size *= p.in_sp[d];
+    k_size *= p.k_sp[d];
+    out_size *= p.out_sp[d];
+  }
+  const int64_t ig = p.in_c / p.groups;   // input channels per group
+  const int64_t og = p.out_c / p.groups;  // output channels per group
+  const int64_t rows = ig * k_size;
+  std::vector<C> col(rows * out_size);
+  std::vector<int64_t> kidx(rank), oidx(rank);
+  // For each (kernel position, output position): the input spatial offset or
+  // -1 for padding. Shared by every batch, group and channel.
+  std::vector<int64_t> src(k_size * out_size);
+  for (int64_t kp = 0; kp < k_size; ++kp) {
+    int64_t rem = kp;
+    for (int d = rank - 1; d >= 0; --d) {
+      kidx[d] = rem % p.k_sp[d];
+      rem /= p.k_sp[d];
+    }
+    for (int64_t op = 0; op < out_size; ++op) {
+      int64_t r2 = op;
+      for (int d = rank - 1; d >= 0; --d) {
+        oidx[d] = r2 % p.out_sp[d];
+        r2 /= p.out_sp[d];
+      }
+      int64_t off = 0;
+      bool valid = true;
+      for (int d = 0; d < rank && valid; ++d) {
+        const ir::WindowDim& w = p.window[d];
+        int64_t pos = oidx[d] * w.stride - w.pad_lo + kidx[d] * w.window_dilation;
+        if (pos < 0 || pos % w.base_dilation != 0) {
+          valid = false;
+          break;
+        }
+        pos /= w.base_dilation;
+        if (pos >= p.in_sp[d]) valid = false;
+        off = off * p.in_sp[d] + pos;
+      }
+      src[kp * out_size + op] = valid ? off : -1;
+    }
+  }
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t g = 0; g < p.groups; ++g) {
+      for (int64_t c = 0; c < ig; ++c) {
+        const C* plane = in.data() + (b * p.in_c + g * ig + c) * in_size;
+        for (int64_t kp = 0; kp < k_size; ++kp) {
+          C* row = col.data() + (c * k_size + kp) * out_size;
+          const int64_t* s = src.data() + kp * out_size;
+          for (int64_t op = 0; op < out_size; ++op) {
+            row[op] = s[op] >= 0 ? plane[s[op]] : C(0);
+          }
+        }
+      }
+      // out[b, g*og : (g+1)*og, :] = K_g [og, rows] x col [rows, out_size]
+      Gemm(false, false, og, out_size, rows, k.data() + g * og * rows, col.data(),
+           out.data() + (b * p.out_c + g * og) * out_size);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
+  const Shape in = instr.operand(0)->shape();
+  const Shape ker = instr.operand(1)->shape();
+  const Shape out_shape = instr.shape();
+  const ir::ConvDims& c = instr.attrs().conv;
+  if (instr.attrs().batch_group_count != 1) {
+    return absl::UnimplementedError(
+        "the CPU backend does not support batch_group_count > 1");
+  }
+  ConvPlan p;
+  p.batch = in.dim(c.input_batch);
+  p.in_c = in.dim(c.input_feature);
+  p.out_c = ker.dim(c.kernel_output_feature);
+  p.groups = instr.attrs().feature_group_count;
+  p.window = instr.attrs().window;
+  const int rank = static_cast<int>(c.input_spatial.size());
+  if (p.window.empty()) p.window.resize(rank);
+  p.in_perm = {c.input_batch, c.input_feature};
+  p.k_perm = {c.kernel_output_feature, c.kernel_input_feature};
+  std::vector<int64_t> canon_out = {p.batch, p.out_c};
+  for (int d = 0; d < rank; ++d) {
+    p.in_sp.push_back(in.dim(c.input_spatial[d]));
+    p.k_sp.push_back(ker.dim(c.kernel_spatial[d]));
+    p.out_sp.push_back(out_shape.dim(c.output_spatial[d]));
+    p.in_perm.push_back(c.input_spatial[d]);
+    p.k_perm.push_back(c.kernel_spatial[d]);
+    canon_out.push_back(out_shape.dim(c.output_spatial[d]));
+  }
+  // Strides for reading the canonical [N, O, spatial...] result in output
+  // layout order.
+  const std::vector<int64_t> canon_strides = ir::RowMajorStrides(canon_out);
+  std::vector<int64_t> read_strides(out_shape.rank());
+  read_strides[c.output_batch] = canon_strides[0];
+  read_strides[c.output_feature] = canon_strides[1];
+  for (int d = 0; d < rank; ++d) read_strides[c.output_spatial[d]] = canon_strides[2 + d];
+  const std::vector<int64_t> out_strides = ir::RowMajorStrides(out_shape.dims());
+  const bool use_double = in.type() == ElementType::kF64 || ir::IsIntegralType(in.type());
+  return Kernel([=](ExecState& st, const std::vector<BufferPtr>& ops)
+                    -> absl::StatusOr<BufferPtr> {
+    ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
+    auto compute = [&](auto zero) {
+      using C = decltype(zero);
+      std::vector<C> a = LoadPermuted<C>(*ops[0], p.in_perm);
+      std::vector<C> b = LoadPermuted<C>(*ops[1], p.k_perm);
+      std::vector<C> canon(out_shape.ElementCount());
+      RunConv<C>(p, a, b, canon);
+      std::vector<C> laid(canon.size());
+      StridedCopy(out_shape.dims(), reinterpret_cast<const uint8_t*>(canon.data()), 0,
+                  read_strides, reinterpret_cast<uint8_t*>(laid.data()), 0,
+                  out_strides, sizeof(C));
+      ir::DispatchType(out_shape.type(), [&](auto tag) {
+        using T = decltype(tag);
+        T* o = out->as<T>();
+        for (size_t i = 0; i < laid.size(); ++i) o[i] = ir::ConvertValue<T>(laid[i]);
+      });
+    };
+    if (use_double) compute(0.0);
+    else compute(0.0f);
+    return out;
+  });
+}
+
+}  // namespace kiln::host

@@ -1,0 +1,677 @@
+// Per-op tests of the CPU backend with hand-computed expected values.
+#include <cmath>
+#include <limits>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/host/test_util.h"
+#include "runtime/custom_call.h"
+
+namespace kiln::host {
+namespace {
+
+using ::testing::DoubleNear;
+using ::testing::ElementsAre;
+using ::testing::Pointwise;
+using ir::ElementType;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Runs `ENTRY e { x = TYPE[N] parameter(0) ROOT r = OUT[N] OP(x) }`.
+std::vector<double> Unary(const std::string& op, const ir::Literal& x,
+                          const std::string& out_type = "") {
+  std::string t(ir::ElementTypeName(x.shape().type()));
+  std::string dims = absl::StrCat("[", x.element_count(), "]");
+  std::string text = absl::StrCat("ENTRY e {\n x = ", t, dims, " parameter(0)\n ROOT r = ",
+                                  out_type.empty() ? t : out_type, dims, " ", op, "(x)\n}");
+  auto r = RunHlo(text, {x});
+  EXPECT_TRUE(r.ok()) << op << ": " << r.status();
+  return r.ok() ? Values(*r) : std::vector<double>{};
+}
+
+std::vector<double> Binary(const std::string& op, const ir::Literal& x,
+                           const ir::Literal& y, const std::string& extra = "") {
+  std::string t(ir::ElementTypeName(x.shape().type()));
+  std::string dims = absl::StrCat("[", x.element_count(), "]");
+  std::string out = op == "compare" ? "pred" : t;
+  std::string text = absl::StrCat("ENTRY e {\n x = ", t, dims, " parameter(0)\n y = ", t,
+                                  dims, " parameter(1)\n ROOT r = ", out, dims, " ", op,
+                                  "(x, y)", extra, "\n}");
+  auto r = RunHlo(text, {x, y});
+  EXPECT_TRUE(r.ok()) << op << ": " << r.status();
+  return r.ok() ? Values(*r) : std::vector<double>{};
+}
+
+TEST(CpuElementwiseTest, FloatUnary) {
+  ir::Literal x = F32({4}, {-1.5f, 0.0f, 2.5f, 4.0f});
+  EXPECT_THAT(Unary("abs", x), ElementsAre(1.5, 0, 2.5, 4));
+  EXPECT_THAT(Unary("negate", x), ElementsAre(1.5, 0, -2.5, -4));
+  EXPECT_THAT(Unary("ceil", x), ElementsAre(-1, 0, 3, 4));
+  EXPECT_THAT(Unary("floor", x), ElementsAre(-2, 0, 2, 4));
+  EXPECT_THAT(Unary("sign", x), ElementsAre(-1, 0, 1, 1));
+  EXPECT_THAT(Unary("round-nearest-afz", x), ElementsAre(-2, 0, 3, 4));
+  EXPECT_THAT(Unary("round-nearest-even", x), ElementsAre(-2, 0, 2, 4));
+  ir::Literal p = F32({3}, {1.0f, 4.0f, 0.25f});
+  EXPECT_THAT(Unary("sqrt", p), ElementsAre(1, 2, 0.5));
+  EXPECT_THAT(Unary("rsqrt", p), ElementsAre(1, 0.5, 2));
+  EXPECT_THAT(Unary("log", F32({2}, {1.0f, 0.0f})), ElementsAre(0, -kInf));
+  EXPECT_THAT(Unary("exponential", F32({2}, {0.0f, 1.0f})),
+              Pointwise(DoubleNear(1e-6), std::vector<double>{1, 2.718281828}));
+  EXPECT_THAT(Unary("logistic", F32({2}, {0.0f, 100.0f})), ElementsAre(0.5, 1));
+  EXPECT_THAT(Unary("tanh", F32({2}, {0.0f, 0.5f})),
+              Pointwise(DoubleNear(1e-6), std::vector<double>{0, 0.46211716}));
+  EXPECT_THAT(Unary("cosine", F32({2}, {0.0f, 3.14159265f})),
+              Pointwise(DoubleNear(1e-6), std::vector<double>{1, -1}));
+  EXPECT_THAT(Unary("sine", F32({1}, {1.5707963f})),
+              Pointwise(DoubleNear(1e-6), std::vector<double>{1}));
+  EXPECT_THAT(Unary("tan", F32({1}, {0.7853982f})),
+              Pointwise(DoubleNear(1e-6), std::vector<double>{1}));
+  EXPECT_THAT(Unary("cbrt", F32({2}, {27.0f, -8.0f})), ElementsAre(3, -2));
+  EXPECT_THAT(Unary("exponential-minus-one", F32({1}, {1e-10f})),
+              Pointwise(DoubleNear(1e-16), std::vector<double>{1e-10}));
+  EXPECT_THAT(Unary("log-plus-one", F32({1}, {1e-10f})),
+              Pointwise(DoubleNear(1e-16), std::vector<double>{1e-10}));
+  EXPECT_THAT(Unary("is-finite", F32({3}, {1.0f, INFINITY, NAN}), "pred"),
+              ElementsAre(1, 0, 0));
+}
+
+TEST(CpuElementwiseTest, FloatBinaryIncludingNanRules) {
+  ir::Literal x = F32({4}, {1, -2, 7, NAN});
+  ir::Literal y = F32({4}, {2, 3, 2, 1});
+  EXPECT_THAT(Binary("add", x, y)[0], 3);
+  EXPECT_THAT(Binary("subtract", x, y)[1], -5);
+  EXPECT_THAT(Binary("multiply", x, y)[2], 14);
+  EXPECT_THAT(Binary("divide", x, y)[2], 3.5);
+  EXPECT_THAT(Binary("remainder", x, y)[2], 1);
+  EXPECT_THAT(Binary("power", x, y)[0], 1);
+  EXPECT_THAT(Binary("power", x, y)[1], -8);
+  auto mx = Binary("maximum", x, y);
+  EXPECT_EQ(mx[0], 2);
+  EXPECT_TRUE(std::isnan(mx[3]));  // NaN propagates
+  auto mn = Binary("minimum", x, y);
+  EXPECT_EQ(mn[1], -2);
+  EXPECT_TRUE(std::isnan(mn[3]));
+  EXPECT_NEAR(Binary("atan2", F32({1}, {1}), F32({1}, {1}))[0], 0.7853981, 1e-6);
+}
+
+TEST(CpuElementwiseTest, IntegerEdgeCasesNeverTrap) {
+  ir::Literal x = S32({5}, {7, -7, std::numeric_limits<int32_t>::min(), 5, -9});
+  ir::Literal y = S32({5}, {2, 2, -1, 0, 4});
+  EXPECT_THAT(Binary("divide", x, y),
+              ElementsAre(3, -3, std::numeric_limits<int32_t>::min(), -1, -2));
+  EXPECT_THAT(Binary("remainder", x, y), ElementsAre(1, -1, 0, 5, -1));
+  EXPECT_THAT(Binary("add", S32({1}, {std::numeric_limits<int32_t>::max()}), S32({1}, {1})),
+              ElementsAre(std::numeric_limits<int32_t>::min()));
+  EXPECT_THAT(Binary("power", S32({4}, {2, -1, 2, 3}), S32({4}, {10, 3, -1, 0})),
+              ElementsAre(1024, -1, 0, 1));
+  EXPECT_THAT(Binary("shift-left", S32({3}, {1, 1, 1}), S32({3}, {3, 31, 32})),
+              ElementsAre(8, std::numeric_limits<int32_t>::min(), 0));
+  EXPECT_THAT(Binary("shift-right-arithmetic", S32({2}, {-8, -8}), S32({2}, {1, 40})),
+              ElementsAre(-4, -1));
+  EXPECT_THAT(Binary("shift-right-logical", S32({2}, {-8, 16}), S32({2}, {28, 40})),
+              ElementsAre(15, 0));
+  EXPECT_THAT(Binary("and", S32({1}, {12}), S32({1}, {10})), ElementsAre(8));
+  EXPECT_THAT(Binary("or", S32({1}, {12}), S32({1}, {10})), ElementsAre(14));
+  EXPECT_THAT(Binary("xor", S32({1}, {12}), S32({1}, {10})), ElementsAre(6));
+  EXPECT_THAT(Unary("abs", S32({2}, {-3, std::numeric_limits<int32_t>::min()})),
+              ElementsAre(3, std::numeric_limits<int32_t>::min()));
+  EXPECT_THAT(Unary("not", S32({1}, {0})), ElementsAre(-1));
+  EXPECT_THAT(Unary("popcnt", S32({2}, {7, -1})), ElementsAre(3, 32));
+  EXPECT_THAT(Unary("count-leading-zeros", S32({2}, {1, 0})), ElementsAre(31, 32));
+  EXPECT_THAT(Unary("sign", S32({3}, {-5, 0, 9})), ElementsAre(-1, 0, 1));
+  ir::Literal u = Lit<int64_t>(ElementType::kU8, {2}, {250, 3});
+  EXPECT_THAT(Binary("add", u, Lit<int64_t>(ElementType::kU8, {2}, {10, 4})),
+              ElementsAre(4, 7));  // wraps mod 256
+  EXPECT_THAT(Binary("divide", u, Lit<int64_t>(ElementType::kU8, {2}, {0, 2})),
+              ElementsAre(255, 1));
+  ir::Literal s64 = Lit<int64_t>(ElementType::kS64, {1}, {int64_t{1} << 40});
+  EXPECT_THAT(Binary("multiply", s64, s64), ElementsAre(0));  // 2^80 wraps to 0
+}
+
+TEST(CpuElementwiseTest, PredicateOps) {
+  ir::Literal a = Lit<int>(ElementType::kPred, {4}, {0, 0, 1, 1});
+  ir::Literal b = Lit<int>(ElementType::kPred, {4}, {0, 1, 0, 1});
+  EXPECT_THAT(Binary("and", a, b), ElementsAre(0, 0, 0, 1));
+  EXPECT_THAT(Binary("or", a, b), ElementsAre(0, 1, 1, 1));
+  EXPECT_THAT(Binary("xor", a, b), ElementsAre(0, 1, 1, 0));
+  EXPECT_THAT(Unary("not", a), ElementsAre(1, 1, 0, 0));
+}
+
+TEST(CpuElementwiseTest, HalfTypesRoundEveryResult) {
+  // In bf16, 256 + 1 is not representable: the sum rounds back to 256.
+  ir::Literal x = Lit<float>(ElementType::kBF16, {2}, {256.0f, 1.0f});
+  ir::Literal y = Lit<float>(ElementType::kBF16, {2}, {1.0f, 2.0f});
+  EXPECT_THAT(Binary("add", x, y), ElementsAre(256, 3));
+  ir::Literal h = Lit<float>(ElementType::kF16, {2}, {2048.0f, 0.5f});
+  ir::Literal one = Lit<float>(ElementType::kF16, {2}, {1.0f, 0.25f});
+  EXPECT_THAT(Binary("add", h, one), ElementsAre(2048, 0.75));
+  EXPECT_THAT(Unary("sqrt", Lit<float>(ElementType::kF16, {1}, {4.0f})), ElementsAre(2));
+  auto f64 = Binary("divide", Lit<double>(ElementType::kF64, {1}, {1.0}),
+                    Lit<double>(ElementType::kF64, {1}, {3.0}));
+  EXPECT_EQ(f64[0], 1.0 / 3.0);  // computed in double, not float
+}
+
+TEST(CpuElementwiseTest, CompareSelectClamp) {
+  ir::Literal x = F32({3}, {1, 5, NAN});
+  ir::Literal y = F32({3}, {2, 5, 1});
+  EXPECT_THAT(Binary("compare", x, y, ", direction=LT"), ElementsAre(1, 0, 0));
+  EXPECT_THAT(Binary("compare", x, y, ", direction=EQ"), ElementsAre(0, 1, 0));
+  EXPECT_THAT(Binary("compare", x, y, ", direction=NE"), ElementsAre(1, 0, 1));
+  EXPECT_THAT(Binary("compare", x, y, ", direction=GE"), ElementsAre(0, 1, 0));
+  auto r = RunHlo(R"(ENTRY e {
+  p = pred[3] parameter(0)
+  a = s32[3] parameter(1)
+  b = s32[3] parameter(2)
+  s = s32[3] select(p, a, b)
+  lo = s32[] constant(0)
+  hi = s32[] constant(15)
+  ROOT c = s32[3] clamp(lo, s, hi)
+})",
+                  {Lit<int>(ElementType::kPred, {3}, {1, 0, 1}), S32({3}, {-4, 20, 30}),
+                   S32({3}, {9, 10, 11})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(*r), ElementsAre(0, 10, 15));
+}
+
+TEST(CpuElementwiseTest, ConvertAndBitcast) {
+  EXPECT_THAT(Unary("convert", F32({4}, {2.7f, -2.7f, 1e10f, NAN}), "s32"),
+              ElementsAre(2, -2, 2147483647, 0));
+  EXPECT_THAT(Unary("convert", F32({2}, {300.0f, -5.0f}), "u8"), ElementsAre(255, 0));
+  EXPECT_THAT(Unary("convert", S32({3}, {0, 2, -1}), "pred"), ElementsAre(0, 1, 1));
+  EXPECT_THAT(Unary("convert", F32({1}, {1.00390625f}), "bf16"), ElementsAre(1));
+  EXPECT_THAT(Unary("bitcast-convert", F32({1}, {1.0f}), "s32"), ElementsAre(0x3f800000));
+}
+
+TEST(CpuElementwiseTest, FusedChainWithBroadcastScalars) {
+  // x*2+1 then max with 0, over more than one block.
+  constexpr int n = 3000;
+  std::vector<float> xs(n);
+  for (int i = 0; i < n; ++i) xs[i] = static_cast<float>(i - 1500);
+  auto r = RunHlo(R"(ENTRY e {
+  x = f32[3000] parameter(0)
+  two = f32[] constant(2)
+  one = f32[] constant(1)
+  zero = f32[] constant(0)
+  b2 = f32[3000] broadcast(two), dimensions={}
+  b1 = f32[3000] broadcast(one), dimensions={}
+  b0 = f32[3000] broadcast(zero), dimensions={}
+  m = f32[3000] multiply(x, b2)
+  a = f32[3000] add(m, b1)
+  ROOT r = f32[3000] maximum(a, b0)
+})",
+                  {F32({n}, xs)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(r->data<float>()[i], std::max(0.0f, xs[i] * 2 + 1)) << i;
+  }
+}
+
+TEST(CpuDataTest, IotaBroadcastReshapeTranspose) {
+  auto r = RunHlo(R"(ENTRY e {
+  i = s32[2,3] iota(), iota_dimension=1
+  t = s32[3,2] transpose(i), dimensions={1,0}
+  r = s32[6] reshape(t)
+  v = s32[2] parameter(0)
+  b = s32[2,3] broadcast(v), dimensions={0}
+  br = s32[6] reshape(b)
+  ROOT out = (s32[6], s32[6]) tuple(r, br)
+})",
+                  {S32({2}, {7, 8})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(r->tuple_elements()[0]), ElementsAre(0, 0, 1, 1, 2, 2));
+  EXPECT_THAT(Values(r->tuple_elements()[1]), ElementsAre(7, 7, 7, 8, 8, 8));
+}
+
+TEST(CpuDataTest, SliceReversePadConcatenate) {
+  auto r = RunHlo(R"(ENTRY e {
+  x = s32[2,4] parameter(0)
+  s = s32[2,2] slice(x), slice={[0:2], [0:4:2]}
+  rv = s32[2,4] reverse(x), dimensions={1}
+  z = s32[] constant(0)
+  p = s32[3,4] pad(s, z), padding=1_0x-1_2_1
+  c = s32[2,6] concatenate(s, x), dimensions={1}
+  sr = s32[8] reshape(rv)
+  pr = s32[12] reshape(p)
+  cr = s32[12] reshape(c)
+  ROOT t = (s32[8], s32[12], s32[12]) tuple(sr, pr, cr)
+})",
+                  {S32({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(r->tuple_elements()[0]), ElementsAre(4, 3, 2, 1, 8, 7, 6, 5));
+  // s = [[1,3],[5,7]]; dim0 pad lo 1; dim1: lo -1 crops the first element,
+  // interior 1 and hi 2: row [1,3] -> [1,0,3] -> [0,3] -> [0,3,0,0].
+  EXPECT_THAT(Values(r->tuple_elements()[1]),
+              ElementsAre(0, 0, 0, 0,  //
+                          0, 3, 0, 0,  //
+                          0, 7, 0, 0));
+  EXPECT_THAT(Values(r->tuple_elements()[2]),
+              ElementsAre(1, 3, 1, 2, 3, 4, 5, 7, 5, 6, 7, 8));
+}
+
+TEST(CpuDataTest, DynamicSliceClampsAndUpdates) {
+  auto r = RunHlo(R"(ENTRY e {
+  x = s32[5] parameter(0)
+  i = s32[] parameter(1)
+  ds = s32[2] dynamic-slice(x, i), dynamic_slice_sizes={2}
+  u = s32[2] constant({-1, -2})
+  dus = s32[5] dynamic-update-slice(x, u, i)
+  ROOT t = (s32[2], s32[5]) tuple(ds, dus)
+})",
+                  {S32({5}, {0, 1, 2, 3, 4}), S32({}, {9})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(r->tuple_elements()[0]), ElementsAre(3, 4));  // clamped to 3
+  EXPECT_THAT(Values(r->tuple_elements()[1]), ElementsAre(0, 1, 2, -1, -2));
+}
+
+constexpr char kAdd[] = "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n";
+constexpr char kMax[] = "max { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] maximum(a, b) }\n";
+
+TEST(CpuReduceTest, SumOverEachDimension) {
+  ir::Literal x = F32({2, 3}, {1, 2, 3, 4, 5, 6});
+  for (auto [dims, out, expect] :
+       std::vector<std::tuple<std::string, std::string, std::vector<double>>>{
+           {"{0}", "f32[3]", {5, 7, 9}},
+           {"{1}", "f32[2]", {6, 15}},
+           {"{0,1}", "f32[]", {21}}}) {
+    auto r = RunHlo(absl::StrCat(kAdd, "ENTRY e {\n x = f32[2,3] parameter(0)\n z = f32[] constant(0)\n ROOT r = ",
+                                 out, " reduce(x, z), dimensions=", dims, ", to_apply=add\n}"),
+                    {x});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(Values(*r), expect) << dims;
+  }
+}
+
+TEST(CpuReduceTest, MiddleDimensionAndMax) {
+  std::vector<float> v(24);
+  for (int i = 0; i < 24; ++i) v[i] = static_cast<float>((i * 7) % 11);
+  auto r = RunHlo(absl::StrCat(kMax, "ENTRY e {\n x = f32[2,3,4] parameter(0)\n z = f32[] constant(-inf)\n"
+                                     " ROOT r = f32[2,4] reduce(x, z), dimensions={1}, to_apply=max\n}"),
+                  {F32({2, 3, 4}, v)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<double> expect;
+  for (int a = 0; a < 2; ++a) {
+    for (int c = 0; c < 4; ++c) {
+      double m = -kInf;
+      for (int b = 0; b < 3; ++b) m = std::max<double>(m, v[a * 12 + b * 4 + c]);
+      expect.push_back(m);
+    }
+  }
+  EXPECT_EQ(Values(*r), expect);
+}
+
+TEST(CpuReduceTest, GeneralReducerAndVariadicArgmax) {
+  // A reducer with no fast path: acc + x*x (sum of squares with init 1).
+  auto r = RunHlo(R"(sq { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  m = f32[] multiply(b, b)
+  ROOT s = f32[] add(a, m) }
+ENTRY e {
+  x = f32[3] parameter(0)
+  one = f32[] constant(1)
+  ROOT r = f32[] reduce(x, one), dimensions={0}, to_apply=sq
+})",
+                  {F32({3}, {1, 2, 3})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(*r), ElementsAre(15));
+  auto am = RunHlo(R"(argmax {
+  av = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  bv = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  gt = pred[] compare(av, bv), direction=GE
+  v = f32[] select(gt, av, bv)
+  i = s32[] select(gt, ai, bi)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+ENTRY e {
+  x = f32[2,4] parameter(0)
+  idx = s32[2,4] iota(), iota_dimension=1
+  ninf = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  ROOT r = (f32[2], s32[2]) reduce(x, idx, ninf, zero), dimensions={1}, to_apply=argmax
+})",
+                   {F32({2, 4}, {1, 9, 3, 2, 8, 1, 8, 0})});
+  ASSERT_TRUE(am.ok()) << am.status();
+  EXPECT_THAT(Values(am->tuple_elements()[0]), ElementsAre(9, 8));
+  EXPECT_THAT(Values(am->tuple_elements()[1]), ElementsAre(1, 0));
+}
+
+TEST(CpuWindowTest, MaxPoolAndAveragePoolWithPadding) {
+  ir::Literal x = F32({1, 4, 4, 1}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16});
+  auto r = RunHlo(absl::StrCat(kMax, kAdd, R"(ENTRY e {
+  x = f32[1,4,4,1] parameter(0)
+  ninf = f32[] constant(-inf)
+  zero = f32[] constant(0)
+  mp = f32[1,2,2,1] reduce-window(x, ninf), window={size=1x2x2x1 stride=1x2x2x1}, to_apply=max
+  sp = f32[1,3,3,1] reduce-window(x, zero), window={size=1x2x2x1 stride=1x2x2x1 pad=0_0x1_1x1_1x0_0}, to_apply=add
+  ROOT t = (f32[1,2,2,1], f32[1,3,3,1]) tuple(mp, sp)
+})"),
+                  {x});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(r->tuple_elements()[0]), ElementsAre(6, 8, 14, 16));
+  EXPECT_THAT(Values(r->tuple_elements()[1]),
+              ElementsAre(1, 5, 4, 14, 34, 20, 13, 29, 16));
+}
+
+TEST(CpuWindowTest, SelectAndScatterRoutesGradientsToMaxima) {
+  auto r = RunHlo(R"(ge { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=GE }
+add { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  x = f32[4,4] parameter(0)
+  g = f32[2,2] parameter(1)
+  z = f32[] constant(0)
+  ROOT r = f32[4,4] select-and-scatter(x, g, z), window={size=2x2 stride=2x2}, select=ge, scatter=add
+})",
+                  {F32({4, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}),
+                   F32({2, 2}, {10, 20, 30, 40})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(*r), ElementsAre(0, 0, 0, 0, 0, 10, 0, 20, 0, 0, 0, 0, 0, 30, 0, 40));
+}
+
+TEST(CpuDotTest, MatmulTransposedBatchedAndInteger) {
+  ir::Literal a = F32({2, 3}, {1, 2, 3, 4, 5, 6});
+  ir::Literal b = F32({3, 2}, {7, 8, 9, 10, 11, 12});
+  auto r = RunHlo(R"(ENTRY e {
+  a = f32[2,3] parameter(0)
+  b = f32[3,2] parameter(1)
+  d = f32[2,2] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  dt = f32[3,3] dot(a, a), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  ROOT t = (f32[2,2], f32[3,3]) tuple(d, dt)
+})",
+                  {a, b});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(r->tuple_elements()[0]), ElementsAre(58, 64, 139, 154));
+  EXPECT_THAT(Values(r->tuple_elements()[1]), ElementsAre(17, 22, 27, 22, 29, 36, 27, 36, 45));
+  auto batched = RunHlo(R"(ENTRY e {
+  a = s32[2,2,2] parameter(0)
+  b = s32[2,2,2] parameter(1)
+  ROOT d = s32[2,2,2] dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+})",
+                        {S32({2, 2, 2}, {1, 2, 3, 4, 1, 0, 0, 1}),
+                         S32({2, 2, 2}, {5, 6, 7, 8, 2, 3, 4, 5})});
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  EXPECT_THAT(Values(*batched), ElementsAre(19, 22, 43, 50, 2, 3, 4, 5));
+  // Contracting a middle dimension forces the permuting path.
+  auto perm = RunHlo(R"(ENTRY e {
+  a = f32[2,3,2] parameter(0)
+  b = f32[3] parameter(1)
+  ROOT d = f32[2,2] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+})",
+                     {F32({2, 3, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}), F32({3}, {1, 1, 1})});
+  ASSERT_TRUE(perm.ok()) << perm.status();
+  EXPECT_THAT(Values(*perm), ElementsAre(9, 12, 27, 30));
+}
+
+TEST(CpuConvTest, TwoDimensionalWithPaddingStrideAndLayouts) {
+  // 3x3 input, 2x2 kernel of ones: each output is a window sum.
+  ir::Literal x = F32({1, 3, 3, 1}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  ir::Literal k = F32({2, 2, 1, 1}, {1, 1, 1, 1});
+  auto r = RunHlo(R"(ENTRY e {
+  x = f32[1,3,3,1] parameter(0)
+  k = f32[2,2,1,1] parameter(1)
+  v = f32[1,2,2,1] convolution(x, k), window={size=2x2}, dim_labels=b01f_01io->b01f
+  p = f32[1,2,2,1] convolution(x, k), window={size=2x2 stride=2x2 pad=0_1x0_1}, dim_labels=b01f_01io->b01f
+  ROOT t = (f32[1,2,2,1], f32[1,2,2,1]) tuple(v, p)
+})",
+                  {x, k});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(r->tuple_elements()[0]), ElementsAre(12, 16, 24, 28));
+  EXPECT_THAT(Values(r->tuple_elements()[1]), ElementsAre(12, 9, 15, 9));
+  // NCHW / OIHW with two output channels (second kernel doubles).
+  auto nchw = RunHlo(R"(ENTRY e {
+  x = f32[1,1,3,3] parameter(0)
+  k = f32[2,1,2,2] parameter(1)
+  ROOT v = f32[1,2,2,2] convolution(x, k), window={size=2x2}, dim_labels=bf01_oi01->bf01
+})",
+                     {F32({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}),
+                      F32({2, 1, 2, 2}, {1, 1, 1, 1, 2, 2, 2, 2})});
+  ASSERT_TRUE(nchw.ok()) << nchw.status();
+  EXPECT_THAT(Values(*nchw), ElementsAre(12, 16, 24, 28, 24, 32, 48, 56));
+}
+
+TEST(CpuConvTest, FeatureGroupsAndDilation) {
+  // Depthwise: two channels, each with its own 1x1 kernel (x2 and x3).
+  auto g = RunHlo(R"(ENTRY e {
+  x = f32[1,2,2] parameter(0)
+  k = f32[1,1,2] parameter(1)
+  ROOT v = f32[1,2,2] convolution(x, k), window={size=1}, dim_labels=b0f_0io->b0f, feature_group_count=2
+})",
+                  {F32({1, 2, 2}, {1, 10, 2, 20}), F32({1, 1, 2}, {2, 3})});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_THAT(Values(*g), ElementsAre(2, 30, 4, 60));
+  // Window dilation 2 on a 1-D signal: taps at i and i+2.
+  auto d = RunHlo(R"(ENTRY e {
+  x = f32[1,5,1] parameter(0)
+  k = f32[2,1,1] parameter(1)
+  ROOT v = f32[1,3,1] convolution(x, k), window={size=2 rhs_dilate=2}, dim_labels=b0f_0io->b0f
+})",
+                  {F32({1, 5, 1}, {1, 2, 3, 4, 5}), F32({2, 1, 1}, {1, 10})});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_THAT(Values(*d), ElementsAre(31, 42, 53));
+}
+
+TEST(CpuGatherScatterTest, EmbeddingLookupAndScatterAdd) {
+  auto r = RunHlo(R"(add { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  table = f32[4,2] parameter(0)
+  ids = s32[3] parameter(1)
+  g = f32[3,2] gather(table, ids), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,2}
+  upd = f32[3,2] constant({{1,1},{2,2},{3,3}})
+  s = f32[4,2] scatter(table, ids, upd), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  ROOT t = (f32[3,2], f32[4,2]) tuple(g, s)
+})",
+                  {F32({4, 2}, {0, 1, 10, 11, 20, 21, 30, 31}), S32({3}, {2, 0, 2})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(r->tuple_elements()[0]), ElementsAre(20, 21, 0, 1, 20, 21));
+  EXPECT_THAT(Values(r->tuple_elements()[1]), ElementsAre(2, 3, 10, 11, 24, 25, 30, 31));
+}
+
+TEST(CpuGatherScatterTest, ScatterReplaceSkipsOutOfBounds) {
+  auto r = RunHlo(R"(rep { a = s32[] parameter(0)
+  ROOT b = s32[] parameter(1) }
+ENTRY e {
+  x = s32[4] parameter(0)
+  i = s32[2,1] parameter(1)
+  u = s32[2] parameter(2)
+  ROOT s = s32[4] scatter(x, i, u), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=rep
+})",
+                  {S32({4}, {0, 0, 0, 0}), S32({2, 1}, {1, 7}), S32({2}, {5, 6})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(*r), ElementsAre(0, 5, 0, 0));
+}
+
+TEST(CpuSortTest, KeysValuesAndGeneralComparator) {
+  auto r = RunHlo(R"(lt { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT l = pred[] compare(a, b), direction=LT }
+ENTRY e {
+  k = f32[2,3] parameter(0)
+  v = s32[2,3] iota(), iota_dimension=1
+  ROOT s = (f32[2,3], s32[2,3]) sort(k, v), dimensions={1}, is_stable=true, to_apply=lt
+})",
+                  {F32({2, 3}, {3, 1, 2, 5, 5, 4})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(r->tuple_elements()[0]), ElementsAre(1, 2, 3, 4, 5, 5));
+  EXPECT_THAT(Values(r->tuple_elements()[1]), ElementsAre(1, 2, 0, 2, 0, 1));
+  // Descending by absolute value: no fast path.
+  auto g = RunHlo(R"(absgt { a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  x = s32[] abs(a)
+  y = s32[] abs(b)
+  ROOT g = pred[] compare(x, y), direction=GT }
+ENTRY e {
+  k = s32[4] parameter(0)
+  ROOT s = s32[4] sort(k), dimensions={0}, to_apply=absgt
+})",
+                  {S32({4}, {1, -5, 3, -2})});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_THAT(Values(*g), ElementsAre(-5, 3, -2, 1));
+}
+
+TEST(CpuRngTest, UniformStaysInRangeNormalHasRoughMoments) {
+  auto r = RunHlo(R"(ENTRY e {
+  a = f32[] constant(2)
+  b = f32[] constant(3)
+  u = f32[10000] rng(a, b), distribution=rng_uniform
+  m = f32[] constant(0)
+  s = f32[] constant(1)
+  n = f32[10000] rng(m, s), distribution=rng_normal
+  ROOT t = (f32[10000], f32[10000]) tuple(u, n)
+})",
+                  {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  double sum = 0, sq = 0;
+  for (double v : Values(r->tuple_elements()[0])) {
+    ASSERT_GE(v, 2.0);
+    ASSERT_LT(v, 3.0);
+  }
+  for (double v : Values(r->tuple_elements()[1])) {
+    sum += v;
+    sq += v * v;
+  }
+  EXPECT_NEAR(sum / 10000, 0.0, 0.05);
+  EXPECT_NEAR(sq / 10000, 1.0, 0.1);
+}
+
+TEST(CpuControlTest, WhileLoopComputes63) {
+  // 4 iterations of x*2+1 from 3 give 63.
+  auto r = RunHlo(R"(cond {
+  p = (s32[], f32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(4)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[] get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  two = f32[] constant(2)
+  onef = f32[] constant(1)
+  m = f32[] multiply(x, two)
+  x2 = f32[] add(m, onef)
+  ROOT t = (s32[], f32[]) tuple(i2, x2)
+}
+ENTRY e {
+  x = f32[] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[]) tuple(zero, x)
+  w = (s32[], f32[]) while(init), condition=cond, body=body
+  ROOT r = f32[] get-tuple-element(w), index=1
+})",
+                  {F32({}, {3})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(*r), ElementsAre(63));
+}
+
+TEST(CpuControlTest, ConditionalAndCall) {
+  constexpr char kText[] = R"(neg { a = f32[] parameter(0)
+  ROOT n = f32[] negate(a) }
+dbl { a = f32[] parameter(0)
+  ROOT d = f32[] add(a, a) }
+sq { a = f32[] parameter(0)
+  ROOT d = f32[] multiply(a, a) }
+ENTRY e {
+  i = s32[] parameter(0)
+  x = f32[] parameter(1)
+  b = f32[] conditional(i, x, x, x), branch_computations={neg, dbl, sq}
+  ROOT c = f32[] call(b), to_apply=dbl
+})";
+  for (auto [index, expect] : std::vector<std::pair<int, double>>{{0, -6}, {1, 12}, {2, 18}, {7, 18}}) {
+    auto r = RunHlo(kText, {S32({}, {index}), F32({}, {3})});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(Values(*r)[0], expect) << index;
+  }
+}
+
+TEST(CpuFeedTest, InfeedOutfeedAndShapeCheck) {
+  HostDevice device("cpu", 0, int64_t{8} << 30, 64);
+  constexpr char kText[] = R"(ENTRY e {
+  tok = token[] after-all()
+  in = (f32[2], token[]) infeed(tok)
+  x = f32[2] get-tuple-element(in), index=0
+  t2 = token[] get-tuple-element(in), index=1
+  y = f32[2] add(x, x)
+  o = token[] outfeed(y, t2)
+  ROOT r = f32[2] negate(y)
+})";
+  ASSERT_TRUE(device.infeed().Push(F32({2}, {1, 2}), absl::Seconds(1)).ok());
+  auto r = RunHlo(kText, {}, &device);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(*r), ElementsAre(-2, -4));
+  auto out = device.outfeed().Pop(absl::Seconds(1));
+  ASSERT_TRUE(out.ok());
+  EXPECT_THAT(Values(*out), ElementsAre(2, 4));
+  // A wrong-shaped element is refused with both shapes named.
+  ASSERT_TRUE(device.infeed().Push(F32({3}, {1, 2, 3}), absl::Seconds(1)).ok());
+  auto bad = RunHlo(kText, {}, &device);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("expected f32[2]"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("f32[3]"), std::string::npos);
+  // An empty infeed times out instead of hanging.
+  auto starved = RunHlo(kText, {}, &device);
+  ASSERT_FALSE(starved.ok());
+  EXPECT_EQ(starved.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(CpuMiscTest, AllReduceReplicaIdAndCustomCall) {
+  auto r = RunHlo(R"(add { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  x = f32[2] parameter(0)
+  ar = f32[2] all-reduce(x), replica_groups={}, to_apply=add
+  id = u32[] replica-id()
+  ROOT t = (f32[2], u32[]) tuple(ar, id)
+})",
+                  {F32({2}, {1.5, 2.5})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(r->tuple_elements()[0]), ElementsAre(1.5, 2.5));
+  EXPECT_THAT(Values(r->tuple_elements()[1]), ElementsAre(0));
+
+  constexpr char kCustom[] = R"(ENTRY e {
+  x = f32[2] parameter(0)
+  ROOT c = f32[2] custom-call(x), custom_call_target="test.twice"
+})";
+  auto missing = RunHlo(kCustom, {F32({2}, {1, 2})});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("'test.twice' is not registered"), std::string::npos);
+  runtime::CustomCallRegistry::Global().Register(
+      "test.twice", [](const std::vector<ir::Literal>& args) -> absl::StatusOr<ir::Literal> {
+        ir::Literal out = args[0];
+        for (int64_t i = 0; i < out.element_count(); ++i) out.SetFromDouble(i, 2 * out.GetAsDouble(i));
+        return out;
+      });
+  auto twice = RunHlo(kCustom, {F32({2}, {1, 2})});
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_THAT(Values(*twice), ElementsAre(2, 4));
+}
+
+TEST(CpuDeviceTest, ArgumentChecksAndMemoryLimit) {
+  HostDevice device("cpu", 0, 1024, 4);
+  auto bad_args = RunHlo("ENTRY e {\n x = f32[2] parameter(0)\n ROOT n = f32[2] negate(x)\n}",
+                         {F32({3}, {1, 2, 3})}, &device);
+  ASSERT_FALSE(bad_args.ok());
+  EXPECT_EQ(bad_args.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_args.status().message().find("expects f32[2]"), std::string::npos);
+  auto too_big = RunHlo("ENTRY e {\n ROOT i = f32[1000] iota(), iota_dimension=0\n}", {}, &device);
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(device.memory_stats().bytes_in_use, 0);
+  auto fits = RunHlo("ENTRY e {\n ROOT i = f32[100] iota(), iota_dimension=0\n}", {}, &device);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(device.memory_stats().bytes_in_use, 0);  // result buffer released
+  EXPECT_EQ(device.memory_stats().peak_bytes_in_use, 400);
+}
+
+}  // namespace
+}  // namespace kiln::host

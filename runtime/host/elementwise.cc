@@ -1,0 +1,412 @@
+#include "runtime/host/elementwise.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "base/type_dispatch.h"
+
+namespace kiln::host {
+namespace {
+
+using ir::ComparisonDirection;
+using ir::ElementType;
+using ir::kIsFloat;
+using ir::kIsHalf;
+using ir::Opcode;
+
+// Values of half types are computed in float and rounded when stored.
+template <typename T>
+using Calc = std::conditional_t<kIsHalf<T>, float, T>;
+template <typename T>
+inline Calc<T> Ld(T v) {
+  if constexpr (kIsHalf<T>) return static_cast<float>(v);
+  else return v;
+}
+template <typename T>
+inline T St(Calc<T> v) {
+  if constexpr (kIsHalf<T>) return T(v);
+  else return static_cast<T>(v);
+}
+
+template <typename T>
+constexpr bool kIsInt = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+
+template <typename T>
+using Unsigned = std::make_unsigned_t<T>;
+
+// Integer arithmetic wraps (two's complement) instead of being undefined.
+template <typename T> inline T WrapAdd(T a, T b) {
+  return static_cast<T>(static_cast<Unsigned<T>>(a) + static_cast<Unsigned<T>>(b));
+}
+template <typename T> inline T WrapSub(T a, T b) {
+  return static_cast<T>(static_cast<Unsigned<T>>(a) - static_cast<Unsigned<T>>(b));
+}
+template <typename T> inline T WrapMul(T a, T b) {
+  using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, Unsigned<T>>;
+  return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+}
+// XLA: x / 0 = -1 (all ones), INT_MIN / -1 = INT_MIN; x % 0 = x.
+template <typename T> inline T IntDiv(T a, T b) {
+  if (b == 0) return static_cast<T>(-1);
+  if constexpr (std::is_signed_v<T>) {
+    if (a == std::numeric_limits<T>::min() && b == -1) return a;
+  }
+  return static_cast<T>(a / b);
+}
+template <typename T> inline T IntRem(T a, T b) {
+  if (b == 0) return a;
+  if constexpr (std::is_signed_v<T>) {
+    if (a == std::numeric_limits<T>::min() && b == -1) return 0;
+  }
+  return static_cast<T>(a % b);
+}
+template <typename T> inline T IntPow(T base, T exp) {
+  if constexpr (std::is_signed_v<T>) {
+    if (exp < 0) {
+      if (base == 1) return 1;
+      if (base == -1) return (exp % 2 == 0) ? 1 : -1;
+      return 0;
+    }
+  }
+  T result = 1;
+  auto e = static_cast<Unsigned<T>>(exp);
+  while (e != 0) {
+    if (e & 1) result = WrapMul(result, base);
+    base = WrapMul(base, base);
+    e >>= 1;
+  }
+  return result;
+}
+template <typename T> inline T ShiftLeft(T a, T b) {
+  constexpr auto bits = sizeof(T) * 8;
+  auto s = static_cast<Unsigned<T>>(b);
+  if (s >= bits) return 0;
+  return static_cast<T>(static_cast<Unsigned<T>>(a) << s);
+}
+template <typename T> inline T ShiftRightLogical(T a, T b) {
+  constexpr auto bits = sizeof(T) * 8;
+  auto s = static_cast<Unsigned<T>>(b);
+  if (s >= bits) return 0;
+  return static_cast<T>(static_cast<Unsigned<T>>(a) >> s);
+}
+template <typename T> inline T ShiftRightArith(T a, T b) {
+  constexpr auto bits = sizeof(T) * 8;
+  auto s = static_cast<Unsigned<T>>(b);
+  if constexpr (std::is_signed_v<T>) {
+    if (s >= bits) return a < 0 ? T(-1) : T(0);
+    return static_cast<T>(a >> s);
+  } else {
+    if (s >= bits) return 0;
+    return static_cast<T>(a >> s);
+  }
+}
+template <typename C> inline C FMax(C a, C b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return a > b ? a : b;
+}
+template <typename C> inline C FMin(C a, C b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return a < b ? a : b;
+}
+
+template <typename T>
+void UnaryLoop(Opcode op, const T* a, T* out, int64_t n) {
+  using C = Calc<T>;
+  if constexpr (kIsFloat<T>) {
+    switch (op) {
+#define KILN_FLOAT_UNARY(code, expr)                   \
+  case Opcode::code:                                   \
+    for (int64_t i = 0; i < n; ++i) {                  \
+      C x = Ld(a[i]);                                  \
+      out[i] = St<T>(static_cast<C>(expr));            \
+    }                                                  \
+    return;
+      KILN_FLOAT_UNARY(kAbs, std::abs(x))
+      KILN_FLOAT_UNARY(kCbrt, std::cbrt(x))
+      KILN_FLOAT_UNARY(kCeil, std::ceil(x))
+      KILN_FLOAT_UNARY(kCos, std::cos(x))
+      KILN_FLOAT_UNARY(kExp, std::exp(x))
+      KILN_FLOAT_UNARY(kExpm1, std::expm1(x))
+      KILN_FLOAT_UNARY(kFloor, std::floor(x))
+      KILN_FLOAT_UNARY(kLog, std::log(x))
+      KILN_FLOAT_UNARY(kLog1p, std::log1p(x))
+      KILN_FLOAT_UNARY(kLogistic, C(1) / (C(1) + std::exp(-x)))
+      KILN_FLOAT_UNARY(kNegate, -x)
+      KILN_FLOAT_UNARY(kRoundAfz, std::round(x))
+      KILN_FLOAT_UNARY(kRoundEven, std::nearbyint(x))
+      KILN_FLOAT_UNARY(kRsqrt, C(1) / std::sqrt(x))
+      KILN_FLOAT_UNARY(kSign, (x != x ? x : (x > 0 ? C(1) : (x < 0 ? C(-1) : x))))
+      KILN_FLOAT_UNARY(kSin, std::sin(x))
+      KILN_FLOAT_UNARY(kSqrt, std::sqrt(x))
+      KILN_FLOAT_UNARY(kTan, std::tan(x))
+      KILN_FLOAT_UNARY(kTanh, std::tanh(x))
+#undef KILN_FLOAT_UNARY
+      default:
+        break;
+    }
+  } else if constexpr (kIsInt<T>) {
+    switch (op) {
+      case Opcode::kAbs:
+        for (int64_t i = 0; i < n; ++i) {
+          if constexpr (std::is_signed_v<T>) {
+            out[i] = a[i] < 0 ? WrapSub(T(0), a[i]) : a[i];
+          } else {
+            out[i] = a[i];
+          }
+        }
+        return;
+      case Opcode::kNegate:
+        for (int64_t i = 0; i < n; ++i) out[i] = WrapSub(T(0), a[i]);
+        return;
+      case Opcode::kSign:
+        for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>((a[i] > 0) - (a[i] < 0));
+        return;
+      case Opcode::kNot:
+        for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(~a[i]);
+        return;
+      case Opcode::kPopcnt:
+        for (int64_t i = 0; i < n; ++i) {
+          out[i] = static_cast<T>(std::popcount(static_cast<Unsigned<T>>(a[i])));
+        }
+        return;
+      case Opcode::kClz:
+        for (int64_t i = 0; i < n; ++i) {
+          out[i] = static_cast<T>(std::countl_zero(static_cast<Unsigned<T>>(a[i])));
+        }
+        return;
+      default:
+        break;
+    }
+  } else {  // pred
+    if (op == Opcode::kNot) {
+      for (int64_t i = 0; i < n; ++i) out[i] = !a[i];
+      return;
+    }
+  }
+  if (op == Opcode::kCopy) {
+    std::memcpy(out, a, n * sizeof(T));
+  }
+}
+
+template <typename T>
+void BinaryLoop(Opcode op, const T* a, const T* b, T* out, int64_t n) {
+  using C = Calc<T>;
+  if constexpr (kIsFloat<T>) {
+    switch (op) {
+#define KILN_FLOAT_BINARY(code, expr)           \
+  case Opcode::code:                            \
+    for (int64_t i = 0; i < n; ++i) {           \
+      C x = Ld(a[i]), y = Ld(b[i]);             \
+      out[i] = St<T>(static_cast<C>(expr));     \
+    }                                           \
+    return;
+      KILN_FLOAT_BINARY(kAdd, x + y)
+      KILN_FLOAT_BINARY(kSubtract, x - y)
+      KILN_FLOAT_BINARY(kMultiply, x * y)
+      KILN_FLOAT_BINARY(kDivide, x / y)
+      KILN_FLOAT_BINARY(kRemainder, std::fmod(x, y))
+      KILN_FLOAT_BINARY(kPower, std::pow(x, y))
+      KILN_FLOAT_BINARY(kAtan2, std::atan2(x, y))
+      KILN_FLOAT_BINARY(kMaximum, FMax(x, y))
+      KILN_FLOAT_BINARY(kMinimum, FMin(x, y))
+#undef KILN_FLOAT_BINARY
+      default:
+        return;
+    }
+  } else if constexpr (kIsInt<T>) {
+    switch (op) {
+#define KILN_INT_BINARY(code, expr)                     \
+  case Opcode::code:                                    \
+    for (int64_t i = 0; i < n; ++i) out[i] = (expr);    \
+    return;
+      KILN_INT_BINARY(kAdd, WrapAdd(a[i], b[i]))
+      KILN_INT_BINARY(kSubtract, WrapSub(a[i], b[i]))
+      KILN_INT_BINARY(kMultiply, WrapMul(a[i], b[i]))
+      KILN_INT_BINARY(kDivide, IntDiv(a[i], b[i]))
+      KILN_INT_BINARY(kRemainder, IntRem(a[i], b[i]))
+      KILN_INT_BINARY(kPower, IntPow(a[i], b[i]))
+      KILN_INT_BINARY(kMaximum, a[i] > b[i] ? a[i] : b[i])
+      KILN_INT_BINARY(kMinimum, a[i] < b[i] ? a[i] : b[i])
+      KILN_INT_BINARY(kAnd, static_cast<T>(a[i] & b[i]))
+      KILN_INT_BINARY(kOr, static_cast<T>(a[i] | b[i]))
+      KILN_INT_BINARY(kXor, static_cast<T>(a[i] ^ b[i]))
+      KILN_INT_BINARY(kShiftLeft, ShiftLeft(a[i], b[i]))
+      KILN_INT_BINARY(kShiftRightLogical, ShiftRightLogical(a[i], b[i]))
+      KILN_INT_BINARY(kShiftRightArithmetic, ShiftRightArith(a[i], b[i]))
+#undef KILN_INT_BINARY
+      default:
+        return;
+    }
+  } else {  // pred
+    switch (op) {
+      case Opcode::kAnd: case Opcode::kMinimum:
+        for (int64_t i = 0; i < n; ++i) out[i] = a[i] && b[i];
+        return;
+      case Opcode::kOr: case Opcode::kMaximum:
+        for (int64_t i = 0; i < n; ++i) out[i] = a[i] || b[i];
+        return;
+      case Opcode::kXor:
+        for (int64_t i = 0; i < n; ++i) out[i] = a[i] != b[i];
+        return;
+      default:
+        return;
+    }
+  }
+}
+
+template <typename T>
+void CompareLoop(ComparisonDirection d, const T* a, const T* b, bool* out,
+                 int64_t n) {
+  switch (d) {
+#define KILN_CMP(code, op)                                                   \
+  case ComparisonDirection::code:                                           \
+    for (int64_t i = 0; i < n; ++i) out[i] = Ld(a[i]) op Ld(b[i]);           \
+    return;
+    KILN_CMP(kEq, ==)
+    KILN_CMP(kNe, !=)
+    KILN_CMP(kLt, <)
+    KILN_CMP(kLe, <=)
+    KILN_CMP(kGt, >)
+    KILN_CMP(kGe, >=)
+#undef KILN_CMP
+  }
+}
+
+template <typename To>
+void ConvertLoop(ElementType from, const uint8_t* in, To* out, int64_t n) {
+  ir::DispatchType(from, [&](auto tag) {
+    using From = decltype(tag);
+    const From* a = reinterpret_cast<const From*>(in);
+    for (int64_t i = 0; i < n; ++i) out[i] = ir::ConvertValue<To>(a[i]);
+  });
+}
+
+void RunNode(const FusedNode& node, const std::vector<const uint8_t*>& args,
+             uint8_t* out, int64_t n) {
+  const Opcode op = node.op;
+  switch (ir::OpcodeCategory(op)) {
+    case ir::OpCategory::kUnary:
+      if (op == Opcode::kConvert) {
+        ir::DispatchType(node.out_type, [&](auto tag) {
+          using T = decltype(tag);
+          ConvertLoop<T>(node.in_type, args[0], reinterpret_cast<T*>(out), n);
+        });
+        return;
+      }
+      if (op == Opcode::kBitcastConvert || op == Opcode::kCopy) {
+        std::memcpy(out, args[0], n * ir::ElementTypeSize(node.out_type));
+        return;
+      }
+      if (op == Opcode::kIsFinite) {
+        ir::DispatchType(node.in_type, [&](auto tag) {
+          using T = decltype(tag);
+          const T* a = reinterpret_cast<const T*>(args[0]);
+          bool* o = reinterpret_cast<bool*>(out);
+          if constexpr (kIsFloat<T>) {
+            for (int64_t i = 0; i < n; ++i) o[i] = std::isfinite(Ld(a[i]));
+          }
+        });
+        return;
+      }
+      ir::DispatchType(node.out_type, [&](auto tag) {
+        using T = decltype(tag);
+        UnaryLoop<T>(op, reinterpret_cast<const T*>(args[0]),
+                     reinterpret_cast<T*>(out), n);
+      });
+      return;
+    case ir::OpCategory::kBinary:
+      if (op == Opcode::kCompare) {
+        ir::DispatchType(node.in_type, [&](auto tag) {
+          using T = decltype(tag);
+          CompareLoop<T>(node.direction, reinterpret_cast<const T*>(args[0]),
+                         reinterpret_cast<const T*>(args[1]),
+                         reinterpret_cast<bool*>(out), n);
+        });
+        return;
+      }
+      ir::DispatchType(node.out_type, [&](auto tag) {
+        using T = decltype(tag);
+        BinaryLoop<T>(op, reinterpret_cast<const T*>(args[0]),
+                      reinterpret_cast<const T*>(args[1]),
+                      reinterpret_cast<T*>(out), n);
+      });
+      return;
+    case ir::OpCategory::kTernary:
+      ir::DispatchType(node.out_type, [&](auto tag) {
+        using T = decltype(tag);
+        T* o = reinterpret_cast<T*>(out);
+        if (op == Opcode::kSelect) {
+          const bool* p = reinterpret_cast<const bool*>(args[0]);
+          const T* t = reinterpret_cast<const T*>(args[1]);
+          const T* f = reinterpret_cast<const T*>(args[2]);
+          for (int64_t i = 0; i < n; ++i) o[i] = p[i] ? t[i] : f[i];
+        } else {  // clamp(lo, x, hi)
+          const T* lo = reinterpret_cast<const T*>(args[0]);
+          const T* x = reinterpret_cast<const T*>(args[1]);
+          const T* hi = reinterpret_cast<const T*>(args[2]);
+          for (int64_t i = 0; i < n; ++i) {
+            auto v = Ld(x[i]);
+            auto l = Ld(lo[i]), h = Ld(hi[i]);
+            v = v < l ? l : v;
+            v = v > h ? h : v;
+            o[i] = St<T>(v);
+          }
+        }
+      });
+      return;
+    case ir::OpCategory::kOther:
+      // Broadcast of a scalar: its (already expanded) operand is the value.
+      std::memcpy(out, args[0], n * ir::ElementTypeSize(node.out_type));
+      return;
+  }
+}
+
+}  // namespace
+
+void RunFusedGroup(const FusedGroup& group,
+                   const std::vector<const uint8_t*>& inputs, uint8_t* out) {
+  const int num_nodes = static_cast<int>(group.nodes.size());
+  const int num_inputs = static_cast<int>(inputs.size());
+  // Scratch: one block per node (8 bytes per element covers every type),
+  // plus one per scalar input holding the broadcast value.
+  std::vector<uint8_t> scratch((num_nodes + num_inputs) * kBlock * 8);
+  auto node_block = [&](int i) { return scratch.data() + i * kBlock * 8; };
+  auto input_block = [&](int k) {
+    return scratch.data() + (num_nodes + k) * kBlock * 8;
+  };
+  for (int k = 0; k < num_inputs; ++k) {
+    if (!group.input_is_scalar[k]) continue;
+    const int size = ir::ElementTypeSize(group.input_types[k]);
+    uint8_t* dst = input_block(k);
+    for (int64_t i = 0; i < kBlock; ++i) std::memcpy(dst + i * size, inputs[k], size);
+  }
+  const int out_size = ir::ElementTypeSize(group.nodes.back().out_type);
+  std::vector<const uint8_t*> args;
+  for (int64_t start = 0; start < group.element_count; start += kBlock) {
+    const int64_t n = std::min(kBlock, group.element_count - start);
+    for (int i = 0; i < num_nodes; ++i) {
+      const FusedNode& node = group.nodes[i];
+      args.clear();
+      for (int a : node.args) {
+        if (a >= 0) {
+          args.push_back(node_block(a));
+        } else {
+          const int k = -1 - a;
+          args.push_back(group.input_is_scalar[k]
+                             ? input_block(k)
+                             : inputs[k] + start * ir::ElementTypeSize(
+                                                       group.input_types[k]));
+        }
+      }
+      uint8_t* dst = i == num_nodes - 1 ? out + start * out_size : node_block(i);
+      RunNode(node, args, dst, n);
+    }
+  }
+}
+
+}  // namespace kiln::host

@@ -1,0 +1,46 @@
+// Fused elementwise evaluation on the CPU.
+//
+// A FusedGroup is a chain (DAG) of elementwise ops that share one output
+// element count. It runs in blocks of kBlock elements: for each block every
+// node computes into a small scratch array, so the whole chain makes one pass
+// over memory, and the per-op type dispatch happens once per block, never per
+// element.
+#ifndef KILN_RUNTIME_HOST_ELEMENTWISE_H_
+#define KILN_RUNTIME_HOST_ELEMENTWISE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "compiler/ir/opcode.h"
+#include "compiler/ir/shape.h"
+
+namespace kiln::host {
+
+inline constexpr int64_t kBlock = 1024;
+
+struct FusedNode {
+  ir::Opcode op;
+  ir::ElementType out_type;
+  ir::ElementType in_type;  // type of the first operand (compare, convert)
+  ir::ComparisonDirection direction = ir::ComparisonDirection::kEq;
+  // Operands: index >= 0 names an earlier node, -1-k names group input k.
+  std::vector<int> args;
+};
+
+struct FusedGroup {
+  std::vector<FusedNode> nodes;  // topological; the last is the output
+  std::vector<ir::ElementType> input_types;
+  // Inputs with one element are broadcast over the whole output.
+  std::vector<bool> input_is_scalar;
+  int64_t element_count = 0;
+};
+
+// Evaluates `group` reading `inputs` (one pointer per group input) and
+// writing `out`. Thread-compatible; allocates its scratch per call.
+void RunFusedGroup(const FusedGroup& group,
+                   const std::vector<const uint8_t*>& inputs, uint8_t* out);
+
+}  // namespace kiln::host
+
+#endif  // KILN_RUNTIME_HOST_ELEMENTWISE_H_

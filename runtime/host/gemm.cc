@@ -1,0 +1,77 @@
+#include "runtime/host/gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+namespace kiln::host {
+namespace {
+
+// BLAS takes int dimensions; larger products are split along m.
+constexpr int64_t kMaxBlasDim = INT_MAX;
+
+// Overloads so one template serves float and double.
+void Blas(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
+          const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+}
+void Blas(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
+          const double* a, int lda, const double* b, int ldb, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+}
+
+template <typename T>
+void BlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
+              const T* b, T* c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::memset(c, 0, sizeof(T) * m * n);
+    return;
+  }
+  if (m <= kMaxBlasDim && n <= kMaxBlasDim && k <= kMaxBlasDim) {
+    Blas(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+         static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), a,
+         static_cast<int>(ta ? m : k), b, static_cast<int>(tb ? k : n), c,
+         static_cast<int>(n));
+    return;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      T s = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        s += (ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
+      }
+      c[i * n + j] = s;
+    }
+  }
+}
+
+}  // namespace
+
+void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+          const float* b, float* c) {
+  BlasGemm(ta, tb, m, n, k, a, b, c);
+}
+
+void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
+          const double* b, double* c) {
+  BlasGemm(ta, tb, m, n, k, a, b, c);
+}
+
+void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const int64_t* a,
+          const int64_t* b, int64_t* c) {
+  std::fill(c, c + m * n, 0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t p = 0; p < k; ++p) {
+      const uint64_t av = static_cast<uint64_t>(ta ? a[p * m + i] : a[i * k + p]);
+      for (int64_t j = 0; j < n; ++j) {
+        const uint64_t bv = static_cast<uint64_t>(tb ? b[j * k + p] : b[p * n + j]);
+        c[i * n + j] = static_cast<int64_t>(static_cast<uint64_t>(c[i * n + j]) + av * bv);
+      }
+    }
+  }
+}
+
+}  // namespace kiln::host

@@ -1,0 +1,21 @@
+// Matrix multiply used by dot and convolution: OpenBLAS for f32/f64, a plain
+// loop for the rest.
+#ifndef KILN_RUNTIME_HOST_GEMM_H_
+#define KILN_RUNTIME_HOST_GEMM_H_
+
+#include <cstdint>
+
+namespace kiln::host {
+
+// C[m,n] = sum_k A[m,k] * B[k,n], row-major; `trans_a` means A is stored as
+// [k,m], `trans_b` means B is stored as [n,k]. C is overwritten.
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+          const float* a, const float* b, float* c);
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+          const double* a, const double* b, double* c);
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+          const int64_t* a, const int64_t* b, int64_t* c);
+
+}  // namespace kiln::host
+
+#endif  // KILN_RUNTIME_HOST_GEMM_H_

@@ -1,0 +1,59 @@
+// Buffers in host memory: what the host interpreter's kernels read and
+// write directly. Array storage is 64-byte aligned and charged to a
+// MemoryTracker for its lifetime.
+#ifndef KILN_RUNTIME_HOST_HOST_BUFFER_H_
+#define KILN_RUNTIME_HOST_HOST_BUFFER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/literal.h"
+#include "runtime/buffer.h"
+#include "runtime/memory.h"
+
+namespace kiln::host {
+
+class HostBuffer;
+using HostBufferPtr = std::shared_ptr<HostBuffer>;
+
+// Thread-compatible, as runtime::Buffer.
+class HostBuffer final : public runtime::Buffer {
+ public:
+  // Allocates an array buffer (or a token, or a tuple of them) of `shape`,
+  // uninitialized; charged to `tracker` (borrowed, must outlive the buffer;
+  // may be null). RESOURCE_EXHAUSTED past the tracker's capacity.
+  static absl::StatusOr<HostBufferPtr> Allocate(const ir::Shape& shape,
+                                                runtime::MemoryTracker* tracker);
+  static HostBufferPtr MakeTuple(std::vector<HostBufferPtr> elements);
+  static absl::StatusOr<HostBufferPtr> FromLiteral(const ir::Literal& literal,
+                                                   runtime::MemoryTracker* tracker);
+  // The host buffer behind `buffer`, or null when another backend owns it.
+  static HostBufferPtr Cast(const runtime::BufferPtr& buffer) {
+    return std::dynamic_pointer_cast<HostBuffer>(buffer);
+  }
+  ~HostBuffer() override;
+
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  template <typename T> T* as() { return reinterpret_cast<T*>(data_); }
+  template <typename T> const T* as() const { return reinterpret_cast<const T*>(data_); }
+
+  int tuple_size() const override { return static_cast<int>(elements_.size()); }
+  runtime::BufferPtr tuple_element(int index) const override { return elements_[index]; }
+  const HostBufferPtr& element(int index) const { return elements_[index]; }
+  const std::vector<HostBufferPtr>& tuple_elements() const { return elements_; }
+
+  ir::Literal ToLiteral() const;
+
+ private:
+  HostBuffer(ir::Shape shape, int64_t size_bytes) : Buffer(std::move(shape), size_bytes, 0) {}
+  uint8_t* data_ = nullptr;
+  runtime::MemoryTracker* tracker_ = nullptr;
+  std::vector<HostBufferPtr> elements_;
+};
+
+}  // namespace kiln::host
+
+#endif  // KILN_RUNTIME_HOST_HOST_BUFFER_H_

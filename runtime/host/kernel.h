@@ -1,0 +1,74 @@
+// What every host kernel sees: the per-execution state and the kernel
+// signature. Kernels are built once per instruction at compile time, with all
+// shape arithmetic done then, and run many times.
+#ifndef KILN_RUNTIME_HOST_KERNEL_H_
+#define KILN_RUNTIME_HOST_KERNEL_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/instruction.h"
+#include "runtime/device.h"
+#include "runtime/host/host_buffer.h"
+
+namespace kiln::host {
+
+// Kernels see host buffers only.
+using Buffer = HostBuffer;
+using BufferPtr = HostBufferPtr;
+
+// Per-execution state, owned by the Execute call.
+struct ExecState {
+  runtime::MemoryTracker* memory = nullptr;
+  runtime::FeedQueue* infeed = nullptr;
+  runtime::FeedQueue* outfeed = nullptr;
+  const runtime::ExecuteOptions* options = nullptr;
+  std::mt19937_64* rng = nullptr;
+  // Each step's simulated cost is added here when set (tpusim).
+  runtime::CostCounters* cost = nullptr;
+
+  absl::StatusOr<BufferPtr> Allocate(const ir::Shape& shape) {
+    return Buffer::Allocate(shape, memory);
+  }
+};
+
+using Kernel = std::function<absl::StatusOr<BufferPtr>(
+    ExecState&, const std::vector<BufferPtr>& operands)>;
+
+class Program;
+
+// Gives kernel factories the compiled programs of called computations.
+class ProgramSource {
+ public:
+  virtual ~ProgramSource() = default;
+  virtual absl::StatusOr<std::shared_ptr<const Program>> Get(
+      const ir::Computation* computation) = 0;
+};
+
+// The scalar binary op a computation applies to its two parameters, if it is
+// exactly `op(p0, p1)` (or `op(p1, p0)` for commutative ops): the fast path
+// for reducers.
+std::optional<ir::Opcode> MatchScalarBinary(const ir::Computation& c);
+
+// Kernel factories, one per op family.
+absl::StatusOr<Kernel> MakeDataKernel(const ir::Instruction& instr);
+absl::StatusOr<Kernel> MakeReduceKernel(const ir::Instruction& instr,
+                                        ProgramSource& programs);
+absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
+                                        ProgramSource& programs);
+absl::StatusOr<Kernel> MakeDotKernel(const ir::Instruction& instr);
+absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr);
+absl::StatusOr<Kernel> MakeGatherScatterKernel(const ir::Instruction& instr,
+                                               ProgramSource& programs);
+absl::StatusOr<Kernel> MakeSortKernel(const ir::Instruction& instr,
+                                      ProgramSource& programs);
+absl::StatusOr<Kernel> MakeControlKernel(const ir::Instruction& instr,
+                                         ProgramSource& programs);
+
+}  // namespace kiln::host
+
+#endif  // KILN_RUNTIME_HOST_KERNEL_H_

@@ -1,0 +1,226 @@
+#include "runtime/host/program.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "runtime/host/elementwise.h"
+
+namespace kiln::host {
+namespace {
+
+using ir::Instruction;
+using ir::Opcode;
+
+bool IsFusible(const Instruction& instr) {
+  if (ir::IsElementwise(instr.opcode())) return true;
+  return instr.opcode() == Opcode::kBroadcast &&
+         instr.operand(0)->shape().ElementCount() == 1;
+}
+
+// Builds the fused kernel for the instructions `members` (topological order;
+// the last is the group's output).
+Kernel MakeFusedKernel(const std::vector<const Instruction*>& members,
+                       std::vector<int>* input_slots) {
+  auto group = std::make_shared<FusedGroup>();
+  absl::flat_hash_map<const Instruction*, int> node_of;
+  absl::flat_hash_map<const Instruction*, int> input_of;
+  for (const Instruction* m : members) {
+    FusedNode node;
+    node.op = m->opcode();
+    node.out_type = m->shape().type();
+    node.in_type = m->operand(0)->shape().type();
+    node.direction = m->attrs().direction;
+    for (const Instruction* o : m->operands()) {
+      auto it = node_of.find(o);
+      if (it != node_of.end()) {
+        node.args.push_back(it->second);
+        continue;
+      }
+      auto [in, inserted] =
+          input_of.emplace(o, static_cast<int>(group->input_types.size()));
+      if (inserted) {
+        group->input_types.push_back(o->shape().type());
+        group->input_is_scalar.push_back(o->shape().ElementCount() == 1);
+        input_slots->push_back(o->index());
+      }
+      node.args.push_back(-1 - in->second);
+    }
+    node_of[m] = static_cast<int>(group->nodes.size());
+    group->nodes.push_back(std::move(node));
+  }
+  const ir::Shape out_shape = members.back()->shape();
+  group->element_count = out_shape.ElementCount();
+  return [group, out_shape](ExecState& st, const std::vector<BufferPtr>& ops)
+             -> absl::StatusOr<BufferPtr> {
+    ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
+    std::vector<const uint8_t*> inputs;
+    inputs.reserve(ops.size());
+    for (const BufferPtr& b : ops) inputs.push_back(b->data());
+    RunFusedGroup(*group, inputs, out->data());
+    return out;
+  };
+}
+
+absl::StatusOr<Kernel> MakeKernel(const Instruction& instr,
+                                  ProgramSource& programs) {
+  switch (instr.opcode()) {
+    case Opcode::kConstant: {
+      ASSIGN_OR_RETURN(BufferPtr value,
+                       Buffer::FromLiteral(instr.attrs().literal, nullptr));
+      return Kernel([value](ExecState&, const std::vector<BufferPtr>&)
+                        -> absl::StatusOr<BufferPtr> { return value; });
+    }
+    case Opcode::kIota: case Opcode::kBroadcast: case Opcode::kReshape:
+    case Opcode::kTranspose: case Opcode::kSlice: case Opcode::kReverse:
+    case Opcode::kPad: case Opcode::kConcatenate: case Opcode::kDynamicSlice:
+    case Opcode::kDynamicUpdateSlice:
+      return MakeDataKernel(instr);
+    case Opcode::kReduce:
+      return MakeReduceKernel(instr, programs);
+    case Opcode::kReduceWindow: case Opcode::kSelectAndScatter:
+      return MakeWindowKernel(instr, programs);
+    case Opcode::kDot:
+      return MakeDotKernel(instr);
+    case Opcode::kConvolution:
+      return MakeConvolutionKernel(instr);
+    case Opcode::kGather: case Opcode::kScatter:
+      return MakeGatherScatterKernel(instr, programs);
+    case Opcode::kSort:
+      return MakeSortKernel(instr, programs);
+    default:
+      return MakeControlKernel(instr, programs);
+  }
+}
+
+}  // namespace
+
+std::optional<Opcode> MatchScalarBinary(const ir::Computation& c) {
+  if (c.parameter_count() != 2 || c.instruction_count() != 3) return std::nullopt;
+  const Instruction* root = c.root();
+  if (root->operand_count() != 2 || !root->shape().IsScalar()) return std::nullopt;
+  const Instruction* p0 = c.parameter(0);
+  const Instruction* p1 = c.parameter(1);
+  const Opcode op = root->opcode();
+  const bool commutative = op == Opcode::kAdd || op == Opcode::kMultiply ||
+                           op == Opcode::kMaximum || op == Opcode::kMinimum ||
+                           op == Opcode::kAnd || op == Opcode::kOr;
+  if (!commutative) return std::nullopt;
+  if ((root->operand(0) == p0 && root->operand(1) == p1) ||
+      (root->operand(0) == p1 && root->operand(1) == p0)) {
+    return op;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
+    const ir::Computation& comp, ProgramSource& programs, const ProgramOptions& options) {
+  auto program = std::shared_ptr<Program>(new Program());
+  program->name_ = comp.name();
+  const auto& instrs = comp.instructions();
+  const int n = static_cast<int>(instrs.size());
+  program->num_slots_ = n;
+  program->root_slot_ = comp.root()->index();
+  for (const Instruction* p : comp.parameters()) {
+    program->param_slots_.push_back(p->index());
+  }
+  // Users per instruction, to find single-use chains.
+  std::vector<std::vector<const Instruction*>> users(n);
+  for (const auto& instr : instrs) {
+    for (const Instruction* o : instr->operands()) {
+      auto& u = users[o->index()];
+      if (std::find(u.begin(), u.end(), instr.get()) == u.end()) {
+        u.push_back(instr.get());
+      }
+    }
+  }
+  // group_of[i]: the instruction whose fused step computes i (itself when it
+  // is a group's output), or -1 when i is not fused.
+  std::vector<int> group_of(n, -1);
+  for (int i = n - 1; i >= 0; --i) {
+    const Instruction& instr = *instrs[i];
+    if (!IsFusible(instr)) continue;
+    group_of[i] = i;
+    if (users[i].size() == 1 && &instr != comp.root()) {
+      const Instruction* user = users[i][0];
+      if (group_of[user->index()] >= 0 &&
+          user->shape().dims() == instr.shape().dims()) {
+        group_of[i] = group_of[user->index()];
+      }
+    }
+  }
+  std::vector<std::vector<const Instruction*>> members(n);
+  for (int i = 0; i < n; ++i) {
+    if (group_of[i] >= 0) members[group_of[i]].push_back(instrs[i].get());
+  }
+  for (int i = 0; i < n; ++i) {
+    const Instruction& instr = *instrs[i];
+    if (instr.opcode() == Opcode::kParameter) continue;
+    if (group_of[i] >= 0 && group_of[i] != i) continue;  // inside a group
+    Step step;
+    step.name = instr.name();
+    step.output = i;
+    if (group_of[i] == i) {
+      step.kernel = MakeFusedKernel(members[i], &step.inputs);
+      program->fused_instructions_ += static_cast<int>(members[i].size()) - 1;
+      if (options.step_cost) step.cost = options.step_cost(members[i]);
+    } else {
+      absl::StatusOr<Kernel> kernel = MakeKernel(instr, programs);
+      if (kernel.ok() && options.wrap_kernel) {
+        kernel = options.wrap_kernel(instr, *std::move(kernel));
+      }
+      if (options.step_cost) step.cost = options.step_cost({&instr});
+      if (!kernel.ok()) {
+        return WithContext(kernel.status(),
+                           absl::StrCat("instruction ", instr.name()));
+      }
+      step.kernel = *std::move(kernel);
+      for (const Instruction* o : instr.operands()) step.inputs.push_back(o->index());
+    }
+    program->steps_.push_back(std::move(step));
+  }
+  // Drop each value after its last reader so memory is reused early.
+  std::vector<int> last_reader(n, -1);
+  for (int s = 0; s < static_cast<int>(program->steps_.size()); ++s) {
+    for (int in : program->steps_[s].inputs) last_reader[in] = s;
+  }
+  for (int slot = 0; slot < n; ++slot) {
+    if (last_reader[slot] >= 0 && slot != program->root_slot_) {
+      program->steps_[last_reader[slot]].release.push_back(slot);
+    }
+  }
+  return std::shared_ptr<const Program>(std::move(program));
+}
+
+absl::StatusOr<BufferPtr> Program::Run(ExecState& state,
+                                       const std::vector<BufferPtr>& args) const {
+  std::vector<BufferPtr> slots(num_slots_);
+  for (size_t i = 0; i < param_slots_.size() && i < args.size(); ++i) {
+    slots[param_slots_[i]] = args[i];
+  }
+  std::vector<BufferPtr> operands;
+  for (const Step& step : steps_) {
+    operands.clear();
+    for (int in : step.inputs) operands.push_back(slots[in]);
+    absl::StatusOr<BufferPtr> out = step.kernel(state, operands);
+    if (!out.ok()) {
+      return WithContext(out.status(), absl::StrCat("in ", name_, ", instruction ", step.name));
+    }
+    slots[step.output] = *std::move(out);
+    for (int r : step.release) slots[r].reset();
+    if (state.cost != nullptr) *state.cost += step.cost;
+  }
+  return slots[root_slot_];
+}
+
+absl::StatusOr<std::shared_ptr<const Program>> ProgramCache::Get(
+    const ir::Computation* computation) {
+  auto it = programs_.find(computation);
+  if (it != programs_.end()) return it->second;
+  ASSIGN_OR_RETURN(std::shared_ptr<const Program> p,
+                   Program::Build(*computation, *this, options_));
+  programs_[computation] = p;
+  return p;
+}
+
+}  // namespace kiln::host

@@ -1,0 +1,78 @@
+// A compiled computation for the CPU: a list of steps over numbered value
+// slots, each step a kernel prepared at compile time.
+#ifndef KILN_RUNTIME_HOST_PROGRAM_H_
+#define KILN_RUNTIME_HOST_PROGRAM_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "compiler/ir/instruction.h"
+#include "runtime/host/kernel.h"
+
+namespace kiln::host {
+
+// What another backend adds to these programs (tpusim runs them too).
+struct ProgramOptions {
+  // Replaces the kernel of an instruction that is not fused (e.g. to round
+  // a dot's inputs); null: the kernels as they are.
+  std::function<absl::StatusOr<Kernel>(const ir::Instruction&, Kernel)> wrap_kernel;
+  // The simulated cost of a step that computes `members` (one instruction,
+  // or a fused elementwise group, output last); null: no costs.
+  std::function<runtime::CostCounters(const std::vector<const ir::Instruction*>& members)>
+      step_cost;
+};
+
+// Immutable after Build; Run may be called from many threads at once.
+class Program {
+ public:
+  // Builds the steps of `computation`; called computations come from
+  // `programs`. Errors name the instruction the CPU cannot run.
+  static absl::StatusOr<std::shared_ptr<const Program>> Build(
+      const ir::Computation& computation, ProgramSource& programs,
+      const ProgramOptions& options = {});
+
+  // Runs with one buffer per parameter (shapes already checked).
+  absl::StatusOr<BufferPtr> Run(ExecState& state,
+                                const std::vector<BufferPtr>& args) const;
+
+  int step_count() const { return static_cast<int>(steps_.size()); }
+  // How many elementwise instructions were merged into fused steps.
+  int fused_instruction_count() const { return fused_instructions_; }
+
+ private:
+  struct Step {
+    std::string name;  // instruction name, for errors
+    Kernel kernel;
+    std::vector<int> inputs;
+    int output;
+    std::vector<int> release;  // slots whose last reader is this step
+    runtime::CostCounters cost;  // added to ExecState::cost when it runs
+  };
+  std::vector<Step> steps_;
+  int num_slots_ = 0;
+  std::vector<int> param_slots_;
+  int root_slot_ = 0;
+  int fused_instructions_ = 0;
+  std::string name_;
+};
+
+// Compiles each computation once and hands them out by pointer.
+class ProgramCache : public ProgramSource {
+ public:
+  explicit ProgramCache(ProgramOptions options = {}) : options_(std::move(options)) {}
+  absl::StatusOr<std::shared_ptr<const Program>> Get(
+      const ir::Computation* computation) override;
+
+ private:
+  absl::flat_hash_map<const ir::Computation*, std::shared_ptr<const Program>>
+      programs_;
+  ProgramOptions options_;
+};
+
+}  // namespace kiln::host
+
+#endif  // KILN_RUNTIME_HOST_PROGRAM_H_

@@ -1,0 +1,70 @@
+// Helpers for host interpreter tests: run HLO text on literals.
+#ifndef KILN_RUNTIME_HOST_TEST_UTIL_H_
+#define KILN_RUNTIME_HOST_TEST_UTIL_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/ir/literal.h"
+#include "compiler/ir/verifier.h"
+#include "runtime/host/executable.h"
+#include "runtime/host/host_buffer.h"
+#include "runtime/host/host_device.h"
+
+namespace kiln::host {
+
+// Compiles with `compiler` and runs on `device` (both null: the host
+// interpreter on a fresh "cpu" host device); fills `profile` when the
+// backend has a cost model.
+inline absl::StatusOr<ir::Literal> RunHlo(absl::string_view text,
+                                          const std::vector<ir::Literal>& args,
+                                          runtime::Device* device = nullptr,
+                                          runtime::Compiler* compiler = nullptr,
+                                          runtime::ExecutionProfile* profile = nullptr) {
+  HostDevice local("cpu", 0, int64_t{8} << 30, 64);
+  if (device == nullptr) device = &local;
+  auto module = ir::ParseModule(text);
+  if (!module.ok()) return module.status();
+  if (absl::Status st = ir::Verify(**module); !st.ok()) return st;
+  auto exe = compiler != nullptr ? compiler->Compile(**module, {})
+                                 : CompileProgram(device->kind(), **module, {});
+  if (!exe.ok()) return exe.status();
+  std::vector<runtime::BufferPtr> buffers;
+  for (const ir::Literal& a : args) {
+    auto b = device->TransferToDevice(a);
+    if (!b.ok()) return b.status();
+    buffers.push_back(*b);
+  }
+  runtime::ExecuteOptions options;
+  options.infeed_timeout = absl::Milliseconds(100);
+  options.profile = profile;
+  auto out = (*exe)->Execute(*device, buffers, options);
+  if (!out.ok()) return out.status();
+  return HostBuffer::Cast(*out)->ToLiteral();
+}
+
+template <typename T>
+ir::Literal Lit(ir::ElementType type, std::vector<int64_t> dims,
+                std::vector<T> values) {
+  return ir::Literal::FromVector<T>(type, std::move(dims), values);
+}
+
+inline ir::Literal F32(std::vector<int64_t> dims, std::vector<float> v) {
+  return Lit<float>(ir::ElementType::kF32, std::move(dims), std::move(v));
+}
+inline ir::Literal S32(std::vector<int64_t> dims, std::vector<int64_t> v) {
+  return Lit<int64_t>(ir::ElementType::kS32, std::move(dims), std::move(v));
+}
+
+// All elements as doubles, for compact expectations.
+inline std::vector<double> Values(const ir::Literal& lit) {
+  std::vector<double> out;
+  for (int64_t i = 0; i < lit.element_count(); ++i) out.push_back(lit.GetAsDouble(i));
+  return out;
+}
+
+}  // namespace kiln::host
+
+#endif  // KILN_RUNTIME_HOST_TEST_UTIL_H_

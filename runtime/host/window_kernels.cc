@@ -1,0 +1,241 @@
+// reduce-window and select-and-scatter.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/type_dispatch.h"
+#include "runtime/host/kernel.h"
+#include "runtime/host/reducer_ops.h"
+#include "runtime/host/scalar_call.h"
+
+namespace kiln::host {
+namespace {
+
+using ir::Opcode;
+using ir::Shape;
+
+// Precomputed geometry of a window op.
+struct Geometry {
+  std::vector<int64_t> in_dims, out_dims, win_sizes;
+  std::vector<ir::WindowDim> window;
+  std::vector<int64_t> in_strides;
+};
+
+// Calls visit(input_linear_index or -1 for padding) for every window
+// position of output index `o`.
+template <typename F>
+void ForEachInWindow(const Geometry& g, const std::vector<int64_t>& o, F&& visit) {
+  const int rank = static_cast<int>(g.in_dims.size());
+  std::vector<int64_t> w(rank, 0);
+  if (rank == 0) {
+    visit(0);
+    return;
+  }
+  for (int64_t d : g.win_sizes) {
+    if (d == 0) return;
+  }
+  while (true) {
+    int64_t linear = 0;
+    bool valid = true;
+    for (int d = 0; d < rank && valid; ++d) {
+      const ir::WindowDim& wd = g.window[d];
+      int64_t p = o[d] * wd.stride - wd.pad_lo + w[d] * wd.window_dilation;
+      if (p < 0 || p % wd.base_dilation != 0) {
+        valid = false;
+        break;
+      }
+      p /= wd.base_dilation;
+      if (p >= g.in_dims[d]) valid = false;
+      linear += p * g.in_strides[d];
+    }
+    visit(valid ? linear : -1);
+    int k = rank - 1;
+    for (; k >= 0; --k) {
+      if (++w[k] < g.win_sizes[k]) break;
+      w[k] = 0;
+    }
+    if (k < 0) return;
+  }
+}
+
+bool NextIndex(std::vector<int64_t>& idx, const std::vector<int64_t>& dims) {
+  for (int k = static_cast<int>(dims.size()) - 1; k >= 0; --k) {
+    if (++idx[k] < dims[k]) return true;
+    idx[k] = 0;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
+                                        ProgramSource& programs) {
+  Geometry g;
+  const Shape in_shape = instr.operand(0)->shape();
+  g.in_dims = in_shape.dims();
+  g.in_strides = ir::RowMajorStrides(g.in_dims);
+  g.window = instr.attrs().window;
+  for (const ir::WindowDim& w : g.window) g.win_sizes.push_back(w.size);
+  const Shape out_shape = instr.shape();
+  const ir::ElementType type = in_shape.type();
+  const int esize = ir::ElementTypeSize(type);
+
+  if (instr.opcode() == Opcode::kReduceWindow) {
+    const int n = instr.operand_count() / 2;
+    g.out_dims = n == 1 ? out_shape.dims() : out_shape.tuple_shape(0).dims();
+    std::optional<Opcode> fast = MatchScalarBinary(*instr.called(0));
+    if (n == 1 && fast.has_value()) {
+      const Opcode op = *fast;
+      return Kernel([g, op, out_shape, type](ExecState& st,
+                                            const std::vector<BufferPtr>& ops)
+                        -> absl::StatusOr<BufferPtr> {
+        ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
+        ir::DispatchType(type, [&](auto tag) {
+          using T = decltype(tag);
+          using A = Accumulator<T>;
+          const T* in = ops[0]->as<T>();
+          const A init = static_cast<A>(ops[1]->as<T>()[0]);
+          T* o = out->as<T>();
+          std::vector<int64_t> idx(g.out_dims.size(), 0);
+          if (out_shape.ElementCount() == 0) return;
+          int64_t linear = 0;
+          do {
+            A acc = init;
+            ForEachInWindow(g, idx, [&](int64_t i) {
+              acc = ApplyReducerOp<A>(op, acc, i >= 0 ? static_cast<A>(in[i]) : init);
+            });
+            o[linear++] = ir::ConvertValue<T>(acc);
+          } while (NextIndex(idx, g.out_dims));
+        });
+        return out;
+      });
+    }
+    std::vector<ir::ElementType> types;
+    for (int i = 0; i < n; ++i) types.push_back(instr.operand(i)->shape().type());
+    std::vector<ir::ElementType> arg_types = types;
+    arg_types.insert(arg_types.end(), types.begin(), types.end());
+    ASSIGN_OR_RETURN(auto reducer, programs.Get(instr.called(0)));
+    auto call = std::make_shared<ScalarCall>(reducer, arg_types);
+    return Kernel([g, n, types, call, out_shape](
+                      ExecState& st, const std::vector<BufferPtr>& ops)
+                      -> absl::StatusOr<BufferPtr> {
+      ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
+      if (ir::Shape(types[0], g.out_dims).ElementCount() == 0) return out;
+      std::vector<std::vector<uint8_t>> acc(n);
+      std::vector<const uint8_t*> args(2 * n);
+      std::vector<uint8_t*> results(n);
+      std::vector<int64_t> idx(g.out_dims.size(), 0);
+      int64_t linear = 0;
+      absl::Status status;
+      do {
+        for (int k = 0; k < n; ++k) {
+          const int size = ir::ElementTypeSize(types[k]);
+          acc[k].assign(ops[n + k]->data(), ops[n + k]->data() + size);
+        }
+        ForEachInWindow(g, idx, [&](int64_t i) {
+          if (!status.ok()) return;
+          for (int k = 0; k < n; ++k) {
+            const int size = ir::ElementTypeSize(types[k]);
+            args[k] = acc[k].data();
+            args[n + k] = i >= 0 ? ops[k]->data() + i * size : ops[n + k]->data();
+            results[k] = acc[k].data();
+          }
+          status = call->Call(st, args, results);
+        });
+        RETURN_IF_ERROR(status);
+        for (int k = 0; k < n; ++k) {
+          Buffer& dst = n == 1 ? *out : *out->tuple_elements()[k];
+          const int size = ir::ElementTypeSize(types[k]);
+          std::memcpy(dst.data() + linear * size, acc[k].data(), size);
+        }
+        ++linear;
+      } while (NextIndex(idx, g.out_dims));
+      return out;
+    });
+  }
+
+  // select-and-scatter(operand, source, init).
+  g.out_dims = instr.operand(1)->shape().dims();
+  const ir::Computation* select = instr.called(0);
+  std::optional<ir::ComparisonDirection> select_dir;
+  if (select->instruction_count() == 3 &&
+      select->root()->opcode() == Opcode::kCompare &&
+      select->root()->operand(0) == select->parameter(0) &&
+      select->root()->operand(1) == select->parameter(1)) {
+    select_dir = select->root()->attrs().direction;
+  }
+  std::optional<Opcode> scatter_op = MatchScalarBinary(*instr.called(1));
+  ASSIGN_OR_RETURN(auto select_prog, programs.Get(instr.called(0)));
+  ASSIGN_OR_RETURN(auto scatter_prog, programs.Get(instr.called(1)));
+  auto select_call = std::make_shared<ScalarCall>(
+      select_prog, std::vector<ir::ElementType>{type, type});
+  auto scatter_call = std::make_shared<ScalarCall>(
+      scatter_prog, std::vector<ir::ElementType>{type, type});
+  return Kernel([=](ExecState& st, const std::vector<BufferPtr>& ops)
+                    -> absl::StatusOr<BufferPtr> {
+    ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
+    const int64_t count = out_shape.ElementCount();
+    for (int64_t i = 0; i < count; ++i) {
+      std::memcpy(out->data() + i * esize, ops[2]->data(), esize);
+    }
+    if (ir::Shape(type, g.out_dims).ElementCount() == 0) return out;
+    const uint8_t* operand = ops[0]->data();
+    const uint8_t* source = ops[1]->data();
+    std::vector<int64_t> idx(g.out_dims.size(), 0);
+    int64_t linear = 0;
+    absl::Status status;
+    do {
+      int64_t selected = -1;
+      ForEachInWindow(g, idx, [&](int64_t i) {
+        if (i < 0 || !status.ok()) return;
+        if (selected < 0) {
+          selected = i;
+          return;
+        }
+        bool keep;
+        if (select_dir.has_value()) {
+          ir::DispatchType(type, [&](auto tag) {
+            using T = decltype(tag);
+            using A = Accumulator<T>;
+            const A a = static_cast<A>(reinterpret_cast<const T*>(operand)[selected]);
+            const A b = static_cast<A>(reinterpret_cast<const T*>(operand)[i]);
+            switch (*select_dir) {
+              case ir::ComparisonDirection::kGe: keep = a >= b; break;
+              case ir::ComparisonDirection::kGt: keep = a > b; break;
+              case ir::ComparisonDirection::kLe: keep = a <= b; break;
+              case ir::ComparisonDirection::kLt: keep = a < b; break;
+              case ir::ComparisonDirection::kEq: keep = a == b; break;
+              default: keep = a != b; break;
+            }
+          });
+        } else {
+          uint8_t result = 0;
+          status = select_call->Call(st, {operand + selected * esize, operand + i * esize},
+                                     {&result});
+          keep = result != 0;
+        }
+        if (!keep) selected = i;
+      });
+      RETURN_IF_ERROR(status);
+      if (selected >= 0) {
+        uint8_t* dst = out->data() + selected * esize;
+        const uint8_t* src = source + linear * esize;
+        if (scatter_op.has_value()) {
+          ir::DispatchType(type, [&](auto tag) {
+            using T = decltype(tag);
+            using A = Accumulator<T>;
+            T* d = reinterpret_cast<T*>(dst);
+            *d = ir::ConvertValue<T>(ApplyReducerOp<A>(*scatter_op, static_cast<A>(*d),
+                                              static_cast<A>(*reinterpret_cast<const T*>(src))));
+          });
+        } else {
+          RETURN_IF_ERROR(scatter_call->Call(st, {dst, src}, {dst}));
+        }
+      }
+      ++linear;
+    } while (NextIndex(idx, g.out_dims));
+    return out;
+  });
+}
+
+}  // namespace kiln::host
