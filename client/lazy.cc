@@ -260,11 +260,15 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
       }
     }
     last_graph_at_[site] = std::move(summary);
+    const auto compile_start = Clock::now();
     ASSIGN_OR_RETURN(exe, client_->Compile(*lowered.module, device));
+    metrics_.compile_call_seconds +=
+        std::chrono::duration<double>(Clock::now() - compile_start).count();
     if (exe->cache_hit()) {
       ++metrics_.cached_compiles;
     } else {
       ++metrics_.uncached_compiles;
+      metrics_.compile_seconds += exe->compile_micros() * 1e-6;
     }
     executables_[key] = exe;
   }
@@ -358,8 +362,11 @@ std::string LazyContext::Report() const {
   absl::StrAppendFormat(&out, "  traced ops           %lld\n", (long long)metrics_.traced_ops);
   absl::StrAppendFormat(&out, "  barriers             %lld\n", (long long)metrics_.barriers);
   absl::StrAppendFormat(&out, "  executions           %lld\n", (long long)metrics_.executions);
-  absl::StrAppendFormat(&out, "  uncached compiles    %lld\n", (long long)metrics_.uncached_compiles);
+  absl::StrAppendFormat(&out, "  uncached compiles    %lld (%.3f s compiling on the server)\n",
+                        (long long)metrics_.uncached_compiles, metrics_.compile_seconds);
   absl::StrAppendFormat(&out, "  cached compiles      %lld\n", (long long)metrics_.cached_compiles);
+  absl::StrAppendFormat(&out, "  compile calls        %.3f s round trip in all\n",
+                        metrics_.compile_call_seconds);
   absl::StrAppendFormat(&out, "  bytes to device      %lld\n", (long long)metrics_.bytes_to_device);
   absl::StrAppendFormat(&out, "  bytes from device    %lld (inline)\n",
                         (long long)metrics_.bytes_from_device);

@@ -26,6 +26,10 @@ struct LazyMetrics {
   // Compiles that ran on the server / that were served from a cache.
   int64_t uncached_compiles = 0;
   int64_t cached_compiles = 0;
+  // Server time spent compiling (uncached compiles only), and the round
+  // trip of every Compile call this context made (cache hits included).
+  double compile_seconds = 0;
+  double compile_call_seconds = 0;
   int64_t bytes_to_device = 0;
   int64_t bytes_from_device = 0;
   // Seconds spent cutting traces into modules and fingerprinting them.

@@ -572,4 +572,60 @@ Tensor FullLike(const Tensor& like, const Shape& shape, double value) {
 Tensor ZerosLike(const Tensor& x) { return FullLike(x, x.shape(), 0); }
 Tensor OnesLike(const Tensor& x) { return FullLike(x, x.shape(), 1); }
 
+namespace {
+
+// Elements of a larger tensor than this print with their middles elided.
+constexpr int64_t kElideAbove = 1000;
+// Elements kept at each end of an elided dimension.
+constexpr int64_t kEdgeItems = 3;
+
+// Appends dimension `dim` of `value`, starting at element `offset`.
+void FormatDim(const ir::Literal& value, int dim, int64_t offset, bool elide,
+               std::string* out) {
+  const ir::Shape& shape = value.shape();
+  const int rank = shape.rank();
+  int64_t stride = 1;
+  for (int d = dim + 1; d < rank; ++d) stride *= shape.dim(d);
+  const int64_t n = shape.dim(dim);
+  // Rows of a matrix start on a new line under the first; a blank line
+  // separates blocks of higher dimensions.
+  const std::string sep = dim == rank - 1
+                              ? ", "
+                              : absl::StrCat(",", std::string(rank - dim - 1, '\n'),
+                                             std::string(dim + 1, ' '));
+  out->push_back('[');
+  for (int64_t i = 0; i < n; ++i) {
+    if (elide && n > 2 * kEdgeItems && i == kEdgeItems) {
+      absl::StrAppend(out, "...", sep);
+      i = n - kEdgeItems;
+    }
+    if (dim == rank - 1) {
+      out->append(ir::FormatElement(value, offset + i));
+    } else {
+      FormatDim(value, dim + 1, offset + i * stride, elide, out);
+    }
+    if (i + 1 < n) out->append(sep);
+  }
+  out->push_back(']');
+}
+
+}  // namespace
+
+std::string Tensor::ToString() const {
+  if (!defined()) return "Tensor(undefined)";
+  std::string out = absl::StrCat("Tensor(", shape().ToString(), " on ", device());
+  if (replica_count() > 1) absl::StrAppend(&out, ", replica 0 of ", replica_count());
+  absl::StatusOr<ir::Literal> value = ToHost();
+  if (!value.ok()) return absl::StrCat(out, ": ", value.status().ToString(), ")");
+  out.append(rank() > 1 ? "\n" : " ");
+  if (rank() == 0) {
+    out.append(ir::FormatElement(*value, 0));
+  } else {
+    FormatDim(*value, 0, 0, value->element_count() > kElideAbove, &out);
+  }
+  return out + ")";
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.ToString(); }
+
 }  // namespace kiln::client

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <source_location>
 #include <string>
 #include <vector>
@@ -107,9 +108,18 @@ class Tensor {
   absl::StatusOr<Tensor> ToDevice(const std::string& device,
                                   std::source_location where = std::source_location::current()) const;
 
+  // Shape, element type, device and values, as NumPy prints arrays: nested
+  // brackets, and the middle of each dimension elided ("...") when the
+  // tensor has more than 1000 elements. Reading forces execution, as Item()
+  // does; an error is printed in place of the values.
+  std::string ToString() const;
+
  private:
   std::shared_ptr<Node> node_;
 };
+
+// Prints ToString().
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 // Elementwise arithmetic with NumPy-style broadcasting; a C++ scalar takes
 // the other operand's type and device.

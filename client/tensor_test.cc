@@ -2,6 +2,8 @@
 // cache, recompile explanations, device and precision errors, eager mode.
 #include "client/tensor.h"
 
+#include <sstream>
+
 #include "client/lazy.h"
 #include "embedded/embedded.h"
 #include "gtest/gtest.h"
@@ -43,6 +45,65 @@ TEST_F(TensorTest, OpsOnlyRecordUntilABarrier) {
   EXPECT_EQ(ctx_->metrics().executions, 1);
   EXPECT_TRUE(b.node()->realized());
   EXPECT_EQ(Values(b), (std::vector<double>{3, 10, 21}));
+}
+
+TEST_F(TensorTest, PrintsShapeDeviceAndValuesInShortestForm) {
+  EXPECT_EQ(Tensor().ToString(), "Tensor(undefined)");
+  // Printing reads the value, so it forces execution.
+  Tensor scaled = Vec({4, 0.1f, 1e-7f}) * 10.0;
+  EXPECT_FALSE(scaled.node()->realized());
+  EXPECT_EQ(scaled.ToString(), "Tensor(f32[3] on cpu:0 [40, 1, 1e-06])");
+  EXPECT_TRUE(scaled.node()->realized());
+  EXPECT_EQ(Vec({10, 0.1f, 1e-7f, -2.5f}).ToString(),
+            "Tensor(f32[4] on cpu:0 [10, 0.1, 1e-07, -2.5])");
+  EXPECT_EQ(Sum(Vec({1, 2}), {}).ToString(), "Tensor(f32[] on cpu:0 3)");
+  // bf16 storage prints the shortest decimal that rounds to the same bf16.
+  EXPECT_EQ(Vec({40, 0.1f}).ToReducedPrecision().ToString(),
+            "Tensor(bf16[2] on cpu:0 [40, 0.1])");
+  Tensor m = ctx_->FromVector<int32_t>(ElementType::kS32, {2, 2, 2},
+                                       std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8}, "cpu:1");
+  std::ostringstream printed;
+  printed << m;
+  EXPECT_EQ(printed.str(),
+            "Tensor(s32[2,2,2] on cpu:1\n"
+            "[[[1, 2],\n"
+            "  [3, 4]],\n"
+            "\n"
+            " [[5, 6],\n"
+            "  [7, 8]]])");
+}
+
+TEST_F(TensorTest, PrintingElidesTheMiddleOfLargeTensors) {
+  std::vector<float> v(2000);
+  for (int i = 0; i < 2000; ++i) v[i] = i;
+  Tensor t = ctx_->FromVector<float>(ElementType::kF32, {2, 1000}, v, "cpu:0");
+  EXPECT_EQ(t.ToString(),
+            "Tensor(f32[2,1000] on cpu:0\n"
+            "[[0, 1, 2, ..., 997, 998, 999],\n"
+            " [1000, 1001, 1002, ..., 1997, 1998, 1999]])");
+  // 1000 elements or fewer print whole.
+  EXPECT_EQ(Vec(std::vector<float>(7, 1)).ToString(),
+            "Tensor(f32[7] on cpu:0 [1, 1, 1, 1, 1, 1, 1])");
+}
+
+TEST_F(TensorTest, PrintingAFailedTensorShowsTheError) {
+  Tensor bad = Vec({1, 2}) + Vec({1, 2, 3});
+  const std::string text = bad.ToString();
+  EXPECT_EQ(text.rfind("Tensor(", 0), 0u) << text;
+  EXPECT_NE(text.find("INVALID_ARGUMENT"), std::string::npos) << text;
+}
+
+TEST_F(TensorTest, ReportShowsCompileCountAndTime) {
+  Tensor a = Vec({1, 2, 3});
+  Tensor s = Sum(a * 3.0, {});
+  ASSERT_TRUE(s.Item().ok());
+  EXPECT_EQ(ctx_->metrics().uncached_compiles, 1);
+  EXPECT_GT(ctx_->metrics().compile_seconds, 0);
+  EXPECT_GE(ctx_->metrics().compile_call_seconds, ctx_->metrics().compile_seconds);
+  const std::string report = ctx_->Report();
+  EXPECT_NE(report.find("uncached compiles    1 ("), std::string::npos) << report;
+  EXPECT_NE(report.find("s compiling on the server)"), std::string::npos) << report;
+  EXPECT_NE(report.find("compile calls"), std::string::npos) << report;
 }
 
 TEST_F(TensorTest, ItemForcesOnlyWhatItNeeds) {

@@ -1,6 +1,7 @@
 // The kiln CLI end to end: check, run, and clean failures on bad input.
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/npy.h"
@@ -46,6 +47,38 @@ ENTRY main {
   y = f32[3] parameter(1)
   ROOT s = f32[3] add(x, y)
 })";
+
+// Every binary answers --help with its usage on stdout and exit 0; the
+// flag-based ones list each flag with its default.
+TEST(HelpTest, EveryBinaryPrintsItsUsageAndExitsZero) {
+  struct Binary {
+    const char* name;
+    std::vector<const char*> expected;
+  };
+  const std::vector<Binary> binaries = {
+      {"kiln", {"usage:", "kiln run FILE.hlo"}},
+      {"kiln-server", {"kiln-server", "--devices", "(default: cpu:1)", "--listen",
+                       "(default: 127.0.0.1:8470)", "--backend_config"}},
+      {"fashion_mnist", {"fashion_mnist", "--model", "(default: mlp)", "--epochs"}},
+      {"infeed_training", {"infeed_training", "--model", "--server"}},
+      {"feed_producer", {"usage: feed_producer"}},
+      {"lease_client", {"usage: lease_client"}},
+  };
+  for (const Binary& b : binaries) {
+    for (const char* flag : {"--help", "-h"}) {
+      auto r = testing::RunCommand(
+          absl::StrCat(KILN_BIN_DIR, "/", b.name, " ", flag), 60);
+      EXPECT_EQ(r.exit_code, 0) << b.name << " " << flag << ": " << r.output;
+      for (const char* text : b.expected) {
+        EXPECT_NE(r.output.find(text), std::string::npos)
+            << b.name << " " << flag << " lacks '" << text << "': " << r.output;
+      }
+    }
+  }
+  // Abseil's own flags are not listed as the program's.
+  auto server = testing::RunCommand(absl::StrCat(KILN_BIN_DIR, "/kiln-server --help"), 60);
+  EXPECT_EQ(server.output.find("--flagfile"), std::string::npos) << server.output;
+}
 
 TEST_F(CliTest, CheckPrintsCanonicalTextAndFingerprint) {
   auto r = Kiln("check " + Write("m.hlo", kAddModule));

@@ -101,7 +101,7 @@ absl::StatusOr<std::vector<std::string>> ReplicaDevices(const client::Client& cl
     return absl::NotFoundError(absl::StrCat(
         "the server has ", devices.size(), " ", kind, " device(s) from ",
         first.empty() ? kind + ":0" : first, " on, ", replicas, " replicas need ", replicas,
-        kind == "tpu" ? " (start kiln-server with --tpu_cores=8)" : ""));
+        absl::StrCat(" (start kiln-server with --devices=cpu:1,", kind, ":", replicas, ")")));
   }
   return devices;
 }
