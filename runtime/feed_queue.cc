@@ -51,8 +51,10 @@ absl::StatusOr<ir::Literal> FeedQueue::Pop(absl::Duration timeout, const CancelC
   auto ready = [this, generation]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return generation_ != generation || !items_.empty();
   };
+  ++waiting_pops_;
   absl::Status st = Await(absl::Condition(&ready), generation, timeout, cancelled,
                           "no value arrived in the feed queue");
+  --waiting_pops_;
   if (!st.ok()) return st;
   ir::Literal value = std::move(items_.front());
   items_.pop_front();
@@ -63,6 +65,17 @@ void FeedQueue::Abort() {
   absl::MutexLock lock(&mu_);
   ++generation_;
   items_.clear();
+}
+
+size_t FeedQueue::waiting_pops() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_pops_;
+}
+
+bool FeedQueue::AwaitWaitingPops(size_t n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto enough = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return waiting_pops_ >= n; };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
 }
 
 size_t FeedQueue::size() const {

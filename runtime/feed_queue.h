@@ -33,6 +33,11 @@ class FeedQueue {
   void Abort();
   size_t size() const;
   size_t capacity() const { return capacity_; }
+  // How many Pop calls wait for a value now, and a wait until at least `n`
+  // do (false when `timeout` passes first): lets a caller (a test, a
+  // monitor) know that a program has reached its infeed.
+  size_t waiting_pops() const;
+  bool AwaitWaitingPops(size_t n, absl::Duration timeout) const;
 
  private:
   // Waits until `ready` holds, the generation changes, the deadline passes
@@ -45,6 +50,7 @@ class FeedQueue {
   mutable absl::Mutex mu_;
   std::deque<ir::Literal> items_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t waiting_pops_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kiln::runtime

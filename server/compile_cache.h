@@ -1,5 +1,6 @@
-// The server's compile cache: executables keyed by (fingerprint, device,
-// options), shared by every session, bounded with LRU eviction. Concurrent
+// The server's compile cache: executables keyed by (fingerprint, backend
+// kind and config, compile options), shared by every session and every
+// device of a backend, bounded with LRU eviction. Concurrent
 // requests for one key compile once; the others wait for that result.
 #ifndef KILN_SERVER_COMPILE_CACHE_H_
 #define KILN_SERVER_COMPILE_CACHE_H_

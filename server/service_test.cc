@@ -304,7 +304,11 @@ TEST_F(ServiceTest, ClosingTheSessionStopsItsRunningLoop) {
   auto feed = service_->OpenFeed(target);
   ASSERT_TRUE(feed.ok());
   ASSERT_TRUE(service_->Infeed(*feed, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {5, 5}), nullptr).ok());
-  absl::SleepFor(absl::Milliseconds(200));
+  // Close only once the program waits on its (empty) infeed.
+  auto session = service_->sessions().Get(session_);
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE((*session)->Feeds("cpu:0")->infeed.AwaitWaitingPops(1, absl::Seconds(60)))
+      << "the loop never reached its infeed";
   v1::CloseSessionRequest close;
   close.set_session_id(session_);
   const absl::Time start = absl::Now();

@@ -192,49 +192,77 @@ TEST_F(FeedE2E, ProducerDyingMidValueGivesADeadlineNotAHang) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
 }
 
-TEST_F(FeedE2E, CancellingTheConsumerStopsTheLoopAndOthersKeepWorking) {
-  auto out = client::While(100000, {Vec({0, 0})}, SumInfeeds);
+// Cancelling the consumer stops its loop, drains the session's queues and
+// leaves other clients served. With two values per queue the loop stalls on
+// its full outfeed, so both queues hold values when it is cancelled.
+TEST(FeedCancelE2E, CancellingTheConsumerStopsTheLoopDrainsItsQueuesAndOthersKeepWorking) {
+  testing::ServerProcess server({"--feed_queue_capacity=2", "--infeed_timeout_seconds=60"});
+  ASSERT_FALSE(server.address().empty()) << "kiln-server did not start";
+  auto c = client::Client::Connect(server.address());
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto ctx = client::LazyContext::Create(c->get());
+  auto out = client::While(100000, {VecOn(ctx.get(), {0, 0})}, SumInfeeds);
+  ASSERT_TRUE(out.ok()) << out.status();
   client::CallCanceller cancel;
   absl::Status loop_status;
   std::thread runner([&]() {
-    loop_status = ctx_->Realize(*out, std::source_location::current(), &cancel);
+    loop_status = ctx->Realize(*out, std::source_location::current(), &cancel);
   });
   // While the loop waits on its infeed, another client is served.
-  auto other = client::Client::Connect(server_.address());
-  ASSERT_TRUE(other.ok());
-  auto other_ctx = client::LazyContext::Create(other->get());
-  auto x = other_ctx->FromVector<float>(ElementType::kF32, {2}, std::vector<float>{1, 2}, "cpu:0");
-  auto y = (x * 2.0).ToHost();
-  ASSERT_TRUE(y.ok()) << y.status();
-  EXPECT_EQ(Values(*y), (std::vector<double>{2, 4}));
-  // Feed a few values, then cancel.
-  auto in = client_->OpenInfeed("cpu:0");
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*in)->Write(F32({1, 1})).ok());
-  ASSERT_TRUE((*in)->Finish().ok());
-  absl::SleepFor(absl::Milliseconds(300));
+  auto other = client::Client::Connect(server.address());
+  absl::StatusOr<ir::Literal> doubled = absl::UnknownError("not connected");
+  if (other.ok()) {
+    auto other_ctx = client::LazyContext::Create(other->get());
+    auto x = VecOn(other_ctx.get(), {1, 2});
+    doubled = (x * 2.0).ToHost();
+  }
+  // Five values: the loop reads three, outfeeds two and stalls pushing the
+  // third sum; the last two values stay in the infeed. Finish returns once
+  // the server has queued all five, so the loop has stalled by then.
+  auto in = (*c)->OpenInfeed("cpu:0");
+  bool fed = in.ok();
+  for (int i = 0; fed && i < 5; ++i) fed = (*in)->Write(F32({1, 1})).ok();
+  fed = fed && (*in)->Finish().ok();
   cancel.Cancel();
   runner.join();
+  ASSERT_TRUE(doubled.ok()) << doubled.status();
+  EXPECT_EQ(Values(*doubled), (std::vector<double>{2, 4}));
+  ASSERT_TRUE(fed) << "the five values were not all queued";
   EXPECT_EQ(loop_status.code(), absl::StatusCode::kCancelled) << loop_status;
   // The call ends at once on the client; the server stops the program at
-  // its next poll and then drains the queues, which its counter shows.
+  // its next poll, drains the queues and then counts the cancellation.
   bool stopped = false;
-  for (int i = 0; i < 100 && !stopped; ++i) {
-    auto m = client_->Metrics();
+  for (int i = 0; i < 200 && !stopped; ++i) {
+    auto m = (*c)->Metrics();
     ASSERT_TRUE(m.ok());
-    for (const auto& c : m->counters()) {
-      if (c.name() == "executes_cancelled" && c.value() >= 1) stopped = true;
+    for (const auto& counter : m->counters()) {
+      if (counter.name() == "executes_cancelled" && counter.value() >= 1) stopped = true;
     }
     if (!stopped) absl::SleepFor(absl::Milliseconds(50));
   }
   ASSERT_TRUE(stopped) << "the server did not report the cancelled execution";
-  // The session still works and its queues start empty.
-  auto again = client::While(1, {Vec({5, 5})}, SumInfeeds);
-  auto in2 = client_->OpenInfeed("cpu:0");
-  ASSERT_TRUE((*in2)->Write(F32({1, 2})).ok());
-  ASSERT_TRUE((*in2)->Finish().ok());
-  auto lit = (*again)[0].ToHost();
+  // The session still works and its queues start empty: a leftover infeed
+  // value would make the sum (6, 6), a leftover outfeed sum would be read
+  // before this loop's.
+  // The loop runs before its value is sent, so that leftovers (which would
+  // fill the queue) cannot block the send.
+  auto again = client::While(1, {VecOn(ctx.get(), {5, 5})}, SumInfeeds);
+  ASSERT_TRUE(again.ok()) << again.status();
+  absl::StatusOr<ir::Literal> lit = absl::UnknownError("not run");
+  std::thread second([&]() { lit = (*again)[0].ToHost(); });
+  auto in2 = (*c)->OpenInfeed("cpu:0");
+  const bool sent = in2.ok() && (*in2)->Write(F32({1, 2})).ok() && (*in2)->Finish().ok();
+  second.join();
+  EXPECT_TRUE(sent);
   ASSERT_TRUE(lit.ok()) << lit.status();
   EXPECT_EQ(Values(*lit), (std::vector<double>{6, 7}));
+  client::OutfeedOptions bounded;
+  bounded.timeout = absl::Seconds(30);
+  auto sums = (*c)->OpenOutfeed("cpu:0", bounded);
+  ASSERT_TRUE(sums.ok());
+  auto first = (*sums)->Next();
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+  EXPECT_EQ(Values(**first), (std::vector<double>{6, 7}));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
-// A client that uploads a buffer and then hangs, so that a test can kill it
-// and watch the server free its memory after the lease.
+// A client that uploads a buffer and then stays alive, so that a test can
+// watch it keep its lease, kill it, and watch the server free its memory
+// after the lease. It prints "ready SESSION", then "alive N" after each of
+// its calls (one every 200 ms), each of which renews the lease.
 //   lease_client ADDRESS BYTES
 #include <cstdio>
 #include <cstdlib>
@@ -9,7 +11,7 @@
 #include "client/client.h"
 
 int main(int argc, char** argv) {
-  kiln::HandleHelp(argc, argv, "usage: lease_client ADDRESS BYTES\nA test helper: opens a session, holds BYTES on the server and waits to be killed.");
+  kiln::HandleHelp(argc, argv, "usage: lease_client ADDRESS BYTES\nA test helper: opens a session, holds BYTES on the server, reports each call that keeps its lease, and waits to be killed.");
   if (argc != 3) {
     std::fprintf(stderr, "usage: lease_client ADDRESS BYTES\n");
     return 2;
@@ -29,6 +31,16 @@ int main(int argc, char** argv) {
   std::printf("ready %s\n", (*client)->session_id().c_str());
   std::fflush(stdout);
   // Bounded: the test kills us long before this.
-  std::this_thread::sleep_for(std::chrono::seconds(300));
+  for (int i = 1; i <= 1500; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto info = (*client)->MemoryInfo("cpu:0");
+    if (!info.ok()) {
+      std::printf("lost %s\n", std::string(info.status().message()).c_str());
+      std::fflush(stdout);
+      return 1;
+    }
+    std::printf("alive %d\n", i);
+    std::fflush(stdout);
+  }
   return 0;
 }

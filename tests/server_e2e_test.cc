@@ -253,7 +253,7 @@ TEST(ServerE2E, ReleaseFreesMemory) {
 }
 
 TEST(ServerE2E, KilledClientsMemoryIsFreedAfterItsLease) {
-  testing::ServerProcess server({"--lease_seconds=1"});
+  testing::ServerProcess server({"--lease_seconds=2"});
   auto watcher = ConnectTo(server);
   ASSERT_NE(watcher, nullptr);
   int out_fd = -1;
@@ -264,8 +264,16 @@ TEST(ServerE2E, KilledClientsMemoryIsFreedAfterItsLease) {
   ASSERT_TRUE(testing::ReadLine(out_fd, &line, 30000)) << "lease_client did not report";
   ASSERT_EQ(line.rfind("ready ", 0), 0u) << line;
   EXPECT_EQ(watcher->MemoryInfo("cpu:0")->bytes_in_use(), 5000000);
-  // Alive and keeping its lease for a while: memory stays.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Alive and keeping its lease for longer than one lease: memory stays.
+  // The client reports each call that renewed its lease.
+  const absl::Time ready = absl::Now();
+  int alive = 0;
+  while (absl::Now() - ready < absl::Seconds(3)) {
+    ASSERT_TRUE(testing::ReadLine(out_fd, &line, 30000)) << "lease_client stopped reporting";
+    ASSERT_EQ(line.rfind("alive ", 0), 0u) << line;
+    ++alive;
+  }
+  EXPECT_GE(alive, 2);
   EXPECT_EQ(watcher->MemoryInfo("cpu:0")->bytes_in_use(), 5000000);
   testing::StopProcess(child, SIGKILL, 1000);
   close(out_fd);

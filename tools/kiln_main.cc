@@ -175,8 +175,11 @@ absl::StatusOr<std::unique_ptr<client::Client>> OpenClient(const Args& args) {
     embedded::Options embedded;
     const std::vector<std::string> device = absl::StrSplit(args.device, ':');
     int ordinal = 0;
-    if (device.size() == 2 && device[0] != "cpu" && absl::SimpleAtoi(device[1], &ordinal) &&
-        ordinal >= 0 && ordinal < 1024) {
+    const bool named = !device[0].empty() && device[0] != "cpu";
+    if (named && device.size() == 1) {
+      embedded.devices = absl::StrCat("cpu:1,", device[0], ":1");
+    } else if (named && device.size() == 2 && absl::SimpleAtoi(device[1], &ordinal) &&
+               ordinal >= 0 && ordinal < 1024) {
       embedded.devices = absl::StrCat("cpu:1,", device[0], ":", ordinal + 1);
     }
     return embedded::Connect(embedded);
@@ -214,7 +217,7 @@ absl::Status Run(const Args& args) {
   ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> module, LoadModule(args.file));
   ASSIGN_OR_RETURN(std::unique_ptr<client::Client> client, OpenClient(args));
   std::string device = args.device.empty() ? client->default_device().name : args.device;
-  if (device == "cpu" || device == "tpu") device += ":0";
+  if (device.find(':') == std::string::npos) device += ":0";  // "tpu" means tpu:0
   const std::vector<ir::Shape> params = module->entry()->ParameterShapes();
   std::vector<ir::Literal> inputs;
   if (args.random_seed.has_value()) {

@@ -205,3 +205,36 @@ ENTRY main {
 
 }  // namespace
 }  // namespace kiln::ir
+
+namespace kiln::ir {
+namespace {
+
+// These faults stop the parser before a module exists; verifier_test.cc
+// reaches the verifier's own checks for them from memory and the wire.
+TEST(HloTextTest, ParserRejectsUnresolvableText) {
+  struct {
+    const char* text;
+    const char* problem;
+  } cases[] = {
+      {"ENTRY e {\n a = f32[2] parameter(0)\n z = f32[] constant(0)\n"
+       " ROOT r = f32[] reduce(a, z), dimensions={0}, to_apply=nothere\n}",
+       "line 4: unknown computation %nothere"},
+      {"ENTRY e {\n a = f32[2] add(b, b)\n b = f32[2] negate(a)\n"
+       " ROOT c = f32[2] copy(b)\n}",
+       "cycle through instruction"},
+      {"ENTRY e {\n ROOT a = f32[1048576,1048576,1048576] parameter(0)\n}",
+       "overflows the limit"},
+      {"ENTRY e {\n a = f32[] parameter(0)\n ROOT a = f32[] negate(a)\n}",
+       "duplicate instruction name %a in e"},
+  };
+  for (const auto& c : cases) {
+    auto m = ParseModule(c.text);
+    ASSERT_FALSE(m.ok()) << c.text;
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(m.status().message().find(c.problem), std::string::npos)
+        << "want: " << c.problem << "\ngot:  " << m.status();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::ir

@@ -1,7 +1,6 @@
 #include "compiler/ir/shape_inference.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -103,11 +102,17 @@ absl::StatusOr<int64_t> WindowedSize(int64_t dim, const WindowDim& w) {
       w.pad_lo > (int64_t{1} << 40) || w.pad_hi > (int64_t{1} << 40)) {
     return Err("window padding out of range");
   }
-  int64_t padded =
-      (dim == 0 ? 0 : (dim - 1) * w.base_dilation + 1) + w.pad_lo + w.pad_hi;
-  int64_t window = (w.size - 1) * w.window_dilation + 1;
+  // Sizes and dilations are unbounded int64s; their products need 128 bits.
+  const __int128 padded =
+      (dim == 0 ? 0 : __int128{dim - 1} * w.base_dilation + 1) + w.pad_lo +
+      w.pad_hi;
+  const __int128 window = __int128{w.size - 1} * w.window_dilation + 1;
   if (padded < window) return 0;
-  return (padded - window) / w.stride + 1;
+  const __int128 out = (padded - window) / w.stride + 1;
+  if (out > kMaxElements) {
+    return Err(absl::StrCat("window output dimension exceeds ", kMaxElements));
+  }
+  return static_cast<int64_t>(out);
 }
 
 absl::StatusOr<Shape> InferElementwise(const Instruction& instr) {
@@ -296,7 +301,7 @@ absl::StatusOr<Shape> InferConvolution(const Instruction& instr) {
   const int64_t in_features = in.dim(c.input_feature);
   const int64_t k_in = k.dim(c.kernel_input_feature);
   const int64_t k_out = k.dim(c.kernel_output_feature);
-  if (in_features != k_in * fgc) {
+  if (in_features != __int128{k_in} * fgc) {
     return Err(absl::StrCat("input feature size ", in_features,
                             " != kernel input feature size ", k_in,
                             " * feature_group_count ", fgc));
@@ -477,9 +482,7 @@ absl::StatusOr<Shape> InferScatter(const Instruction& instr) {
   return operand;
 }
 
-}  // namespace
-
-absl::StatusOr<Shape> InferShape(const Instruction& instr) {
+absl::StatusOr<Shape> InferUnchecked(const Instruction& instr) {
   const Opcode op = instr.opcode();
   const int arity = OpcodeArity(op);
   if (arity >= 0 && instr.operand_count() != arity) {
@@ -502,7 +505,6 @@ absl::StatusOr<Shape> InferShape(const Instruction& instr) {
   switch (op) {
     case Opcode::kParameter:
     case Opcode::kCustomCall:
-      RETURN_IF_ERROR(ValidateShape(instr.shape()));
       return instr.shape();
     case Opcode::kConstant:
       if (at.literal.shape() != instr.shape()) {
@@ -581,7 +583,11 @@ absl::StatusOr<Shape> InferShape(const Instruction& instr) {
                                   s.stride, "] out of range for dimension ", i,
                                   " of ", a.ToString()));
         }
-        dims.push_back((s.limit - s.start + s.stride - 1) / s.stride);
+        // Not (limit - start + stride - 1) / stride: that overflows for
+        // strides near the int64 limit.
+        dims.push_back(s.limit == s.start
+                           ? 0
+                           : (s.limit - s.start - 1) / s.stride + 1);
       }
       return Shape(a.type(), dims);
     }
@@ -668,6 +674,10 @@ absl::StatusOr<Shape> InferShape(const Instruction& instr) {
                                     a.ToString(), " outside dimension ", d));
           }
         }
+        if (dims[d] > kMaxElements - b.dim(d)) {
+          return Err(absl::StrCat("concatenate dimension ", d, " exceeds ",
+                                  kMaxElements));
+        }
         dims[d] += b.dim(d);
       }
       return Shape(a.type(), dims);
@@ -686,16 +696,23 @@ absl::StatusOr<Shape> InferShape(const Instruction& instr) {
       for (int i = 0; i < a.rank(); ++i) {
         const PadDim& p = at.padding[i];
         const int64_t lim = int64_t{1} << 40;
-        if (p.interior < 0 || p.interior > lim || std::abs(p.lo) > lim ||
-            std::abs(p.hi) > lim) {
+        // Not std::abs: it overflows for INT64_MIN.
+        if (p.interior < 0 || p.interior > lim || p.lo < -lim || p.lo > lim ||
+            p.hi < -lim || p.hi > lim) {
           return Err("padding out of range");
         }
-        int64_t size = p.lo + p.hi + a.dim(i) +
-                       std::max<int64_t>(a.dim(i) - 1, 0) * p.interior;
+        // Dimension and interior may each be 2^40: the product needs 128 bits.
+        const __int128 size =
+            __int128{p.lo} + p.hi + a.dim(i) +
+            __int128{std::max<int64_t>(a.dim(i) - 1, 0)} * p.interior;
         if (size < 0) {
           return Err(absl::StrCat("padding makes dimension ", i, " negative"));
         }
-        dims.push_back(size);
+        if (size > kMaxElements) {
+          return Err(absl::StrCat("padding makes dimension ", i, " exceed ",
+                                  kMaxElements));
+        }
+        dims.push_back(static_cast<int64_t>(size));
       }
       return Shape(a.type(), dims);
     }
@@ -954,7 +971,6 @@ absl::StatusOr<Shape> InferShape(const Instruction& instr) {
           !s.tuple_shape(1).IsToken()) {
         return Err("infeed result must be (data, token[])");
       }
-      RETURN_IF_ERROR(ValidateShape(s));
       return s;
     }
     case Opcode::kOutfeed:
@@ -986,6 +1002,21 @@ absl::StatusOr<Shape> InferShape(const Instruction& instr) {
     default:
       return Err(absl::StrCat("no shape rule for ", OpcodeName(op)));
   }
+}
+
+}  // namespace
+
+absl::StatusOr<Shape> InferShape(const Instruction& instr) {
+  // Several rules take dims from the declared shape (parameter, reshape,
+  // broadcast, iota, rng, infeed): an invalid one must not reach them.
+  RETURN_IF_ERROR(ValidateShape(instr.shape()));
+  ASSIGN_OR_RETURN(Shape result, InferUnchecked(instr));
+  // Valid operands can still give an invalid result: dot and pad multiply
+  // extents, so the element count can pass the limit.
+  if (absl::Status st = ValidateShape(result); !st.ok()) {
+    return Err(absl::StrCat("result ", st.message()));
+  }
+  return result;
 }
 
 }  // namespace kiln::ir

@@ -13,7 +13,8 @@ namespace kiln::ir {
 // reshape, rng, infeed, custom-call, dot's result type) take them from the
 // instruction's declared shape, after checking it is consistent.
 // Returns InvalidArgument describing the problem (without the instruction's
-// name; the verifier adds it).
+// name; the verifier adds it), also when the declared shape or the result
+// is not a valid shape (negative dims, over kMaxElements).
 absl::StatusOr<Shape> InferShape(const Instruction& instr);
 
 }  // namespace kiln::ir

@@ -125,8 +125,7 @@ absl::Status Verify(Module& module) {
   RETURN_IF_ERROR(VerifyNoRecursion(module));
   for (const auto& c : module.computations()) {
     for (const auto& instr : c->instructions()) {
-      absl::Status valid = ValidateShape(instr->shape());
-      if (!valid.ok()) return InstrError(*c, *instr, valid.message());
+      // Shape inference also checks the declared shape is valid.
       absl::StatusOr<Shape> inferred = InferShape(*instr);
       if (!inferred.ok()) return InstrError(*c, *instr, inferred.status().message());
       if (*inferred != instr->shape()) {
