@@ -2,6 +2,7 @@
 // execute and their errors.
 #include "server/service.h"
 
+#include <cstring>
 #include <thread>
 
 #include "compiler/ir/hlo_parser.h"
@@ -123,6 +124,23 @@ TEST(ServiceCacheKeyTest, EachPartOfTheKeySeparatesEntries) {
   constexpr char kNegZero[] = "ENTRY e {\n ROOT c = f32[] constant(-0)\n}";
   EXPECT_FALSE(compile(kZero, "cpu:0", 0));
   EXPECT_FALSE(compile(kNegZero, "cpu:0", 0));
+  // NaNs that differ only in their payload bits print alike but are
+  // different programs.
+  auto nan_module = [&](uint32_t bits) {
+    auto m = ir::ParseModule("ENTRY e {\n ROOT c = f32[] constant(nan)\n}");
+    EXPECT_TRUE(m.ok());
+    std::memcpy((*m)->entry()->root()->mutable_attrs().literal.mutable_bytes().data(), &bits, 4);
+    v1::CompileRequest req;
+    req.set_session_id(session);
+    req.set_device("cpu:0");
+    *req.mutable_module() = ir::ModuleToProto(**m);
+    auto resp = service->Compile(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() && resp->cache_hit();
+  };
+  EXPECT_FALSE(nan_module(0x7fc00000u));
+  EXPECT_FALSE(nan_module(0x7fc00001u));
+  EXPECT_TRUE(nan_module(0x7fc00001u));
   // Names and metadata are not part of the program.
   constexpr char kRenamed[] = "ENTRY main {\n y = f32[3] parameter(0)\n k = f32[] constant(0.1)\n"
                               " bb = f32[3] broadcast(k), dimensions={}\n ROOT out = f32[3] multiply(y, bb)\n}";

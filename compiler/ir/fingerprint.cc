@@ -1,45 +1,64 @@
 #include "compiler/ir/fingerprint.h"
 
+#include <openssl/evp.h>
+
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/ir/hlo_printer.h"
 
 namespace kiln::ir {
+
+std::string Sha256Hex(absl::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  // One-shot digest; it fails only if the library cannot allocate.
+  if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) != 1) {
+    std::fprintf(stderr, "kiln: SHA-256 failed\n");
+    std::abort();
+  }
+  std::string hex;
+  hex.reserve(2 * length);
+  static constexpr char kDigits[] = "0123456789abcdef";
+  for (unsigned int i = 0; i < length; ++i) {
+    hex.push_back(kDigits[digest[i] >> 4]);
+    hex.push_back(kDigits[digest[i] & 15]);
+  }
+  return hex;
+}
+
 namespace {
 
-// splitmix64's finalizer: spreads every input bit over the output.
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
+// A literal's exact bytes, tuple elements in order, each announced by its
+// size so that no two different literals append the same bytes.
+void AppendExactBytes(const Literal& literal, std::string* out) {
+  if (literal.shape().IsTuple()) {
+    absl::StrAppend(out, "(", literal.tuple_elements().size(), ":");
+    for (const Literal& e : literal.tuple_elements()) AppendExactBytes(e, out);
+    out->push_back(')');
+    return;
+  }
+  const std::vector<uint8_t>& bytes = literal.bytes();
+  absl::StrAppend(out, bytes.size(), ":");
+  out->append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
 }  // namespace
 
-std::string StableHash128(absl::string_view data) {
-  uint64_t a = 0xcbf29ce484222325ULL;  // FNV-1a offset basis
-  uint64_t b = 0x84222325cbf29ce4ULL;
-  for (unsigned char c : data) {
-    a = (a ^ c) * 0x100000001b3ULL;
-    b = (b + c + 1) * 0x9e3779b97f4a7c15ULL;
-    b ^= b >> 29;
-  }
-  a = Mix(a ^ data.size());
-  b = Mix(b + a);
-  char buf[33];
-  std::snprintf(buf, sizeof(buf), "%016llx%016llx",
-                static_cast<unsigned long long>(a),
-                static_cast<unsigned long long>(b));
-  return buf;
-}
-
 std::string Fingerprint(const Module& module) {
   PrintOptions options;
   options.canonical_names = true;
-  return StableHash128(PrintModule(module, options));
+  std::string canonical = PrintModule(module, options);
+  // The text prints every NaN as "nan": the constants' exact bytes follow,
+  // in the order the text lists them, each announced by its size.
+  for (const Computation* computation : PrintOrder(module)) {
+    for (const auto& instr : computation->instructions()) {
+      if (instr->opcode() != Opcode::kConstant) continue;
+      canonical += "\n#";
+      AppendExactBytes(instr->attrs().literal, &canonical);
+    }
+  }
+  return Sha256Hex(canonical);
 }
 
 }  // namespace kiln::ir

@@ -1,4 +1,4 @@
-// A stable fingerprint of a module's meaning.
+// A stable fingerprint of a module's meaning: the compile cache's key.
 #ifndef KILN_COMPILER_IR_FINGERPRINT_H_
 #define KILN_COMPILER_IR_FINGERPRINT_H_
 
@@ -9,13 +9,15 @@
 
 namespace kiln::ir {
 
-// 32 hex digits hashing the canonical text of the module: structure, shapes,
-// attributes and constants, but not names or metadata. The hash is our own
-// fixed function, so equal modules give equal fingerprints in every process.
+// 64 hex digits: the SHA-256 of the canonical text of the module (structure,
+// shapes, attributes and constants, but not names or metadata) followed by
+// the exact bytes of every constant, so that values the text cannot tell
+// apart (NaN payloads) still differ. Equal modules give equal fingerprints
+// in every process; different ones collide only as SHA-256 does.
 std::string Fingerprint(const Module& module);
 
-// The 128-bit hash used by Fingerprint, as hex.
-std::string StableHash128(absl::string_view data);
+// SHA-256 of `data`, as 64 lowercase hex digits.
+std::string Sha256Hex(absl::string_view data);
 
 }  // namespace kiln::ir
 

@@ -1,5 +1,8 @@
 #include "compiler/ir/fingerprint.h"
 
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/hlo_printer.h"
 #include "compiler/ir/verifier.h"
@@ -29,12 +32,61 @@ ENTRY main {
 }
 )";
 
-TEST(FingerprintTest, StableValueAcrossProcesses) {
-  // The hash is a fixed function of the canonical text: this value must never
-  // change unless the canonical form does.
-  EXPECT_EQ(StableHash128("kiln"), "63d152d627976b059d740f911d9b4dbf");
-  EXPECT_NE(StableHash128("kiln"), StableHash128("kilo"));
-  EXPECT_EQ(StableHash128("").size(), 32u);
+TEST(FingerprintTest, Sha256MatchesTheStandardVectors) {
+  // FIPS 180-2 test vectors: the hash is SHA-256, the same in every process.
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(FingerprintOf(kBase).size(), 64u);
+  // A fixed module's fingerprint must not change unless the canonical form
+  // does (a persistent cache would lose every entry).
+  EXPECT_EQ(FingerprintOf(kBase), FingerprintOf(std::string(kBase)));
+}
+
+// Constants count at full precision: every bit of every element.
+TEST(FingerprintTest, ConstantsCountBitForBit) {
+  auto scalar = [](const std::string& type, const std::string& value) {
+    return FingerprintOf(absl::StrCat("ENTRY e {\n ROOT c = ", type, "[] constant(", value, ")\n}"));
+  };
+  // 0.1f and its neighbour differ in the last bit of the mantissa; they
+  // differ after the 7th significant digit.
+  EXPECT_NE(scalar("f32", "0.1"), scalar("f32", "0.100000009"));
+  EXPECT_NE(scalar("f32", "1.00000012"), scalar("f32", "1"));
+  EXPECT_NE(scalar("f64", "0.1"), scalar("f64", "0.10000000000000002"));
+  EXPECT_NE(scalar("f32", "0"), scalar("f32", "-0"));
+  EXPECT_NE(scalar("f32", "inf"), scalar("f32", "-inf"));
+  // Equal values in other spellings are the same program.
+  EXPECT_EQ(scalar("f32", "0.1"), scalar("f32", "0.10000000149011612"));
+  EXPECT_EQ(scalar("s32", "7"), scalar("s32", "0007"));
+}
+
+TEST(FingerprintTest, ArrayConstantsCountEveryElement) {
+  auto array = [](const std::string& values) {
+    return FingerprintOf(absl::StrCat("ENTRY e {\n ROOT c = f32[2,3] constant(", values, ")\n}"));
+  };
+  const std::string base = array("{{1, 2, 3}, {4, 5, 6}}");
+  EXPECT_NE(base, array("{{1, 2, 3}, {4, 5, 7}}"));
+  EXPECT_NE(base, array("{{1, 2, 3}, {4, 5.00000048, 6}}"));
+  EXPECT_NE(base, array("{{4, 5, 6}, {1, 2, 3}}"));
+  EXPECT_EQ(base, array("{{1, 2, 3}, {4, 5, 6}}"));
+}
+
+// Two NaNs print alike but are different constants (a program may inspect
+// the payload with bitcast-convert): they must not share a cache entry.
+TEST(FingerprintTest, NanPayloadsAreDifferentPrograms) {
+  auto module = [](uint32_t bits) {
+    auto m = ParseModule("ENTRY e {\n ROOT c = f32[] constant(nan)\n}");
+    EXPECT_TRUE(m.ok()) << m.status();
+    Literal& literal = (*m)->entry()->root()->mutable_attrs().literal;
+    std::memcpy(literal.mutable_bytes().data(), &bits, 4);
+    EXPECT_TRUE(Verify(**m).ok());
+    return std::move(*m);
+  };
+  auto quiet = module(0x7fc00000u);
+  auto payload = module(0x7fc00001u);
+  auto same = module(0x7fc00000u);
+  EXPECT_EQ(PrintModule(*quiet), PrintModule(*payload));  // the text cannot tell
+  EXPECT_NE(Fingerprint(*quiet), Fingerprint(*payload));
+  EXPECT_EQ(Fingerprint(*quiet), Fingerprint(*same));
 }
 
 TEST(FingerprintTest, IgnoresNamesMetadataAndPrinting) {

@@ -226,7 +226,7 @@ std::string PrintAttributes(
   return absl::StrJoin(parts, ", ");
 }
 
-std::string PrintModule(const Module& module, const PrintOptions& options) {
+std::vector<const Computation*> PrintOrder(const Module& module) {
   std::vector<const Computation*> order = module.PostOrder();
   // Computations not reachable from the entry are printed too (before it).
   for (const auto& c : module.computations()) {
@@ -234,6 +234,11 @@ std::string PrintModule(const Module& module, const PrintOptions& options) {
       order.insert(order.begin(), c.get());
     }
   }
+  return order;
+}
+
+std::string PrintModule(const Module& module, const PrintOptions& options) {
+  const std::vector<const Computation*> order = PrintOrder(module);
   absl::flat_hash_map<const Computation*, std::string> comp_names;
   for (size_t i = 0; i < order.size(); ++i) {
     comp_names[order[i]] = options.canonical_names

@@ -3,6 +3,7 @@
 #define KILN_COMPILER_IR_HLO_PRINTER_H_
 
 #include <string>
+#include <vector>
 
 #include "compiler/ir/instruction.h"
 
@@ -18,6 +19,8 @@ struct PrintOptions {
 // The module as HLO text, callees before callers, ENTRY last. Parsing the
 // result gives a module that prints identically.
 std::string PrintModule(const Module& module, const PrintOptions& options = {});
+// The order in which PrintModule lists the computations.
+std::vector<const Computation*> PrintOrder(const Module& module);
 
 // The attribute text of one instruction ("dimensions={0}, to_apply=%add"),
 // empty when it has none; computation names as given by `comp_name`.
