@@ -20,11 +20,25 @@ inline float BitsToFloat(uint32_t u) {
   return f;
 }
 
+// `d` as a float rounded to odd: when d is not exactly a float, the result
+// is the neighbour of d whose last mantissa bit is set. Rounding that to a
+// type of at most 22 significant bits (f16, bf16) to nearest even gives the
+// correctly rounded value of d, where going through an ordinary float
+// conversion would round twice.
+inline float RoundToOddFloat(double d) {
+  float f = static_cast<float>(d);
+  if (std::isnan(d) || std::isinf(f) || static_cast<double>(f) == d) return f;
+  if ((FloatBits(f) & 1) == 0) {
+    f = std::nextafter(f, static_cast<double>(f) > d ? -INFINITY : INFINITY);
+  }
+  return f;
+}
+
 struct bf16 {
   uint16_t bits = 0;
   bf16() = default;
   explicit bf16(float f) : bits(FromFloat(f)) {}
-  explicit bf16(double d) : bf16(static_cast<float>(d)) {}
+  explicit bf16(double d) : bf16(RoundToOddFloat(d)) {}
   template <typename I, typename = std::enable_if_t<std::is_integral_v<I>>>
   explicit bf16(I i) : bf16(static_cast<float>(i)) {}
   operator float() const { return BitsToFloat(uint32_t{bits} << 16); }
@@ -45,7 +59,7 @@ struct f16 {
   uint16_t bits = 0;
   f16() = default;
   explicit f16(float f) : bits(FromFloat(f)) {}
-  explicit f16(double d) : f16(static_cast<float>(d)) {}
+  explicit f16(double d) : f16(RoundToOddFloat(d)) {}
   template <typename I, typename = std::enable_if_t<std::is_integral_v<I>>>
   explicit f16(I i) : f16(static_cast<float>(i)) {}
   operator float() const { return ToFloat(bits); }

@@ -76,7 +76,9 @@ inline To ConvertValue(From v) {
     if (x >= hi) return std::numeric_limits<To>::max();
     return static_cast<To>(x);
   } else if constexpr (kIsHalf<To>) {
-    if constexpr (kIsHalf<From>) return To(static_cast<float>(v));
+    // From double in one rounding (half.h); the others through float, which
+    // holds every half value and every integer up to 2^24 exactly.
+    if constexpr (std::is_same_v<From, double>) return To(v);
     else return To(static_cast<float>(v));
   } else if constexpr (kIsHalf<From>) {
     return static_cast<To>(static_cast<float>(v));

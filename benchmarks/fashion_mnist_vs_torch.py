@@ -1,28 +1,38 @@
 #!/usr/bin/python3
-"""Epoch time of Fashion-MNIST training: Kiln (lazy mode) against PyTorch
+"""Epoch time of Fashion-MNIST training: Kiln in step mode through a
+kiln-server on loopback (what the README's main job runs) against PyTorch
 eager (Debian's python3-torch), same models, data, batch and thread count,
-measured in one run. Prints both times and the ratio.
+interleaved run by run. Prints the machine, the kernels each side runs, the
+range of each time over the runs and the range of the ratio.
 
-    /usr/bin/python3 benchmarks/fashion_mnist_vs_torch.py [--threads 1] [--train_limit 12800]
+    /usr/bin/python3 benchmarks/fashion_mnist_vs_torch.py [--threads 1,2] [--runs 3]
+        [--train_limit 12800] [--models mlp,lenet] [--embedded]
+
+Kiln's compute runs in kiln-server, started here once per thread count with
+OPENBLAS_NUM_THREADS set; PyTorch runs in a subprocess per run with
+torch.set_num_threads, and at more than one thread with
+OMP_WAIT_POLICY=passive (its best setting on this machine: with its
+defaults it is slower at 2 threads than at 1).
 """
 import argparse
+import datetime
 import gzip
 import os
+import platform
 import re
 import subprocess
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn as nn
-
 DATA = "/usr/share/datasets/fashion-mnist"
 HERE = os.path.dirname(os.path.abspath(__file__))
-KILN = os.path.join(HERE, "..", "build", "bin", "fashion_mnist")
+BIN = os.path.join(HERE, "..", "build", "bin")
 
 
 def load(prefix, limit):
+    import numpy as np
+    import torch
+
     def read(name):
         path = os.path.join(DATA, name)
         opener = gzip.open if not os.path.exists(path) else open
@@ -34,7 +44,8 @@ def load(prefix, limit):
     return torch.from_numpy(images), torch.from_numpy(labels[:limit].astype(np.int64))
 
 
-def model(name):
+def torch_model(name):
+    import torch.nn as nn
     if name == "mlp":
         return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                              nn.Linear(512, 10))
@@ -44,29 +55,66 @@ def model(name):
         nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
 
 
-def torch_epoch(name, x, y, batch, lr, momentum):
+def torch_worker(args):
+    """One PyTorch epoch in this process; prints its seconds."""
+    import torch
+    import torch.nn as nn
+    torch.set_num_threads(args.threads)
+    x, y = load("train", args.train_limit)
     torch.manual_seed(1)
-    net = model(name)
-    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+    net = torch_model(args.worker_model)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    steps = len(x) // batch
+    steps = len(x) // args.batch
     start = time.perf_counter()
     for s in range(steps):
-        xb, yb = x[s * batch:(s + 1) * batch], y[s * batch:(s + 1) * batch]
+        xb, yb = x[s * args.batch:(s + 1) * args.batch], y[s * args.batch:(s + 1) * args.batch]
         opt.zero_grad()
         loss = loss_fn(net(xb), yb)
         loss.backward()
         opt.step()
-        loss.item()  # the host reads the loss every step, as Kiln's loop does
-    return time.perf_counter() - start
+        loss.item()  # the host reads the loss every step, as Kiln's step mode does
+    print(f"{time.perf_counter() - start:.4f}")
 
 
-def kiln_epoch(name, limit, batch, lr, momentum, threads):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads))
+def torch_epoch(name, args, threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if threads > 1:
+        env["OMP_WAIT_POLICY"] = "passive"
     out = subprocess.run(
-        [KILN, f"--model={name}", "--epochs=1", f"--train_limit={limit}", "--test_limit=1000",
-         f"--batch_size={batch}", f"--lr={lr}", f"--momentum={momentum}", "--report=false",
-         "--log_every=1000000"], env=env, check=True, capture_output=True, text=True).stdout
+        [sys.executable, __file__, "--worker_model", name, "--threads", str(threads),
+         "--train_limit", str(args.train_limit), "--batch", str(args.batch)],
+        env=env, check=True, capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+class KilnServer:
+    """kiln-server on a free loopback port, computing with `threads` threads."""
+
+    def __init__(self, threads):
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads))
+        self.proc = subprocess.Popen([os.path.join(BIN, "kiln-server"), "--listen=127.0.0.1:0",
+                                      "--log_level=warn"], env=env, stdout=subprocess.PIPE,
+                                     text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening on "):
+            sys.exit("kiln-server did not start")
+        self.address = line.split()[-1]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def kiln_epoch(name, args, address, threads):
+    cmd = [os.path.join(BIN, "fashion_mnist"), f"--model={name}", "--epochs=1",
+           f"--train_limit={args.train_limit}", "--test_limit=1000",
+           f"--batch_size={args.batch}", "--lr=0.01", "--momentum=0.9", "--report=false",
+           "--log_every=1000000"]
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads))
+    if address:
+        cmd.append(f"--server={address}")
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     m = re.search(r"epoch 1: .* ([0-9.]+) s, compiles", out)
     if not m:
         sys.exit("could not read Kiln's epoch time:\n" + out)
@@ -74,6 +122,8 @@ def kiln_epoch(name, limit, batch, lr, momentum, threads):
 
 
 def torch_op_ns(ops=200000):
+    import torch
+    torch.set_num_threads(1)
     a, b = torch.ones(1), torch.full((1,), 2.0)
     x = a
     start = time.perf_counter()
@@ -85,31 +135,77 @@ def torch_op_ns(ops=200000):
 
 
 def kiln_trace_ns():
-    out = subprocess.run([os.path.join(HERE, "..", "build", "bin", "trace_benchmark")],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([os.path.join(BIN, "trace_benchmark")], check=True,
+                         capture_output=True, text=True).stdout
     return float(re.search(r"([0-9.]+) ns per op", out).group(1))
 
 
+def machine():
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores, {platform.platform()}"
+
+
+def kernels():
+    import torch
+    config = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=([^,\n]*)", config)
+    return (f"Kiln: dot and convolution (im2col) through OpenBLAS "
+            f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'auto')}), its own "
+            f"elementwise and pooling loops | PyTorch {torch.__version__}: BLAS "
+            f"{blas.group(1) if blas else '?'}, oneDNN (mkldnn) "
+            f"{'on' if torch.backends.mkldnn.is_available() else 'off'}")
+
+
+def span(values, fmt="{:.2f}"):
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
+
+
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--train_limit", type=int, default=12800)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", default="1", help="thread counts, e.g. 1,2")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--train_limit", type=int, default=12800, help="images per epoch")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--models", default="mlp,lenet")
+    p.add_argument("--embedded", action="store_true",
+                   help="run Kiln's service in the training process instead of kiln-server")
+    p.add_argument("--worker_model", help=argparse.SUPPRESS)
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    x, y = load("train", args.train_limit)
-    core = os.environ.get("OPENBLAS_CORETYPE", "(auto)")
-    print(f"threads {args.threads}, OPENBLAS_CORETYPE {core}, torch {torch.__version__}, "
-          f"{args.train_limit} images, batch {args.batch}")
+    if args.worker_model:
+        args.threads = int(args.threads)
+        return torch_worker(args)
+
+    print(f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | {machine()}")
+    print(kernels())
+    print(f"{args.train_limit} images per epoch, batch {args.batch}, {args.runs} interleaved runs, "
+          f"Kiln {'embedded' if args.embedded else 'through kiln-server on loopback'}")
     kiln_ns, torch_ns = kiln_trace_ns(), torch_op_ns()
     print(f"per-op cost: kiln trace {kiln_ns:.0f} ns | pytorch eager op on 1 element "
           f"{torch_ns:.0f} ns | ratio kiln/pytorch {kiln_ns / torch_ns:.2f}")
-    for name in args.models.split(","):
-        kiln = kiln_epoch(name, args.train_limit, args.batch, 0.01, 0.9, args.threads)
-        peer = torch_epoch(name, x, y, args.batch, 0.01, 0.9)
-        print(f"{name}: kiln lazy {kiln:.2f} s | pytorch eager {peer:.2f} s | "
-              f"ratio kiln/pytorch {kiln / peer:.2f}")
+    for threads in [int(t) for t in args.threads.split(",")]:
+        server = None if args.embedded else KilnServer(threads)
+        try:
+            for name in args.models.split(","):
+                kiln, peer = [], []
+                for _ in range(args.runs):
+                    kiln.append(kiln_epoch(name, args, server and server.address, threads))
+                    peer.append(torch_epoch(name, args, threads))
+                ratios = [k / t for k, t in zip(kiln, peer)]
+                print(f"{name} threads={threads}: kiln {span(kiln)} s | pytorch eager "
+                      f"{span(peer)} s | ratio kiln/pytorch {span(ratios)} "
+                      f"(speedup pytorch/kiln {span([1 / r for r in ratios])})", flush=True)
+        finally:
+            if server:
+                server.stop()
 
 
 if __name__ == "__main__":

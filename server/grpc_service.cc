@@ -188,13 +188,18 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(kiln::server::Serv
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
+  // Without SO_REUSEPORT: a second server on a port in use must fail, not
+  // share the port's sessions; and port 0 gives exactly one socket (with
+  // reuse, gRPC opens more than one listener, each on its own port).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(server->handler_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", address, " (is the port in use, or the address not local?)"));
   }
   std::string host = address.substr(0, address.rfind(':'));
   server->address_ = absl::StrCat(host, ":", port);

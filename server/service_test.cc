@@ -147,6 +147,30 @@ TEST(ServiceCacheKeyTest, EachPartOfTheKeySeparatesEntries) {
   EXPECT_TRUE(compile(kRenamed, "cpu:1", 0));
 }
 
+// The CPU and null backends both have an empty config key: only the kind
+// in the key keeps the CPU's executable from being handed to a null device.
+TEST(ServiceCacheKeyTest, BackendsWithTheSameConfigKeyKeepSeparateEntries) {
+  ServiceOptions options;
+  options.backends = *runtime::ParseBackendSpecs("cpu:1,null:1", "");
+  auto service = *Service::Create(options);
+  v1::HandshakeRequest hello;
+  hello.set_min_version(1);
+  hello.set_max_version(3);
+  const std::string session = service->Handshake(hello)->session_id();
+  auto m = ir::ParseModule(kNegate);
+  ASSERT_TRUE(m.ok()) << m.status();
+  v1::CompileRequest req;
+  req.set_session_id(session);
+  req.set_device("cpu:0");
+  *req.mutable_module() = ir::ModuleToProto(**m);
+  auto on_cpu = service->Compile(req);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  EXPECT_FALSE(on_cpu->cache_hit());
+  req.set_device("null:0");
+  auto on_null = service->Compile(req);
+  EXPECT_EQ(on_null.status().code(), absl::StatusCode::kUnimplemented) << on_null.status();
+}
+
 TEST_F(ServiceTest, VersionMismatchNamesBothRanges) {
   v1::HandshakeRequest req;
   req.set_min_version(5);

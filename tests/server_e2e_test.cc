@@ -2,7 +2,12 @@
 // client over gRPC.
 #include <atomic>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
@@ -12,6 +17,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/process_util.h"
 #include "tests/server_process.h"
 
 namespace kiln {
@@ -363,6 +369,57 @@ TEST(ServerE2E, BadInputsGetPreciseStatusesAndTheServerKeepsServing) {
   auto x = *c->TransferToDevice(F32({1, 2, 3, 4}), "cpu:0");
   auto released = c->Execute(*exe, {x});
   EXPECT_EQ(released.status().code(), absl::StatusCode::kNotFound);
+  ExpectServing(*c);
+}
+
+
+// The TCP ports a process listens on, read from /proc: its socket inodes
+// matched against the kernel's tables of listening sockets.
+std::vector<int> ListeningPorts(pid_t pid) {
+  std::set<std::string> inodes;
+  const std::string fd_dir = absl::StrCat("/proc/", pid, "/fd");
+  for (const auto& entry : std::filesystem::directory_iterator(fd_dir)) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(entry.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0) {
+      inodes.insert(target.substr(8, target.size() - 9));
+    }
+  }
+  std::vector<int> ports;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+          timeout >> inode;
+      if (state != "0A" || !inodes.contains(inode)) continue;  // 0A: LISTEN
+      ports.push_back(std::stoi(local.substr(local.rfind(':') + 1), nullptr, 16));
+    }
+  }
+  return ports;
+}
+
+TEST(ServerE2E, ListensOnExactlyTheAnnouncedPort) {
+  testing::ServerProcess server;
+  ASSERT_FALSE(server.address().empty());
+  const int port = std::stoi(server.address().substr(server.address().rfind(':') + 1));
+  EXPECT_EQ(ListeningPorts(server.pid()), std::vector<int>{port});
+}
+
+TEST(ServerE2E, ASecondServerOnAPortInUseFailsToStart) {
+  testing::ServerProcess first;
+  ASSERT_FALSE(first.address().empty());
+  auto second = testing::RunCommand(
+      absl::StrCat(KILN_BIN_DIR, "/kiln-server --log_level=off --listen=", first.address()), 30);
+  EXPECT_EQ(second.exit_code, 1) << second.output;
+  EXPECT_NE(second.output.find("cannot listen on " + first.address()), std::string::npos)
+      << second.output;
+  // The first keeps its clients.
+  auto c = ConnectTo(first);
+  ASSERT_NE(c, nullptr);
   ExpectServing(*c);
 }
 

@@ -127,6 +127,20 @@ TEST(FingerprintTest, SemanticChangesAlterIt) {
   EXPECT_NE(base, variant("ROOT s = f32[] add(x, y)", "ROOT s = f32[] add(y, x)"));
 }
 
+TEST(FingerprintTest, F32ConstantsDifferingPastTheSixthDigitDiffer) {
+  // The fingerprint hashes the printed module, so a constant must print
+  // every digit it needs to read back: 1.0000001f and 1.0000002f agree to
+  // six significant digits but are different programs.
+  const std::string one = FingerprintOf(
+      "ENTRY e {\n ROOT c = f32[] constant(1.0000001)\n}");
+  const std::string two = FingerprintOf(
+      "ENTRY e {\n ROOT c = f32[] constant(1.0000002)\n}");
+  EXPECT_NE(one, two);
+  auto m = ParseModule("ENTRY e {\n ROOT c = f32[2] constant({1.0000001, 0.1})\n}");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_NE(PrintModule(**m).find("{1.0000001, 0.1}"), std::string::npos) << PrintModule(**m);
+}
+
 TEST(FingerprintTest, ShapeChangeAltersIt) {
   std::string a = FingerprintOf("ENTRY e {\n ROOT p = f32[2] parameter(0)\n}");
   std::string b = FingerprintOf("ENTRY e {\n ROOT p = f32[3] parameter(0)\n}");

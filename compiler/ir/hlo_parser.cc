@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -166,6 +167,7 @@ class Parser {
 
   absl::string_view text_;
   size_t pos_ = 0;
+  int shape_depth_ = 0;  // tuple shapes being parsed, nested
   std::vector<PendingInstr> pending_;
   std::vector<std::pair<Computation*, std::string>> roots_;
 };
@@ -173,6 +175,12 @@ class Parser {
 absl::StatusOr<Shape> Parser::ParseShapeText() {
   SkipWs();
   if (Peek() == '(') {
+    // The nesting is the text's choice: bounded before recursing.
+    ++shape_depth_;
+    absl::Cleanup leave = [this] { --shape_depth_; };
+    if (shape_depth_ > kMaxTupleDepth) {
+      return Error(absl::StrCat("tuples nested more than ", kMaxTupleDepth, " deep"));
+    }
     ++pos_;
     std::vector<Shape> elements;
     SkipWs();
@@ -219,15 +227,17 @@ absl::StatusOr<Shape> Parser::ParseShapeText() {
   return shape;
 }
 
-// Number tokens inside a literal, in order, ignoring braces.
-absl::Status ParseLiteralValues(absl::string_view text, Literal* lit, int line) {
-  const Shape& shape = lit->shape();
+// The values of an array literal: number tokens, in order, ignoring
+// braces. They are counted before the literal is allocated, so a declared
+// shape far larger than the text allocates nothing.
+absl::StatusOr<Literal> ParseLiteralValues(absl::string_view text, const Shape& shape,
+                                           int line) {
   const int64_t n = shape.ElementCount();
-  int64_t i = 0;
-  size_t p = 0;
   auto err = [&](absl::string_view msg) {
     return absl::InvalidArgumentError(absl::StrCat("line ", line, ": ", msg));
   };
+  std::vector<absl::string_view> tokens;
+  size_t p = 0;
   while (p < text.size()) {
     char c = text[p];
     if (c == '{' || c == '}' || c == ',' ||
@@ -240,11 +250,20 @@ absl::Status ParseLiteralValues(absl::string_view text, Literal* lit, int line) 
            text[p] != '{' && !std::isspace(static_cast<unsigned char>(text[p]))) {
       ++p;
     }
-    absl::string_view tok = text.substr(start, p - start);
-    if (i >= n) {
+    if (static_cast<int64_t>(tokens.size()) >= n) {
       return err(absl::StrCat("constant has more than ", n, " values for ",
                               shape.ToString()));
     }
+    tokens.push_back(text.substr(start, p - start));
+  }
+  if (static_cast<int64_t>(tokens.size()) != n) {
+    return err(absl::StrCat("constant has ", tokens.size(), " values, ", shape.ToString(),
+                            " needs ", n));
+  }
+  Literal literal(shape);
+  Literal* lit = &literal;
+  for (int64_t i = 0; i < n; ++i) {
+    const absl::string_view tok = tokens[i];
     if (shape.type() == ElementType::kPred) {
       if (tok == "true" || tok == "1") lit->data<bool>()[i] = true;
       else if (tok == "false" || tok == "0") lit->data<bool>()[i] = false;
@@ -278,13 +297,8 @@ absl::Status ParseLiteralValues(absl::string_view text, Literal* lit, int line) 
         lit->data<T>()[i] = ConvertValue<T>(v);
       });
     }
-    ++i;
   }
-  if (i != n) {
-    return err(absl::StrCat("constant has ", i, " values, ", shape.ToString(),
-                            " needs ", n));
-  }
-  return absl::OkStatus();
+  return literal;
 }
 
 absl::StatusOr<Literal> ParseLiteral(absl::string_view text, const Shape& shape,
@@ -346,9 +360,7 @@ absl::StatusOr<Literal> ParseLiteral(absl::string_view text, const Shape& shape,
       }
     }
   }
-  Literal lit(shape);
-  RETURN_IF_ERROR(ParseLiteralValues(text, &lit, line));
-  return lit;
+  return ParseLiteralValues(text, shape, line);
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseIntList(absl::string_view v) {

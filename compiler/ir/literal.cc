@@ -41,6 +41,19 @@ int64_t Literal::GetAsInt64(int64_t i) const {
   });
 }
 
+bool Literal::HoldsItsShape() const {
+  if (shape_.IsTuple()) {
+    if (elements_.size() != shape_.tuple_shapes().size()) return false;
+    for (size_t i = 0; i < elements_.size(); ++i) {
+      if (elements_[i].shape() != shape_.tuple_shape(i) || !elements_[i].HoldsItsShape()) {
+        return false;
+      }
+    }
+    return true;
+  }
+  return static_cast<int64_t>(bytes_.size()) == shape_.ByteSize();
+}
+
 void Literal::SetFromDouble(int64_t i, double v) {
   DispatchType(shape_.type(), [&](auto tag) {
     using T = decltype(tag);

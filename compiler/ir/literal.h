@@ -51,6 +51,10 @@ class Literal {
   const std::vector<Literal>& tuple_elements() const { return elements_; }
   std::vector<Literal>& mutable_tuple_elements() { return elements_; }
 
+  // True when the bytes (and tuple elements, recursively) match the shape:
+  // a default-constructed literal, or one mutated by hand, may not.
+  bool HoldsItsShape() const;
+
   // Element `i` (row-major) converted to double / int64.
   double GetAsDouble(int64_t i) const;
   int64_t GetAsInt64(int64_t i) const;

@@ -174,21 +174,40 @@ void ShapeToProto(const Shape& shape, v1::ShapeProto* proto) {
   }
 }
 
-absl::StatusOr<Shape> ShapeFromProto(const v1::ShapeProto& proto) {
+namespace {
+
+absl::StatusOr<Shape> ShapeFromProtoAt(const v1::ShapeProto& proto, int depth) {
   ASSIGN_OR_RETURN(ElementType t, TypeFromProto(proto.element_type()));
   Shape shape;
   if (t == ElementType::kTuple) {
+    // Checked before recursing: the nesting is the sender's choice.
+    if (depth >= kMaxTupleDepth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tuples nested more than ", kMaxTupleDepth, " deep"));
+    }
     std::vector<Shape> elements;
     for (const auto& e : proto.tuple_shapes()) {
-      ASSIGN_OR_RETURN(Shape s, ShapeFromProto(e));
+      ASSIGN_OR_RETURN(Shape s, ShapeFromProtoAt(e, depth + 1));
       elements.push_back(std::move(s));
     }
     shape = Shape::Tuple(std::move(elements));
   } else {
+    if (proto.dims_size() > kMaxRank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", proto.dims_size(), " exceeds the limit of ", kMaxRank));
+    }
     shape = Shape(t, Vec(proto.dims()));
   }
   RETURN_IF_ERROR(ValidateShape(shape));
   return shape;
+}
+
+absl::StatusOr<Literal> LiteralFromProtoAt(const v1::LiteralProto& proto, int depth);
+
+}  // namespace
+
+absl::StatusOr<Shape> ShapeFromProto(const v1::ShapeProto& proto) {
+  return ShapeFromProtoAt(proto, 0);
 }
 
 void LiteralToProto(const Literal& literal, v1::LiteralProto* proto) {
@@ -200,6 +219,16 @@ void LiteralToProto(const Literal& literal, v1::LiteralProto* proto) {
 }
 
 absl::StatusOr<Literal> LiteralFromProto(const v1::LiteralProto& proto) {
+  return LiteralFromProtoAt(proto, 0);
+}
+
+namespace {
+
+absl::StatusOr<Literal> LiteralFromProtoAt(const v1::LiteralProto& proto, int depth) {
+  if (depth >= kMaxTupleDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tuple literals nested more than ", kMaxTupleDepth, " deep"));
+  }
   ASSIGN_OR_RETURN(Shape shape, ShapeFromProto(proto.shape()));
   if (shape.IsTuple()) {
     if (proto.tuple_elements_size() !=
@@ -208,7 +237,7 @@ absl::StatusOr<Literal> LiteralFromProto(const v1::LiteralProto& proto) {
     }
     std::vector<Literal> elements;
     for (const auto& e : proto.tuple_elements()) {
-      ASSIGN_OR_RETURN(Literal l, LiteralFromProto(e));
+      ASSIGN_OR_RETURN(Literal l, LiteralFromProtoAt(e, depth + 1));
       elements.push_back(std::move(l));
     }
     Literal lit = Literal::Tuple(std::move(elements));
@@ -227,6 +256,8 @@ absl::StatusOr<Literal> LiteralFromProto(const v1::LiteralProto& proto) {
               proto.data().size());
   return lit;
 }
+
+}  // namespace
 
 v1::ModuleProto ModuleToProto(const Module& module) {
   v1::ModuleProto proto;
@@ -281,6 +312,10 @@ absl::StatusOr<std::unique_ptr<Module>> ModuleFromProto(
             "instruction ", ip.name(), ": unknown opcode '", ip.opcode(), "'"));
       }
       ASSIGN_OR_RETURN(Shape shape, ShapeFromProto(ip.shape()));
+      if (*op == Opcode::kConstant && !ip.has_literal()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("instruction ", ip.name(), ": a constant needs its literal"));
+      }
       auto instr = std::make_unique<Instruction>(*op, shape, ip.name());
       absl::Status st = AttrsFromProto(ip, &instr->mutable_attrs());
       if (!st.ok()) return WithContext(st, absl::StrCat("instruction ", ip.name()));

@@ -42,13 +42,23 @@ std::string Shape::ToString() const {
                       "]");
 }
 
-absl::Status ValidateShape(const Shape& shape) {
+namespace {
+
+absl::Status ValidateShapeAt(const Shape& shape, int depth) {
   if (shape.IsTuple()) {
+    if (depth >= kMaxTupleDepth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tuples nested more than ", kMaxTupleDepth, " deep"));
+    }
     for (const Shape& s : shape.tuple_shapes()) {
-      absl::Status st = ValidateShape(s);
+      absl::Status st = ValidateShapeAt(s, depth + 1);
       if (!st.ok()) return st;
     }
     return absl::OkStatus();
+  }
+  if (shape.rank() > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", shape.rank(), " exceeds the limit of ", kMaxRank));
   }
   if (shape.IsToken()) {
     if (shape.rank() != 0) return absl::InvalidArgumentError("token with dims");
@@ -69,6 +79,10 @@ absl::Status ValidateShape(const Shape& shape) {
   }
   return absl::OkStatus();
 }
+
+}  // namespace
+
+absl::Status ValidateShape(const Shape& shape) { return ValidateShapeAt(shape, 0); }
 
 std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
   std::vector<int64_t> strides(dims.size(), 1);

@@ -30,6 +30,11 @@ using ::kiln::IsUnsignedIntType;
 // Largest element count an array may have; larger shapes are rejected by
 // shape inference and the verifier (keeps byte sizes well inside int64).
 inline constexpr int64_t kMaxElements = int64_t{1} << 40;
+// Largest rank and tuple nesting a shape may have. Code walks shapes
+// dimension by dimension and tuples recursively: client input must not
+// choose how deep.
+inline constexpr int kMaxRank = 64;
+inline constexpr int kMaxTupleDepth = 32;
 
 class Shape {
  public:
@@ -71,7 +76,8 @@ class Shape {
   std::vector<Shape> tuple_shapes_;
 };
 
-// Checks dims are non-negative and the element count is below kMaxElements.
+// Checks dims are non-negative, the element count is below kMaxElements,
+// the rank at most kMaxRank and tuples nested at most kMaxTupleDepth deep.
 absl::Status ValidateShape(const Shape& shape);
 
 // Row-major strides (in elements) of `dims`.

@@ -512,6 +512,12 @@ absl::StatusOr<Shape> InferUnchecked(const Instruction& instr) {
                                 at.literal.shape().ToString(), ", declared ",
                                 instr.shape().ToString()));
       }
+      // A literal built without its data (a constant whose literal never
+      // arrived) holds fewer bytes than its shape: kernels would read past it.
+      if (!at.literal.HoldsItsShape()) {
+        return Err(absl::StrCat("constant literal of ", instr.shape().ToString(),
+                                " does not hold its data"));
+      }
       return instr.shape();
     case Opcode::kIota:
       RETURN_IF_ERROR(ExpectArray(instr.shape(), "iota"));

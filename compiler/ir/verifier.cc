@@ -60,6 +60,42 @@ absl::Status VerifyStructure(Computation& c,
   return absl::OkStatus();
 }
 
+// Compiling and running a call chain recurses once per level: the chain's
+// length is bounded (after VerifyNoRecursion, so there are no cycles).
+absl::Status VerifyCallDepth(const Module& module) {
+  absl::flat_hash_map<const Computation*, int> depth;  // longest chain from it
+  for (const auto& start : module.computations()) {
+    if (depth.contains(start.get())) continue;
+    // Iterative post-order: a computation's depth once its callees have one.
+    std::vector<std::pair<const Computation*, bool>> stack{{start.get(), false}};
+    while (!stack.empty()) {
+      auto [comp, expanded] = stack.back();
+      stack.pop_back();
+      if (depth.contains(comp)) continue;
+      if (!expanded) {
+        stack.push_back({comp, true});
+        for (const auto& instr : comp->instructions()) {
+          for (const Computation* callee : instr->called()) {
+            if (!depth.contains(callee)) stack.push_back({callee, false});
+          }
+        }
+        continue;
+      }
+      int d = 1;
+      for (const auto& instr : comp->instructions()) {
+        for (const Computation* callee : instr->called()) d = std::max(d, depth[callee] + 1);
+      }
+      if (d > kMaxCallDepth) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "computation ", comp->name(), " starts a chain of ", d,
+            " nested calls; at most ", kMaxCallDepth, " are allowed"));
+      }
+      depth[comp] = d;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status VerifyNoRecursion(const Module& module) {
   // Colors: 1 on the current path, 2 finished.
   absl::flat_hash_map<const Computation*, int> color;
@@ -123,6 +159,7 @@ absl::Status Verify(Module& module) {
     RETURN_IF_ERROR(VerifyStructure(*c, owned));
   }
   RETURN_IF_ERROR(VerifyNoRecursion(module));
+  RETURN_IF_ERROR(VerifyCallDepth(module));
   for (const auto& c : module.computations()) {
     for (const auto& instr : c->instructions()) {
       // Shape inference also checks the declared shape is valid.

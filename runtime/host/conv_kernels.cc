@@ -149,7 +149,10 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
   read_strides[c.output_feature] = canon_strides[1];
   for (int d = 0; d < rank; ++d) read_strides[c.output_spatial[d]] = canon_strides[2 + d];
   const std::vector<int64_t> out_strides = ir::RowMajorStrides(out_shape.dims());
-  const bool use_double = in.type() == ElementType::kF64 || ir::IsIntegralType(in.type());
+  // Integer convolutions accumulate in int64 and wrap into the element type,
+  // as XLA's integer arithmetic does (through double they would saturate).
+  const bool use_int = ir::IsIntegralType(in.type());
+  const bool use_double = in.type() == ElementType::kF64;
   return Kernel([=](ExecState& st, const std::vector<BufferPtr>& ops)
                     -> absl::StatusOr<BufferPtr> {
     ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
@@ -169,7 +172,10 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
         for (size_t i = 0; i < laid.size(); ++i) o[i] = ir::ConvertValue<T>(laid[i]);
       });
     };
-    if (use_double) compute(0.0);
+    if (use_int)
+      compute(int64_t{0});
+    else if (use_double)
+      compute(0.0);
     else compute(0.0f);
     return out;
   });

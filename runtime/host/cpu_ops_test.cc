@@ -1,11 +1,12 @@
 // Per-op tests of the CPU backend with hand-computed expected values.
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host/test_util.h"
 #include "runtime/custom_call.h"
+#include "runtime/host/test_util.h"
 
 namespace kiln::host {
 namespace {
@@ -76,22 +77,50 @@ TEST(CpuElementwiseTest, FloatUnary) {
 }
 
 TEST(CpuElementwiseTest, FloatBinaryIncludingNanRules) {
-  ir::Literal x = F32({4}, {1, -2, 7, NAN});
-  ir::Literal y = F32({4}, {2, 3, 2, 1});
-  EXPECT_THAT(Binary("add", x, y)[0], 3);
-  EXPECT_THAT(Binary("subtract", x, y)[1], -5);
-  EXPECT_THAT(Binary("multiply", x, y)[2], 14);
-  EXPECT_THAT(Binary("divide", x, y)[2], 3.5);
-  EXPECT_THAT(Binary("remainder", x, y)[2], 1);
-  EXPECT_THAT(Binary("power", x, y)[0], 1);
-  EXPECT_THAT(Binary("power", x, y)[1], -8);
-  auto mx = Binary("maximum", x, y);
-  EXPECT_EQ(mx[0], 2);
-  EXPECT_TRUE(std::isnan(mx[3]));  // NaN propagates
-  auto mn = Binary("minimum", x, y);
-  EXPECT_EQ(mn[1], -2);
-  EXPECT_TRUE(std::isnan(mn[3]));
-  EXPECT_NEAR(Binary("atan2", F32({1}, {1}), F32({1}, {1}))[0], 0.7853981, 1e-6);
+  // Every element is checked, and the operands are chosen so that swapping
+  // them changes every result of a non-commutative op.
+  using ::testing::IsNan;
+  ir::Literal x = F32({6}, {1, -2, 7, NAN, -0.5f, 3});
+  ir::Literal y = F32({6}, {2, 3, 2, 1, 4, -0.25f});
+  EXPECT_THAT(Binary("add", x, y), ElementsAre(3, 1, 9, IsNan(), 3.5, 2.75));
+  EXPECT_THAT(Binary("subtract", x, y),
+              ElementsAre(-1, -5, 5, IsNan(), -4.5, 3.25));
+  EXPECT_THAT(Binary("multiply", x, y),
+              ElementsAre(2, -6, 14, IsNan(), -2, -0.75));
+  EXPECT_THAT(Binary("divide", x, y),
+              ElementsAre(0.5, DoubleNear(-2.0 / 3.0, 1e-6), 3.5, IsNan(),
+                          -0.125, -12));
+  // fmod: the result takes the dividend's sign.
+  EXPECT_THAT(Binary("remainder", x, y),
+              ElementsAre(1, -2, 1, IsNan(), -0.5, 0));
+  // 3^-0.25 = 1 / 3^(1/4) = 0.75983568565159...
+  EXPECT_THAT(Binary("power", x, y),
+              ElementsAre(1, -8, 49, IsNan(), 0.0625,
+                          DoubleNear(0.7598356856515925, 1e-6)));
+  EXPECT_THAT(Binary("maximum", x, y),
+              ElementsAre(2, 3, 7, IsNan(), 4, 3));  // NaN propagates
+  EXPECT_THAT(Binary("minimum", x, y),
+              ElementsAre(1, -2, 2, IsNan(), -0.5, -0.25));
+  // IEEE-754 maximum/minimum: +0 is above -0 whichever operand it is.
+  ir::Literal zeros = F32({2}, {0.0f, -0.0f});
+  ir::Literal swapped = F32({2}, {-0.0f, 0.0f});
+  for (double v : Binary("maximum", zeros, swapped))
+    EXPECT_FALSE(std::signbit(v)) << v;
+  for (double v : Binary("minimum", zeros, swapped))
+    EXPECT_TRUE(std::signbit(v)) << v;
+  // atan2(y, x) in each quadrant and on each half-axis; with atan(1/2) =
+  // 0.46364760900080611 the quadrant angles are +-atan(1/2) and
+  // +-(pi - atan(1/2)) = +-2.67794504458898712. Swapped operands would give
+  // +-atan(2) = +-1.10714871779409 or +-(pi - atan(2)) instead.
+  constexpr double kPi = std::numbers::pi;
+  ir::Literal ay = F32({8}, {1, 1, -1, -1, 0, -1, -0.0f, 1});
+  ir::Literal ax = F32({8}, {2, -2, -2, 2, -1, 0, -1, 0});
+  EXPECT_THAT(
+      Binary("atan2", ay, ax),
+      Pointwise(DoubleNear(1e-6),
+                std::vector<double>{0.46364760900080611, 2.67794504458898712,
+                                    -2.67794504458898712, -0.46364760900080611,
+                                    kPi, -kPi / 2, -kPi, kPi / 2}));
 }
 
 TEST(CpuElementwiseTest, IntegerEdgeCasesNeverTrap) {
@@ -124,6 +153,11 @@ TEST(CpuElementwiseTest, IntegerEdgeCasesNeverTrap) {
               ElementsAre(4, 7));  // wraps mod 256
   EXPECT_THAT(Binary("divide", u, Lit<int64_t>(ElementType::kU8, {2}, {0, 2})),
               ElementsAre(255, 1));
+  // Arithmetic shifts read unsigned operands as signed bit patterns (XLA).
+  EXPECT_THAT(Binary("shift-right-arithmetic",
+                     Lit<int64_t>(ElementType::kU8, {3}, {128, 128, 64}),
+                     Lit<int64_t>(ElementType::kU8, {3}, {1, 9, 1})),
+              ElementsAre(192, 255, 32));
   ir::Literal s64 = Lit<int64_t>(ElementType::kS64, {1}, {int64_t{1} << 40});
   EXPECT_THAT(Binary("multiply", s64, s64), ElementsAre(0));  // 2^80 wraps to 0
 }
@@ -671,6 +705,53 @@ TEST(CpuDeviceTest, ArgumentChecksAndMemoryLimit) {
   ASSERT_TRUE(fits.ok()) << fits.status();
   EXPECT_EQ(device.memory_stats().bytes_in_use, 0);  // result buffer released
   EXPECT_EQ(device.memory_stats().peak_bytes_in_use, 400);
+}
+
+// A comparator is client code: one that is not a strict weak order (it
+// draws random numbers, or meets NaN under LT) still sorts to a permutation
+// of the input, never outside it.
+TEST(CpuSortTest, ComparatorsThatAreNotOrdersStayInBounds) {
+  constexpr char kRandomOrder[] = R"(
+HloModule random_sort
+coin {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  lo = f32[] constant(0)
+  hi = f32[] constant(1)
+  r = f32[] rng(lo, hi), distribution=rng_uniform
+  half = f32[] constant(0.5)
+  ROOT lt = pred[] compare(r, half), direction=LT
+}
+ENTRY main {
+  x = f32[257] parameter(0)
+  ROOT s = f32[257] sort(x), dimensions={0}, to_apply=coin
+})";
+  std::vector<float> values(257);
+  for (int i = 0; i < 257; ++i) values[i] = i;
+  auto out = RunHlo(kRandomOrder, {F32({257}, values)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<double> sorted = Values(*out);
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < 257; ++i) EXPECT_EQ(sorted[i], i);
+
+  constexpr char kNanLess[] = R"(
+HloModule nan_sort
+less {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+ENTRY main {
+  x = f32[100] parameter(0)
+  ROOT s = f32[100] sort(x), dimensions={0}, to_apply=less
+})";
+  std::vector<float> with_nans(100);
+  for (int i = 0; i < 100; ++i) with_nans[i] = i % 3 == 0 ? NAN : 100 - i;
+  auto nan_out = RunHlo(kNanLess, {F32({100}, with_nans)});
+  ASSERT_TRUE(nan_out.ok()) << nan_out.status();
+  int nans = 0;
+  for (double v : Values(*nan_out)) nans += std::isnan(v);
+  EXPECT_EQ(nans, 34);
 }
 
 }  // namespace

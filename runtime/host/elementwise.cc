@@ -92,25 +92,27 @@ template <typename T> inline T ShiftRightLogical(T a, T b) {
   if (s >= bits) return 0;
   return static_cast<T>(static_cast<Unsigned<T>>(a) >> s);
 }
+// XLA shifts the bit pattern arithmetically (sign bit filling in) for
+// unsigned types too, as its evaluator does through the signed type.
 template <typename T> inline T ShiftRightArith(T a, T b) {
   constexpr auto bits = sizeof(T) * 8;
   auto s = static_cast<Unsigned<T>>(b);
-  if constexpr (std::is_signed_v<T>) {
-    if (s >= bits) return a < 0 ? T(-1) : T(0);
-    return static_cast<T>(a >> s);
-  } else {
-    if (s >= bits) return 0;
-    return static_cast<T>(a >> s);
-  }
+  const auto v = static_cast<std::make_signed_t<T>>(a);
+  if (s >= bits) return static_cast<T>(v < 0 ? -1 : 0);
+  return static_cast<T>(v >> s);
 }
+// IEEE-754 maximum and minimum (StableHLO's semantics): NaN propagates and
+// +0 counts as above -0, so the result does not depend on operand order.
 template <typename C> inline C FMax(C a, C b) {
   if (a != a) return a;
   if (b != b) return b;
+  if (a == b) return std::signbit(a) ? b : a;
   return a > b ? a : b;
 }
 template <typename C> inline C FMin(C a, C b) {
   if (a != a) return a;
   if (b != b) return b;
+  if (a == b) return std::signbit(a) ? a : b;
   return a < b ? a : b;
 }
 

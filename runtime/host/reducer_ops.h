@@ -3,6 +3,7 @@
 #ifndef KILN_RUNTIME_HOST_REDUCER_OPS_H_
 #define KILN_RUNTIME_HOST_REDUCER_OPS_H_
 
+#include <cmath>
 #include <type_traits>
 
 #include "compiler/ir/opcode.h"
@@ -25,14 +26,17 @@ inline A ApplyReducerOp(ir::Opcode op, A a, A b) {
     case ir::Opcode::kMultiply:
       if constexpr (std::is_same_v<A, bool>) return a && b;
       else return static_cast<A>(a * b);
+    // As elementwise maximum and minimum: NaN wins, and +0 is above -0.
     case ir::Opcode::kMaximum:
       if constexpr (std::is_floating_point_v<A>) {
         if (a != a || b != b) return a != a ? a : b;
+        if (a == b) return std::signbit(a) ? b : a;
       }
       return a > b ? a : b;
     case ir::Opcode::kMinimum:
       if constexpr (std::is_floating_point_v<A>) {
         if (a != a || b != b) return a != a ? a : b;
+        if (a == b) return std::signbit(a) ? a : b;
       }
       return a < b ? a : b;
     case ir::Opcode::kAnd:

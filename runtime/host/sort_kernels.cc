@@ -8,6 +8,7 @@
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
 #include "runtime/host/kernel.h"
+#include "runtime/host/merge_sort.h"
 #include "runtime/host/reducer_ops.h"
 #include "runtime/host/scalar_call.h"
 
@@ -60,11 +61,11 @@ absl::StatusOr<Kernel> MakeSortKernel(const ir::Instruction& instr,
             using A = Accumulator<T>;
             const T* p = ops[0]->as<T>() + base;
             if (*fast == ir::ComparisonDirection::kLt) {
-              std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+              MergeSort(perm, [&](int64_t a, int64_t b) {
                 return static_cast<A>(p[a * stride]) < static_cast<A>(p[b * stride]);
               });
             } else {
-              std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+              MergeSort(perm, [&](int64_t a, int64_t b) {
                 return static_cast<A>(p[a * stride]) > static_cast<A>(p[b * stride]);
               });
             }
@@ -72,7 +73,7 @@ absl::StatusOr<Kernel> MakeSortKernel(const ir::Instruction& instr,
         } else {
           std::vector<const uint8_t*> args(2 * n);
           uint8_t result = 0;
-          std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+          MergeSort(perm, [&](int64_t a, int64_t b) {
             if (!status.ok()) return false;
             for (int k = 0; k < n; ++k) {
               const int size = ir::ElementTypeSize(types[k]);

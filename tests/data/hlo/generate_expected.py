@@ -234,6 +234,418 @@ def case_misc():
                  f32([[1.5, -2], [np.inf, 0.25]])]
 
 
+# Edge-value modules: every binary op on every element type that accepts it,
+# over the values where implementations differ (NaN, infinities, signed
+# zeros, subnormals, extreme magnitudes, integer min/max). Expectations come
+# from exact arithmetic (Python integers, or float64 rounded once to the
+# result type) following XLA's operation semantics. These modules draw no
+# random numbers from `rng`, so the older modules' data stays as it was.
+
+FLOAT_EDGES = {
+    # type: finite values besides +-0, 1, -1 (subnormal, huge, tiny, plain)
+    "f32": [0.5, -2.5, 3.0, 1e-40, -1e-40, 3e38, -3e38, 1e-30, -7.0],
+    "f64": [0.5, -2.5, 3.0, 5e-324, -1e-310, 1.7e308, -1e300, 1e-300, -7.0],
+    "f16": [0.5, -2.5, 3.0, 6e-8, -1e-5, 65504.0, -60000.0, 1e-3, -7.0],
+    "bf16": [0.5, -2.5, 3.0, 1e-39, -1e-39, 3e38, -3e38, 1e-30, -7.0],
+}
+
+
+def round_to(a, t):
+    """Rounds float64 values to element type t (bf16 as float32 holding bf16 values).
+
+    Every expectation below is an exact or float64 result rounded once here;
+    for + - * / the float64 result is itself the exactly rounded one, and
+    rounding through float32 to bf16 adds no error (float32 has more than
+    twice bf16's precision).
+    """
+    a = np.asarray(a, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        if t == "bf16":
+            # (bf16_round shifts uint64 arrays; a 0-d one would be a scalar.)
+            return bf16_round(a.astype(np.float32).reshape(-1)).reshape(a.shape)
+        return a.astype({"f16": np.float16, "f32": np.float32, "f64": np.float64}[t])
+
+
+def ieee_maximum(x, y):
+    """IEEE-754 maximum (StableHLO `maximum`): NaN propagates, +0 is above -0."""
+    out = np.where(x > y, x, y)
+    zeros = (x == 0) & (y == 0)
+    out = np.where(zeros, np.where(np.signbit(x), y, x), out)
+    return np.where(np.isnan(x) | np.isnan(y), np.nan, out)
+
+
+def ieee_minimum(x, y):
+    out = np.where(x < y, x, y)
+    zeros = (x == 0) & (y == 0)
+    out = np.where(zeros, np.where(np.signbit(x), x, y), out)
+    return np.where(np.isnan(x) | np.isnan(y), np.nan, out)
+
+
+def compare_all(x, y):
+    return [x == y, x != y, x < y, x <= y, x > y, x >= y]
+
+
+def float_edges(t):
+    values = round_to([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0] + FLOAT_EDGES[t], t)
+    # Every ordered pair, so swapping the operands of a non-commutative op
+    # (subtract, divide, power, remainder, atan2) changes the expectation;
+    # atan2 sees y and x of every sign, zero and infinity.
+    x = np.repeat(values, len(values))
+    y = np.tile(values, len(values))
+    xd, yd = x.astype(np.float64), y.astype(np.float64)
+    with np.errstate(all="ignore"):
+        exact = [xd + yd, xd - yd, xd * yd, xd / yd, ieee_maximum(xd, yd), ieee_minimum(xd, yd),
+                 np.power(xd, yd), np.fmod(xd, yd), np.arctan2(xd, yd)]
+    return [x, y], [round_to(e, t) for e in exact] + compare_all(xd, yd)
+
+
+def case_edges_float_f32():
+    return float_edges("f32")
+
+
+def case_edges_float_f64():
+    return float_edges("f64")
+
+
+def case_edges_float_f16():
+    return float_edges("f16")
+
+
+def case_edges_float_bf16():
+    return float_edges("bf16")
+
+
+INT_TYPES = {"s8": np.int8, "s16": np.int16, "s32": np.int32, "s64": np.int64,
+             "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64}
+
+
+def wrap(v, dtype):
+    """Two's-complement wrap of a Python integer into dtype's range."""
+    info = np.iinfo(dtype)
+    v &= (1 << info.bits) - 1
+    return v - (1 << info.bits) if info.min < 0 and v > info.max else v
+
+
+def int_edges(t):
+    dtype = INT_TYPES[t]
+    info = np.iinfo(dtype)
+    bits, signed = info.bits, info.min < 0
+    if signed:
+        values = [info.min, info.min + 1, -7, -2, -1, 0, 1, 2, 3, 5, bits - 1, bits,
+                  info.max - 1, info.max]
+    else:
+        values = [0, 1, 2, 3, 5, bits - 1, bits, info.max // 2, info.max // 2 + 1,
+                  info.max - 1, info.max]
+    pairs = [(a, b) for a in values for b in values]
+
+    def trunc_div(a, b):
+        q = abs(a) // abs(b)
+        return q if (a < 0) == (b < 0) else -q
+
+    # XLA: x / 0 is -1 (all bits set) and x % 0 is x; INT_MIN / -1 is
+    # INT_MIN and INT_MIN % -1 is 0. Division truncates toward zero.
+    def div(a, b):
+        return -1 if b == 0 else trunc_div(a, b)
+
+    def rem(a, b):
+        return a if b == 0 else a - trunc_div(a, b) * b
+
+    # Shift amounts are read as unsigned; at or past the bit width a left or
+    # logical shift gives 0 and an arithmetic shift fills with the sign bit.
+    # The arithmetic shift reads the operand as signed for unsigned types too.
+    def amount(b):
+        return b & ((1 << bits) - 1)
+
+    def as_signed(a):
+        return a - (1 << bits) if a >= 1 << (bits - 1) else a
+
+    def shl(a, b):
+        return 0 if amount(b) >= bits else a << amount(b)
+
+    def srl(a, b):
+        return 0 if amount(b) >= bits else (a & ((1 << bits) - 1)) >> amount(b)
+
+    def sra(a, b):
+        return as_signed(a & ((1 << bits) - 1)) >> min(amount(b), bits - 1)
+
+    fns = [lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, div, rem, max, min,
+           lambda a, b: a & b, lambda a, b: a | b, lambda a, b: a ^ b, shl, srl, sra]
+    outs = [np.array([wrap(f(a, b), dtype) for a, b in pairs], dtype=dtype) for f in fns]
+    x = np.array([a for a, _ in pairs], dtype=dtype)
+    y = np.array([b for _, b in pairs], dtype=dtype)
+    return [x, y], outs + compare_all(x, y)
+
+
+def case_edges_int_s8():
+    return int_edges("s8")
+
+
+def case_edges_int_s16():
+    return int_edges("s16")
+
+
+def case_edges_int_s32():
+    return int_edges("s32")
+
+
+def case_edges_int_s64():
+    return int_edges("s64")
+
+
+def case_edges_int_u8():
+    return int_edges("u8")
+
+
+def case_edges_int_u16():
+    return int_edges("u16")
+
+
+def case_edges_int_u32():
+    return int_edges("u32")
+
+
+def case_edges_int_u64():
+    return int_edges("u64")
+
+
+def convert_value(v, to):
+    """XLA's convert of one value (Python int, or float64 of the source)."""
+    if to == "pred":
+        return v != 0  # NaN is != 0
+    if to in INT_TYPES:
+        if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+            return wrap(int(v), INT_TYPES[to])  # integers wrap (truncate bits)
+        info = np.iinfo(INT_TYPES[to])
+        v = float(v)
+        if math.isnan(v):
+            return 0  # floats saturate and NaN becomes 0
+        if math.isinf(v):
+            return info.max if v > 0 else info.min
+        return min(max(math.trunc(v), info.min), info.max)
+    return v  # to a float type: rounded by round_to
+
+
+def convert_case(values, src, targets):
+    outs = []
+    for to in targets:
+        if to == "pred":
+            outs.append(np.array([convert_value(v, to) for v in values], dtype=np.bool_))
+        elif to in INT_TYPES:
+            outs.append(np.array([convert_value(v, to) for v in values], dtype=INT_TYPES[to]))
+        else:
+            # Integers convert to float64 exactly or correctly rounded (Python
+            # float(int)); the values avoid the ties where rounding through
+            # float64 or float32 first would change the result.
+            exact = [float(v) for v in values]
+            outs.append(round_to(exact, to))
+    return outs
+
+
+def case_edges_convert():
+    s64, u64 = np.iinfo(np.int64), np.iinfo(np.uint64)
+    s32 = np.iinfo(np.int32)
+    xf = f32([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, 127.9, 128, -128.5,
+              -129, 255.5, 256, 32767.5, 65535.9, 65536, -32769, 2147483520, 2147483648,
+              -2147483648, -3e9, 4294967040, 4.3e9, 9.2e18, 9.3e18, -9.3e18, 1.9e19, 1e-40,
+              65520])
+    xd = np.array([np.nan, np.inf, -np.inf, -0.0, 1e300, -1e300, 9.3e18, 9223372036854774784.0,
+                   -9223372036854775808.0, -9.3e18, 18446744073709549568.0, 2e19, 1e-310,
+                   3.5e38, 65520.0, 65519.0, 1 + 2.0**-24 + 2.0**-50, 0.1, 2147483647.5,
+                   -2147483648.9])
+    xh = np.array([np.nan, np.inf, -np.inf, -0.0, 65504, -65504, 6e-8, 127.5, -128.5, 300],
+                  dtype=np.float16)
+    xb = bf16_round(f32([np.nan, np.inf, -np.inf, -0.0, 3.38e38, 1e-39, 40000, -40000, 98304,
+                         1.0078125]))
+    i64 = np.array([s64.min, s64.max, -1, 0, 2**53 + 1, 2**24 + 1, -(2**24 + 1), 65519, 65520,
+                    300], dtype=np.int64)
+    q64 = np.array([0, 1, u64.max, 2**63, 2**63 - 1, 2**53 + 1, 2**32, 255], dtype=np.uint64)
+    i32 = np.array([s32.min, s32.max, -1, 0, 16777217, 65520, -129, 2049], dtype=np.int32)
+    i8 = np.array([-128, 127, -1, 0, 1, -7], dtype=np.int8)
+    q8 = np.array([0, 255, 128, 127, 1, 200], dtype=np.uint8)
+    p = np.array([True, False, True, False])
+    # f64 -> f16 is rounded once (as LLVM's fptrunc does); these values give
+    # the same result when rounded through float32 first. XLA converts f64 to
+    # bf16 through float32, as round_to does.
+    for v in xd:
+        with np.errstate(all="ignore"):
+            assert np.isnan(v) or np.float16(v) == np.float16(np.float32(v)), v
+    floats = lambda a: [float(v) for v in a]  # noqa: E731
+    ints = lambda a: [int(v) for v in a]  # noqa: E731
+    outs = (convert_case(floats(xf), "f32", ["s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64",
+                                              "pred", "f16", "bf16", "f64"])
+            + convert_case(floats(xd), "f64", ["s32", "s64", "u32", "u64", "f32", "f16", "bf16"])
+            + convert_case(floats(xh), "f16", ["s8", "u8", "s32", "f32", "bf16", "f64", "pred"])
+            + convert_case(floats(xb), "bf16", ["s16", "u16", "s64", "f32", "f16", "f64"])
+            + convert_case(ints(i64), "s64", ["f32", "f64", "f16", "s8", "u16", "u64", "pred"])
+            + convert_case(ints(q64), "u64", ["f32", "f64", "s64", "s32"])
+            + convert_case(ints(i32), "s32", ["f32", "f16", "bf16", "s8", "u32", "u64"])
+            + convert_case(ints(i8), "s8", ["u64", "s64", "u8", "f32"])
+            + convert_case(ints(q8), "u8", ["s8", "s32", "f16"])
+            + convert_case([int(v) for v in p], "pred", ["f32", "s32", "u8", "bf16"]))
+    return [xf, xd, xh, xb, i64, q64, i32, i8, q8, p], outs
+
+
+# The structured ops on the element types beyond f32/s32. Float data are
+# small multiples of 1/2 (exact in bf16 and f16, and every sum of products
+# exact in float32), so the float64 result rounded once to the output type
+# is what XLA gives whatever the accumulation order. Integer results wrap
+# in the element type.
+
+STRUCT_TYPES = ["bf16", "f16", "f64", "u8", "s16", "u16", "u64"]
+
+
+def struct_data(t, shape, rng_t, nonzero=False):
+    if t in INT_TYPES:
+        info = np.iinfo(INT_TYPES[t])
+        lo, hi = (info.min, info.max) if info.bits <= 16 else (0, 2**64 - 1)
+        v = [int(rng_t.integers(lo, hi, endpoint=True, dtype=np.uint64 if hi > 2**63 else np.int64))
+             for _ in range(int(np.prod(shape)))]
+        return np.array(v, dtype=INT_TYPES[t]).reshape(shape)
+    v = rng_t.integers(1, 17, shape) / 2.0
+    v *= np.where(rng_t.random(shape) < 0.5, -1, 1)
+    if not nonzero:
+        v.flat[rng_t.integers(0, v.size)] = 0.0
+    return round_to(v, t)
+
+
+def exact(a):
+    """Python integers (object array) or float64 values of a."""
+    return a.astype(object) if a.dtype.kind in "iu" else a.astype(np.float64)
+
+
+def to_result(v, t):
+    if t in INT_TYPES:
+        return np.array([wrap(int(e), INT_TYPES[t]) for e in v.flat], dtype=INT_TYPES[t]).reshape(v.shape)
+    return round_to(v, t)
+
+
+def case_types_dot():
+    rng_t = np.random.default_rng(1401)
+    ins, outs = [], []
+    for t in STRUCT_TYPES:
+        a = struct_data(t, (3, 4), rng_t, nonzero=True)
+        b = struct_data(t, (4, 2), rng_t, nonzero=True)
+        if t == "f64":
+            a[1, 2] = np.inf  # a row of infinities, one NaN where +inf meets -inf
+        if t == "f16":
+            a[2, 0] = np.nan
+        ins += [a, b]
+        outs += [to_result(exact(a).dot(exact(b)), t), to_result(exact(b).T.dot(exact(a).T), t)]
+    return ins, outs
+
+
+def conv_exact(x, k, stride):
+    """x [1,H,W,C], k [3,3,C,O], pad 1 on each side -> [1,OH,OW,O]."""
+    xp = np.zeros((1, x.shape[1] + 2, x.shape[2] + 2, x.shape[3]), dtype=x.dtype)
+    xp[:, 1:-1, 1:-1, :] = x
+    oh = (xp.shape[1] - 3) // stride + 1
+    ow = (xp.shape[2] - 3) // stride + 1
+    out = np.zeros((1, oh, ow, k.shape[3]), dtype=x.dtype)
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[0, i * stride:i * stride + 3, j * stride:j * stride + 3, :]
+            for o in range(k.shape[3]):
+                out[0, i, j, o] = (patch * k[:, :, :, o]).sum()
+    return out
+
+
+def case_types_convolution():
+    rng_t = np.random.default_rng(1402)
+    ins, outs = [], []
+    for t in STRUCT_TYPES:
+        x = struct_data(t, (1, 4, 4, 2), rng_t, nonzero=True)
+        k = struct_data(t, (3, 3, 2, 3), rng_t, nonzero=True)
+        ins += [x, k]
+        outs += [to_result(conv_exact(exact(x), exact(k), 1), t),
+                 to_result(conv_exact(exact(x), exact(k), 2), t)]
+    return ins, outs
+
+
+def fold(values, init, fn):
+    acc = init
+    for v in values:
+        acc = fn(acc, v)
+    return acc
+
+
+def case_types_reduce():
+    rng_t = np.random.default_rng(1403)
+    ins, outs = [], []
+    for t in STRUCT_TYPES:
+        x = struct_data(t, (4, 6), rng_t)
+        if t in INT_TYPES:
+            info = np.iinfo(INT_TYPES[t])
+            x[0, 1], x[1, 2], x[2, 3] = info.min, info.max, info.max
+            lo, hi = int(info.min), int(info.max)
+            mx = lambda a, b: max(a, b)  # noqa: E731
+            mn = lambda a, b: min(a, b)  # noqa: E731
+        else:
+            x[0, 1] = -0.0     # sign of zero lost in a sum started from +0
+            x[1, 2] = np.inf   # row sum inf; column max inf
+            x[2, 0] = np.nan   # propagates through sum, max and min
+            x[3, 4], x[3, 5] = np.inf, -np.inf  # sum NaN, min -inf
+            lo, hi = -np.inf, np.inf
+            mx = lambda a, b: ieee_maximum(np.float64(a), np.float64(b))  # noqa: E731
+            mn = lambda a, b: ieee_minimum(np.float64(a), np.float64(b))  # noqa: E731
+        e = exact(x)
+        add = lambda a, b: a + b  # noqa: E731
+        zero = 0 if t in INT_TYPES else 0.0
+        ins.append(x)
+        with np.errstate(invalid="ignore"):  # inf + -inf
+            outs += [to_result(np.array([fold(r, zero, add) for r in e]), t),
+                     to_result(np.array([fold(c, lo, mx) for c in e.T]), t),
+                     to_result(np.array([fold(r, hi, mn) for r in e]), t),
+                     to_result(np.array(fold(e.flat, zero, add)), t)]
+    return ins, outs
+
+
+def case_types_sort():
+    rng_t = np.random.default_rng(1404)
+    ins, outs = [], []
+    for t in STRUCT_TYPES:
+        x = struct_data(t, (2, 8), rng_t)
+        if t in INT_TYPES:
+            info = np.iinfo(INT_TYPES[t])
+            x[0, 2], x[0, 5], x[1, 1], x[1, 6] = info.max, info.min, info.min, x[1, 3]
+        else:
+            # Equal keys (+0 and -0 compare equal) keep their order.
+            x[0, 1], x[0, 4], x[0, 6] = 0.0, -0.0, 0.0
+            x[1, 0], x[1, 5], x[1, 7] = np.inf, -np.inf, 1e-39 if t == "bf16" else 1e-6
+            x[1, 7] = round_to(x[1, 7], t)
+        ins.append(x)
+        e = exact(x)
+        up, down, perm = np.empty_like(x), np.empty_like(x), np.empty(x.shape, dtype=np.int32)
+        for r in range(2):
+            order = sorted(range(8), key=lambda i: e[r, i])  # Python's sort is stable
+            up[r] = x[r, order]
+            perm[r] = order
+        for c in range(8):
+            order = sorted(range(2), key=lambda i: e[i, c], reverse=True)  # still stable
+            down[:, c] = x[order, c]
+        outs += [up, down, perm]
+    return ins, outs
+
+
+def case_types_gather():
+    rng_t = np.random.default_rng(1405)
+    index_types = {"bf16": np.uint8, "f16": np.int16, "f64": np.uint64, "u8": np.int32,
+                   "s16": np.uint16, "u16": np.int64, "u64": np.uint32}
+    index_values = {np.uint8: [4, 0, 200, 2], np.int16: [-3, 1, 4, 7], np.uint64: [3, 2**32 + 1, 0, 1],
+                    np.int32: [2, 2, -1, 5], np.uint16: [65535, 1, 0, 3], np.int64: [-(2**40), 4, 1, 2**40],
+                    np.uint32: [0, 4294967295, 3, 1]}
+    ins, outs = [], []
+    for t in STRUCT_TYPES:
+        table = struct_data(t, (5, 3), rng_t)
+        if t not in INT_TYPES:
+            table[0, 0], table[1, 1], table[4, 2], table[2, 0] = np.nan, -np.inf, -0.0, np.inf
+        ids = np.array(index_values[index_types[t]], dtype=index_types[t])
+        # Start indices clamp into [0, 4] (rows of a 5-row table, one at a time).
+        rows = table[[min(max(int(i), 0), 4) for i in ids]]
+        ins += [table, ids]
+        outs.append(rows)
+    return ins, outs
+
+
 def main():
     for name, fn in sorted(globals().items()):
         if not name.startswith("case_"):
