@@ -81,7 +81,7 @@ TEST_F(LoopTest, InfeedAndOutfeedKeepOrder) {
   EXPECT_FALSE(end->has_value());
 }
 
-TEST_F(LoopTest, WrongShapeInfeedFailsTheProgramAndKeepsTheQueue) {
+TEST_F(LoopTest, WrongShapeInfeedFailsTheProgramAndItsFeeds) {
   auto in = client_->OpenInfeed("cpu:0");
   ASSERT_TRUE((*in)->Write(F32({1, 2, 3})).ok());  // the program wants f32[2]
   ASSERT_TRUE((*in)->Write(F32({4, 5})).ok());
@@ -92,11 +92,18 @@ TEST_F(LoopTest, WrongShapeInfeedFailsTheProgramAndKeepsTheQueue) {
   EXPECT_NE(st.message().find("infeed expected f32[2] but the queue held f32[3]"),
             std::string::npos)
       << st;
-  // The next value is intact: a fresh loop reads it.
+  // The producer learns why: its stream fails with the program's error, and
+  // what it had queued for that program is gone.
+  absl::Status refused = (*in)->Write(F32({6, 7}));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("the program on cpu:0 failed"), std::string::npos) << refused;
+  // A new stream feeds the next loop.
+  auto in2 = client_->OpenInfeed("cpu:0");
+  ASSERT_TRUE((*in2)->Write(F32({8, 9})).ok());
   auto again = While(1, {Vec({0, 0})}, SumInfeeds);
   auto lit = (*again)[0].ToHost();
   ASSERT_TRUE(lit.ok()) << lit.status();
-  EXPECT_EQ(Values(*lit), (std::vector<double>{4, 5}));
+  EXPECT_EQ(Values(*lit), (std::vector<double>{8, 9}));
 }
 
 TEST_F(LoopTest, ProducerWithTokenFromAnotherClient) {

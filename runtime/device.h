@@ -66,6 +66,9 @@ class Executable {
   // True when executions fill ExecuteOptions::profile (a backend with a
   // cost model, such as tpusim).
   virtual bool has_cost_model() const { return false; }
+  // Whether the program reads its infeed or writes its outfeed (a backend
+  // that cannot tell says true).
+  virtual bool uses_feeds() const { return true; }
 };
 
 // Turns verified modules into executables for every device of one backend

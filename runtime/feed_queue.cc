@@ -14,15 +14,17 @@ constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
 
 absl::Status FeedQueue::Await(const absl::Condition& ready, uint64_t generation,
                               absl::Duration timeout, const CancelCheck& cancelled,
-                              absl::string_view what) {
+                              absl::string_view what, std::optional<uint64_t> since) {
   const absl::Time deadline = absl::Now() + timeout;
   auto aborted = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return generation_ != generation; };
+  auto failed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return since && failures_ > *since; };
   while (true) {
     const absl::Duration left = deadline - absl::Now();
     const absl::Duration slice = cancelled ? std::min(left, kCancelPoll) : left;
     if (slice > absl::ZeroDuration()) mu_.AwaitWithTimeout(ready, slice);
     if (aborted()) return absl::CancelledError(absl::StrCat(what, ": the queue was aborted"));
     if (ready.Eval()) return absl::OkStatus();
+    if (failed()) return failure_;
     if (cancelled && cancelled()) return absl::CancelledError(absl::StrCat(what, ": cancelled"));
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
@@ -32,33 +34,51 @@ absl::Status FeedQueue::Await(const absl::Condition& ready, uint64_t generation,
 }
 
 absl::Status FeedQueue::Push(ir::Literal value, absl::Duration timeout,
-                             const CancelCheck& cancelled) {
+                             const CancelCheck& cancelled, std::optional<uint64_t> since) {
   absl::MutexLock lock(&mu_);
+  if (since && failures_ > *since) return failure_;
   const uint64_t generation = generation_;
-  auto ready = [this, generation]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return generation_ != generation || items_.size() < capacity_;
+  auto ready = [this, generation, since]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return generation_ != generation || (since && failures_ > *since) ||
+           items_.size() < capacity_;
   };
   absl::Status st = Await(absl::Condition(&ready), generation, timeout, cancelled,
-                          "the feed queue stayed full");
+                          "the feed queue stayed full", since);
   if (!st.ok()) return st;
+  if (since && failures_ > *since) return failure_;
   items_.push_back(std::move(value));
   return absl::OkStatus();
 }
 
-absl::StatusOr<ir::Literal> FeedQueue::Pop(absl::Duration timeout, const CancelCheck& cancelled) {
+absl::StatusOr<ir::Literal> FeedQueue::Pop(absl::Duration timeout, const CancelCheck& cancelled,
+                                           std::optional<uint64_t> since) {
   absl::MutexLock lock(&mu_);
   const uint64_t generation = generation_;
-  auto ready = [this, generation]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return generation_ != generation || !items_.empty();
+  // A failed queue still hands out what it holds, then the failure.
+  auto ready = [this, generation, since]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return generation_ != generation || !items_.empty() || (since && failures_ > *since);
   };
   ++waiting_pops_;
   absl::Status st = Await(absl::Condition(&ready), generation, timeout, cancelled,
-                          "no value arrived in the feed queue");
+                          "no value arrived in the feed queue", since);
   --waiting_pops_;
   if (!st.ok()) return st;
+  if (items_.empty()) return failure_;
   ir::Literal value = std::move(items_.front());
   items_.pop_front();
   return value;
+}
+
+void FeedQueue::Fail(absl::Status reason, bool drop_values) {
+  absl::MutexLock lock(&mu_);
+  ++failures_;
+  failure_ = std::move(reason);
+  if (drop_values) items_.clear();
+}
+
+uint64_t FeedQueue::failures() const {
+  absl::MutexLock lock(&mu_);
+  return failures_;
 }
 
 void FeedQueue::Abort() {

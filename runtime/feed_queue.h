@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -25,12 +26,24 @@ class FeedQueue {
  public:
   explicit FeedQueue(size_t capacity) : capacity_(capacity) {}
 
+  // `since`: the failures() count when the caller began (opened its stream);
+  // a Fail after that ends its waits and calls. Null: failures do not
+  // concern the caller (the program that reads and writes the queue).
   absl::Status Push(ir::Literal value, absl::Duration timeout,
-                    const CancelCheck& cancelled = nullptr);
-  absl::StatusOr<ir::Literal> Pop(absl::Duration timeout, const CancelCheck& cancelled = nullptr);
+                    const CancelCheck& cancelled = nullptr,
+                    std::optional<uint64_t> since = std::nullopt);
+  absl::StatusOr<ir::Literal> Pop(absl::Duration timeout, const CancelCheck& cancelled = nullptr,
+                                  std::optional<uint64_t> since = std::nullopt);
   // Wakes every current waiter with CANCELLED and drops the queued values.
   // Later calls work as before.
   void Abort();
+  // Records that the program using the queue failed with `reason`: callers
+  // that began before (see `since`) get `reason` from Push, and from Pop
+  // once the values still queued are read; their waits end at once. With
+  // `drop_values` the queued values go. Callers that begin afterwards (a new
+  // stream, the next program) are not affected.
+  void Fail(absl::Status reason, bool drop_values);
+  uint64_t failures() const;
   size_t size() const;
   size_t capacity() const { return capacity_; }
   // How many Pop calls wait for a value now, and a wait until at least `n`
@@ -43,7 +56,8 @@ class FeedQueue {
   // Waits until `ready` holds, the generation changes, the deadline passes
   // or `cancelled` turns true; returns the reason it stopped waiting.
   absl::Status Await(const absl::Condition& ready, uint64_t generation, absl::Duration timeout,
-                     const CancelCheck& cancelled, absl::string_view what)
+                     const CancelCheck& cancelled, absl::string_view what,
+                     std::optional<uint64_t> since)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t capacity_;
@@ -51,6 +65,8 @@ class FeedQueue {
   std::deque<ir::Literal> items_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   size_t waiting_pops_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // the latest
 };
 
 }  // namespace kiln::runtime

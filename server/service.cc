@@ -104,7 +104,8 @@ absl::StatusOr<v1::HandshakeResponse> Service::Handshake(const v1::HandshakeRequ
         kMaxProtocolVersion));
   }
   std::shared_ptr<Session> session = sessions_->Create(req.client_name());
-  logging::Info("session {} opened by '{}' (protocol {})", session->id(), req.client_name(), hi);
+  logging::Info("session {} opened by '{}' (protocol {})", session->id(), session->client_name(),
+                hi);
   metrics_.Add("sessions_opened");
   v1::HandshakeResponse resp;
   resp.set_version(hi);
@@ -334,6 +335,7 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
       run.args.push_back(arg->buffer);
     }
     feeds[r] = session->Feeds(device->name());
+
     run.options.infeed_timeout = infeed_timeout;
     run.options.outfeed_timeout = infeed_timeout;
     run.options.infeed = &feeds[r]->infeed;
@@ -365,6 +367,17 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
       metrics_.Add("executes_cancelled");
       logging::Info("session {}: execution cancelled on {}", session->id(), exe.device->name());
       return absl::CancelledError(absl::StrCat("execution cancelled: ", results.status().message()));
+    }
+    if (exe.executable->uses_feeds()) {
+      // Producers and outfeed readers would wait for a program that is gone:
+      // they get its error instead (readers after the values it wrote).
+      const absl::Status failed(
+          results.status().code(),
+          absl::StrCat("the program on ", exe.device->name(), " failed: ", results.status().message()));
+      for (const auto& f : feeds) {
+        f->infeed.Fail(failed, /*drop_values=*/true);
+        f->outfeed.Fail(failed, /*drop_values=*/false);
+      }
     }
     return results.status();
   }
@@ -469,7 +482,8 @@ absl::StatusOr<Service::FeedEndpoint> Service::OpenFeed(const v1::FeedTarget& ta
       return absl::PermissionDeniedError(absl::StrCat(
           "the feed token grants ", grant.device, ", not ", target.device()));
     }
-    absl::StatusOr<std::shared_ptr<Session>> session = sessions_->Get(grant.session_id);
+    absl::StatusOr<std::shared_ptr<Session>> session =
+        sessions_->Get(grant.session_id, /*renew=*/false);
     if (!session.ok()) {
       return absl::PermissionDeniedError("the session that issued the feed token has ended");
     }
@@ -483,6 +497,8 @@ absl::StatusOr<Service::FeedEndpoint> Service::OpenFeed(const v1::FeedTarget& ta
         "feeds need the session id or a feed token issued by the session");
   }
   feed.queues = feed.session->Feeds(feed.device->name());
+  feed.infeed_since = feed.queues->infeed.failures();
+  feed.outfeed_since = feed.queues->outfeed.failures();
   feed.max_value_bytes = feed.device->memory_stats().capacity_bytes;
   return feed;
 }
@@ -492,7 +508,8 @@ absl::Status Service::Infeed(const FeedEndpoint& feed, ir::Literal value,
   RETURN_IF_ERROR(ir::CheckArrayValue(value.shape(), feed.max_value_bytes));
   const int64_t bytes = value.shape().ByteSize();
   absl::Status pushed = feed.queues->infeed.Push(std::move(value), absl::InfiniteDuration(),
-                                                 UntilSessionEnds(feed.session, cancelled));
+                                                 UntilSessionEnds(feed.session, cancelled),
+                                                 feed.infeed_since);
   if (!pushed.ok()) {
     if (feed.session->closed()) return absl::CancelledError("the session has ended");
     return WithContext(pushed, "infeed");
@@ -505,7 +522,8 @@ absl::Status Service::Infeed(const FeedEndpoint& feed, ir::Literal value,
 absl::StatusOr<ir::Literal> Service::Outfeed(const FeedEndpoint& feed, absl::Duration timeout,
                                              const runtime::CancelCheck& cancelled) {
   absl::StatusOr<ir::Literal> value =
-      feed.queues->outfeed.Pop(timeout, UntilSessionEnds(feed.session, cancelled));
+      feed.queues->outfeed.Pop(timeout, UntilSessionEnds(feed.session, cancelled),
+                               feed.outfeed_since);
   if (!value.ok()) {
     if (feed.session->closed()) return absl::CancelledError("the session has ended");
     return WithContext(value.status(), "outfeed");

@@ -85,6 +85,10 @@ class Service {
     runtime::Device* device = nullptr;
     // The largest value a peer may send (the device's memory).
     int64_t max_value_bytes = 0;
+    // The queues' failure counts when the feed opened: a program that fails
+    // later ends this feed's waits with its error (FeedQueue::Fail).
+    uint64_t infeed_since = 0;
+    uint64_t outfeed_since = 0;
   };
   // PERMISSION_DENIED without a session id or with a token this server did
   // not issue (or whose session has ended).

@@ -171,6 +171,45 @@ TEST(ServiceCacheKeyTest, BackendsWithTheSameConfigKeyKeepSeparateEntries) {
   EXPECT_EQ(on_null.status().code(), absl::StatusCode::kUnimplemented) << on_null.status();
 }
 
+TEST_F(ServiceTest, ClientNamesAreEscapedAndBounded) {
+  v1::HandshakeRequest req;
+  req.set_min_version(1);
+  req.set_max_version(1);
+  req.set_client_name("trainer\n[2026-01-01] [kiln] [info] forged line\x1b[31m" +
+                      std::string(1000, 'x'));
+  auto hello = service_->Handshake(req);
+  ASSERT_TRUE(hello.ok());
+  auto session = service_->sessions().Get(hello->session_id());
+  ASSERT_TRUE(session.ok());
+  const std::string& name = (*session)->client_name();
+  EXPECT_EQ(name.find('\n'), std::string::npos) << name;
+  EXPECT_EQ(name.find('\x1b'), std::string::npos) << name;
+  EXPECT_EQ(name.rfind("trainer\\n[2026-01-01]", 0), 0u) << name;
+  EXPECT_LT(name.size(), 200u);
+  EXPECT_EQ(SafeClientName("plain-name_1"), "plain-name_1");
+}
+
+TEST_F(ServiceTest, PollingAFeedTokenDoesNotKeepItsSessionAlive) {
+  v1::CreateFeedTokenRequest create;
+  create.set_session_id(session_);
+  create.set_device("cpu:0");
+  auto token = service_->CreateFeedToken(create);
+  ASSERT_TRUE(token.ok());
+  v1::FeedTarget target;
+  target.set_feed_token(token->feed_token());
+  // The owner goes silent; a producer keeps opening its feed. The lease
+  // (2 s) must still run out.
+  absl::Status opened;
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Seconds(20)) {
+    opened = service_->OpenFeed(target).status();
+    if (!opened.ok()) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(opened.code(), absl::StatusCode::kPermissionDenied) << opened;
+  EXPECT_NE(opened.message().find("has ended"), std::string::npos) << opened;
+}
+
 TEST_F(ServiceTest, VersionMismatchNamesBothRanges) {
   v1::HandshakeRequest req;
   req.set_min_version(5);
@@ -277,6 +316,160 @@ TEST_F(ServiceTest, BadExecuteArgumentsAndModules) {
             std::string::npos);
 }
 
+TEST_F(ServiceTest, MemoryInfoKeepsThePeakAfterRelease) {
+  auto a = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3}));
+  auto b = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
+  ASSERT_TRUE(a.ok() && b.ok());
+  v1::ReleaseRequest rel;
+  rel.set_session_id(session_);
+  rel.add_buffer_handles(*a);
+  ASSERT_TRUE(service_->Release(rel).ok());
+  v1::MemoryInfoRequest req;
+  req.set_session_id(session_);
+  req.set_device("cpu:0");
+  auto info = service_->MemoryInfo(req);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->bytes_in_use(), 8);
+  EXPECT_EQ(info->peak_bytes_in_use(), 20);
+  EXPECT_EQ(info->live_buffers(), 1);
+}
+
+// The service checks arguments before it takes donated buffers: a refused
+// execution leaves the caller's buffers alone.
+TEST_F(ServiceTest, RefusedExecutionKeepsDonatedArguments) {
+  auto exe = CompileText(kNegate);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto wrong = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  v1::ExecuteRequest ex;
+  ex.set_session_id(session_);
+  ex.set_executable_handle(exe->executable_handle());
+  ex.add_argument_handles(*wrong);
+  ex.add_donated_arguments(0);
+  auto shape = service_->Execute(ex);
+  EXPECT_EQ(shape.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(shape.status().message().find("expects f32[3]"), std::string::npos) << shape.status();
+  EXPECT_TRUE(Download(session_, *wrong).ok());
+  // Too few arguments with a donation, and a donated index past the end.
+  ex.clear_argument_handles();
+  auto none = service_->Execute(ex);
+  EXPECT_NE(none.status().message().find("takes 1 arguments, got 0"), std::string::npos)
+      << none.status();
+  auto right = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3}));
+  ASSERT_TRUE(right.ok()) << right.status();
+  ex.add_argument_handles(*right);
+  ex.set_donated_arguments(0, 1);
+  auto past = service_->Execute(ex);
+  EXPECT_NE(past.status().message().find("donated argument 1 out of range"), std::string::npos)
+      << past.status();
+  EXPECT_TRUE(Download(session_, *right).ok());
+}
+
+// A buffer stays on the device it was sent to: running a program on another
+// device of the same kind needs an explicit copy.
+TEST(ServiceDeviceTest, ArgumentsOnAnotherDeviceAreRefused) {
+  ServiceOptions options;
+  options.backends = *runtime::ParseBackendSpecs("cpu:2", "");
+  auto service = *Service::Create(options);
+  v1::HandshakeRequest hello;
+  hello.set_min_version(1);
+  hello.set_max_version(3);
+  const std::string session = service->Handshake(hello)->session_id();
+  const ir::Literal x = ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3});
+  v1::TransferHeader h;
+  h.set_session_id(session);
+  h.set_device("cpu:1");
+  ir::ShapeToProto(x.shape(), h.mutable_shape());
+  h.set_total_bytes(x.shape().ByteSize());
+  bool sent = false;
+  auto upload = service->TransferToDevice(h, "", [&](std::string* data) -> absl::StatusOr<bool> {
+    if (sent) return false;
+    *data = std::string(x.bytes().begin(), x.bytes().end());
+    sent = true;
+    return true;
+  });
+  ASSERT_TRUE(upload.ok()) << upload.status();
+  auto m = ir::ParseModule(kNegate);
+  ASSERT_TRUE(m.ok()) << m.status();
+  v1::CompileRequest compile;
+  compile.set_session_id(session);
+  compile.set_device("cpu:0");
+  *compile.mutable_module() = ir::ModuleToProto(**m);
+  auto exe = service->Compile(compile);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  v1::ExecuteRequest ex;
+  ex.set_session_id(session);
+  ex.set_executable_handle(exe->executable_handle());
+  ex.add_argument_handles(upload->buffer_handle());
+  auto run = service->Execute(ex);
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(run.status().message().find("lives on cpu:1 but the program runs on cpu:0"),
+            std::string::npos)
+      << run.status();
+}
+
+// A replica on a device of another kind is refused before any donated
+// buffer is taken.
+TEST(ServiceDeviceTest, ReplicaOfAnotherKindIsRefusedKeepingDonations) {
+  ServiceOptions options;
+  options.backends = *runtime::ParseBackendSpecs("cpu:1,tpu:1", "");
+  auto service = *Service::Create(options);
+  v1::HandshakeRequest hello;
+  hello.set_min_version(1);
+  hello.set_max_version(3);
+  const std::string session = service->Handshake(hello)->session_id();
+  const ir::Literal x = ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3});
+  auto upload = [&](const std::string& device) {
+    v1::TransferHeader h;
+    h.set_session_id(session);
+    h.set_device(device);
+    ir::ShapeToProto(x.shape(), h.mutable_shape());
+    h.set_total_bytes(x.shape().ByteSize());
+    bool sent = false;
+    auto resp = service->TransferToDevice(h, "", [&](std::string* data) -> absl::StatusOr<bool> {
+      if (sent) return false;
+      *data = std::string(x.bytes().begin(), x.bytes().end());
+      sent = true;
+      return true;
+    });
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->buffer_handle() : "";
+  };
+  const std::string on_cpu = upload("cpu:0");
+  const std::string on_tpu = upload("tpu:0");
+  auto m = ir::ParseModule(kNegate);
+  ASSERT_TRUE(m.ok()) << m.status();
+  v1::CompileRequest compile;
+  compile.set_session_id(session);
+  compile.set_device("cpu:0");
+  *compile.mutable_module() = ir::ModuleToProto(**m);
+  auto exe = service->Compile(compile);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  v1::ExecuteRequest ex;
+  ex.set_session_id(session);
+  ex.set_executable_handle(exe->executable_handle());
+  auto* first = ex.add_replicas();
+  first->set_device("cpu:0");
+  first->add_argument_handles(on_cpu);
+  auto* second = ex.add_replicas();
+  second->set_device("tpu:0");
+  second->add_argument_handles(on_tpu);
+  ex.add_donated_arguments(0);
+  auto run = service->Execute(ex);
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(run.status().message().find(
+                "replica 1 is on tpu:0 but the program was compiled for cpu devices"),
+            std::string::npos)
+      << run.status();
+  v1::ReleaseRequest rel;
+  rel.set_session_id(session);
+  rel.add_buffer_handles(on_cpu);
+  rel.add_buffer_handles(on_tpu);
+  auto released = service->Release(rel);
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_EQ(released->released(), 2);
+}
+
 TEST_F(ServiceTest, ExpiredLeaseFreesMemory) {
   auto h = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {100}, {}));
   ASSERT_TRUE(h.ok());
@@ -359,6 +552,84 @@ TEST_F(ServiceTest, ClosingTheSessionStopsItsRunningLoop) {
   EXPECT_EQ(result.code(), absl::StatusCode::kCancelled) << result;
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_EQ(feed->queues->infeed.size(), 1u);
+}
+
+// An infeed of f32[2] per iteration, echoed to the outfeed.
+std::string EchoLoop(int iterations) {
+  return absl::StrCat(R"(
+cond {
+  s = (s32[]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant()", iterations, R"()
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  s = (s32[]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  tok = token[] after-all()
+  in = (f32[2], token[]) infeed(tok)
+  v = f32[2] get-tuple-element(in), index=0
+  t = token[] get-tuple-element(in), index=1
+  out = token[] outfeed(v, t)
+  ROOT next = (s32[]) tuple(j)
+}
+ENTRY e {
+  z = s32[] constant(0)
+  init = (s32[]) tuple(z)
+  ROOT w = (s32[]) while(init), condition=cond, body=body
+}
+)");
+}
+
+// A program that fails tells its producers and outfeed readers why, instead
+// of leaving them waiting; feeds opened afterwards work as before.
+TEST_F(ServiceTest, AFailedProgramFailsItsFeedsWithItsError) {
+  auto exe = CompileText(EchoLoop(3));
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  v1::FeedTarget target;
+  target.set_session_id(session_);
+  target.set_device("cpu:0");
+  auto feed = service_->OpenFeed(target);
+  ASSERT_TRUE(feed.ok());
+  auto f32 = [](std::vector<float> v) {
+    return ir::Literal::FromVector<float>(ir::ElementType::kF32, {int64_t(v.size())}, v);
+  };
+  ASSERT_TRUE(service_->Infeed(*feed, f32({1, 2}), nullptr).ok());
+  ASSERT_TRUE(service_->Infeed(*feed, f32({1, 2, 3}), nullptr).ok());  // wrong shape
+  v1::ExecuteRequest req;
+  req.set_session_id(session_);
+  req.set_executable_handle(exe->executable_handle());
+  auto failed = service_->Execute(req);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument) << failed.status();
+  // The reader gets what the program wrote, then the program's error at
+  // once (it would otherwise wait for ever).
+  auto first = service_->Outfeed(*feed, absl::InfiniteDuration(), nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->data<float>()[1], 2.0f);
+  auto after = service_->Outfeed(*feed, absl::InfiniteDuration(), nullptr);
+  ASSERT_FALSE(after.ok());
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(after.status().message().find("the program on cpu:0 failed"), std::string::npos)
+      << after.status();
+  // The producer's next value is refused with the same reason.
+  absl::Status refused = service_->Infeed(*feed, f32({5, 6}), nullptr);
+  EXPECT_NE(refused.message().find("the program on cpu:0 failed"), std::string::npos) << refused;
+
+  // Feeds opened afterwards serve the next program as usual.
+  auto fresh = service_->OpenFeed(target);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_TRUE(service_->Infeed(*fresh, f32({7, 8}), nullptr).ok());
+  auto one = CompileText(EchoLoop(1));
+  ASSERT_TRUE(one.ok());
+  req.set_executable_handle(one->executable_handle());
+  auto ran = service_->Execute(req);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  auto echoed = service_->Outfeed(*fresh, absl::Seconds(30), nullptr);
+  ASSERT_TRUE(echoed.ok()) << echoed.status();
+  EXPECT_EQ(echoed->data<float>()[0], 7.0f);
 }
 
 TEST_F(ServiceTest, FeedsNeedASessionOrAToken) {

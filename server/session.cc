@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <random>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
 
@@ -167,21 +168,31 @@ SessionManager::~SessionManager() {
   reaper_.join();
 }
 
+std::string SafeClientName(absl::string_view name) {
+  constexpr size_t kMaxClientName = 128;
+  std::string escaped = absl::CHexEscape(name.substr(0, kMaxClientName));
+  if (name.size() > kMaxClientName) escaped += "...";
+  return escaped;
+}
+
 std::shared_ptr<Session> SessionManager::Create(const std::string& client_name) {
-  auto session = std::make_shared<Session>(NewHandle("s-"), client_name, feed_capacity_);
+  // The name is the client's to choose: logs get it escaped and bounded, so
+  // it cannot forge log lines.
+  auto session = std::make_shared<Session>(NewHandle("s-"), SafeClientName(client_name),
+                                           feed_capacity_);
   absl::MutexLock lock(&mu_);
   sessions_[session->id()] = Entry{session, absl::Now() + lease_};
   return session;
 }
 
-absl::StatusOr<std::shared_ptr<Session>> SessionManager::Get(const std::string& id) {
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Get(const std::string& id, bool renew) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
     return absl::NotFoundError(
         absl::StrCat("unknown or expired session '", id, "'"));
   }
-  it->second.deadline = absl::Now() + lease_;
+  if (renew) it->second.deadline = absl::Now() + lease_;
   return it->second.session;
 }
 

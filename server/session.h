@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "runtime/device.h"
@@ -83,6 +84,10 @@ class Session {
   std::atomic<bool> closed_{false};
 };
 
+// A client's self-chosen name as sessions keep and log it: C-escaped (no
+// newlines or control characters) and at most 128 bytes of the original.
+std::string SafeClientName(absl::string_view name);
+
 // Owns the sessions and their leases; a background thread drops sessions
 // whose lease ran out. Thread-safe.
 class SessionManager {
@@ -91,9 +96,10 @@ class SessionManager {
   ~SessionManager();
 
   std::shared_ptr<Session> Create(const std::string& client_name);
-  // Looks up a session and renews its lease. NOT_FOUND for unknown or
-  // expired sessions.
-  absl::StatusOr<std::shared_ptr<Session>> Get(const std::string& id);
+  // Looks up a session and renews its lease (unless `renew` is false: a
+  // feed token's holder is not the session's client and must not keep it
+  // alive). NOT_FOUND for unknown or expired sessions.
+  absl::StatusOr<std::shared_ptr<Session>> Get(const std::string& id, bool renew = true);
   absl::Status Close(const std::string& id);
   // Whether the session exists (does not renew its lease).
   bool Alive(const std::string& id) const;

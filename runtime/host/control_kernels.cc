@@ -163,10 +163,13 @@ absl::StatusOr<Kernel> MakeControlKernel(const ir::Instruction& instr,
         const runtime::ExecuteOptions& o = *st.options;
         ASSIGN_OR_RETURN(std::vector<int64_t> group,
                          ReplicaGroupOf(groups, o.replica_id, o.replica_count));
-        if (o.rendezvous == nullptr || group.size() == 1) {
-          // A group of one: the reduction is the value itself.
+        if (o.rendezvous == nullptr) {
+          // A single replica: the reduction is the value itself.
           return ops.size() == 1 ? ops[0] : Buffer::MakeTuple(ops);
         }
+        // Every replica takes part in every round, a group of one too:
+        // rounds are counted per replica, so one that skipped a round would
+        // leave the others waiting for it.
         ASSIGN_OR_RETURN(
             std::vector<std::vector<runtime::BufferPtr>> all,
             o.rendezvous->Exchange(o.replica_id, {ops.begin(), ops.end()}, o.cancelled));

@@ -9,12 +9,13 @@ namespace kiln::host {
 
 ProgramExecutable::ProgramExecutable(std::string kind, std::shared_ptr<const Program> entry,
                                      ir::Shape result, std::vector<ir::Shape> params,
-                                     uint64_t seed, ProfileFn profile)
+                                     uint64_t seed, bool uses_feeds, ProfileFn profile)
     : kind_(std::move(kind)),
       entry_(std::move(entry)),
       result_shape_(std::move(result)),
       parameter_shapes_(std::move(params)),
       seed_(seed),
+      uses_feeds_(uses_feeds),
       profile_(std::move(profile)) {}
 
 absl::StatusOr<runtime::BufferPtr> ProgramExecutable::Execute(
@@ -68,9 +69,16 @@ absl::StatusOr<std::shared_ptr<runtime::Executable>> CompileProgram(
   }
   ProgramCache programs(std::move(program_options));
   ASSIGN_OR_RETURN(std::shared_ptr<const Program> entry, programs.Get(module.entry()));
+  bool uses_feeds = false;
+  for (const auto& computation : module.computations()) {
+    for (const auto& instr : computation->instructions()) {
+      uses_feeds = uses_feeds || instr->opcode() == ir::Opcode::kInfeed ||
+                   instr->opcode() == ir::Opcode::kOutfeed;
+    }
+  }
   return std::make_shared<ProgramExecutable>(kind, entry, module.entry()->root()->shape(),
                                              module.entry()->ParameterShapes(), options.rng_seed,
-                                             std::move(profile));
+                                             uses_feeds, std::move(profile));
 }
 
 }  // namespace kiln::host

@@ -24,7 +24,8 @@ class ProgramExecutable : public runtime::Executable {
   // Runs on devices of `kind` (host devices). `profile` null: executions
   // report no profile.
   ProgramExecutable(std::string kind, std::shared_ptr<const Program> entry, ir::Shape result,
-                    std::vector<ir::Shape> params, uint64_t seed, ProfileFn profile = nullptr);
+                    std::vector<ir::Shape> params, uint64_t seed, bool uses_feeds,
+                    ProfileFn profile = nullptr);
 
   absl::StatusOr<runtime::BufferPtr> Execute(runtime::Device& device,
                                              const std::vector<runtime::BufferPtr>& args,
@@ -34,6 +35,7 @@ class ProgramExecutable : public runtime::Executable {
     return parameter_shapes_;
   }
   bool has_cost_model() const override { return profile_ != nullptr; }
+  bool uses_feeds() const override { return uses_feeds_; }
 
  private:
   const std::string kind_;
@@ -41,6 +43,7 @@ class ProgramExecutable : public runtime::Executable {
   ir::Shape result_shape_;
   std::vector<ir::Shape> parameter_shapes_;
   uint64_t seed_;
+  bool uses_feeds_;
   std::atomic<uint64_t> executions_{0};
   ProfileFn profile_;
 };

@@ -120,6 +120,33 @@ TEST(ReplicationTest, AllReduceOnSeveralCpuDevices) {
   }
 }
 
+// A group of one still takes part in each round, so the other groups do not
+// wait for it until the collective timeout.
+TEST(ReplicationTest, AGroupOfOneDoesNotStallTheOthers) {
+  constexpr char kOneAndTwo[] = R"(
+HloModule one_and_two
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY main {
+  v = f32[2] parameter(0)
+  ROOT sum = f32[2] all-reduce(v), replica_groups={{0},{1,2}}, to_apply=add
+})";
+  cpu::CpuBackendOptions options;
+  options.devices = 3;
+  cpu::CpuBackend cpus(options);
+  // Before, replicas 1 and 2 waited for replica 0 until the collective
+  // timeout and failed with DEADLINE_EXCEEDED.
+  auto out = RunReplicated(kOneAndTwo, cpus.compiler(), cpus.devices(),
+                           {F32({2}, {1, 1}), F32({2}, {2, 2}), F32({2}, {4, 4})}, nullptr);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(Values(ValueOf((*out)[0])), ::testing::ElementsAre(1, 1));
+  EXPECT_THAT(Values(ValueOf((*out)[1])), ::testing::ElementsAre(6, 6));
+  EXPECT_THAT(Values(ValueOf((*out)[2])), ::testing::ElementsAre(6, 6));
+}
+
 TEST(ReplicationTest, ReplicaGroupsReduceSeparately) {
   auto devices = TpuCores(4);
   TpuSimCompiler compiler({});
