@@ -279,16 +279,30 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
   const auto exec_start = Clock::now();
   ExecuteResult result;
   std::vector<ExecuteResult> replica_results;
+  // A program that failed fails the same way again: its outputs keep the
+  // error, so reading them later does not run it a second time. Errors that
+  // may pass (a cancelled call, a server out of reach) are not kept.
+  auto keep_error = [&](const absl::Status& error) {
+    const absl::StatusCode code = error.code();
+    if (code != absl::StatusCode::kCancelled && code != absl::StatusCode::kUnavailable &&
+        code != absl::StatusCode::kDeadlineExceeded) {
+      for (const auto& node : outputs) node->status = error;
+    }
+    return error;
+  };
   if (replica_args.empty()) {
     std::vector<std::shared_ptr<DeviceBuffer>> args;
     for (const auto& p : lowered.params) args.push_back(p->data);
-    ASSIGN_OR_RETURN(result, client_->Execute(*exe, args, options));
+    absl::StatusOr<ExecuteResult> executed = client_->Execute(*exe, args, options);
+    if (!executed.ok()) return keep_error(executed.status());
+    result = *std::move(executed);
   } else {
-    ASSIGN_OR_RETURN(ReplicatedResult replicated,
-                     client_->ExecuteReplicated(*exe, replica_args, options));
-    replica_results = std::move(replicated.replicas);
+    absl::StatusOr<ReplicatedResult> replicated =
+        client_->ExecuteReplicated(*exe, replica_args, options);
+    if (!replicated.ok()) return keep_error(replicated.status());
+    replica_results = std::move(replicated->replicas);
     result = replica_results[0];
-    result.profile = replicated.profile;
+    result.profile = replicated->profile;
     ++metrics_.replicated_executions;
   }
   if (result.profile.has_value()) {

@@ -93,6 +93,37 @@ TEST_F(TensorTest, PrintingAFailedTensorShowsTheError) {
   EXPECT_NE(text.find("INVALID_ARGUMENT"), std::string::npos) << text;
 }
 
+// A failed execution's error stays on its tensors: reading them again
+// reports it without running the program again.
+TEST_F(TensorTest, AFailedExecutionsErrorStaysOnTheTensor) {
+  embedded::Options small;
+  small.backend_config = "cpu.memory_bytes=4096";
+  auto client = *embedded::Connect(small);
+  auto ctx = LazyContext::Create(client.get());
+  Tensor x = ctx->FromVector<float>(ElementType::kF32, {4}, {1, 2, 3, 4}, "cpu:0");
+  // 4096 bytes of device memory cannot hold the 64 KiB broadcast.
+  Tensor big = Sum(BroadcastTo(x, {4096, 4}) * 2.0, {});
+  auto first = big.Item();
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kResourceExhausted) << first.status();
+  const int64_t executions = ctx->metrics().executions;
+  const int64_t failed_runs = [&] {
+    auto m = client->Metrics();
+    for (const auto& c : m->counters()) {
+      if (c.name() == "execute_errors") return c.value();
+    }
+    return int64_t{-1};
+  }();
+  auto again = big.Item();
+  EXPECT_EQ(again.status(), first.status());
+  auto m = client->Metrics();
+  for (const auto& c : m->counters()) {
+    if (c.name() == "execute_errors") EXPECT_EQ(c.value(), failed_runs);
+  }
+  EXPECT_EQ(ctx->metrics().executions, executions);
+  EXPECT_EQ(failed_runs, 1);
+}
+
 TEST_F(TensorTest, ReportShowsCompileCountAndTime) {
   Tensor a = Vec({1, 2, 3});
   Tensor s = Sum(a * 3.0, {});
