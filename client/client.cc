@@ -173,10 +173,24 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::unique_ptr<Transport
   return client;
 }
 
+namespace {
+
+GrpcOptions GrpcOptionsOf(const ConnectOptions& options) {
+  GrpcOptions grpc;
+  grpc.connect_timeout = options.connect_timeout;
+  grpc.control_timeout = options.control_timeout;
+  grpc.compile_timeout = options.compile_timeout;
+  grpc.execute_timeout = options.execute_timeout;
+  grpc.keepalive_time = options.keepalive_time;
+  return grpc;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address,
                                                         const ConnectOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
-                   ConnectGrpc(address, options.connect_timeout, options.call_timeout));
+                   ConnectGrpc(address, GrpcOptionsOf(options)));
   return Create(std::move(transport), options);
 }
 

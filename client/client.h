@@ -34,7 +34,12 @@ struct DeviceDescription {
 struct ConnectOptions {
   std::string client_name = "kiln-client";
   absl::Duration connect_timeout = absl::Seconds(10);
-  absl::Duration call_timeout = absl::ZeroDuration();  // none
+  // Deadlines per call kind (zero: none) and keep-alive pings; see
+  // GrpcOptions in client/grpc_transport.h for what each covers.
+  absl::Duration control_timeout = absl::Seconds(60);
+  absl::Duration compile_timeout = absl::Minutes(30);
+  absl::Duration execute_timeout = absl::ZeroDuration();
+  absl::Duration keepalive_time = absl::Seconds(30);
   int64_t chunk_bytes = int64_t{1} << 20;
   // Test hook: no keep-alives and no session close, like a client that
   // vanished.

@@ -21,17 +21,19 @@ absl::Status FromGrpc(const grpc::Status& s) {
 class GrpcTransport : public Transport {
  public:
   using Transport::Execute;
-  GrpcTransport(std::shared_ptr<grpc::Channel> channel, absl::Duration call_timeout)
+  GrpcTransport(std::shared_ptr<grpc::Channel> channel, const GrpcOptions& options)
       : channel_(std::move(channel)),
         stub_(v1::KilnService::NewStub(channel_)),
-        call_timeout_(call_timeout) {}
+        options_(options) {}
 
-  // `cancel` (may be null) lets another thread cancel the call.
+  // `timeout` (zero: none) is the call's deadline; `cancel` (may be null)
+  // lets another thread cancel the call.
   template <typename Req, typename Resp, typename Method>
-  absl::StatusOr<Resp> Unary(Method method, const Req& req, CallCanceller* cancel = nullptr) {
+  absl::StatusOr<Resp> Unary(Method method, const Req& req, absl::Duration timeout,
+                             CallCanceller* cancel = nullptr) {
     grpc::ClientContext ctx;
-    if (call_timeout_ > absl::ZeroDuration()) {
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
+    if (timeout > absl::ZeroDuration() && timeout < absl::InfiniteDuration()) {
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     }
     if (cancel != nullptr) cancel->SetHook([&ctx]() { ctx.TryCancel(); });
     Resp resp;
@@ -43,32 +45,32 @@ class GrpcTransport : public Transport {
 
   absl::StatusOr<v1::HandshakeResponse> Handshake(const v1::HandshakeRequest& r) override {
     return Unary<v1::HandshakeRequest, v1::HandshakeResponse>(
-        &v1::KilnService::Stub::Handshake, r);
+        &v1::KilnService::Stub::Handshake, r, options_.control_timeout);
   }
   absl::StatusOr<v1::KeepAliveResponse> KeepAlive(const v1::KeepAliveRequest& r) override {
     return Unary<v1::KeepAliveRequest, v1::KeepAliveResponse>(
-        &v1::KilnService::Stub::KeepAlive, r);
+        &v1::KilnService::Stub::KeepAlive, r, options_.control_timeout);
   }
   absl::StatusOr<v1::CloseSessionResponse> CloseSession(
       const v1::CloseSessionRequest& r) override {
     return Unary<v1::CloseSessionRequest, v1::CloseSessionResponse>(
-        &v1::KilnService::Stub::CloseSession, r);
+        &v1::KilnService::Stub::CloseSession, r, options_.control_timeout);
   }
   absl::StatusOr<v1::ReleaseResponse> Release(const v1::ReleaseRequest& r) override {
-    return Unary<v1::ReleaseRequest, v1::ReleaseResponse>(&v1::KilnService::Stub::Release, r);
+    return Unary<v1::ReleaseRequest, v1::ReleaseResponse>(&v1::KilnService::Stub::Release, r, options_.control_timeout);
   }
   absl::StatusOr<v1::CompileResponse> Compile(const v1::CompileRequest& r) override {
-    return Unary<v1::CompileRequest, v1::CompileResponse>(&v1::KilnService::Stub::Compile, r);
+    return Unary<v1::CompileRequest, v1::CompileResponse>(&v1::KilnService::Stub::Compile, r, options_.compile_timeout);
   }
   absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& r,
                                               CallCanceller* cancel) override {
-    return Unary<v1::ExecuteRequest, v1::ExecuteResponse>(&v1::KilnService::Stub::Execute, r,
+    return Unary<v1::ExecuteRequest, v1::ExecuteResponse>(&v1::KilnService::Stub::Execute, r, options_.execute_timeout,
                                                           cancel);
   }
   absl::StatusOr<v1::CreateFeedTokenResponse> CreateFeedToken(
       const v1::CreateFeedTokenRequest& r) override {
     return Unary<v1::CreateFeedTokenRequest, v1::CreateFeedTokenResponse>(
-        &v1::KilnService::Stub::CreateFeedToken, r);
+        &v1::KilnService::Stub::CreateFeedToken, r, options_.control_timeout);
   }
   absl::StatusOr<std::unique_ptr<InfeedStream>> OpenInfeed(const v1::FeedTarget& target,
                                                            int64_t chunk_bytes) override;
@@ -76,11 +78,10 @@ class GrpcTransport : public Transport {
       const v1::OutfeedRequest& r) override;
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& r) override {
     return Unary<v1::MemoryInfoRequest, v1::MemoryInfoResponse>(
-        &v1::KilnService::Stub::MemoryInfo, r);
+        &v1::KilnService::Stub::MemoryInfo, r, options_.control_timeout);
   }
   absl::StatusOr<v1::MetricsResponse> GetMetrics(const v1::MetricsRequest& r) override {
-    return Unary<v1::MetricsRequest, v1::MetricsResponse>(&v1::KilnService::Stub::GetMetrics,
-                                                          r);
+    return Unary<v1::MetricsRequest, v1::MetricsResponse>(&v1::KilnService::Stub::GetMetrics, r, options_.control_timeout);
   }
 
   absl::StatusOr<v1::TransferToDeviceResponse> TransferToDevice(
@@ -126,7 +127,7 @@ class GrpcTransport : public Transport {
  private:
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::KilnService::Stub> stub_;
-  absl::Duration call_timeout_;
+  const GrpcOptions options_;
 };
 
 class GrpcInfeedStream : public InfeedStream {
@@ -258,18 +259,26 @@ absl::StatusOr<std::unique_ptr<OutfeedStream>> GrpcTransport::OpenOutfeed(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Transport>> ConnectGrpc(const std::string& address,
-                                                       absl::Duration connect_timeout,
-                                                       absl::Duration call_timeout) {
+                                                       const GrpcOptions& options) {
+  const absl::Duration connect_timeout = options.connect_timeout;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
+  if (options.keepalive_time > absl::ZeroDuration()) {
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
   auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   // WaitForConnected retries the connection until the deadline.
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + connect_timeout))) {
     return absl::UnavailableError(absl::StrCat("cannot reach a Kiln server at ", address,
                                                " within ", absl::FormatDuration(connect_timeout)));
   }
-  return std::unique_ptr<Transport>(new GrpcTransport(std::move(channel), call_timeout));
+  return std::unique_ptr<Transport>(new GrpcTransport(std::move(channel), options));
 }
 
 }  // namespace kiln::client

@@ -11,11 +11,27 @@
 
 namespace kiln::client {
 
-// Opens a channel to `address` and waits up to `connect_timeout` for it to
-// become ready. `call_timeout` (0: none) bounds every unary call.
+struct GrpcOptions {
+  // How long to wait for the channel to become ready.
+  absl::Duration connect_timeout = absl::Seconds(10);
+  // Deadlines per call kind (zero: none). Control calls (handshake,
+  // keep-alive, release, memory info, metrics, feed tokens) answer at once
+  // unless the server is stuck; compiles may take minutes; executions run
+  // device loops for hours, so they have none and rely on keep-alive pings.
+  absl::Duration control_timeout = absl::Seconds(60);
+  absl::Duration compile_timeout = absl::Minutes(30);
+  absl::Duration execute_timeout = absl::ZeroDuration();
+  // HTTP/2 keep-alive pings on the channel, also while no call is active:
+  // a server that stops answering fails the calls within about
+  // keepalive_time + keepalive_timeout instead of never.
+  absl::Duration keepalive_time = absl::Seconds(30);
+  absl::Duration keepalive_timeout = absl::Seconds(20);
+};
+
+// Opens a channel to `address` and waits up to `options.connect_timeout`
+// for it to become ready. UNAVAILABLE when it does not.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectGrpc(const std::string& address,
-                                                       absl::Duration connect_timeout,
-                                                       absl::Duration call_timeout);
+                                                       const GrpcOptions& options = {});
 
 }  // namespace kiln::client
 

@@ -192,6 +192,10 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(kiln::server::Serv
   // share the port's sessions; and port 0 gives exactly one socket (with
   // reuse, gRPC opens more than one listener, each on its own port).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Clients ping every 30 s, also between calls (client/grpc_transport.h):
+  // allow that instead of answering it with GOAWAY.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);

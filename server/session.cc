@@ -149,10 +149,20 @@ SessionManager::SessionManager(absl::Duration lease, size_t feed_capacity)
   reaper_ = std::thread([this] {
     const absl::Duration period =
         std::min(absl::Seconds(1), std::max(absl::Milliseconds(50), lease_ / 4));
+    absl::Time last = absl::Now();
     absl::MutexLock lock(&mu_);
     while (!stop_) {
       mu_.AwaitWithTimeout(absl::Condition(&stop_), period);
       if (stop_) break;
+      // Woken far later than asked: the process was stopped (SIGSTOP, a
+      // suspended machine) and no client could renew meanwhile. The pause
+      // does not count against their leases.
+      const absl::Time now = absl::Now();
+      const absl::Duration late = now - last - period;
+      if (late > period) {
+        for (auto& [id, entry] : sessions_) entry.deadline += late;
+      }
+      last = now;
       mu_.Unlock();
       ReapExpired();
       mu_.Lock();

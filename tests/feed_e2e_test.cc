@@ -153,7 +153,7 @@ TEST_F(FeedE2E, ProducerWithoutTokenIsRefused) {
             std::string::npos);
   // A target with neither a session nor a token.
   auto transport =
-      client::ConnectGrpc(server_.address(), absl::Seconds(10), absl::ZeroDuration());
+      client::ConnectGrpc(server_.address());
   ASSERT_TRUE(transport.ok());
   v1::FeedTarget nobody;
   nobody.set_device("cpu:0");

@@ -1,6 +1,7 @@
 // End to end: a real kiln-server on a free loopback port, driven by the real
 // client over gRPC.
 #include <atomic>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -102,7 +103,7 @@ TEST(ServerE2E, StandardHealthServiceAnswersServing) {
 
 TEST(ServerE2E, VersionMismatchIsFailedPrecondition) {
   testing::ServerProcess server;
-  auto transport = client::ConnectGrpc(server.address(), absl::Seconds(10), absl::ZeroDuration());
+  auto transport = client::ConnectGrpc(server.address());
   ASSERT_TRUE(transport.ok());
   v1::HandshakeRequest req;
   req.set_min_version(7);
@@ -223,7 +224,7 @@ TEST(ServerE2E, SessionsCannotTouchEachOthersHandles) {
   auto owner = ConnectTo(server);
   ASSERT_NE(owner, nullptr);
   auto buf = *owner->TransferToDevice(F32({1, 2}), "cpu:0");
-  auto transport = *client::ConnectGrpc(server.address(), absl::Seconds(10), absl::ZeroDuration());
+  auto transport = *client::ConnectGrpc(server.address());
   v1::HandshakeRequest hs;
   hs.set_min_version(1);
   hs.set_max_version(1);
@@ -296,7 +297,7 @@ TEST(ServerE2E, BadInputsGetPreciseStatusesAndTheServerKeepsServing) {
   testing::ServerProcess server;
   auto c = ConnectTo(server);
   ASSERT_NE(c, nullptr);
-  auto transport = *client::ConnectGrpc(server.address(), absl::Seconds(10), absl::ZeroDuration());
+  auto transport = *client::ConnectGrpc(server.address());
   const std::string session = c->session_id();
 
   // Unknown handle.
@@ -421,6 +422,59 @@ TEST(ServerE2E, ASecondServerOnAPortInUseFailsToStart) {
   auto c = ConnectTo(first);
   ASSERT_NE(c, nullptr);
   ExpectServing(*c);
+}
+
+// Whether every thread of `pid` has stopped (a stop signal reaches the
+// threads one by one); waits up to 10 s.
+bool AllThreadsStopped(pid_t pid) {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    bool all = true;
+    for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"))) {
+      std::ifstream stat(task.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      // The state follows the command name, which is in parentheses.
+      const size_t close = line.rfind(')');
+      if (close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'T') {
+        all = false;
+      }
+    }
+    if (all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// A server stopped for longer than a lease keeps its sessions: on resume its
+// clients can renew before anything is reaped. Meanwhile a client's control
+// calls fail at their deadline instead of waiting for ever.
+TEST(ServerE2E, APausedServerKeepsItsSessionsAndStuckCallsTimeOut) {
+  testing::ServerProcess server({"--lease_seconds=2"});
+  ASSERT_FALSE(server.address().empty());
+  // The owner sends nothing on its own (no keep-alives), so only the call
+  // it makes after the pause can renew its session.
+  client::ConnectOptions quiet;
+  quiet.keep_alive = false;
+  auto owner = Client::Connect(server.address(), quiet);
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  auto held = (*owner)->TransferToDevice(F32({1, 2, 3}), "cpu:0");
+  ASSERT_TRUE(held.ok());
+  client::ConnectOptions impatient;
+  impatient.control_timeout = absl::Seconds(1);
+  auto probe = Client::Connect(server.address(), impatient);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  ASSERT_EQ(kill(server.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(AllThreadsStopped(server.pid())) << "kiln-server did not stop";
+  // Three control calls, each ending at its 1 s deadline: the server stays
+  // stopped for longer than its 2 s lease.
+  for (int i = 0; i < 3; ++i) {
+    auto stuck = (*probe)->MemoryInfo("cpu:0");
+    EXPECT_EQ(stuck.status().code(), absl::StatusCode::kDeadlineExceeded) << stuck.status();
+  }
+  ASSERT_EQ(kill(server.pid(), SIGCONT), 0);
+  auto info = (*owner)->MemoryInfo("cpu:0");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->bytes_in_use(), 12);
 }
 
 }  // namespace
