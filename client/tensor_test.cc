@@ -124,6 +124,22 @@ TEST_F(TensorTest, AFailedExecutionsErrorStaysOnTheTensor) {
   EXPECT_EQ(failed_runs, 1);
 }
 
+// The same program on two devices is two executables: each runs where its
+// inputs are.
+TEST_F(TensorTest, TheSameProgramOnTwoDevicesRunsOnEach) {
+  for (const std::string device : {"cpu:0", "cpu:1", "cpu:0"}) {
+    Tensor t = Sum(Vec({1, 2, 3}, device) * 2.0, {});
+    EXPECT_EQ(t.device(), device);
+    auto v = t.Item();
+    ASSERT_TRUE(v.ok()) << device << ": " << v.status();
+    EXPECT_EQ(*v, 12);
+  }
+  // The server compiled once (its cache serves every device of a backend);
+  // cpu:1 was a server cache hit, the second cpu:0 this context's own.
+  EXPECT_EQ(ctx_->metrics().uncached_compiles, 1);
+  EXPECT_EQ(ctx_->metrics().cached_compiles, 2);
+}
+
 TEST_F(TensorTest, ReportShowsCompileCountAndTime) {
   Tensor a = Vec({1, 2, 3});
   Tensor s = Sum(a * 3.0, {});

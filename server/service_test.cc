@@ -324,14 +324,39 @@ TEST_F(ServiceTest, MemoryInfoKeepsThePeakAfterRelease) {
   rel.set_session_id(session_);
   rel.add_buffer_handles(*a);
   ASSERT_TRUE(service_->Release(rel).ok());
+  // An allocation after the release stays below the peak.
+  ASSERT_TRUE(Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {1}, {1})).ok());
   v1::MemoryInfoRequest req;
   req.set_session_id(session_);
   req.set_device("cpu:0");
   auto info = service_->MemoryInfo(req);
   ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->bytes_in_use(), 8);
+  EXPECT_EQ(info->bytes_in_use(), 12);
   EXPECT_EQ(info->peak_bytes_in_use(), 20);
-  EXPECT_EQ(info->live_buffers(), 1);
+  EXPECT_EQ(info->live_buffers(), 2);
+}
+
+// A feed queue holds at most feed_queue_capacity values: the next push
+// waits (here until its caller gives up) and adds nothing.
+TEST(ServiceFeedTest, InfeedHoldsAtMostTheQueueCapacity) {
+  ServiceOptions options;
+  options.backends = {{"cpu", 1, {}}};
+  options.feed_queue_capacity = 2;
+  auto service = *Service::Create(options);
+  v1::HandshakeRequest hello;
+  hello.set_min_version(1);
+  hello.set_max_version(3);
+  v1::FeedTarget target;
+  target.set_session_id(service->Handshake(hello)->session_id());
+  target.set_device("cpu:0");
+  auto feed = service->OpenFeed(target);
+  ASSERT_TRUE(feed.ok()) << feed.status();
+  auto value = [] { return ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}); };
+  ASSERT_TRUE(service->Infeed(*feed, value(), nullptr).ok());
+  ASSERT_TRUE(service->Infeed(*feed, value(), nullptr).ok());
+  const absl::Time give_up = absl::Now() + absl::Milliseconds(200);
+  EXPECT_FALSE(service->Infeed(*feed, value(), [&] { return absl::Now() > give_up; }).ok());
+  EXPECT_EQ(feed->queues->infeed.size(), 2u);
 }
 
 // The service checks arguments before it takes donated buffers: a refused

@@ -754,5 +754,44 @@ ENTRY main {
   EXPECT_EQ(nans, 34);
 }
 
+// Window dilation spreads the window's taps apart; base dilation spreads
+// the input. Expected values worked by hand from XLA's reduce-window
+// semantics.
+TEST(CpuWindowTest, ReduceWindowHonoursDilations) {
+  constexpr char kDilated[] = R"(
+HloModule dilated
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[6] parameter(0)
+  zero = f32[] constant(0)
+  ROOT r = f32[4] reduce-window(x, zero), window={size=2 rhs_dilate=2}, to_apply=add
+})";
+  // Taps i and i+2: 1+3, 2+4, 3+5, 4+6.
+  auto out = RunHlo(kDilated, {F32({6}, {1, 2, 3, 4, 5, 6})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(Values(*out), ElementsAre(4, 6, 8, 10));
+
+  constexpr char kBase[] = R"(
+HloModule base_dilated
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[3] parameter(0)
+  zero = f32[] constant(0)
+  ROOT r = f32[4] reduce-window(x, zero), window={size=2 lhs_dilate=2}, to_apply=add
+})";
+  // The input spread to [1, 0, 2, 0, 3] (holes take the init value 0).
+  auto based = RunHlo(kBase, {F32({3}, {1, 2, 3})});
+  ASSERT_TRUE(based.ok()) << based.status();
+  EXPECT_THAT(Values(*based), ElementsAre(1, 2, 2, 3));
+}
+
 }  // namespace
 }  // namespace kiln::host

@@ -224,6 +224,17 @@ ENTRY main {
   EXPECT_EQ(profile.matrix_flops, int64_t{2} * 256 * 512 * 300);
 }
 
+TEST(TpuSimCostTest, MatrixCostPadsRowsToEight) {
+  // The matrix unit works on 8-row by 128-column tiles: one row costs
+  // eight, and a partial tile of the other dimensions a whole one.
+  TpuSimCompiler compiler({});
+  const double peak = ChipConfig().PeakMatrixFlops();
+  EXPECT_DOUBLE_EQ(compiler.cost_model().MatrixSeconds(1, 1, 128, 128),
+                   2.0 * 8 * 128 * 128 / peak);
+  EXPECT_DOUBLE_EQ(compiler.cost_model().MatrixSeconds(2, 9, 100, 129),
+                   2.0 * 2 * 16 * 128 * 256 / peak);
+}
+
 TEST(TpuSimCostTest, ElementwiseCostMatchesTheFormula) {
   constexpr char kAdd[] = R"(
 HloModule add
