@@ -22,7 +22,7 @@ for ((round = 1; round <= rounds; round++)); do
   log="$(mktemp)"
   if ctest --test-dir build -j2 --timeout 600 "$@" > "$log" 2>&1; then
     echo "[kiln] round $round/$rounds passed ($(( $(date +%s) - start )) s," \
-         "$(grep -o '[0-9]* tests passed' "$log" || grep -o 'tests passed.*' "$log"))"
+         "$(grep -o '[0-9]*% tests passed.*' "$log"))"
     rm -f "$log"
   else
     echo "[kiln] round $round/$rounds FAILED:"
