@@ -202,7 +202,8 @@ def main():
                 ratios = [k / t for k, t in zip(kiln, peer)]
                 print(f"{name} threads={threads}: kiln {span(kiln)} s | pytorch eager "
                       f"{span(peer)} s | ratio kiln/pytorch {span(ratios)} "
-                      f"(speedup pytorch/kiln {span([1 / r for r in ratios])})", flush=True)
+                      f"(kiln runs at {span([1 / r for r in ratios])}x pytorch's speed)",
+                      flush=True)
         finally:
             if server:
                 server.stop()
