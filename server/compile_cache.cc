@@ -3,7 +3,7 @@
 namespace kiln::server {
 
 absl::StatusOr<CompileCache::Result> CompileCache::GetOrCompile(
-    const std::string& key, const CompileFn& compile) {
+    const std::string& key, const std::string& content, const CompileFn& compile) {
   {
     absl::MutexLock lock(&mu_);
     // Wait while another call compiles this key.
@@ -13,8 +13,14 @@ absl::StatusOr<CompileCache::Result> CompileCache::GetOrCompile(
     mu_.Await(absl::Condition(&done));
     auto it = entries_.find(key);
     if (it != entries_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second.lru);
-      return Result{it->second.executable, true};
+      if (it->second.content == content) {
+        lru_.splice(lru_.begin(), lru_, it->second.lru);
+        return Result{it->second.executable, true};
+      }
+      // The same key for another program: never reuse, replace below.
+      ++collisions_;
+      lru_.erase(it->second.lru);
+      entries_.erase(it);
     }
     // Not cached (or a concurrent compile failed): compile it here.
     in_flight_[key] = 1;
@@ -23,13 +29,23 @@ absl::StatusOr<CompileCache::Result> CompileCache::GetOrCompile(
   absl::MutexLock lock(&mu_);
   in_flight_.erase(key);
   if (!compiled.ok()) return compiled.status();
+  if (auto stale = entries_.find(key); stale != entries_.end()) {
+    // A concurrent call with the same key cached its own program meanwhile.
+    lru_.erase(stale->second.lru);
+    entries_.erase(stale);
+  }
   lru_.push_front(key);
-  entries_[key] = Entry{*compiled, lru_.begin()};
+  entries_[key] = Entry{*compiled, content, lru_.begin()};
   while (entries_.size() > capacity_ && !lru_.empty()) {
     entries_.erase(lru_.back());
     lru_.pop_back();
   }
   return Result{*compiled, false};
+}
+
+size_t CompileCache::collisions() const {
+  absl::MutexLock lock(&mu_);
+  return collisions_;
 }
 
 size_t CompileCache::size() const {

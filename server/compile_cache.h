@@ -31,13 +31,19 @@ class CompileCache {
 
   // Returns the cached executable for `key`, or runs `compile` (once, even
   // under concurrent calls) and caches its result. Failures are not cached.
-  absl::StatusOr<Result> GetOrCompile(const std::string& key,
+  // `content` is the exact program the key stands for: a hit is confirmed
+  // by comparing it with the stored one, so even a colliding key never
+  // hands one program's executable to another (it compiles and replaces
+  // the entry instead, counted in collisions()).
+  absl::StatusOr<Result> GetOrCompile(const std::string& key, const std::string& content,
                                       const CompileFn& compile);
+  size_t collisions() const;
   size_t size() const;
 
  private:
   struct Entry {
     std::shared_ptr<runtime::Executable> executable;
+    std::string content;
     std::list<std::string>::iterator lru;
   };
   const size_t capacity_;
@@ -45,6 +51,7 @@ class CompileCache {
   absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<std::string> lru_ ABSL_GUARDED_BY(mu_);  // front = most recent
   absl::flat_hash_map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);
+  size_t collisions_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kiln::server

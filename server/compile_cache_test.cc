@@ -30,20 +30,43 @@ TEST(CompileCacheTest, HitAfterMissAndLruEviction) {
     ++compiles;
     return std::make_shared<FakeExecutable>();
   };
-  auto a = cache.GetOrCompile("a", compile);
+  auto a = cache.GetOrCompile("a", "program a", compile);
   ASSERT_TRUE(a.ok());
   EXPECT_FALSE(a->hit);
-  auto a2 = cache.GetOrCompile("a", compile);
+  auto a2 = cache.GetOrCompile("a", "program a", compile);
   EXPECT_TRUE(a2->hit);
   EXPECT_EQ(a2->executable, a->executable);
-  cache.GetOrCompile("b", compile).IgnoreError();
-  cache.GetOrCompile("a", compile).IgnoreError();  // a is now most recent
-  cache.GetOrCompile("c", compile).IgnoreError();  // evicts b
+  cache.GetOrCompile("b", "program b", compile).IgnoreError();
+  cache.GetOrCompile("a", "program a", compile).IgnoreError();  // a is now most recent
+  cache.GetOrCompile("c", "program c", compile).IgnoreError();  // evicts b
   EXPECT_EQ(cache.size(), 2u);
   EXPECT_EQ(compiles, 3);
-  EXPECT_TRUE(cache.GetOrCompile("a", compile)->hit);
-  EXPECT_FALSE(cache.GetOrCompile("b", compile)->hit);
+  EXPECT_TRUE(cache.GetOrCompile("a", "program a", compile)->hit);
+  EXPECT_FALSE(cache.GetOrCompile("b", "program b", compile)->hit);
   EXPECT_EQ(compiles, 4);
+}
+
+// A key that collides (the same key for two different programs) never
+// hands one program's executable to the other.
+TEST(CompileCacheTest, AHitIsConfirmedByTheProgramItself) {
+  CompileCache cache(4);
+  int compiles = 0;
+  auto compile = [&]() -> absl::StatusOr<std::shared_ptr<runtime::Executable>> {
+    ++compiles;
+    return std::make_shared<FakeExecutable>();
+  };
+  auto first = cache.GetOrCompile("k", "program one", compile);
+  auto other = cache.GetOrCompile("k", "program two", compile);
+  ASSERT_TRUE(first.ok() && other.ok());
+  EXPECT_FALSE(other->hit);
+  EXPECT_NE(other->executable, first->executable);
+  EXPECT_EQ(cache.collisions(), 1u);
+  EXPECT_EQ(compiles, 2);
+  // The entry now holds the second program.
+  auto again = cache.GetOrCompile("k", "program two", compile);
+  EXPECT_TRUE(again->hit);
+  EXPECT_EQ(again->executable, other->executable);
+  EXPECT_EQ(cache.size(), 1u);
 }
 
 TEST(CompileCacheTest, ConcurrentRequestsCompileOnce) {
@@ -58,7 +81,7 @@ TEST(CompileCacheTest, ConcurrentRequestsCompileOnce) {
   std::atomic<int> hits{0};
   for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&] {
-      auto r = cache.GetOrCompile("k", compile);
+      auto r = cache.GetOrCompile("k", "program k", compile);
       if (r.ok() && r->hit) ++hits;
     });
   }
@@ -74,8 +97,8 @@ TEST(CompileCacheTest, FailuresAreNotCached) {
     ++calls;
     return absl::InvalidArgumentError("bad");
   };
-  EXPECT_FALSE(cache.GetOrCompile("x", failing).ok());
-  EXPECT_FALSE(cache.GetOrCompile("x", failing).ok());
+  EXPECT_FALSE(cache.GetOrCompile("x", "program x", failing).ok());
+  EXPECT_FALSE(cache.GetOrCompile("x", "program x", failing).ok());
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(cache.size(), 0u);
 }

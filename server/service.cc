@@ -242,7 +242,8 @@ absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& r
           "entry parameters must be arrays; got ", p.ToString()));
     }
   }
-  const std::string fingerprint = ir::Fingerprint(**module);
+  const std::string canonical = ir::CanonicalBytes(**module);
+  const std::string fingerprint = ir::Sha256Hex(canonical);
   runtime::CompileOptions options;
   if (req.options().rng_seed() != 0) options.rng_seed = req.options().rng_seed();
   // One entry serves every device of the backend: the key names the kind
@@ -250,7 +251,7 @@ absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& r
   runtime::Backend& backend = BackendOf(device);
   const std::string key = absl::StrCat(fingerprint, "/", backend.kind(), "/",
                                        backend.config_key(), "/seed=", options.rng_seed);
-  ASSIGN_OR_RETURN(CompileCache::Result result, cache_.GetOrCompile(key, [&]() {
+  ASSIGN_OR_RETURN(CompileCache::Result result, cache_.GetOrCompile(key, canonical, [&]() {
     return backend.compiler().Compile(**module, options);
   }));
   const absl::Duration took = absl::Now() - start;
@@ -536,6 +537,7 @@ absl::StatusOr<ir::Literal> Service::Outfeed(const FeedEndpoint& feed, absl::Dur
 void Service::RefreshGauges() {
   metrics_.Set("sessions_live", static_cast<int64_t>(sessions_->size()));
   metrics_.Set("compile_cache_entries", static_cast<int64_t>(cache_.size()));
+  metrics_.Set("compile_cache_collisions", static_cast<int64_t>(cache_.collisions()));
   for (const auto& d : devices_) {
     runtime::MemoryStats s = d->memory_stats();
     metrics_.Set(absl::StrCat("live_buffers{", d->name(), "}"), s.live_buffers);

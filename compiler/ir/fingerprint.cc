@@ -45,7 +45,9 @@ void AppendExactBytes(const Literal& literal, std::string* out) {
 
 }  // namespace
 
-std::string Fingerprint(const Module& module) {
+std::string Fingerprint(const Module& module) { return Sha256Hex(CanonicalBytes(module)); }
+
+std::string CanonicalBytes(const Module& module) {
   PrintOptions options;
   options.canonical_names = true;
   std::string canonical = PrintModule(module, options);
@@ -58,7 +60,7 @@ std::string Fingerprint(const Module& module) {
       AppendExactBytes(instr->attrs().literal, &canonical);
     }
   }
-  return Sha256Hex(canonical);
+  return canonical;
 }
 
 }  // namespace kiln::ir

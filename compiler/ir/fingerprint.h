@@ -16,6 +16,10 @@ namespace kiln::ir {
 // in every process; different ones collide only as SHA-256 does.
 std::string Fingerprint(const Module& module);
 
+// What Fingerprint hashes: the canonical text and the constants' exact
+// bytes. Equal for two modules exactly when they are the same program.
+std::string CanonicalBytes(const Module& module);
+
 // SHA-256 of `data`, as 64 lowercase hex digits.
 std::string Sha256Hex(absl::string_view data);
 
