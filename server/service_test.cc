@@ -80,16 +80,56 @@ class ServiceTest : public ::testing::Test {
 
 constexpr char kNegate[] = "ENTRY e {\n x = f32[3] parameter(0)\n ROOT n = f32[3] negate(x)\n}";
 
+// A service with the devices `devices` names and one open session, for
+// tests that need other devices than ServiceTest's.
+struct OpenService {
+  explicit OpenService(const std::string& devices) {
+    ServiceOptions options;
+    options.backends = *runtime::ParseBackendSpecs(devices, "");
+    service = *Service::Create(options);
+    v1::HandshakeRequest hello;
+    hello.set_min_version(1);
+    hello.set_max_version(3);
+    session = service->Handshake(hello)->session_id();
+  }
+  // The buffer handle, or "" (with a test failure) when refused.
+  std::string Upload(const ir::Literal& x, const std::string& device) {
+    v1::TransferHeader h;
+    h.set_session_id(session);
+    h.set_device(device);
+    ir::ShapeToProto(x.shape(), h.mutable_shape());
+    h.set_total_bytes(x.shape().ByteSize());
+    bool sent = false;
+    auto resp = service->TransferToDevice(h, "", [&](std::string* data) -> absl::StatusOr<bool> {
+      if (sent) return false;
+      *data = std::string(x.bytes().begin(), x.bytes().end());
+      sent = true;
+      return true;
+    });
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->buffer_handle() : "";
+  }
+  absl::StatusOr<v1::CompileResponse> Compile(const std::string& text, const std::string& device) {
+    auto m = ir::ParseModule(text);
+    if (!m.ok()) return m.status();
+    v1::CompileRequest req;
+    req.set_session_id(session);
+    req.set_device(device);
+    *req.mutable_module() = ir::ModuleToProto(**m);
+    return service->Compile(req);
+  }
+
+  std::unique_ptr<Service> service;
+  std::string session;
+};
+
+
 // The compile cache key, part by part: the module's exact content, the
 // backend kind (never the device), and the compile options.
 TEST(ServiceCacheKeyTest, EachPartOfTheKeySeparatesEntries) {
-  ServiceOptions options;
-  options.backends = *runtime::ParseBackendSpecs("cpu:2,tpu:1", "");
-  auto service = *Service::Create(options);
-  v1::HandshakeRequest hello;
-  hello.set_min_version(1);
-  hello.set_max_version(3);
-  const std::string session = service->Handshake(hello)->session_id();
+  OpenService open("cpu:2,tpu:1");
+  Service* service = open.service.get();
+  const std::string& session = open.session;
   auto compile = [&](const std::string& text, const std::string& device, uint64_t seed) {
     auto m = ir::ParseModule(text);
     EXPECT_TRUE(m.ok()) << m.status();
@@ -150,24 +190,11 @@ TEST(ServiceCacheKeyTest, EachPartOfTheKeySeparatesEntries) {
 // The CPU and null backends both have an empty config key: only the kind
 // in the key keeps the CPU's executable from being handed to a null device.
 TEST(ServiceCacheKeyTest, BackendsWithTheSameConfigKeyKeepSeparateEntries) {
-  ServiceOptions options;
-  options.backends = *runtime::ParseBackendSpecs("cpu:1,null:1", "");
-  auto service = *Service::Create(options);
-  v1::HandshakeRequest hello;
-  hello.set_min_version(1);
-  hello.set_max_version(3);
-  const std::string session = service->Handshake(hello)->session_id();
-  auto m = ir::ParseModule(kNegate);
-  ASSERT_TRUE(m.ok()) << m.status();
-  v1::CompileRequest req;
-  req.set_session_id(session);
-  req.set_device("cpu:0");
-  *req.mutable_module() = ir::ModuleToProto(**m);
-  auto on_cpu = service->Compile(req);
+  OpenService open("cpu:1,null:1");
+  auto on_cpu = open.Compile(kNegate, "cpu:0");
   ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
   EXPECT_FALSE(on_cpu->cache_hit());
-  req.set_device("null:0");
-  auto on_null = service->Compile(req);
+  auto on_null = open.Compile(kNegate, "null:0");
   EXPECT_EQ(on_null.status().code(), absl::StatusCode::kUnimplemented) << on_null.status();
 }
 
@@ -393,40 +420,16 @@ TEST_F(ServiceTest, RefusedExecutionKeepsDonatedArguments) {
 // A buffer stays on the device it was sent to: running a program on another
 // device of the same kind needs an explicit copy.
 TEST(ServiceDeviceTest, ArgumentsOnAnotherDeviceAreRefused) {
-  ServiceOptions options;
-  options.backends = *runtime::ParseBackendSpecs("cpu:2", "");
-  auto service = *Service::Create(options);
-  v1::HandshakeRequest hello;
-  hello.set_min_version(1);
-  hello.set_max_version(3);
-  const std::string session = service->Handshake(hello)->session_id();
+  OpenService open("cpu:2");
   const ir::Literal x = ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3});
-  v1::TransferHeader h;
-  h.set_session_id(session);
-  h.set_device("cpu:1");
-  ir::ShapeToProto(x.shape(), h.mutable_shape());
-  h.set_total_bytes(x.shape().ByteSize());
-  bool sent = false;
-  auto upload = service->TransferToDevice(h, "", [&](std::string* data) -> absl::StatusOr<bool> {
-    if (sent) return false;
-    *data = std::string(x.bytes().begin(), x.bytes().end());
-    sent = true;
-    return true;
-  });
-  ASSERT_TRUE(upload.ok()) << upload.status();
-  auto m = ir::ParseModule(kNegate);
-  ASSERT_TRUE(m.ok()) << m.status();
-  v1::CompileRequest compile;
-  compile.set_session_id(session);
-  compile.set_device("cpu:0");
-  *compile.mutable_module() = ir::ModuleToProto(**m);
-  auto exe = service->Compile(compile);
+  const std::string on_cpu1 = open.Upload(x, "cpu:1");
+  auto exe = open.Compile(kNegate, "cpu:0");
   ASSERT_TRUE(exe.ok()) << exe.status();
   v1::ExecuteRequest ex;
-  ex.set_session_id(session);
+  ex.set_session_id(open.session);
   ex.set_executable_handle(exe->executable_handle());
-  ex.add_argument_handles(upload->buffer_handle());
-  auto run = service->Execute(ex);
+  ex.add_argument_handles(on_cpu1);
+  auto run = open.service->Execute(ex);
   EXPECT_EQ(run.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(run.status().message().find("lives on cpu:1 but the program runs on cpu:0"),
             std::string::npos)
@@ -436,42 +439,14 @@ TEST(ServiceDeviceTest, ArgumentsOnAnotherDeviceAreRefused) {
 // A replica on a device of another kind is refused before any donated
 // buffer is taken.
 TEST(ServiceDeviceTest, ReplicaOfAnotherKindIsRefusedKeepingDonations) {
-  ServiceOptions options;
-  options.backends = *runtime::ParseBackendSpecs("cpu:1,tpu:1", "");
-  auto service = *Service::Create(options);
-  v1::HandshakeRequest hello;
-  hello.set_min_version(1);
-  hello.set_max_version(3);
-  const std::string session = service->Handshake(hello)->session_id();
+  OpenService open("cpu:1,tpu:1");
   const ir::Literal x = ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3});
-  auto upload = [&](const std::string& device) {
-    v1::TransferHeader h;
-    h.set_session_id(session);
-    h.set_device(device);
-    ir::ShapeToProto(x.shape(), h.mutable_shape());
-    h.set_total_bytes(x.shape().ByteSize());
-    bool sent = false;
-    auto resp = service->TransferToDevice(h, "", [&](std::string* data) -> absl::StatusOr<bool> {
-      if (sent) return false;
-      *data = std::string(x.bytes().begin(), x.bytes().end());
-      sent = true;
-      return true;
-    });
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->buffer_handle() : "";
-  };
-  const std::string on_cpu = upload("cpu:0");
-  const std::string on_tpu = upload("tpu:0");
-  auto m = ir::ParseModule(kNegate);
-  ASSERT_TRUE(m.ok()) << m.status();
-  v1::CompileRequest compile;
-  compile.set_session_id(session);
-  compile.set_device("cpu:0");
-  *compile.mutable_module() = ir::ModuleToProto(**m);
-  auto exe = service->Compile(compile);
+  const std::string on_cpu = open.Upload(x, "cpu:0");
+  const std::string on_tpu = open.Upload(x, "tpu:0");
+  auto exe = open.Compile(kNegate, "cpu:0");
   ASSERT_TRUE(exe.ok()) << exe.status();
   v1::ExecuteRequest ex;
-  ex.set_session_id(session);
+  ex.set_session_id(open.session);
   ex.set_executable_handle(exe->executable_handle());
   auto* first = ex.add_replicas();
   first->set_device("cpu:0");
@@ -480,17 +455,17 @@ TEST(ServiceDeviceTest, ReplicaOfAnotherKindIsRefusedKeepingDonations) {
   second->set_device("tpu:0");
   second->add_argument_handles(on_tpu);
   ex.add_donated_arguments(0);
-  auto run = service->Execute(ex);
+  auto run = open.service->Execute(ex);
   EXPECT_EQ(run.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(run.status().message().find(
                 "replica 1 is on tpu:0 but the program was compiled for cpu devices"),
             std::string::npos)
       << run.status();
   v1::ReleaseRequest rel;
-  rel.set_session_id(session);
+  rel.set_session_id(open.session);
   rel.add_buffer_handles(on_cpu);
   rel.add_buffer_handles(on_tpu);
-  auto released = service->Release(rel);
+  auto released = open.service->Release(rel);
   ASSERT_TRUE(released.ok()) << released.status();
   EXPECT_EQ(released->released(), 2);
 }
