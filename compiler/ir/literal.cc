@@ -41,6 +41,13 @@ int64_t Literal::GetAsInt64(int64_t i) const {
   });
 }
 
+Literal Literal::FromBytes(const Shape& shape, std::vector<uint8_t> bytes) {
+  Literal lit;
+  lit.shape_ = shape;
+  lit.bytes_ = std::move(bytes);
+  return lit;
+}
+
 bool Literal::HoldsItsShape() const {
   if (shape_.IsTuple()) {
     if (elements_.size() != shape_.tuple_shapes().size()) return false;

@@ -20,6 +20,9 @@ class Literal {
   // A zero-filled array literal of `shape` (or tuple of such).
   explicit Literal(const Shape& shape);
   static Literal Tuple(std::vector<Literal> elements);
+  // An array literal that takes over `bytes`, which must hold exactly
+  // shape.ByteSize() bytes (checked by the caller).
+  static Literal FromBytes(const Shape& shape, std::vector<uint8_t> bytes);
 
   template <typename T>
   static Literal FromVector(ElementType type, std::vector<int64_t> dims,

@@ -383,7 +383,8 @@ absl::Status ChunkedValue::Start(const v1::ShapeProto& shape_proto, int64_t tota
                                                    " bytes but ", shape->ToString(), " has ",
                                                    shape->ByteSize()));
   }
-  value_.emplace(*shape);
+  shape_ = *shape;
+  bytes_.clear();
   total_ = total_bytes;
   received_ = 0;
   return absl::OkStatus();
@@ -396,14 +397,15 @@ absl::Status ChunkedValue::Append(absl::string_view data) {
     return absl::InvalidArgumentError(
         absl::StrCat("value sent more than its declared ", total_, " bytes"));
   }
-  std::memcpy(value_->mutable_bytes().data() + received_, data.data(), data.size());
+  bytes_.insert(bytes_.end(), data.begin(), data.end());
   received_ += static_cast<int64_t>(data.size());
   return absl::OkStatus();
 }
 
 Literal ChunkedValue::Take() {
-  Literal out = std::move(*value_);
-  value_.reset();
+  Literal out = Literal::FromBytes(*shape_, std::move(bytes_));
+  shape_.reset();
+  bytes_ = {};
   total_ = received_ = 0;
   return out;
 }

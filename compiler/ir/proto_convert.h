@@ -31,12 +31,16 @@ class ChunkedValue {
   // `max_bytes` bounds what a peer may announce.
   absl::Status Start(const v1::ShapeProto& shape, int64_t total_bytes, int64_t max_bytes);
   absl::Status Append(absl::string_view data);
-  bool started() const { return value_.has_value(); }
-  bool complete() const { return value_.has_value() && received_ == total_; }
+  bool started() const { return shape_.has_value(); }
+  bool complete() const { return shape_.has_value() && received_ == total_; }
   Literal Take();
 
  private:
-  std::optional<Literal> value_;
+  // Memory grows with the data that arrives, never with what a header
+  // announces: a peer that declares a large value and sends nothing holds
+  // nothing.
+  std::optional<Shape> shape_;
+  std::vector<uint8_t> bytes_;
   int64_t total_ = 0, received_ = 0;
 };
 

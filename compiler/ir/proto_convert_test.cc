@@ -1,5 +1,9 @@
 #include "compiler/ir/proto_convert.h"
 
+#include <unistd.h>
+
+#include <fstream>
+
 #include "compiler/ir/fingerprint.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/hlo_printer.h"
@@ -69,6 +73,41 @@ TEST(ProtoConvertTest, LiteralSizeChecked) {
   auto l = LiteralFromProto(lit);
   ASSERT_FALSE(l.ok());
   EXPECT_NE(l.status().message().find("needs 16 bytes, got 8"), std::string::npos);
+}
+
+// Resident memory of this process, in bytes.
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+// A value is rebuilt from its pieces as they arrive: announcing 1 GiB
+// allocates nothing until the bytes come, and the pieces reassemble
+// exactly.
+TEST(ChunkedValueTest, MemoryGrowsWithTheDataNotTheHeader) {
+  v1::ShapeProto big;
+  ShapeToProto(Shape(ElementType::kF32, {int64_t{1} << 28}), &big);
+  const int64_t before = ResidentBytes();
+  ChunkedValue value;
+  ASSERT_TRUE(value.Start(big, int64_t{1} << 30, int64_t{2} << 30).ok());
+  EXPECT_LT(ResidentBytes() - before, int64_t{64} << 20);
+  EXPECT_TRUE(value.started());
+  EXPECT_FALSE(value.complete());
+
+  ChunkedValue small;
+  v1::ShapeProto three;
+  ShapeToProto(Shape(ElementType::kF32, {3}), &three);
+  ASSERT_TRUE(small.Start(three, 12, 1024).ok());
+  const Literal want = Literal::FromVector<float>(ElementType::kF32, {3}, {1, 2, 3});
+  const std::string bytes(want.bytes().begin(), want.bytes().end());
+  ASSERT_TRUE(small.Append(bytes.substr(0, 5)).ok());
+  ASSERT_TRUE(small.Append(bytes.substr(5)).ok());
+  EXPECT_EQ(small.Append("x").code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(small.complete());
+  EXPECT_EQ(small.Take(), want);
+  EXPECT_FALSE(small.started());
 }
 
 }  // namespace
