@@ -14,17 +14,17 @@ constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
 
 absl::Status FeedQueue::Await(const absl::Condition& ready, uint64_t generation,
                               absl::Duration timeout, const CancelCheck& cancelled,
-                              absl::string_view what, std::optional<uint64_t> since) {
+                              absl::string_view what) {
   const absl::Time deadline = absl::Now() + timeout;
   auto aborted = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return generation_ != generation; };
-  auto failed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return since && failures_ > *since; };
   while (true) {
     const absl::Duration left = deadline - absl::Now();
     const absl::Duration slice = cancelled ? std::min(left, kCancelPoll) : left;
     if (slice > absl::ZeroDuration()) mu_.AwaitWithTimeout(ready, slice);
     if (aborted()) return absl::CancelledError(absl::StrCat(what, ": the queue was aborted"));
+    // `ready` includes a failure that concerns the caller: the caller
+    // tells the two apart.
     if (ready.Eval()) return absl::OkStatus();
-    if (failed()) return failure_;
     if (cancelled && cancelled()) return absl::CancelledError(absl::StrCat(what, ": cancelled"));
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
@@ -36,16 +36,15 @@ absl::Status FeedQueue::Await(const absl::Condition& ready, uint64_t generation,
 absl::Status FeedQueue::Push(ir::Literal value, absl::Duration timeout,
                              const CancelCheck& cancelled, std::optional<uint64_t> since) {
   absl::MutexLock lock(&mu_);
-  if (since && failures_ > *since) return failure_;
+  if (FailedSince(since)) return failure_;
   const uint64_t generation = generation_;
   auto ready = [this, generation, since]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return generation_ != generation || (since && failures_ > *since) ||
-           items_.size() < capacity_;
+    return generation_ != generation || FailedSince(since) || items_.size() < capacity_;
   };
   absl::Status st = Await(absl::Condition(&ready), generation, timeout, cancelled,
-                          "the feed queue stayed full", since);
+                          "the feed queue stayed full");
   if (!st.ok()) return st;
-  if (since && failures_ > *since) return failure_;
+  if (FailedSince(since)) return failure_;
   items_.push_back(std::move(value));
   return absl::OkStatus();
 }
@@ -56,11 +55,11 @@ absl::StatusOr<ir::Literal> FeedQueue::Pop(absl::Duration timeout, const CancelC
   const uint64_t generation = generation_;
   // A failed queue still hands out what it holds, then the failure.
   auto ready = [this, generation, since]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return generation_ != generation || !items_.empty() || (since && failures_ > *since);
+    return generation_ != generation || !items_.empty() || FailedSince(since);
   };
   ++waiting_pops_;
   absl::Status st = Await(absl::Condition(&ready), generation, timeout, cancelled,
-                          "no value arrived in the feed queue", since);
+                          "no value arrived in the feed queue");
   --waiting_pops_;
   if (!st.ok()) return st;
   if (items_.empty()) return failure_;

@@ -53,11 +53,14 @@ class FeedQueue {
   bool AwaitWaitingPops(size_t n, absl::Duration timeout) const;
 
  private:
+  // Whether a Fail came after a caller that began at `since`.
+  bool FailedSince(std::optional<uint64_t> since) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return since && failures_ > *since;
+  }
   // Waits until `ready` holds, the generation changes, the deadline passes
   // or `cancelled` turns true; returns the reason it stopped waiting.
   absl::Status Await(const absl::Condition& ready, uint64_t generation, absl::Duration timeout,
-                     const CancelCheck& cancelled, absl::string_view what,
-                     std::optional<uint64_t> since)
+                     const CancelCheck& cancelled, absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t capacity_;

@@ -29,11 +29,6 @@ absl::StatusOr<CompileCache::Result> CompileCache::GetOrCompile(
   absl::MutexLock lock(&mu_);
   in_flight_.erase(key);
   if (!compiled.ok()) return compiled.status();
-  if (auto stale = entries_.find(key); stale != entries_.end()) {
-    // A concurrent call with the same key cached its own program meanwhile.
-    lru_.erase(stale->second.lru);
-    entries_.erase(stale);
-  }
   lru_.push_front(key);
   entries_[key] = Entry{*compiled, content, lru_.begin()};
   while (entries_.size() > capacity_ && !lru_.empty()) {

@@ -192,10 +192,6 @@ absl::StatusOr<Shape> ShapeFromProtoAt(const v1::ShapeProto& proto, int depth) {
     }
     shape = Shape::Tuple(std::move(elements));
   } else {
-    if (proto.dims_size() > kMaxRank) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", proto.dims_size(), " exceeds the limit of ", kMaxRank));
-    }
     shape = Shape(t, Vec(proto.dims()));
   }
   RETURN_IF_ERROR(ValidateShape(shape));
