@@ -36,16 +36,9 @@ Tensor UnBroadcast(const Tensor& g, const Tensor& x, const std::vector<int64_t>&
   return Transpose(summed, perm);
 }
 
-bool IsNhwc(const ir::ConvDims& c) {
-  return c.input_batch == 0 && c.input_feature == 3 && c.input_spatial == std::vector<int64_t>{1, 2} &&
-         c.kernel_spatial == std::vector<int64_t>{0, 1} && c.kernel_input_feature == 2 &&
-         c.kernel_output_feature == 3 && c.output_batch == 0 && c.output_feature == 3 &&
-         c.output_spatial == std::vector<int64_t>{1, 2};
-}
-
 absl::StatusOr<std::vector<Tensor>> ConvolutionGrad(const Node& node, const Tensor& x,
                                                     const Tensor& w, const Tensor& g) {
-  if (!IsNhwc(node.attrs.conv) || node.attrs.feature_group_count != 1 ||
+  if (node.attrs.conv != Nhwc() || node.attrs.feature_group_count != 1 ||
       node.attrs.batch_group_count != 1) {
     return absl::UnimplementedError(
         "gradients of convolution need NHWC/HWIO layout and no groups");

@@ -177,21 +177,11 @@ TEST_F(GradTest, ReduceMinDilatedAndPaddedWindows) {
   CheckGradient([](auto& x) { return Reduce(x[0], Reducer::kMin, {1}, false); }, {a});
   CheckGradient([](auto& x) { return Reduce(x[0], Reducer::kMin, {0}, true); }, {a});
 
-  ir::ConvDims nhwc;  // NHWC input, HWIO kernel, NHWC output
-  nhwc.input_batch = 0;
-  nhwc.input_feature = 3;
-  nhwc.input_spatial = {1, 2};
-  nhwc.kernel_spatial = {0, 1};
-  nhwc.kernel_input_feature = 2;
-  nhwc.kernel_output_feature = 3;
-  nhwc.output_batch = 0;
-  nhwc.output_feature = 3;
-  nhwc.output_spatial = {1, 2};
   std::vector<ir::WindowDim> dilated(2);
   dilated[0] = {.size = 2, .stride = 1, .pad_lo = 1, .pad_hi = 0, .window_dilation = 2};
   dilated[1] = {.size = 2, .stride = 2, .pad_lo = 0, .pad_hi = 1};
   auto x = Random({1, 5, 5, 2}, -1, 1, 21), w = Random({2, 2, 2, 3}, -1, 1, 22);
-  CheckGradient([&](auto& t) { return Convolution(t[0], t[1], dilated, nhwc); }, {x, w});
+  CheckGradient([&](auto& t) { return Convolution(t[0], t[1], dilated, Nhwc()); }, {x, w});
 
   std::vector<ir::WindowDim> padded(4);
   padded[1] = {.size = 2, .stride = 1, .pad_lo = 1, .pad_hi = 1};

@@ -193,6 +193,8 @@ Tensor Dot(const Tensor& a, const Tensor& b, ir::DotDims dims);
 // x: [N, H, W, C], w: [KH, KW, C, O]; padding "SAME" or "VALID".
 Tensor Conv2D(const Tensor& x, const Tensor& w, int stride = 1,
               const std::string& padding = "VALID");
+// The dimension numbers Conv2D uses: NHWC input, HWIO kernel, NHWC output.
+ir::ConvDims Nhwc();
 Tensor Convolution(const Tensor& x, const Tensor& w, std::vector<ir::WindowDim> window,
                    ir::ConvDims dims);
 // x: [N, H, W, C]; window and stride over H and W, no padding.
