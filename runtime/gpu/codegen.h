@@ -1,0 +1,68 @@
+// CUDA C++ for the GPU backend's kernels. The emitter writes one
+// translation unit per module: a preamble of conversions and integer
+// semantics that match the host interpreter, one device function per scalar
+// computation a kernel calls (reducers, comparators), and one kernel per
+// instruction it is given. Nothing here needs a GPU: the text is compiled by
+// NVRTC (nvrtc.h) on any machine with the toolkit.
+#ifndef KILN_RUNTIME_GPU_CODEGEN_H_
+#define KILN_RUNTIME_GPU_CODEGEN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "compiler/ir/instruction.h"
+
+namespace kiln::gpu {
+
+// One kernel launch. Every kernel of an instruction takes, in order: one
+// device pointer per operand of the instruction, then one per output array
+// (the instruction's array, or each element of its tuple).
+struct Launch {
+  std::string name;
+  // Iterations of the kernel's grid-stride loop (one per output element).
+  int64_t iterations = 0;
+  // Run the iterations in order on one thread (where they may conflict).
+  bool one_thread = false;
+};
+
+// The launches that compute an instruction, in order.
+struct KernelInfo {
+  std::vector<Launch> launches;
+};
+
+// Whether the emitter has a kernel for `instr` (the executable runs the
+// others itself: aliases, control flow, host work).
+bool HasKernel(const ir::Instruction& instr);
+
+// Thread-compatible.
+class KernelEmitter {
+ public:
+  KernelEmitter();
+  // Adds the kernel of `instr` (HasKernel must hold) and the device
+  // functions it calls. UNIMPLEMENTED, naming the instruction, for what the
+  // emitter cannot express (a reducer that is not scalar code).
+  absl::StatusOr<KernelInfo> Emit(const ir::Instruction& instr);
+  // The translation unit so far.
+  const std::string& source() const { return source_; }
+  int kernel_count() const { return kernels_; }
+
+ private:
+  // The device function that evaluates the scalar computation `c`: its
+  // parameters by value, then one pointer per result.
+  absl::StatusOr<std::string> Function(const ir::Computation& c);
+
+  std::string source_;
+  int kernels_ = 0;
+  absl::flat_hash_map<const ir::Computation*, std::string> functions_;
+};
+
+// The CUDA value type of an element type inside generated code: halves are
+// carried as float (always holding a value exact in the half type).
+std::string ValueType(ElementType type);
+
+}  // namespace kiln::gpu
+
+#endif  // KILN_RUNTIME_GPU_CODEGEN_H_

@@ -1,0 +1,127 @@
+// The GPU code generator on any machine with the CUDA toolkit (no GPU
+// needed): every module of the corpus becomes CUDA C++ that NVRTC compiles
+// for Hopper and for an older architecture.
+#include "runtime/gpu/codegen.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/ir/verifier.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/gpu/gpu_executable.h"
+#include "runtime/gpu/nvrtc.h"
+
+namespace kiln::gpu {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+const fs::path kCorpus = fs::path(KILN_SOURCE_DIR) / "tests/data/hlo";
+
+std::vector<std::string> CorpusModules() {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(kCorpus)) {
+    if (entry.path().extension() == ".hlo") names.push_back(entry.path().stem());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::unique_ptr<ir::Module> Parse(const std::string& text) {
+  auto module = ir::ParseModule(text);
+  EXPECT_TRUE(module.ok()) << module.status();
+  if (!module.ok()) return nullptr;
+  EXPECT_TRUE(ir::Verify(**module).ok());
+  return *std::move(module);
+}
+
+class CorpusCodegenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CorpusCodegenTest, CompilesWithNvrtc) {
+  std::ifstream in(kCorpus / (GetParam() + ".hlo"));
+  auto module = Parse(std::string(std::istreambuf_iterator<char>(in), {}));
+  ASSERT_NE(module, nullptr);
+  for (const char* arch : {"sm_90", "sm_80"}) {
+    GpuCompileReport report;
+    auto compiled = CompileForGpu(*module, {}, arch, /*load=*/false, &report);
+    ASSERT_TRUE(compiled.ok()) << arch << ": " << compiled.status();
+    EXPECT_GT(report.kernels + report.host_steps, 0) << "nothing to run in " << GetParam();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Corpus, CorpusCodegenTest, ::testing::ValuesIn(CorpusModules()),
+                         [](const auto& info) { return info.param; });
+
+TEST(CodegenTest, ElementwiseKernelReadsEachOperandOnce) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  a = f32[4,8] parameter(0)
+  b = f32[4,8] parameter(1)
+  ROOT c = f32[4,8] add(a, b)
+})");
+  ASSERT_NE(module, nullptr);
+  KernelEmitter emitter;
+  auto info = emitter.Emit(*module->entry()->root());
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_EQ(info->launches.size(), 1u);
+  EXPECT_EQ(info->launches[0].iterations, 32);
+  EXPECT_FALSE(info->launches[0].one_thread);
+  EXPECT_THAT(emitter.source(), HasSubstr("r0[i] = ((a0[i]) + (a1[i]))"));
+}
+
+TEST(CodegenTest, HalfValuesAreRoundedAfterEachOperation) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  a = bf16[3] parameter(0)
+  ROOT b = bf16[3] multiply(a, a)
+})");
+  ASSERT_NE(module, nullptr);
+  KernelEmitter emitter;
+  ASSERT_TRUE(emitter.Emit(*module->entry()->root()).ok());
+  EXPECT_THAT(emitter.source(),
+              HasSubstr("kiln_f_to_bf16(kiln_round_bf16(((kiln_bf16_to_f(a0[i])) * "));
+}
+
+TEST(CodegenTest, ReducerThatIsNotScalarCodeIsUnimplemented) {
+  auto module = Parse(R"(
+HloModule m
+add_vec {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  s = f32[] add(p0, p1)
+  i = s32[2] iota(), iota_dimension=0
+  ROOT r = f32[] add(s, p1)
+}
+ENTRY main {
+  a = f32[4] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[] reduce(a, z), dimensions={0}, to_apply=add_vec
+})");
+  ASSERT_NE(module, nullptr);
+  auto compiled = CompileForGpu(*module, {}, "sm_90", /*load=*/false);
+  ASSERT_FALSE(compiled.ok());
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(compiled.status().message(), HasSubstr("r: "));
+  EXPECT_THAT(compiled.status().message(), HasSubstr("add_vec"));
+}
+
+TEST(NvrtcTest, CompileErrorsCarryTheLog) {
+  auto cubin = CompileToCubin("extern \"C\" __global__ void k() { undefined_name; }", "sm_90");
+  ASSERT_FALSE(cubin.ok());
+  EXPECT_EQ(cubin.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cubin.status().message(), HasSubstr("undefined_name"));
+}
+
+TEST(NvrtcTest, ReportsItsVersion) {
+  auto version = NvrtcVersion();
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_THAT(*version, ::testing::MatchesRegex("[0-9]+\\.[0-9]+"));
+}
+
+}  // namespace
+}  // namespace kiln::gpu

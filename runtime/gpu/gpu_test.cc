@@ -1,0 +1,199 @@
+// The GPU backend on a machine with a CUDA GPU (skipped elsewhere, with the
+// reason): memory and transfers, and every module of the corpus computing
+// what the CPU backend computes on the same random inputs.
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "base/status_macros.h"
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/ir/verifier.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/backend.h"
+#include "runtime/gpu/gpu_device.h"
+
+namespace kiln::gpu {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+const fs::path kCorpus = fs::path(KILN_SOURCE_DIR) / "tests/data/hlo";
+
+#define SKIP_WITHOUT_GPU()                                                \
+  do {                                                                    \
+    const GpuCount gpus = CountGpus();                                    \
+    if (gpus.count == 0) GTEST_SKIP() << "no GPU: " << gpus.reason;       \
+  } while (0)
+
+std::unique_ptr<runtime::Backend> MakeBackend(const std::string& devices,
+                                              const std::string& config = "") {
+  runtime::RegisterBuiltinBackends();
+  auto specs = runtime::ParseBackendSpecs(devices, config);
+  EXPECT_TRUE(specs.ok()) << specs.status();
+  auto backend = runtime::CreateBackend((*specs)[0]);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return backend.ok() ? *std::move(backend) : nullptr;
+}
+
+// Random values of `shape`: floats in [-2, 2], integers in [-9, 9] (or
+// [0, 9]), preds either way.
+ir::Literal RandomLiteral(const ir::Shape& shape, std::mt19937_64& rng) {
+  if (shape.IsTuple()) {
+    std::vector<ir::Literal> elements;
+    for (const ir::Shape& s : shape.tuple_shapes()) elements.push_back(RandomLiteral(s, rng));
+    return ir::Literal::Tuple(std::move(elements));
+  }
+  ir::Literal lit(shape);
+  std::uniform_real_distribution<double> real(-2, 2);
+  std::uniform_int_distribution<int> small(IsUnsignedIntType(shape.type()) ? 0 : -9, 9);
+  for (int64_t i = 0; i < lit.element_count(); ++i) {
+    if (IsFloatType(shape.type())) lit.SetFromDouble(i, real(rng));
+    else if (shape.type() == ElementType::kPred) lit.SetFromDouble(i, small(rng) > 0);
+    else lit.SetFromDouble(i, small(rng));
+  }
+  return lit;
+}
+
+void ExpectNear(const ir::Literal& got, const ir::Literal& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  if (want.shape().IsTuple()) {
+    for (size_t k = 0; k < want.tuple_elements().size(); ++k) {
+      ExpectNear(got.tuple_elements()[k], want.tuple_elements()[k],
+                 absl::StrCat(what, " element ", k));
+    }
+    return;
+  }
+  if (!want.shape().IsArray()) return;
+  const bool is_float = IsFloatType(want.shape().type());
+  const double rel = want.shape().type() == ElementType::kBF16   ? 1e-2
+                     : want.shape().type() == ElementType::kF16 ? 2e-3
+                                                                 : 1e-4;
+  int reported = 0;
+  for (int64_t i = 0; i < want.element_count() && reported < 5; ++i) {
+    const double g = got.GetAsDouble(i), w = want.GetAsDouble(i);
+    const bool ok = is_float ? ((std::isnan(g) && std::isnan(w)) || g == w ||
+                                std::abs(g - w) <= 1e-5 + rel * std::abs(w))
+                             : got.GetAsInt64(i) == want.GetAsInt64(i);
+    if (!ok) {
+      ADD_FAILURE() << what << " element " << i << ": gpu " << g << ", cpu " << w;
+      ++reported;
+    }
+  }
+}
+
+absl::StatusOr<ir::Literal> RunOn(runtime::Backend& backend, const ir::Module& module,
+                                  const std::vector<ir::Literal>& inputs) {
+  runtime::Device& device = *backend.devices()[0];
+  ASSIGN_OR_RETURN(auto executable, backend.compiler().Compile(module, {}));
+  std::vector<runtime::BufferPtr> args;
+  for (const ir::Literal& in : inputs) {
+    ASSIGN_OR_RETURN(runtime::BufferPtr b, device.TransferToDevice(in));
+    args.push_back(std::move(b));
+  }
+  runtime::ExecuteOptions options;
+  options.infeed_timeout = absl::Seconds(1);
+  ASSIGN_OR_RETURN(runtime::BufferPtr result, executable->Execute(device, args, options));
+  return device.TransferFromDevice(*result);
+}
+
+TEST(GpuDeviceTest, TransfersRoundTripAndMemoryIsCharged) {
+  SKIP_WITHOUT_GPU();
+  auto backend = MakeBackend("gpu:1");
+  ASSERT_NE(backend, nullptr);
+  runtime::Device& device = *backend->devices()[0];
+  EXPECT_EQ(device.name(), "gpu:0");
+  std::mt19937_64 rng(7);
+  // Larger than one staging chunk, so the transfer goes in pieces.
+  const ir::Literal value = RandomLiteral(ir::Shape(ElementType::kF32, {3, 1 << 19}), rng);
+  const int64_t before = device.memory_stats().bytes_in_use;
+  {
+    auto buffer = device.TransferToDevice(value);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    EXPECT_EQ(device.memory_stats().bytes_in_use, before + value.shape().ByteSize());
+    auto back = device.TransferFromDevice(**buffer);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(*back == value);
+  }
+  EXPECT_EQ(device.memory_stats().bytes_in_use, before);
+}
+
+TEST(GpuDeviceTest, AllocationsPastTheCapacityFailCleanly) {
+  SKIP_WITHOUT_GPU();
+  auto backend = MakeBackend("gpu:1", "gpu.memory_bytes=1M");
+  ASSERT_NE(backend, nullptr);
+  runtime::Device& device = *backend->devices()[0];
+  auto big = device.Allocate(ir::Shape(ElementType::kF32, {1 << 20}));
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  auto small = device.Allocate(ir::Shape(ElementType::kF32, {1 << 10}));
+  EXPECT_TRUE(small.ok()) << small.status();
+}
+
+TEST(GpuDeviceTest, BuffersOfAnotherDeviceAreRefused) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = MakeBackend("gpu:1");
+  auto cpu = MakeBackend("cpu:1");
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_NE(cpu, nullptr);
+  auto module = ir::ParseModule(R"(
+HloModule m
+ENTRY main {
+  a = f32[4] parameter(0)
+  ROOT b = f32[4] negate(a)
+})");
+  ASSERT_TRUE(module.ok());
+  ASSERT_TRUE(ir::Verify(**module).ok());
+  auto executable = gpu->compiler().Compile(**module, {});
+  ASSERT_TRUE(executable.ok()) << executable.status();
+  auto host_buffer = cpu->devices()[0]->Allocate(ir::Shape(ElementType::kF32, {4}));
+  ASSERT_TRUE(host_buffer.ok());
+  auto result = (*executable)->Execute(*gpu->devices()[0], {*host_buffer}, {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  auto on_cpu = (*executable)->Execute(*cpu->devices()[0], {*host_buffer}, {});
+  ASSERT_FALSE(on_cpu.ok());
+  EXPECT_THAT(on_cpu.status().message(), HasSubstr("gpu"));
+}
+
+std::vector<std::string> CorpusModules() {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(kCorpus)) {
+    if (entry.path().extension() == ".hlo") names.push_back(entry.path().stem());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class GpuCorpusTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuCorpusTest, MatchesTheCpuBackend) {
+  SKIP_WITHOUT_GPU();
+  std::ifstream in(kCorpus / (GetParam() + ".hlo"));
+  auto module = ir::ParseModule(std::string(std::istreambuf_iterator<char>(in), {}));
+  ASSERT_TRUE(module.ok()) << module.status();
+  ASSERT_TRUE(ir::Verify(**module).ok());
+  auto gpu = MakeBackend("gpu:1");
+  auto cpu = MakeBackend("cpu:1");
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_NE(cpu, nullptr);
+  for (uint64_t seed : {1, 2}) {
+    std::mt19937_64 rng(seed);
+    std::vector<ir::Literal> inputs;
+    for (const ir::Shape& s : (*module)->entry()->ParameterShapes()) {
+      inputs.push_back(RandomLiteral(s, rng));
+    }
+    auto want = RunOn(*cpu, **module, inputs);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = RunOn(*gpu, **module, inputs);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectNear(*got, *want, absl::StrCat(GetParam(), " seed ", seed));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Corpus, GpuCorpusTest, ::testing::ValuesIn(CorpusModules()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace kiln::gpu
