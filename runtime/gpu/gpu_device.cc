@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "runtime/gpu/blas.h"
 #include "runtime/gpu/cuda_check.h"
 
 namespace kiln::gpu {
@@ -83,6 +84,8 @@ GpuDevice::~GpuDevice() {
   }
   absl::MutexLock lock(&staging_mu_);
   if (staging_ != nullptr) cudaFreeHost(staging_);
+  absl::MutexLock blas_lock(&blas_mu_);
+  if (blas_.has_value()) cudaFree(blas_->workspace);
 }
 
 absl::Status GpuDevice::Activate() const {
@@ -92,6 +95,18 @@ absl::Status GpuDevice::Activate() const {
 absl::Status GpuDevice::Synchronize() const {
   RETURN_IF_ERROR(Activate());
   return CudaStatus(cudaStreamSynchronize(stream_), "a kernel or copy on the GPU failed");
+}
+
+absl::StatusOr<GpuDevice::Blas> GpuDevice::blas() {
+  absl::MutexLock lock(&blas_mu_);
+  if (blas_.has_value()) return *blas_;
+  RETURN_IF_ERROR(Activate());
+  Blas b;
+  ASSIGN_OR_RETURN(b.handle, CreateBlasHandle());
+  b.workspace_bytes = size_t{32} << 20;
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&b.workspace, b.workspace_bytes));
+  blas_ = b;
+  return b;
 }
 
 absl::StatusOr<GpuBufferPtr> GpuDevice::AllocateBuffer(const ir::Shape& shape) {

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,14 @@ class GpuDevice final : public runtime::Device {
   // earlier kernel shows here.
   absl::Status Synchronize() const;
 
+  // The device's cuBLASLt handle and GEMM workspace, made on first use.
+  struct Blas {
+    void* handle = nullptr;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
+  };
+  absl::StatusOr<Blas> blas();
+
  private:
   friend class GpuBuffer;
   GpuDevice(int ordinal, int64_t capacity, size_t feed_queue_capacity);
@@ -103,6 +112,8 @@ class GpuDevice final : public runtime::Device {
   runtime::MemoryTracker memory_;
   runtime::FeedQueue infeed_;
   runtime::FeedQueue outfeed_;
+  absl::Mutex blas_mu_;
+  std::optional<Blas> blas_ ABSL_GUARDED_BY(blas_mu_);
   absl::Mutex staging_mu_;
   void* staging_ ABSL_GUARDED_BY(staging_mu_) = nullptr;  // pinned, kTransferChunkBytes
 };

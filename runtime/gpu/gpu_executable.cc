@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "runtime/gpu/blas.h"
 #include "runtime/gpu/codegen.h"
 #include "runtime/gpu/cuda_check.h"
 #include "runtime/gpu/gpu_device.h"
@@ -22,7 +23,7 @@ using ir::Instruction;
 using ir::Opcode;
 
 enum class StepKind {
-  kKernel, kView, kTuple, kElement, kConstant, kHost, kWhile, kConditional, kCall
+  kKernel, kGemm, kView, kTuple, kElement, kConstant, kHost, kWhile, kConditional, kCall
 };
 
 struct Step {
@@ -34,6 +35,7 @@ struct Step {
   std::vector<int> release;  // slots whose last reader this step is
   std::vector<Launch> launches;
   std::vector<cudaKernel_t> kernels;  // one per launch, once loaded
+  std::shared_ptr<const Gemm> gemm;
   int64_t tuple_index = 0;
   int constant = -1;
   host::Kernel host_kernel;
@@ -100,6 +102,7 @@ class Builder {
   std::vector<ir::Literal>& constants() { return constants_; }
   KernelEmitter& emitter() { return emitter_; }
   int host_steps() const { return host_steps_; }
+  int gemms() const { return gemms_; }
 
  private:
   absl::Status Fill(const Instruction& instr, Step& step) {
@@ -107,6 +110,17 @@ class Builder {
     auto annotate = [&](absl::Status s) {
       return absl::Status(s.code(), absl::StrCat(instr.name(), ": ", s.message()));
     };
+    if (op == Opcode::kDot) {
+      if (std::optional<GemmShape> shape = PlanGemm(instr)) {
+        // Without cuBLASLt the dot keeps its generated kernel.
+        if (absl::StatusOr<std::unique_ptr<Gemm>> gemm = Gemm::Create(*shape); gemm.ok()) {
+          step.kind = StepKind::kGemm;
+          step.gemm = *std::move(gemm);
+          ++gemms_;
+          return absl::OkStatus();
+        }
+      }
+    }
     if (HasKernel(instr)) {
       absl::StatusOr<KernelInfo> info = emitter_.Emit(instr);
       if (!info.ok()) return annotate(info.status());
@@ -166,6 +180,7 @@ class Builder {
   absl::flat_hash_map<const ir::Computation*, int> index_;
   std::vector<ir::Literal> constants_;
   int host_steps_ = 0;
+  int gemms_ = 0;
 };
 
 // Per-execution state.
@@ -313,6 +328,14 @@ class GpuExecutable final : public runtime::Executable {
     switch (step.kind) {
       case StepKind::kKernel:
         return Launch(step, device, in);
+      case StepKind::kGemm: {
+        ASSIGN_OR_RETURN(GpuDevice::Blas blas, device.blas());
+        ASSIGN_OR_RETURN(GpuBufferPtr out, device.AllocateBuffer(step.shape));
+        RETURN_IF_ERROR(step.gemm->Run(blas.handle, blas.workspace, blas.workspace_bytes,
+                                       in[0]->data(), in[1]->data(), out->data(),
+                                       device.stream()));
+        return out;
+      }
       case StepKind::kView:
         return GpuBuffer::View(step.shape, in[0]);
       case StepKind::kTuple:
@@ -413,6 +436,7 @@ absl::StatusOr<std::shared_ptr<runtime::Executable>> CompileForGpu(
   if (report != nullptr) {
     report->kernels = builder.emitter().kernel_count();
     report->host_steps = builder.host_steps();
+    report->gemms = builder.gemms();
     report->source = builder.emitter().source();
   }
   cudaLibrary_t library = nullptr;

@@ -16,6 +16,7 @@ namespace kiln::gpu {
 struct GpuCompileReport {
   int kernels = 0;             // generated kernels
   int host_steps = 0;          // instructions run on the host
+  int gemms = 0;               // dots run by cuBLASLt
   std::string source;          // the generated CUDA C++
 };
 

@@ -83,6 +83,18 @@ void ExpectNear(const ir::Literal& got, const ir::Literal& want, const std::stri
   }
 }
 
+// A result buffer's value, tuples element by element.
+absl::StatusOr<ir::Literal> Fetch(runtime::Device& device, const runtime::Buffer& buffer) {
+  if (buffer.shape().IsToken()) return ir::Literal(buffer.shape());
+  if (!buffer.shape().IsTuple()) return device.TransferFromDevice(buffer);
+  std::vector<ir::Literal> elements;
+  for (int i = 0; i < buffer.tuple_size(); ++i) {
+    ASSIGN_OR_RETURN(ir::Literal e, Fetch(device, *buffer.tuple_element(i)));
+    elements.push_back(std::move(e));
+  }
+  return ir::Literal::Tuple(std::move(elements));
+}
+
 absl::StatusOr<ir::Literal> RunOn(runtime::Backend& backend, const ir::Module& module,
                                   const std::vector<ir::Literal>& inputs) {
   runtime::Device& device = *backend.devices()[0];
@@ -95,7 +107,7 @@ absl::StatusOr<ir::Literal> RunOn(runtime::Backend& backend, const ir::Module& m
   runtime::ExecuteOptions options;
   options.infeed_timeout = absl::Seconds(1);
   ASSIGN_OR_RETURN(runtime::BufferPtr result, executable->Execute(device, args, options));
-  return device.TransferFromDevice(*result);
+  return Fetch(device, *result);
 }
 
 TEST(GpuDeviceTest, TransfersRoundTripAndMemoryIsCharged) {
