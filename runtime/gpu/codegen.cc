@@ -1,6 +1,8 @@
 #include "runtime/gpu/codegen.h"
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -335,6 +337,63 @@ std::string GridKernel(const std::string& name, const std::string& params,
       "  }\n}\n\n");
 }
 
+int64_t Count(const std::vector<int64_t>& dims);
+
+// A reduction each output element computes: `length` terms, each made by
+// `term` from the loop index t (code that may `continue` to skip the term,
+// then declares `const <type> x`), folded by `combine` after `init`.
+struct Fold {
+  std::string type;
+  std::string init;
+  int64_t length = 0;
+  std::string term;
+  // Code that sets `dst` to `a` combined with `b`.
+  std::function<std::string(const std::string& dst, const std::string& a,
+                            const std::string& b)> combine;
+  std::string store;  // stores `acc` as output i
+};
+
+// Where one thread folds all terms of its output element.
+std::string ThreadFold(const Fold& f) {
+  return absl::StrCat("    ", f.type, " acc = ", f.init, ";\n    for (long long t = 0; t < ",
+                      f.length, "LL; ++t) {\n", f.term, "      ", f.combine("acc", "acc", "x"),
+                      "\n    }\n", f.store);
+}
+
+constexpr int kFoldBlock = 256;
+
+// Whether a block of threads should share each output's terms: few
+// outputs with long folds would leave most of the GPU idle otherwise.
+bool UseBlockFold(int64_t outputs, int64_t length) {
+  return length >= 512 && outputs < 32768;
+}
+
+// A kernel where each block folds one output element (grid-stride over
+// outputs): the threads take every kFoldBlock-th term, then combine their
+// partial results in a tree. `init` is counted once, at the end, so it
+// need not be an identity of `combine`.
+std::string BlockFoldKernel(const std::string& name, const std::string& params,
+                            const std::vector<int64_t>& dims, const Fold& f) {
+  const std::string b = absl::StrCat(kFoldBlock);
+  return absl::StrCat(
+      "extern \"C\" __global__ void __launch_bounds__(", b, ") ", name, "(", params, ") {\n",
+      "  __shared__ ", f.type, " part[", b, "];\n  __shared__ bool have[", b, "];\n",
+      "  const int tid = threadIdx.x;\n",
+      "  for (long long i = blockIdx.x; i < ", Count(dims), "LL; i += gridDim.x) {\n",
+      Decompose(dims, "i", "o"), "    ", f.type, " acc = ", f.init, ";\n    bool got = false;\n",
+      "    for (long long t = tid; t < ", f.length, "LL; t += ", b, ") {\n", f.term,
+      "      if (got) { ", f.combine("acc", "acc", "x"), " } else { acc = x; got = true; }\n",
+      "    }\n    part[tid] = acc;\n    have[tid] = got;\n    __syncthreads();\n",
+      "    for (int s = ", kFoldBlock / 2, "; s > 0; s >>= 1) {\n",
+      "      if (tid < s && have[tid + s]) {\n",
+      "        if (have[tid]) { ", f.combine("part[tid]", "part[tid]", "part[tid + s]"),
+      " } else { part[tid] = part[tid + s]; have[tid] = true; }\n      }\n",
+      "      __syncthreads();\n    }\n",
+      "    if (tid == 0) {\n      acc = ", f.init, ";\n      if (have[0]) { ",
+      f.combine("acc", "acc", "part[0]"), " }\n", f.store, "    }\n    __syncthreads();\n",
+      "  }\n}\n\n");
+}
+
 // The value of operand `k` of `instr` at the output position (multi-index
 // o0.. of the output, linear index i), for elementwise instructions.
 std::string SameShapeOperand(const Instruction& instr, int k) {
@@ -381,6 +440,23 @@ std::string WindowPosition(const std::vector<ir::WindowDim>& window,
     absl::StrAppend(&s, "if (p", d, " < 0 || p", d, " >= ", in_dims[d], "LL) valid = false;\n");
   }
   return s;
+}
+
+// The product of two accumulator values (integers wrap).
+std::string Product2(ElementType acc, const std::string& a, const std::string& b) {
+  if (acc == ElementType::kS64) return absl::StrCat("kiln_mul<long long>(", a, ", ", b, ")");
+  return absl::StrCat("(", a, ") * (", b, ")");
+}
+
+// A sum of `length` products (dot, convolution), from zero.
+Fold SumOfProducts(ElementType acc, int64_t length, std::string term, std::string store) {
+  const bool wrap = acc == ElementType::kS64;
+  return Fold{ValueType(acc), "0", length, std::move(term),
+              [wrap](const std::string& dst, const std::string& a, const std::string& b) {
+                return wrap ? absl::StrCat(dst, " = kiln_add<long long>(", a, ", ", b, ");")
+                            : absl::StrCat(dst, " = ", a, " + ", b, ";");
+              },
+              std::move(store)};
 }
 
 }  // namespace
@@ -489,6 +565,9 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(const Instruction& instr) {
   const std::vector<std::string> o = Names("o", OutputShapes(instr)[0].rank());
   const ElementType t = shape.IsTuple() ? ElementType::kTuple : shape.type();
   std::string body;
+  // Set by the reductions (reduce, dot, convolution): emitted per thread or
+  // per block below.
+  std::optional<Fold> fold;
   std::vector<int64_t> grid_dims = shape.IsArray() ? shape.dims() : std::vector<int64_t>{};
   auto store = [&](const std::string& value) {
     return absl::StrCat("    r0[i] = ", Store(t, value), ";\n");
@@ -643,27 +722,40 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(const Instruction& instr) {
           const auto it = std::find(red.begin(), red.end(), d);
           idx[d] = it != red.end() ? absl::StrCat("w", it - red.begin()) : o[next++];
         }
-        if (n > 1) grid_dims = shape.tuple_shape(0).dims();
+        const std::string term =
+            absl::StrCat(Decompose(red_sizes, "t", "w"), "      const long long at = ",
+                         Linear(in.dims(), idx), ";\n");
+        if (n == 1) {
+          const ElementType et = in.type();
+          const std::string v = ValueType(et);
+          fold = Fold{v, Load(et, "a1[0]"), Count(red_sizes),
+                      absl::StrCat(term, "      const ", v, " x = ", Load(et, "a0[at]"), ";\n"),
+                      [fn, v](const std::string& dst, const std::string& a, const std::string& b) {
+                        return absl::StrCat("{ ", v, " r_; ", fn, "(", a, ", ", b, ", &r_); ", dst,
+                                            " = r_; }");
+                      },
+                      absl::StrCat("    r0[i] = ", Store(et, "acc"), ";\n")};
+          break;
+        }
+        // Variadic: one thread per output element, the accumulators side
+        // by side.
+        grid_dims = shape.tuple_shape(0).dims();
         for (int k = 0; k < n; ++k) {
           const ElementType et = instr.operand(k)->shape().type();
           absl::StrAppend(&body, "    ", ValueType(et), " acc", k, " = ",
                           Load(et, absl::StrCat("a", n + k, "[0]")), ";\n");
         }
-        absl::StrAppend(&body, "    for (long long q = 0; q < ", Product(red_sizes),
-                        "; ++q) {\n", Decompose(red_sizes, "q", "w"),
-                        "      const long long at = ", Linear(in.dims(), idx), ";\n");
+        absl::StrAppend(&body, "    for (long long t = 0; t < ", Product(red_sizes),
+                        "; ++t) {\n", term);
         std::vector<std::string> args, outs;
-        for (int k = 0; k < n; ++k) args.push_back(absl::StrCat("acc", k));
         for (int k = 0; k < n; ++k) {
-          args.push_back(Load(instr.operand(k)->shape().type(), absl::StrCat("a", k, "[at]")));
+          const std::string v = ValueType(instr.operand(k)->shape().type());
+          absl::StrAppend(&body, "      const ", v, " in", k, " = acc", k, ";\n");
+          args.push_back(absl::StrCat("in", k));
           outs.push_back(absl::StrCat("&acc", k));
         }
-        // The reducer reads its arguments before writing results, so the
-        // accumulators may be passed as outputs.
         for (int k = 0; k < n; ++k) {
-          absl::StrAppend(&body, "      const ", ValueType(instr.operand(k)->shape().type()),
-                          " in", k, " = acc", k, ";\n");
-          args[k] = absl::StrCat("in", k);
+          args.push_back(Load(instr.operand(k)->shape().type(), absl::StrCat("a", k, "[at]")));
         }
         absl::StrAppend(&body, "      ", fn, "(", absl::StrJoin(args, ", "), ", ",
                         absl::StrJoin(outs, ", "), ");\n    }\n");
@@ -778,16 +870,12 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(const Instruction& instr) {
           li[dd.lhs_contracting[k]] = absl::StrCat("w", k);
           ri[dd.rhs_contracting[k]] = absl::StrCat("w", k);
         }
-        const std::string av = ValueType(acc_t);
         const std::string a = Convert(lt, acc_t, ReadAt(instr, 0, li));
         const std::string b = Convert(rhs.type(), acc_t, ReadAt(instr, 1, ri));
-        const std::string step =
-            acc_t == ElementType::kS64 ? absl::StrCat("acc = kiln_add<long long>(acc, kiln_mul<long long>(", a, ", ", b, "));\n")
-                                       : absl::StrCat("acc += ", a, " * ", b, ";\n");
-        absl::StrAppend(&body, "    ", av, " acc = 0;\n    for (long long q = 0; q < ",
-                        Product(csizes), "; ++q) {\n", Decompose(csizes, "q", "w"), "      ",
-                        step, "    }\n");
-        body += store(Convert(acc_t, t, "acc"));
+        fold = SumOfProducts(acc_t, Count(csizes),
+                             absl::StrCat(Decompose(csizes, "t", "w"), "      const ",
+                                          ValueType(acc_t), " x = ", Product2(acc_t, a, b), ";\n"),
+                             absl::StrCat("    r0[i] = ", Store(t, Convert(acc_t, t, "acc")), ";\n"));
         break;
       }
       case Opcode::kConvolution: {
@@ -825,17 +913,16 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(const Instruction& instr) {
           ii[c.input_spatial[d]] = absl::StrCat("p", d);
           ki[c.kernel_spatial[d]] = absl::StrCat("w", d);
         }
-        const std::string av = ValueType(acc_t);
         const std::string a = Convert(lt, acc_t, ReadAt(instr, 0, ii));
         const std::string b = Convert(ker.type(), acc_t, ReadAt(instr, 1, ki));
-        const std::string step =
-            acc_t == ElementType::kS64 ? absl::StrCat("acc = kiln_add<long long>(acc, kiln_mul<long long>(", a, ", ", b, "));\n")
-                                       : absl::StrCat("acc += ", a, " * ", b, ";\n");
-        absl::StrAppend(&body, "    ", av, " acc = 0;\n    for (long long ch = 0; ch < ", ig,
-                        "LL; ++ch) {\n    for (long long q = 0; q < ", Product(k_sp),
-                        "; ++q) {\n", WindowPosition(window, in_sp, out_sp),
-                        "      if (!valid) continue;\n      ", step, "    }\n    }\n");
-        body += store(Convert(acc_t, t, "acc"));
+        const int64_t ksp = Count(k_sp);
+        fold = SumOfProducts(
+            acc_t, ig * ksp,
+            absl::StrCat("      const long long ch = t / ", ksp, "LL;\n      const long long q = t % ",
+                         ksp, "LL;\n", WindowPosition(window, in_sp, out_sp),
+                         "      if (!valid) continue;\n      const ", ValueType(acc_t), " x = ",
+                         Product2(acc_t, a, b), ";\n"),
+            absl::StrCat("    r0[i] = ", Store(t, Convert(acc_t, t, "acc")), ";\n"));
         break;
       }
       default:
@@ -844,9 +931,15 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(const Instruction& instr) {
     }
   }
   const int64_t threads = Count(grid_dims);
-  absl::StrAppend(&source_, GridKernel(kname, Params(instr, false), grid_dims, threads, body));
+  if (fold.has_value() && UseBlockFold(threads, fold->length)) {
+    absl::StrAppend(&source_, BlockFoldKernel(kname, Params(instr, false), grid_dims, *fold));
+    info.launches.push_back({kname, threads, false, kFoldBlock});
+  } else {
+    if (fold.has_value()) body = ThreadFold(*fold);
+    absl::StrAppend(&source_, GridKernel(kname, Params(instr, false), grid_dims, threads, body));
+    info.launches.push_back({kname, threads, false});
+  }
   ++kernels_;
-  info.launches.push_back({kname, threads, false});
   return info;
 }
 

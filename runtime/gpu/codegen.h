@@ -26,6 +26,9 @@ struct Launch {
   int64_t iterations = 0;
   // Run the iterations in order on one thread (where they may conflict).
   bool one_thread = false;
+  // Threads per block when each block computes one iteration together
+  // (long reductions with few outputs); 0: one thread per iteration.
+  int block_per_iteration = 0;
 };
 
 // The launches that compute an instruction, in order.

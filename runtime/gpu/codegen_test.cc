@@ -73,6 +73,33 @@ ENTRY main {
   EXPECT_THAT(emitter.source(), HasSubstr("r0[i] = ((a0[i]) + (a1[i]))"));
 }
 
+TEST(CodegenTest, LongReductionsWithFewOutputsShareABlockPerOutput) {
+  auto module = Parse(R"(
+HloModule m
+add {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  ROOT s = f32[] add(p0, p1)
+}
+ENTRY main {
+  a = f32[4,5000] parameter(0)
+  z = f32[] constant(0)
+  long = f32[4] reduce(a, z), dimensions={1}, to_apply=add
+  short = f32[5000] reduce(a, z), dimensions={0}, to_apply=add
+  ROOT t = (f32[4], f32[5000]) tuple(long, short)
+})");
+  ASSERT_NE(module, nullptr);
+  KernelEmitter emitter;
+  const ir::Computation& entry = *module->entry();
+  auto long_fold = emitter.Emit(*entry.instructions()[2]);
+  auto short_fold = emitter.Emit(*entry.instructions()[3]);
+  ASSERT_TRUE(long_fold.ok()) << long_fold.status();
+  ASSERT_TRUE(short_fold.ok()) << short_fold.status();
+  EXPECT_GT(long_fold->launches[0].block_per_iteration, 0);
+  EXPECT_EQ(short_fold->launches[0].block_per_iteration, 0);
+  ASSERT_TRUE(CompileToCubin(emitter.source(), "sm_90").ok());
+}
+
 TEST(CodegenTest, HalfValuesAreRoundedAfterEachOperation) {
   auto module = Parse(R"(
 HloModule m

@@ -1,6 +1,9 @@
 #include "runtime/gpu/gpu_executable.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -29,6 +32,7 @@ enum class StepKind {
 struct Step {
   StepKind kind;
   std::string name;  // the instruction's, for errors
+  std::string opcode;
   ir::Shape shape;
   std::vector<int> inputs;
   int output = 0;
@@ -78,6 +82,7 @@ class Builder {
       if (instr.opcode() == Opcode::kParameter) continue;
       Step step;
       step.name = instr.name();
+      step.opcode = std::string(ir::OpcodeName(instr.opcode()));
       step.shape = instr.shape();
       step.output = instr.index();
       for (const Instruction* o : instr.operands()) step.inputs.push_back(o->index());
@@ -252,6 +257,7 @@ class GpuExecutable final : public runtime::Executable {
         seed_(seed),
         uses_feeds_(uses_feeds) {}
   ~GpuExecutable() override {
+    if (profiling_) PrintProfile();
     if (library_ != nullptr) cudaLibraryUnload(library_);
   }
 
@@ -285,17 +291,30 @@ class GpuExecutable final : public runtime::Executable {
                 options.infeed != nullptr ? options.infeed : &gpu->infeed(),
                 options.outfeed != nullptr ? options.outfeed : &gpu->outfeed(),
                 {}};
-    for (const ir::Literal& c : constants_) {
-      ASSIGN_OR_RETURN(host::HostBufferPtr h, host::HostBuffer::FromLiteral(c, nullptr));
-      ASSIGN_OR_RETURN(GpuBufferPtr d, ToDevice(*gpu, *h));
-      ctx.constants.push_back(std::move(d));
-    }
+    ASSIGN_OR_RETURN(ctx.constants, ConstantsOn(*gpu));
     absl::StatusOr<GpuBufferPtr> result = Run(programs_[entry_], ctx, gpu_args);
     // Kernels run asynchronously: their errors show at the synchronization.
     const absl::Status synced = gpu->Synchronize();
     if (!result.ok()) return result.status();
     RETURN_IF_ERROR(synced);
     return runtime::BufferPtr(*std::move(result));
+  }
+
+  // The module's constants on `device`, uploaded by its first execution
+  // there and charged to it while the executable lives.
+  absl::StatusOr<std::vector<GpuBufferPtr>> ConstantsOn(GpuDevice& device) {
+    absl::MutexLock lock(&constants_mu_);
+    if (auto it = device_constants_.find(&device); it != device_constants_.end()) {
+      return it->second;
+    }
+    std::vector<GpuBufferPtr> uploaded;
+    for (const ir::Literal& c : constants_) {
+      ASSIGN_OR_RETURN(host::HostBufferPtr h, host::HostBuffer::FromLiteral(c, nullptr));
+      ASSIGN_OR_RETURN(GpuBufferPtr d, ToDevice(device, *h));
+      uploaded.push_back(std::move(d));
+    }
+    device_constants_[&device] = uploaded;
+    return uploaded;
   }
 
   const ir::Shape& result_shape() const override { return result_shape_; }
@@ -311,7 +330,12 @@ class GpuExecutable final : public runtime::Executable {
       std::vector<GpuBufferPtr> in;
       in.reserve(step.inputs.size());
       for (int slot : step.inputs) in.push_back(slots[slot]);
+      const absl::Time start = profiling_ ? absl::Now() : absl::Time();
       absl::StatusOr<GpuBufferPtr> out = RunStep(step, ctx, in);
+      if (profiling_ && out.ok()) {
+        RETURN_IF_ERROR(ctx.device->Synchronize());
+        Record(step, absl::Now() - start);
+      }
       if (!out.ok()) {
         return absl::Status(out.status().code(),
                             absl::StrCat(step.name, ": ", out.status().message()));
@@ -401,12 +425,18 @@ class GpuExecutable final : public runtime::Executable {
       const int64_t n = step.launches[k].iterations;
       if (n == 0) continue;
       constexpr int64_t kBlock = 256;
-      const bool one = step.launches[k].one_thread;
-      const unsigned blocks = one ? 1u : static_cast<unsigned>(std::min<int64_t>(
-                                             (n + kBlock - 1) / kBlock, int64_t{1} << 16));
+      constexpr int64_t kMaxBlocks = int64_t{1} << 16;  // the kernels loop over the rest
+      const struct Launch& launch = step.launches[k];
+      int64_t blocks = std::min((n + kBlock - 1) / kBlock, kMaxBlocks), threads = kBlock;
+      if (launch.one_thread) blocks = threads = 1;
+      if (launch.block_per_iteration > 0) {
+        blocks = std::min(n, kMaxBlocks);
+        threads = launch.block_per_iteration;
+      }
       CUDA_RETURN_IF_ERROR(cudaLaunchKernel(reinterpret_cast<const void*>(step.kernels[k]),
-                                            dim3(blocks), dim3(one ? 1 : kBlock),
-                                            params.data(), 0, device.stream()));
+                                            dim3(static_cast<unsigned>(blocks)),
+                                            dim3(static_cast<unsigned>(threads)), params.data(),
+                                            0, device.stream()));
     }
     return out;
   }
@@ -419,7 +449,46 @@ class GpuExecutable final : public runtime::Executable {
   std::vector<ir::Shape> parameter_shapes_;
   uint64_t seed_;
   bool uses_feeds_;
+  // With KILN_GPU_PROFILE set in the environment, every step is timed
+  // (synchronizing after each) and the executable prints where its time
+  // went when it is destroyed: a tool for finding slow kernels.
+  struct StepTime {
+    std::string opcode;
+    int64_t calls = 0;
+    absl::Duration total;
+  };
+  void Record(const Step& step, absl::Duration d) const {
+    absl::MutexLock lock(&profile_mu_);
+    StepTime& t = profile_[step.name];
+    t.opcode = step.opcode;
+    ++t.calls;
+    t.total += d;
+  }
+  void PrintProfile() const {
+    absl::MutexLock lock(&profile_mu_);
+    std::vector<std::pair<std::string, StepTime>> rows(profile_.begin(), profile_.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.total > b.second.total; });
+    absl::Duration all;
+    for (const auto& [name, t] : rows) all += t.total;
+    std::fprintf(stderr, "GPU profile of %lld executions: %.3f ms per execution\n",
+                 static_cast<long long>(executions_.load()),
+                 absl::ToDoubleMilliseconds(all) / std::max<uint64_t>(1, executions_.load()));
+    for (size_t i = 0; i < rows.size() && i < 20; ++i) {
+      const StepTime& t = rows[i].second;
+      std::fprintf(stderr, "  %-28s %-20s %8lld calls %10.3f ms %5.1f%%\n",
+                   rows[i].first.c_str(), t.opcode.c_str(), static_cast<long long>(t.calls),
+                   absl::ToDoubleMilliseconds(t.total), 100 * absl::FDivDuration(t.total, all));
+    }
+  }
+  const bool profiling_ = std::getenv("KILN_GPU_PROFILE") != nullptr;
+  mutable absl::Mutex profile_mu_;
+  mutable absl::flat_hash_map<std::string, StepTime> profile_ ABSL_GUARDED_BY(profile_mu_);
+
   std::atomic<uint64_t> executions_{0};
+  absl::Mutex constants_mu_;
+  absl::flat_hash_map<const GpuDevice*, std::vector<GpuBufferPtr>> device_constants_
+      ABSL_GUARDED_BY(constants_mu_);
 };
 
 }  // namespace

@@ -204,6 +204,61 @@ TEST_P(GpuCorpusTest, MatchesTheCpuBackend) {
   }
 }
 
+// Reductions long enough that a block of threads shares each output
+// (reduce with an init that is not the identity, max, integer sums that
+// wrap, and a convolution with few outputs, as a filter gradient has).
+TEST(GpuReductionTest, BlockReductionsMatchTheCpuBackend) {
+  SKIP_WITHOUT_GPU();
+  auto module = ir::ParseModule(R"(
+HloModule long_reductions
+add_f32 {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  ROOT s = f32[] add(p0, p1)
+}
+max_f32 {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  ROOT m = f32[] maximum(p0, p1)
+}
+add_s8 {
+  p0 = s8[] parameter(0)
+  p1 = s8[] parameter(1)
+  ROOT s = s8[] add(p0, p1)
+}
+ENTRY main {
+  x = f32[3,7000] parameter(0)
+  n = s8[2,3000] parameter(1)
+  img = f32[16,12,12,3] parameter(2)
+  grad = f32[16,8,8,5] parameter(3)
+  three = f32[] constant(3)
+  low = f32[] constant(-1e30)
+  zero8 = s8[] constant(0)
+  sum = f32[3] reduce(x, three), dimensions={1}, to_apply=add_f32
+  all = f32[] reduce(x, three), dimensions={0,1}, to_apply=add_f32
+  mx = f32[3] reduce(x, low), dimensions={1}, to_apply=max_f32
+  wrap = s8[2] reduce(n, zero8), dimensions={1}, to_apply=add_s8
+  filter = f32[5,5,3,5] convolution(img, grad), window={size=8x8}, dim_labels=f01b_i01o->01bf
+  ROOT out = (f32[3], f32[], f32[3], s8[2], f32[5,5,3,5]) tuple(sum, all, mx, wrap, filter)
+})");
+  ASSERT_TRUE(module.ok()) << module.status();
+  ASSERT_TRUE(ir::Verify(**module).ok());
+  auto gpu = MakeBackend("gpu:1");
+  auto cpu = MakeBackend("cpu:1");
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_NE(cpu, nullptr);
+  std::mt19937_64 rng(11);
+  std::vector<ir::Literal> inputs;
+  for (const ir::Shape& s : (*module)->entry()->ParameterShapes()) {
+    inputs.push_back(RandomLiteral(s, rng));
+  }
+  auto want = RunOn(*cpu, **module, inputs);
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto got = RunOn(*gpu, **module, inputs);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectNear(*got, *want, "long reductions");
+}
+
 INSTANTIATE_TEST_SUITE_P(Corpus, GpuCorpusTest, ::testing::ValuesIn(CorpusModules()),
                          [](const auto& info) { return info.param; });
 
