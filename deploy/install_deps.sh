@@ -7,7 +7,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc
   libeigen3-dev libopenblas-dev libspdlog-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  zlib1g-dev dataset-fashion-mnist python3
+  zlib1g-dev dataset-fashion-mnist python3 patchelf xz-utils
 )
 missing=()
 for p in "${packages[@]}"; do

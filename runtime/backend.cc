@@ -66,8 +66,19 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendSpec& spec) 
   return backend;
 }
 
-absl::StatusOr<std::vector<BackendSpec>> ParseBackendSpecs(const std::string& devices,
+std::string AutoDevices() {
+  std::string devices = "cpu:1";
+  for (const BackendInfo& info : RegisteredBackends()) {
+    if (!info.count_devices) continue;
+    if (const int n = info.count_devices(); n > 0) absl::StrAppend(&devices, ",", info.kind, ":", n);
+  }
+  return devices;
+}
+
+absl::StatusOr<std::vector<BackendSpec>> ParseBackendSpecs(const std::string& devices_flag,
                                                            const std::string& config) {
+  const std::string devices =
+      absl::StripAsciiWhitespace(devices_flag) == "auto" ? AutoDevices() : devices_flag;
   std::vector<BackendSpec> specs;
   auto find = [&](absl::string_view kind) -> BackendSpec* {
     for (BackendSpec& s : specs) {

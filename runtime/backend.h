@@ -47,6 +47,9 @@ struct BackendInfo {
   std::string summary;      // one line for --help and errors
   std::string config_help;  // the config keys the backend takes, with defaults
   BackendFactory factory;
+  // For backends of real accelerators: how many devices the host has (0
+  // where none can be used). Null for the host and simulated backends.
+  std::function<int()> count_devices;
 };
 
 // Makes `info` available under its kind. Called by each backend's
@@ -65,8 +68,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendSpec& spec);
 // declares itself a backend in CMake); safe to call more than once.
 void RegisterBuiltinBackends();
 
+// The devices a server takes by default: "cpu:1" and every device of the
+// registered accelerator backends that the host can use ("cpu:1,gpu:2").
+std::string AutoDevices();
+
 // Parses backend specs from their flag form: `devices` is "kind:count,..."
-// ("cpu:1,tpu:8"; a kind without a count means 1) and `config` is
+// ("cpu:1,tpu:8"; a kind without a count means 1), or "auto" for
+// AutoDevices(), and `config` is
 // "kind.key=value,..." ("tpu.hbm_bytes=1G"). Each kind may appear once;
 // config must name a kind of `devices`. Errors say which item is wrong.
 absl::StatusOr<std::vector<BackendSpec>> ParseBackendSpecs(const std::string& devices,

@@ -1,6 +1,7 @@
 // Backend specs, the registry, and the backends built from specs.
 #include "runtime/backend.h"
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -72,6 +73,34 @@ TEST(BackendRegistryTest, EveryBuiltBackendIsRegistered) {
     EXPECT_TRUE(b.factory) << b.kind;
   }
   EXPECT_THAT(kinds, ::testing::IsSupersetOf({"cpu", "null", "tpu"}));
+}
+
+// "auto" takes the CPU and every device of the accelerator backends that
+// the host has: a kind whose host has none is left out.
+TEST(BackendRegistryTest, AutoDevicesAddTheAcceleratorsTheHostHas) {
+  RegisterBuiltinBackends();
+  BackendInfo present{"fakeaccel", "an accelerator with two devices", "none",
+                      [](const BackendSpec&) -> absl::StatusOr<std::unique_ptr<Backend>> {
+                        return absl::UnimplementedError("not built in tests");
+                      },
+                      [] { return 2; }};
+  BackendInfo absent = present;
+  absent.kind = "missingaccel";
+  absent.count_devices = [] { return 0; };
+  RegisterBackend(present);
+  RegisterBackend(absent);
+  const std::string devices = AutoDevices();
+  EXPECT_TRUE(absl::StartsWith(devices, "cpu:1")) << devices;
+  EXPECT_THAT(devices, HasSubstr(",fakeaccel:2"));
+  EXPECT_THAT(devices, ::testing::Not(HasSubstr("missingaccel")));
+  auto specs = ParseBackendSpecs(" auto ", "");
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_GE(specs->size(), 2u);
+  EXPECT_EQ((*specs)[0].kind, "cpu");
+  EXPECT_EQ((*specs)[0].count, 1);
+  bool found = false;
+  for (const BackendSpec& s : *specs) found = found || (s.kind == "fakeaccel" && s.count == 2);
+  EXPECT_TRUE(found);
 }
 
 TEST(BackendRegistryTest, UnknownKindsAndBadConfigsAreClearErrors) {

@@ -21,8 +21,9 @@ ABSL_FLAG(int64_t, lease_seconds, 60,
 ABSL_FLAG(int64_t, compile_cache_entries, 256, "compiled programs kept in the cache");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off (KILN_LOG_LEVEL sets it for embedded use)");
-ABSL_FLAG(std::string, devices, "cpu:1",
-          "the devices, as kind:count,... (cpu:2,tpu:8 gives cpu:0, cpu:1 and tpu:0..7); "
+ABSL_FLAG(std::string, devices, "auto",
+          "the devices, as kind:count,... (cpu:2,tpu:8 gives cpu:0, cpu:1 and tpu:0..7), or "
+          "auto: cpu:1 and every GPU of the host (the first GPU is then the default device); "
           "kiln-server --backends lists the kinds this build has");
 ABSL_FLAG(std::string, backend_config, "",
           "backend settings, as kind.key=value,... (cpu.memory_bytes=16G, "
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
   kiln::server::ServiceOptions options;
   options.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_seconds));
   options.compile_cache_entries = static_cast<size_t>(absl::GetFlag(FLAGS_compile_cache_entries));
+  kiln::runtime::RegisterBuiltinBackends();  // "auto" asks them for their devices
   auto backends = kiln::runtime::ParseBackendSpecs(absl::GetFlag(FLAGS_devices),
                                                    absl::GetFlag(FLAGS_backend_config));
   if (!backends.ok()) {

@@ -57,7 +57,7 @@ TEST(HelpTest, EveryBinaryPrintsItsUsageAndExitsZero) {
   };
   const std::vector<Binary> binaries = {
       {"kiln", {"usage:", "kiln run FILE.hlo"}},
-      {"kiln-server", {"kiln-server", "--devices", "(default: cpu:1)", "--listen",
+      {"kiln-server", {"kiln-server", "--devices", "(default: auto)", "--listen",
                        "(default: 127.0.0.1:8470)", "--backend_config"}},
       {"fashion_mnist", {"fashion_mnist", "--model", "(default: mlp)", "--epochs"}},
       {"infeed_training", {"infeed_training", "--model", "--server"}},
@@ -148,7 +148,7 @@ TEST_F(CliTest, BadInputsFailCleanly) {
   ExpectCleanFailure(Kiln("run " + m + " --input=" + x + " --input=" + Write("junk.npy", "garbage")),
                      "invalid .npy");
   ExpectCleanFailure(Kiln("run " + (dir_ / "missing.hlo").string()), "cannot open");
-  ExpectCleanFailure(Kiln("run " + m + " --random_inputs=1 --device=gpu:7"), "no backend of kind 'gpu' (this build has cpu");
+  ExpectCleanFailure(Kiln("run " + m + " --random_inputs=1 --device=quantum:7"), "no backend of kind 'quantum' (this build has cpu");
   ExpectCleanFailure(Kiln("run " + m + " --frobnicate"), "unknown flag");
 }
 

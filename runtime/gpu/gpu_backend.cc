@@ -83,5 +83,5 @@ class GpuBackend final : public runtime::Backend {
 KILN_BACKEND_REGISTRATION(gpu) {
   RegisterBackend({"gpu", "CUDA GPUs: generated kernels compiled at run time by NVRTC",
                    "memory_bytes: capacity of each device (default 90% of its memory)",
-                   &gpu::GpuBackend::Create});
+                   &gpu::GpuBackend::Create, [] { return gpu::CountGpus().count; }});
 }
