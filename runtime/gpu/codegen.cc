@@ -311,17 +311,17 @@ std::vector<Shape> OutputShapes(const Instruction& instr) {
   return {instr.shape()};
 }
 
-std::string Params(const Instruction& instr, bool scratch) {
+// The kernel parameters: the buffers it reads, then those it writes.
+std::string Params(const std::vector<const Instruction*>& inputs, const Instruction& instr) {
   std::vector<std::string> p;
-  for (int k = 0; k < instr.operand_count(); ++k) {
-    p.push_back(absl::StrCat("const ", StorageType(instr.operand(k)->shape().type()),
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    p.push_back(absl::StrCat("const ", StorageType(inputs[k]->shape().type()),
                              "* __restrict__ a", k));
   }
   const std::vector<Shape> outs = OutputShapes(instr);
   for (size_t k = 0; k < outs.size(); ++k) {
     p.push_back(absl::StrCat(StorageType(outs[k].type()), "* __restrict__ r", k));
   }
-  if (scratch) p.push_back("long long* __restrict__ scratch");
   return absl::StrJoin(p, ", ");
 }
 
@@ -400,6 +400,43 @@ std::string SameShapeOperand(const Instruction& instr, int k) {
   const Shape& s = instr.operand(k)->shape();
   const bool scalar = s.rank() == 0 && instr.shape().rank() > 0;
   return Load(s.type(), absl::StrCat("a", k, scalar ? "[0]" : "[i]"));
+}
+
+// The value of elementwise `instr` at linear index i of the kernel's
+// output (whose shape it has), with the producers in `fused` computed in
+// place and every other operand read from a kernel input, added to
+// `inputs` once.
+absl::StatusOr<std::string> FusedValue(const Instruction& instr,
+                                       const absl::flat_hash_set<const Instruction*>& fused,
+                                       std::vector<const Instruction*>& inputs) {
+  auto input = [&](const Instruction* p) {
+    auto it = std::find(inputs.begin(), inputs.end(), p);
+    const size_t k = it - inputs.begin();
+    if (it == inputs.end()) inputs.push_back(p);
+    return absl::StrCat("a", k);
+  };
+  const std::vector<std::string> o = Names("o", instr.shape().rank());
+  if (instr.opcode() == Opcode::kBroadcast) {
+    const Instruction* operand = instr.operand(0);
+    std::vector<std::string> idx;
+    for (int64_t d : instr.attrs().dimensions) idx.push_back(o[d]);
+    return Load(operand->shape().type(),
+                absl::StrCat(input(operand), "[", Linear(operand->shape().dims(), idx), "]"));
+  }
+  if (instr.opcode() == Opcode::kIota) {
+    return Convert(ElementType::kS64, instr.shape().type(), o[instr.attrs().iota_dimension]);
+  }
+  std::vector<std::string> args;
+  for (const Instruction* p : instr.operands()) {
+    if (fused.contains(p)) {
+      ASSIGN_OR_RETURN(std::string value, FusedValue(*p, fused, inputs));
+      args.push_back(std::move(value));
+      continue;
+    }
+    const bool scalar = p->shape().rank() == 0 && instr.shape().rank() > 0;
+    args.push_back(Load(p->shape().type(), absl::StrCat(input(p), scalar ? "[0]" : "[i]")));
+  }
+  return ScalarExpr(instr, args);
 }
 
 std::string ReadAt(const Instruction& instr, int k, const std::vector<std::string>& idx) {
@@ -554,7 +591,15 @@ absl::StatusOr<std::string> KernelEmitter::Function(const Computation& c) {
   return name;
 }
 
-absl::StatusOr<KernelInfo> KernelEmitter::Emit(const Instruction& instr) {
+bool CanFuse(const Instruction& producer, const Instruction& consumer) {
+  const Opcode op = producer.opcode();
+  return (IsComputedElementwise(op) || op == Opcode::kBroadcast || op == Opcode::kIota) &&
+         IsComputedElementwise(consumer.opcode()) && producer.shape() == consumer.shape() &&
+         consumer.shape().IsArray();
+}
+
+absl::StatusOr<KernelInfo> KernelEmitter::Emit(
+    const Instruction& instr, const absl::flat_hash_set<const Instruction*>& fused) {
   const Opcode op = instr.opcode();
   const Shape& shape = instr.shape();
   const std::string name = absl::StrCat("kiln_k", kernels_, "_", ir::OpcodeName(op));
@@ -573,10 +618,12 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(const Instruction& instr) {
     return absl::StrCat("    r0[i] = ", Store(t, value), ";\n");
   };
 
+  // The buffers the kernel reads: the operands, or for a fused elementwise
+  // kernel the operands of the whole fused tree.
+  std::vector<const Instruction*> inputs(instr.operands().begin(), instr.operands().end());
   if (IsComputedElementwise(op)) {
-    std::vector<std::string> args;
-    for (int k = 0; k < instr.operand_count(); ++k) args.push_back(SameShapeOperand(instr, k));
-    ASSIGN_OR_RETURN(std::string e, ScalarExpr(instr, args));
+    inputs.clear();
+    ASSIGN_OR_RETURN(std::string e, FusedValue(instr, fused, inputs));
     body = store(e);
   } else {
     switch (op) {
@@ -820,7 +867,7 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(const Instruction& instr) {
           }
         }
         const std::string v = ValueType(t);
-        absl::StrAppend(&source_, GridKernel(kname + "_init", Params(instr, false), {},
+        absl::StrAppend(&source_, GridKernel(kname + "_init", Params(inputs, instr), {},
                                              shape.ElementCount(), "    r0[i] = a2[0];\n"));
         info.launches.push_back({kname + "_init", shape.ElementCount(), false});
         std::vector<std::string> p = Names("p", in.rank());
@@ -835,10 +882,11 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(const Instruction& instr) {
             "      if (!keep) { sel = at; best = cand; }\n    }\n",
             "    if (sel >= 0) {\n      ", v, " sum; ", scatter, "(", Load(t, "r0[sel]"), ", ",
             Load(t, "a1[i]"), ", &sum);\n      r0[sel] = ", Store(t, "sum"), ";\n    }\n");
-        absl::StrAppend(&source_, GridKernel(kname, Params(instr, false), src.dims(),
+        absl::StrAppend(&source_, GridKernel(kname, Params(inputs, instr), src.dims(),
                                              src.ElementCount(), scatter_body));
         ++kernels_;
         info.launches.push_back({kname, src.ElementCount(), !disjoint});
+        info.inputs = std::move(inputs);
         return info;
       }
       case Opcode::kDot: {
@@ -932,14 +980,15 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(const Instruction& instr) {
   }
   const int64_t threads = Count(grid_dims);
   if (fold.has_value() && UseBlockFold(threads, fold->length)) {
-    absl::StrAppend(&source_, BlockFoldKernel(kname, Params(instr, false), grid_dims, *fold));
+    absl::StrAppend(&source_, BlockFoldKernel(kname, Params(inputs, instr), grid_dims, *fold));
     info.launches.push_back({kname, threads, false, kFoldBlock});
   } else {
     if (fold.has_value()) body = ThreadFold(*fold);
-    absl::StrAppend(&source_, GridKernel(kname, Params(instr, false), grid_dims, threads, body));
+    absl::StrAppend(&source_, GridKernel(kname, Params(inputs, instr), grid_dims, threads, body));
     info.launches.push_back({kname, threads, false});
   }
   ++kernels_;
+  info.inputs = std::move(inputs);
   return info;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "compiler/ir/instruction.h"
 
@@ -31,10 +32,18 @@ struct Launch {
   int block_per_iteration = 0;
 };
 
-// The launches that compute an instruction, in order.
+// The launches that compute an instruction, in order, and the buffers they
+// read: the instruction's operands, or for a fused kernel the operands of
+// the instructions fused into it.
 struct KernelInfo {
   std::vector<Launch> launches;
+  std::vector<const ir::Instruction*> inputs;
 };
+
+// Whether `producer`, used by `consumer` alone, may be computed inside
+// consumer's kernel: an elementwise consumer, and an elementwise,
+// broadcast or iota producer of the same shape.
+bool CanFuse(const ir::Instruction& producer, const ir::Instruction& consumer);
 
 // Whether the emitter has a kernel for `instr` (the executable runs the
 // others itself: aliases, control flow, host work).
@@ -45,9 +54,12 @@ class KernelEmitter {
  public:
   KernelEmitter();
   // Adds the kernel of `instr` (HasKernel must hold) and the device
-  // functions it calls. UNIMPLEMENTED, naming the instruction, for what the
-  // emitter cannot express (a reducer that is not scalar code).
-  absl::StatusOr<KernelInfo> Emit(const ir::Instruction& instr);
+  // functions it calls; the operands of `instr` in `fused` (see CanFuse)
+  // are computed inside the kernel, recursively. UNIMPLEMENTED, naming the
+  // instruction, for what the emitter cannot express (a reducer that is not
+  // scalar code).
+  absl::StatusOr<KernelInfo> Emit(const ir::Instruction& instr,
+                                  const absl::flat_hash_set<const ir::Instruction*>& fused = {});
   // The translation unit so far.
   const std::string& source() const { return source_; }
   int kernel_count() const { return kernels_; }

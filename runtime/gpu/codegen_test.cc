@@ -100,6 +100,58 @@ ENTRY main {
   ASSERT_TRUE(CompileToCubin(emitter.source(), "sm_90").ok());
 }
 
+TEST(CodegenTest, ElementwiseChainsFuseIntoOneKernel) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  a = f32[16] parameter(0)
+  b = f32[16] parameter(1)
+  s = f32[] parameter(2)
+  m = f32[16] multiply(a, b)
+  e = f32[16] exponential(m)
+  ROOT r = f32[16] clamp(s, e, s)
+})");
+  ASSERT_NE(module, nullptr);
+  const ir::Computation& entry = *module->entry();
+  const ir::Instruction& m = *entry.instructions()[3];
+  const ir::Instruction& e = *entry.instructions()[4];
+  ASSERT_TRUE(CanFuse(m, e));
+  ASSERT_TRUE(CanFuse(e, *entry.root()));
+  KernelEmitter emitter;
+  auto info = emitter.Emit(*entry.root(), {&m, &e});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(emitter.kernel_count(), 1);
+  ASSERT_EQ(info->inputs.size(), 3u);
+  // clamp(s, e, s) reads s once, as input 0.
+  EXPECT_EQ(info->inputs[0]->name(), "s");
+  EXPECT_EQ(info->inputs[1]->name(), "a");
+  EXPECT_EQ(info->inputs[2]->name(), "b");
+  EXPECT_THAT(emitter.source(),
+              HasSubstr("kiln_fmax<float>(expf(((a1[i]) * (a2[i]))), a0[0]), a0[0])"));
+  GpuCompileReport report;
+  ASSERT_TRUE(CompileForGpu(*module, {}, "sm_90", /*load=*/false, &report).ok());
+  EXPECT_EQ(report.kernels, 1);
+}
+
+TEST(CodegenTest, BroadcastsAndIotasFuseIntoTheirConsumer) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  x = f32[4,3] parameter(0)
+  bias = f32[3] parameter(1)
+  b = f32[4,3] broadcast(bias), dimensions={1}
+  i = f32[4,3] iota(), iota_dimension=0
+  s = f32[4,3] add(x, b)
+  ROOT r = f32[4,3] multiply(s, i)
+})");
+  ASSERT_NE(module, nullptr);
+  GpuCompileReport report;
+  ASSERT_TRUE(CompileForGpu(*module, {}, "sm_90", /*load=*/false, &report).ok());
+  EXPECT_EQ(report.kernels, 1);
+  EXPECT_THAT(report.source, HasSubstr("a1[(o1)]"));
+  EXPECT_THAT(report.source, HasSubstr("((float)(o0))"));
+}
+
 TEST(CodegenTest, HalfValuesAreRoundedAfterEachOperation) {
   auto module = Parse(R"(
 HloModule m

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/gpu/blas.h"
@@ -77,16 +78,17 @@ class Builder {
     p.num_slots = c.instruction_count();
     for (const Instruction* param : c.parameters()) p.param_slots.push_back(param->index());
     p.root_slot = c.root()->index();
+    const absl::flat_hash_set<const Instruction*> fused = Fusible(c);
     for (const auto& owned : c.instructions()) {
       const Instruction& instr = *owned;
-      if (instr.opcode() == Opcode::kParameter) continue;
+      if (instr.opcode() == Opcode::kParameter || fused.contains(&instr)) continue;
       Step step;
       step.name = instr.name();
       step.opcode = std::string(ir::OpcodeName(instr.opcode()));
       step.shape = instr.shape();
       step.output = instr.index();
       for (const Instruction* o : instr.operands()) step.inputs.push_back(o->index());
-      RETURN_IF_ERROR(Fill(instr, step));
+      RETURN_IF_ERROR(Fill(instr, fused, step));
       p.steps.push_back(std::move(step));
     }
     // Release each slot after its last reader (never the root).
@@ -110,7 +112,28 @@ class Builder {
   int gemms() const { return gemms_; }
 
  private:
-  absl::Status Fill(const Instruction& instr, Step& step) {
+  // The instructions computed inside the kernel of their only user.
+  static absl::flat_hash_set<const Instruction*> Fusible(const ir::Computation& c) {
+    absl::flat_hash_map<const Instruction*, int> uses;
+    absl::flat_hash_map<const Instruction*, const Instruction*> user;
+    for (const auto& instr : c.instructions()) {
+      for (const Instruction* o : instr->operands()) {
+        ++uses[o];
+        user[o] = instr.get();
+      }
+    }
+    absl::flat_hash_set<const Instruction*> fused;
+    for (const auto& instr : c.instructions()) {
+      if (instr.get() != c.root() && uses[instr.get()] == 1 &&
+          CanFuse(*instr, *user[instr.get()])) {
+        fused.insert(instr.get());
+      }
+    }
+    return fused;
+  }
+
+  absl::Status Fill(const Instruction& instr,
+                    const absl::flat_hash_set<const Instruction*>& fused, Step& step) {
     const Opcode op = instr.opcode();
     auto annotate = [&](absl::Status s) {
       return absl::Status(s.code(), absl::StrCat(instr.name(), ": ", s.message()));
@@ -127,10 +150,12 @@ class Builder {
       }
     }
     if (HasKernel(instr)) {
-      absl::StatusOr<KernelInfo> info = emitter_.Emit(instr);
+      absl::StatusOr<KernelInfo> info = emitter_.Emit(instr, fused);
       if (!info.ok()) return annotate(info.status());
       step.kind = StepKind::kKernel;
       step.launches = info->launches;
+      step.inputs.clear();
+      for (const Instruction* in : info->inputs) step.inputs.push_back(in->index());
       return absl::OkStatus();
     }
     switch (op) {

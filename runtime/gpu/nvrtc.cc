@@ -60,8 +60,11 @@ absl::StatusOr<std::string> CompileToCubin(const std::string& source, const std:
       Check(*n, n->create(&program, source.c_str(), "kiln.cu", 0, nullptr, nullptr),
             "nvrtcCreateProgram"));
   const std::string arch_option = absl::StrCat("--gpu-architecture=", arch);
+  // No contraction of a * b + c into one rounding: the results stay those
+  // of the host interpreter, operation by operation.
   const std::vector<const char*> options = {arch_option.c_str(), "--std=c++17",
-                                            "--device-as-default-execution-space"};
+                                            "--device-as-default-execution-space",
+                                            "--fmad=false"};
   const nvrtcResult compiled = n->compile(program, static_cast<int>(options.size()),
                                           options.data());
   absl::StatusOr<std::string> result;
