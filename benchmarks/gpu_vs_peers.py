@@ -131,7 +131,9 @@ def main():
                 line += (f" | {ms:25.3f} {k / ms:6.2f}" if ms else f" | {'-':>25} {'-':>6}")
             print(line)
     for m in peers.get("micro", []):
-        rate = f"{m['rate']:.1f} {m['unit']}" if "rate" in m else ""
+        if m.get("rate") is None:
+            continue  # a precision check, not a rate
+        rate = f"{m['rate']:.1f} {m['unit']}"
         print(f"peer micro: {m['what']} {m.get('shape', '')} {rate}")
     if args.json:
         with open(args.json, "w") as f:
