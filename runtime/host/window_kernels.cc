@@ -19,14 +19,35 @@ struct Geometry {
   std::vector<int64_t> in_dims, out_dims, win_sizes;
   std::vector<ir::WindowDim> window;
   std::vector<int64_t> in_strides;
+  // Offsets of the window's positions from its first one, in visiting
+  // order, for windows without base dilation (empty otherwise).
+  std::vector<int64_t> offsets;
+
+  void Prepare() {
+    const int rank = static_cast<int>(in_dims.size());
+    offsets.clear();
+    for (int d = 0; d < rank; ++d) {
+      if (window[d].base_dilation != 1 || win_sizes[d] == 0) return;
+    }
+    offsets.push_back(0);
+    for (int d = 0; d < rank; ++d) {
+      std::vector<int64_t> next;
+      next.reserve(offsets.size() * win_sizes[d]);
+      for (int64_t base : offsets) {
+        for (int64_t w = 0; w < win_sizes[d]; ++w) {
+          next.push_back(base + w * window[d].window_dilation * in_strides[d]);
+        }
+      }
+      offsets.swap(next);
+    }
+  }
 };
 
 // Calls visit(input_linear_index or -1 for padding) for every window
-// position of output index `o`.
+// position of output index `o`, in row-major window order.
 template <typename F>
 void ForEachInWindow(const Geometry& g, const std::vector<int64_t>& o, F&& visit) {
   const int rank = static_cast<int>(g.in_dims.size());
-  std::vector<int64_t> w(rank, 0);
   if (rank == 0) {
     visit(0);
     return;
@@ -34,6 +55,22 @@ void ForEachInWindow(const Geometry& g, const std::vector<int64_t>& o, F&& visit
   for (int64_t d : g.win_sizes) {
     if (d == 0) return;
   }
+  // A window wholly inside the input: its first position plus the offsets.
+  if (!g.offsets.empty()) {
+    int64_t first = 0;
+    bool inside = true;
+    for (int d = 0; d < rank && inside; ++d) {
+      const ir::WindowDim& wd = g.window[d];
+      const int64_t p = o[d] * wd.stride - wd.pad_lo;
+      inside = p >= 0 && p + (g.win_sizes[d] - 1) * wd.window_dilation < g.in_dims[d];
+      first += p * g.in_strides[d];
+    }
+    if (inside) {
+      for (int64_t offset : g.offsets) visit(first + offset);
+      return;
+    }
+  }
+  int64_t w[ir::kMaxRank] = {};
   while (true) {
     int64_t linear = 0;
     bool valid = true;
@@ -76,6 +113,7 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
   g.in_strides = ir::RowMajorStrides(g.in_dims);
   g.window = instr.attrs().window;
   for (const ir::WindowDim& w : g.window) g.win_sizes.push_back(w.size);
+  g.Prepare();
   const Shape out_shape = instr.shape();
   const ir::ElementType type = in_shape.type();
   const int esize = ir::ElementTypeSize(type);
