@@ -3,6 +3,7 @@
 // [O, I, spatial...], each (batch, group) becomes im2col + one GEMM, and the
 // result is laid out as the output dim_labels say.
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -23,6 +24,7 @@ struct ConvPlan {
   std::vector<ir::WindowDim> window;
   // Permutations from the operands' layouts to canonical ones.
   std::vector<int64_t> in_perm, k_perm, out_perm;
+  std::shared_ptr<const std::vector<int64_t>> source;  // SourceTable
 };
 
 template <typename C>
@@ -34,35 +36,34 @@ std::vector<C> LoadPermuted(const Buffer& b, const std::vector<int64_t>& perm) {
     dims.push_back(s.dim(p));
     src_strides.push_back(strides[p]);
   }
-  std::vector<C> out(s.ElementCount());
+  const int64_t count = s.ElementCount();
+  std::vector<C> out(count);
   ir::DispatchType(s.type(), [&](auto tag) {
     using T = decltype(tag);
-    std::unique_ptr<T[]> tmp(new T[s.ElementCount()]);
-    StridedCopy(dims, b.data(), 0, src_strides,
-                reinterpret_cast<uint8_t*>(tmp.get()), 0,
-                ir::RowMajorStrides(dims), sizeof(T));
-    for (int64_t i = 0; i < s.ElementCount(); ++i) out[i] = ir::ConvertValue<C>(tmp[i]);
+    if constexpr (std::is_same_v<T, C>) {  // no conversion: permute in place
+      StridedCopy(dims, b.data(), 0, src_strides, reinterpret_cast<uint8_t*>(out.data()), 0,
+                  ir::RowMajorStrides(dims), sizeof(T));
+    } else {
+      std::unique_ptr<T[]> tmp(new T[count]);
+      StridedCopy(dims, b.data(), 0, src_strides, reinterpret_cast<uint8_t*>(tmp.get()), 0,
+                  ir::RowMajorStrides(dims), sizeof(T));
+      for (int64_t i = 0; i < count; ++i) out[i] = ir::ConvertValue<C>(tmp[i]);
+    }
   });
   return out;
 }
 
-template <typename C>
-void RunConv(const ConvPlan& p, const std::vector<C>& in, const std::vector<C>& k,
-             std::vector<C>& out) {
+// For each (kernel position, output position): the input spatial offset or
+// -1 for padding. Shared by every batch, group and channel, and by every
+// execution.
+std::vector<int64_t> SourceTable(const ConvPlan& p) {
   const int rank = static_cast<int>(p.in_sp.size());
-  int64_t in_size = 1, k_size = 1, out_size = 1;
+  int64_t k_size = 1, out_size = 1;
   for (int d = 0; d < rank; ++d) {
-    in_size *= p.in_sp[d];
     k_size *= p.k_sp[d];
     out_size *= p.out_sp[d];
   }
-  const int64_t ig = p.in_c / p.groups;   // input channels per group
-  const int64_t og = p.out_c / p.groups;  // output channels per group
-  const int64_t rows = ig * k_size;
-  std::vector<C> col(rows * out_size);
   std::vector<int64_t> kidx(rank), oidx(rank);
-  // For each (kernel position, output position): the input spatial offset or
-  // -1 for padding. Shared by every batch, group and channel.
   std::vector<int64_t> src(k_size * out_size);
   for (int64_t kp = 0; kp < k_size; ++kp) {
     int64_t rem = kp;
@@ -92,6 +93,24 @@ void RunConv(const ConvPlan& p, const std::vector<C>& in, const std::vector<C>& 
       src[kp * out_size + op] = valid ? off : -1;
     }
   }
+  return src;
+}
+
+template <typename C>
+void RunConv(const ConvPlan& p, const std::vector<C>& in, const std::vector<C>& k,
+             std::vector<C>& out) {
+  const int rank = static_cast<int>(p.in_sp.size());
+  int64_t in_size = 1, k_size = 1, out_size = 1;
+  for (int d = 0; d < rank; ++d) {
+    in_size *= p.in_sp[d];
+    k_size *= p.k_sp[d];
+    out_size *= p.out_sp[d];
+  }
+  const int64_t ig = p.in_c / p.groups;   // input channels per group
+  const int64_t og = p.out_c / p.groups;  // output channels per group
+  const int64_t rows = ig * k_size;
+  std::vector<C> col(rows * out_size);
+  const std::vector<int64_t>& src = *p.source;
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t g = 0; g < p.groups; ++g) {
       for (int64_t c = 0; c < ig; ++c) {
@@ -143,6 +162,7 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
   }
   // Strides for reading the canonical [N, O, spatial...] result in output
   // layout order.
+  p.source = std::make_shared<const std::vector<int64_t>>(SourceTable(p));
   const std::vector<int64_t> canon_strides = ir::RowMajorStrides(canon_out);
   std::vector<int64_t> read_strides(out_shape.rank());
   read_strides[c.output_batch] = canon_strides[0];
@@ -162,14 +182,19 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
       std::vector<C> b = LoadPermuted<C>(*ops[1], p.k_perm);
       std::vector<C> canon(out_shape.ElementCount());
       RunConv<C>(p, a, b, canon);
-      std::vector<C> laid(canon.size());
-      StridedCopy(out_shape.dims(), reinterpret_cast<const uint8_t*>(canon.data()), 0,
-                  read_strides, reinterpret_cast<uint8_t*>(laid.data()), 0,
-                  out_strides, sizeof(C));
       ir::DispatchType(out_shape.type(), [&](auto tag) {
         using T = decltype(tag);
-        T* o = out->as<T>();
-        for (size_t i = 0; i < laid.size(); ++i) o[i] = ir::ConvertValue<T>(laid[i]);
+        if constexpr (std::is_same_v<T, C>) {  // lay the result out in place
+          StridedCopy(out_shape.dims(), reinterpret_cast<const uint8_t*>(canon.data()), 0,
+                      read_strides, out->data(), 0, out_strides, sizeof(C));
+        } else {
+          std::vector<C> laid(canon.size());
+          StridedCopy(out_shape.dims(), reinterpret_cast<const uint8_t*>(canon.data()), 0,
+                      read_strides, reinterpret_cast<uint8_t*>(laid.data()), 0, out_strides,
+                      sizeof(C));
+          T* o = out->as<T>();
+          for (size_t i = 0; i < laid.size(); ++i) o[i] = ir::ConvertValue<T>(laid[i]);
+        }
       });
     };
     if (use_int)

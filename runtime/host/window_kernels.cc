@@ -1,4 +1,5 @@
 // reduce-window and select-and-scatter.
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -92,6 +93,19 @@ void ForEachInWindow(const Geometry& g, const std::vector<int64_t>& o, F&& visit
       w[k] = 0;
     }
     if (k < 0) return;
+  }
+}
+
+// `a dir b` (the select computation of a max- or min-pool gradient).
+template <typename A>
+bool CompareValues(ir::ComparisonDirection dir, A a, A b) {
+  switch (dir) {
+    case ir::ComparisonDirection::kGe: return a >= b;
+    case ir::ComparisonDirection::kGt: return a > b;
+    case ir::ComparisonDirection::kLe: return a <= b;
+    case ir::ComparisonDirection::kLt: return a < b;
+    case ir::ComparisonDirection::kEq: return a == b;
+    default: return a != b;
   }
 }
 
@@ -203,6 +217,45 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
     select_dir = select->root()->attrs().direction;
   }
   std::optional<Opcode> scatter_op = MatchScalarBinary(*instr.called(1));
+  if (select_dir.has_value() && scatter_op.has_value()) {
+    // The usual max-pool gradient (compare, then add): typed loops with no
+    // call per element.
+    const ir::ComparisonDirection dir = *select_dir;
+    const Opcode op = *scatter_op;
+    return Kernel([=](ExecState& st, const std::vector<BufferPtr>& ops)
+                      -> absl::StatusOr<BufferPtr> {
+      ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
+      ir::DispatchType(type, [&](auto tag) {
+        using T = decltype(tag);
+        using A = Accumulator<T>;
+        const T* operand = ops[0]->as<T>();
+        const T* source = ops[1]->as<T>();
+        T* o = out->as<T>();
+        std::fill(o, o + out_shape.ElementCount(), ops[2]->as<T>()[0]);
+        if (ir::Shape(type, g.out_dims).ElementCount() == 0) return;
+        std::vector<int64_t> idx(g.out_dims.size(), 0);
+        int64_t linear = 0;
+        do {
+          int64_t selected = -1;
+          A best{};
+          ForEachInWindow(g, idx, [&](int64_t i) {
+            if (i < 0) return;
+            const A v = static_cast<A>(operand[i]);
+            if (selected < 0 || !CompareValues(dir, best, v)) {
+              selected = i;
+              best = v;
+            }
+          });
+          if (selected >= 0) {
+            o[selected] = ir::ConvertValue<T>(ApplyReducerOp<A>(
+                op, static_cast<A>(o[selected]), static_cast<A>(source[linear])));
+          }
+          ++linear;
+        } while (NextIndex(idx, g.out_dims));
+      });
+      return out;
+    });
+  }
   ASSIGN_OR_RETURN(auto select_prog, programs.Get(instr.called(0)));
   ASSIGN_OR_RETURN(auto scatter_prog, programs.Get(instr.called(1)));
   auto select_call = std::make_shared<ScalarCall>(
@@ -237,14 +290,7 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
             using A = Accumulator<T>;
             const A a = static_cast<A>(reinterpret_cast<const T*>(operand)[selected]);
             const A b = static_cast<A>(reinterpret_cast<const T*>(operand)[i]);
-            switch (*select_dir) {
-              case ir::ComparisonDirection::kGe: keep = a >= b; break;
-              case ir::ComparisonDirection::kGt: keep = a > b; break;
-              case ir::ComparisonDirection::kLe: keep = a <= b; break;
-              case ir::ComparisonDirection::kLt: keep = a < b; break;
-              case ir::ComparisonDirection::kEq: keep = a == b; break;
-              default: keep = a != b; break;
-            }
+            keep = CompareValues(*select_dir, a, b);
           });
         } else {
           uint8_t result = 0;
