@@ -838,7 +838,13 @@ absl::Status Parser::ResolveAll(Module* module) {
 absl::StatusOr<std::unique_ptr<Module>> Parser::Parse() {
   std::string module_name = "module";
   if (ConsumeKeyword("HloModule")) {
-    module_name = std::string(ReadName());
+    // The name is on the header line: printed back, a missing one would let
+    // the next line's name take its place.
+    while (!AtEnd() && (text_[pos_] == ' ' || text_[pos_] == '\t')) ++pos_;
+    const size_t start = pos_;
+    while (!AtEnd() && IsNameChar(text_[pos_])) ++pos_;
+    module_name = std::string(text_.substr(start, pos_ - start));
+    if (module_name.empty()) return Error("expected a module name after 'HloModule'");
     // Header attributes (entry_computation_layout={...}, ...) end the line.
     while (!AtEnd() && text_[pos_] != '\n') {
       if (text_[pos_] == '{') {

@@ -3,6 +3,7 @@
 #include <functional>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -227,13 +228,15 @@ std::string PrintAttributes(
 }
 
 std::vector<const Computation*> PrintOrder(const Module& module) {
-  std::vector<const Computation*> order = module.PostOrder();
-  // Computations not reachable from the entry are printed too (before it).
+  const std::vector<const Computation*> reachable = module.PostOrder();
+  const absl::flat_hash_set<const Computation*> reached(reachable.begin(), reachable.end());
+  // Computations not reachable from the entry are printed too, first and in
+  // the module's order, so that printing the parsed text keeps the order.
+  std::vector<const Computation*> order;
   for (const auto& c : module.computations()) {
-    if (std::find(order.begin(), order.end(), c.get()) == order.end()) {
-      order.insert(order.begin(), c.get());
-    }
+    if (!reached.contains(c.get())) order.push_back(c.get());
   }
+  order.insert(order.end(), reachable.begin(), reachable.end());
   return order;
 }
 

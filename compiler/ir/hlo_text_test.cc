@@ -128,6 +128,47 @@ TEST(HloTextTest, UnknownOpcodeNamesItAndTheLine) {
   EXPECT_NE(m.status().message().find("'fft'"), std::string::npos);
 }
 
+// A header whose name is missing (or made of bytes that are not name
+// characters) is an error: printed back, the module would parse to another.
+TEST(HloTextTest, ModuleHeaderNeedsAName) {
+  for (const std::string header : {std::string("HloModule\n"),
+                                   std::string("HloModule \x01\x00Z m\n", 16)}) {
+    auto m = ParseModule(header + "ENTRY main {\n  ROOT p = f32[] parameter(0)\n}\n");
+    ASSERT_FALSE(m.ok()) << header;
+    EXPECT_NE(m.status().message().find("expected a module name"), std::string::npos)
+        << m.status();
+  }
+}
+
+// Computations the entry does not call keep their order through printing
+// and parsing, so the text and the fingerprint are a fixed point.
+TEST(HloTextTest, UnreachableComputationsKeepTheirOrder) {
+  auto first = ParseModule(R"(
+HloModule m
+one {
+  ROOT a = f32[] parameter(0)
+}
+two {
+  ROOT b = s32[] parameter(0)
+}
+three {
+  ROOT c = u8[] parameter(0)
+}
+ENTRY main {
+  ROOT p = f32[] parameter(0)
+})");
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(Verify(**first).ok());
+  const std::string printed = PrintModule(**first);
+  auto second = ParseModule(printed);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(Verify(**second).ok());
+  EXPECT_EQ(PrintModule(**second), printed);
+  EXPECT_EQ(Fingerprint(**second), Fingerprint(**first));
+  EXPECT_LT(printed.find("%one"), printed.find("%two"));
+  EXPECT_LT(printed.find("%two"), printed.find("%three"));
+}
+
 TEST(HloTextTest, UnknownAttributeNamesIt) {
   auto m = ParseModule(
       "ENTRY e {\n  a = f32[2] parameter(0)\n  ROOT b = f32[2] negate(a), frobnicate=3\n}\n");
