@@ -12,13 +12,14 @@ seconds="${1:-60}"
 out=build-fuzz
 fuzzers=(hlo_text_fuzzer module_proto_fuzzer host_execute_fuzzer)
 
+mkdir -p "$out"
 echo "[fuzz] configuring $out with clang-14"
 cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DKILN_FUZZ=ON \
   -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCHMARKS=OFF -DKILN_BUILD_EXAMPLES=OFF \
-  -DKILN_WITH_CUDA=OFF > "$out.configure.log" 2>&1 || { cat "$out.configure.log"; exit 1; }
+  -DKILN_WITH_CUDA=OFF > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
 echo "[fuzz] building ${fuzzers[*]}"
-ninja -C "$out" -j2 "${fuzzers[@]}" > "$out.build.log" 2>&1 || { tail -50 "$out.build.log"; exit 1; }
+ninja -C "$out" -j2 "${fuzzers[@]}" > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 
 # The seed corpus: every module in the tree; the fuzzers add what they find.
 mkdir -p "$out/corpus/text" "$out/corpus/proto" "$out/findings"
