@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/verifier.h"
 #include "gmock/gmock.h"
@@ -150,6 +151,25 @@ ENTRY main {
   EXPECT_EQ(report.kernels, 1);
   EXPECT_THAT(report.source, HasSubstr("a1[(o1)]"));
   EXPECT_THAT(report.source, HasSubstr("((float)(o0))"));
+}
+
+// A chain of thousands of elementwise operations compiles: fusion cuts it
+// into kernels of bounded depth instead of one expression nested as deep.
+TEST(CodegenTest, LongElementwiseChainsAreCutIntoKernels) {
+  std::string text = "HloModule chain\nENTRY main {\n  v0 = f32[8] parameter(0)\n";
+  constexpr int kLength = 2000;
+  for (int i = 1; i <= kLength; ++i) {
+    text += absl::StrCat("  ", i == kLength ? "ROOT " : "", "v", i, " = f32[8] ",
+                         i % 2 ? "negate" : "exponential", "(v", i - 1, ")\n");
+  }
+  text += "}\n";
+  auto module = Parse(text);
+  ASSERT_NE(module, nullptr);
+  GpuCompileReport report;
+  auto compiled = CompileForGpu(*module, {}, "sm_90", /*load=*/false, &report);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  EXPECT_GE(report.kernels, kLength / 24);
+  EXPECT_LT(report.kernels, kLength / 10);
 }
 
 TEST(CodegenTest, HalfValuesAreRoundedAfterEachOperation) {

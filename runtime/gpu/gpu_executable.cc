@@ -112,6 +112,10 @@ class Builder {
   int gemms() const { return gemms_; }
 
  private:
+  // How deep a fused expression may nest: a longer chain is cut into
+  // several kernels, so that no generated expression grows without bound.
+  static constexpr int kMaxFusionDepth = 24;
+
   // The instructions computed inside the kernel of their only user.
   static absl::flat_hash_set<const Instruction*> Fusible(const ir::Computation& c) {
     absl::flat_hash_map<const Instruction*, int> uses;
@@ -123,8 +127,16 @@ class Builder {
       }
     }
     absl::flat_hash_set<const Instruction*> fused;
+    // The nesting of each instruction's expression: 1 plus that of its
+    // deepest fused operand (instructions come in operand-first order).
+    absl::flat_hash_map<const Instruction*, int> depth;
     for (const auto& instr : c.instructions()) {
-      if (instr.get() != c.root() && uses[instr.get()] == 1 &&
+      int d = 1;
+      for (const Instruction* o : instr->operands()) {
+        if (fused.contains(o)) d = std::max(d, depth[o] + 1);
+      }
+      depth[instr.get()] = d;
+      if (instr.get() != c.root() && uses[instr.get()] == 1 && d < kMaxFusionDepth &&
           CanFuse(*instr, *user[instr.get()])) {
         fused.insert(instr.get());
       }
