@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/lower.h"
+#include "client/trace_key.h"
 #include "compiler/ir/fingerprint.h"
 #include "base/status_macros.h"
 
@@ -230,49 +231,67 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
     outputs.push_back(t.node());
   }
   if (outputs.empty()) return absl::OkStatus();
+  // The cheap step: a trace whose structure ran before takes its program
+  // by the trace's key, without lowering, printing or fingerprinting.
   const auto lower_start = Clock::now();
-  ASSIGN_OR_RETURN(Lowered lowered, Lower(outputs));
-  const std::string fingerprint = ir::Fingerprint(*lowered.module);
-  metrics_.lowering_seconds +=
-      std::chrono::duration<double>(Clock::now() - lower_start).count();
-  const std::string site = CallSite(where);
-  const std::string key = absl::StrCat(fingerprint, "@", device);
+  ASSIGN_OR_RETURN(TraceKey trace_key, KeyOfTrace(outputs));
+  std::string structure = absl::StrCat(device, "\n", trace_key.bytes);
   std::shared_ptr<Executable> exe;
-  auto it = executables_.find(key);
-  if (it != executables_.end()) {
-    exe = it->second;
+  std::vector<std::shared_ptr<Node>> params;
+  if (auto known = by_structure_.find(structure); known != by_structure_.end()) {
+    exe = known->second;
+    params = std::move(trace_key.params);
     ++metrics_.cached_compiles;
+    metrics_.lowering_seconds +=
+        std::chrono::duration<double>(Clock::now() - lower_start).count();
   } else {
-    GraphSummary summary;
-    summary.fingerprint = fingerprint;
-    for (const auto& p : lowered.params) summary.inputs.push_back(p->shape.ToString());
-    for (const auto& instr : lowered.module->entry()->instructions()) {
-      if (instr->opcode() == ir::Opcode::kParameter) continue;
-      summary.ops.push_back(absl::StrCat(ir::OpcodeName(instr->opcode()), " ",
-                                         instr->shape().ToString()));
-    }
-    auto previous = last_graph_at_.find(site);
-    if (previous != last_graph_at_.end() && previous->second.fingerprint != fingerprint) {
-      std::string why = absl::StrCat(site, ": ", Explain(previous->second, summary));
-      explanations_.push_back(why);
-      if (std::getenv("KILN_EXPLAIN_RECOMPILES") != nullptr) {
-        std::cerr << "kiln: recompiling at " << why << "\n";
-      }
-    }
-    last_graph_at_[site] = std::move(summary);
-    const auto compile_start = Clock::now();
-    ASSIGN_OR_RETURN(exe, client_->Compile(*lowered.module, device));
-    metrics_.compile_call_seconds +=
-        std::chrono::duration<double>(Clock::now() - compile_start).count();
-    if (exe->cache_hit()) {
+    ASSIGN_OR_RETURN(Lowered lowered, Lower(outputs));
+    ++metrics_.lowerings;
+    const std::string fingerprint = ir::Fingerprint(*lowered.module);
+    metrics_.lowering_seconds +=
+        std::chrono::duration<double>(Clock::now() - lower_start).count();
+    const std::string site = CallSite(where);
+    const std::string key = absl::StrCat(fingerprint, "@", device);
+    auto it = executables_.find(key);
+    if (it != executables_.end()) {
+      exe = it->second;
       ++metrics_.cached_compiles;
     } else {
-      ++metrics_.uncached_compiles;
-      metrics_.compile_seconds += exe->compile_micros() * 1e-6;
+      GraphSummary summary;
+      summary.fingerprint = fingerprint;
+      for (const auto& p : lowered.params) summary.inputs.push_back(p->shape.ToString());
+      for (const auto& instr : lowered.module->entry()->instructions()) {
+        if (instr->opcode() == ir::Opcode::kParameter) continue;
+        summary.ops.push_back(absl::StrCat(ir::OpcodeName(instr->opcode()), " ",
+                                           instr->shape().ToString()));
+      }
+      auto previous = last_graph_at_.find(site);
+      if (previous != last_graph_at_.end() && previous->second.fingerprint != fingerprint) {
+        std::string why = absl::StrCat(site, ": ", Explain(previous->second, summary));
+        explanations_.push_back(why);
+        if (std::getenv("KILN_EXPLAIN_RECOMPILES") != nullptr) {
+          std::cerr << "kiln: recompiling at " << why << "\n";
+        }
+      }
+      last_graph_at_[site] = std::move(summary);
+      const auto compile_start = Clock::now();
+      ASSIGN_OR_RETURN(exe, client_->Compile(*lowered.module, device));
+      metrics_.compile_call_seconds +=
+          std::chrono::duration<double>(Clock::now() - compile_start).count();
+      if (exe->cache_hit()) {
+        ++metrics_.cached_compiles;
+      } else {
+        ++metrics_.uncached_compiles;
+        metrics_.compile_seconds += exe->compile_micros() * 1e-6;
+      }
+      executables_[key] = exe;
     }
-    executables_[key] = exe;
+    // The key walks the trace as Lower does; the parameters they find agree
+    // (a trace whose do not is not looked up by its key).
+    if (trace_key.params == lowered.params) by_structure_[std::move(structure)] = exe;
+    params = std::move(lowered.params);
   }
-  ASSIGN_OR_RETURN(std::vector<ReplicaArguments> replica_args, ReplicaInputs(lowered.params));
+  ASSIGN_OR_RETURN(std::vector<ReplicaArguments> replica_args, ReplicaInputs(params));
   ExecuteOptions options;
   options.inline_result_max_bytes = kInlineBytes;
   options.cancel = cancel;
@@ -292,7 +311,7 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
   };
   if (replica_args.empty()) {
     std::vector<std::shared_ptr<DeviceBuffer>> args;
-    for (const auto& p : lowered.params) args.push_back(p->data);
+    for (const auto& p : params) args.push_back(p->data);
     absl::StatusOr<ExecuteResult> executed = client_->Execute(*exe, args, options);
     if (!executed.ok()) return keep_error(executed.status());
     result = *std::move(executed);
@@ -384,7 +403,8 @@ std::string LazyContext::Report() const {
   absl::StrAppendFormat(&out, "  bytes to device      %lld\n", (long long)metrics_.bytes_to_device);
   absl::StrAppendFormat(&out, "  bytes from device    %lld (inline)\n",
                         (long long)metrics_.bytes_from_device);
-  absl::StrAppendFormat(&out, "  lowering time        %.3f s\n", metrics_.lowering_seconds);
+  absl::StrAppendFormat(&out, "  lowering time        %.3f s (%d traces lowered, the rest keyed)\n",
+                        metrics_.lowering_seconds, metrics_.lowerings);
   if (metrics_.replicated_executions > 0) {
     absl::StrAppendFormat(&out, "  replicated executions %lld (%lld values copied to replicas)\n",
                           (long long)metrics_.replicated_executions,

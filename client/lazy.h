@@ -32,8 +32,10 @@ struct LazyMetrics {
   double compile_call_seconds = 0;
   int64_t bytes_to_device = 0;
   int64_t bytes_from_device = 0;
-  // Seconds spent cutting traces into modules and fingerprinting them.
+  // Seconds spent keying traces, and cutting into modules and
+  // fingerprinting those whose key was new; how many were cut.
   double lowering_seconds = 0;
+  int64_t lowerings = 0;
   // Round trip of each execution (seconds), most recent last (bounded).
   std::vector<double> step_seconds;
   // Executions that ran as replicas, and values copied to replicas because
@@ -124,6 +126,8 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   size_t prune_pending_at_ = 1024;
   std::vector<absl::flat_hash_set<const Node*>> loop_bodies_;
   absl::flat_hash_map<std::string, std::shared_ptr<Executable>> executables_;
+  // The same programs by trace key (device, then the key's bytes).
+  absl::flat_hash_map<std::string, std::shared_ptr<Executable>> by_structure_;
   std::map<std::string, GraphSummary> last_graph_at_;
   std::vector<std::string> explanations_;
   LazyMetrics metrics_;

@@ -1,0 +1,213 @@
+#include "client/trace_key.h"
+
+#include <cstring>
+#include <functional>
+
+#include "absl/container/flat_hash_map.h"
+#include "base/status_macros.h"
+
+namespace kiln::client {
+namespace {
+
+// Every field of ir::Attributes is written below (Writer::Attributes); a
+// field added there changes its size and stops the build here, on the
+// platform this was counted on, until it is written too.
+#if defined(__GLIBCXX__) && defined(__x86_64__)
+static_assert(sizeof(ir::Attributes) == 768,
+              "ir::Attributes changed: write the new field in Writer::Attributes");
+#endif
+
+class Writer {
+ public:
+  std::string& bytes() { return bytes_; }
+
+  void Int(int64_t v) { bytes_.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+  void Byte(uint8_t v) { bytes_.push_back(static_cast<char>(v)); }
+  void Text(const std::string& s) {
+    Int(static_cast<int64_t>(s.size()));
+    bytes_.append(s);
+  }
+  void Ints(const std::vector<int64_t>& v) {
+    Int(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) Int(x);
+  }
+  void Shape(const ir::Shape& s) {
+    Byte(static_cast<uint8_t>(s.type()));
+    if (s.IsTuple()) {
+      Int(static_cast<int64_t>(s.tuple_shapes().size()));
+      for (const ir::Shape& e : s.tuple_shapes()) Shape(e);
+      return;
+    }
+    Ints(s.dims());
+  }
+  void Literal(const ir::Literal& l) {
+    Shape(l.shape());
+    Int(static_cast<int64_t>(l.bytes().size()));
+    bytes_.append(reinterpret_cast<const char*>(l.bytes().data()), l.bytes().size());
+    Int(static_cast<int64_t>(l.tuple_elements().size()));
+    for (const ir::Literal& e : l.tuple_elements()) Literal(e);
+  }
+  void Attributes(const ir::Attributes& a) {
+    Ints(a.dimensions);
+    Ints(a.slice_sizes);
+    Int(static_cast<int64_t>(a.slice.size()));
+    for (const ir::SliceDim& d : a.slice) {
+      Int(d.start);
+      Int(d.limit);
+      Int(d.stride);
+    }
+    Int(static_cast<int64_t>(a.padding.size()));
+    for (const ir::PadDim& d : a.padding) {
+      Int(d.lo);
+      Int(d.hi);
+      Int(d.interior);
+    }
+    Int(static_cast<int64_t>(a.window.size()));
+    for (const ir::WindowDim& w : a.window) {
+      Int(w.size);
+      Int(w.stride);
+      Int(w.pad_lo);
+      Int(w.pad_hi);
+      Int(w.base_dilation);
+      Int(w.window_dilation);
+    }
+    Ints(a.dot.lhs_batch);
+    Ints(a.dot.rhs_batch);
+    Ints(a.dot.lhs_contracting);
+    Ints(a.dot.rhs_contracting);
+    const ir::ConvDims& c = a.conv;
+    Int(c.input_batch);
+    Int(c.input_feature);
+    Ints(c.input_spatial);
+    Int(c.kernel_input_feature);
+    Int(c.kernel_output_feature);
+    Ints(c.kernel_spatial);
+    Int(c.output_batch);
+    Int(c.output_feature);
+    Ints(c.output_spatial);
+    Int(a.feature_group_count);
+    Int(a.batch_group_count);
+    Ints(a.gather.offset_dims);
+    Ints(a.gather.collapsed_slice_dims);
+    Ints(a.gather.start_index_map);
+    Int(a.gather.index_vector_dim);
+    Ints(a.scatter.update_window_dims);
+    Ints(a.scatter.inserted_window_dims);
+    Ints(a.scatter.scatter_dims_to_operand_dims);
+    Int(a.scatter.index_vector_dim);
+    Byte(static_cast<uint8_t>(a.direction));
+    Int(a.parameter_number);
+    Int(a.tuple_index);
+    Int(a.iota_dimension);
+    Int(static_cast<int64_t>(a.replica_groups.size()));
+    for (const auto& g : a.replica_groups) Ints(g);
+    Byte(static_cast<uint8_t>(a.distribution));
+    Byte(a.is_stable ? 1 : 0);
+    Int(static_cast<int64_t>(a.operand_precision.size()));
+    for (ir::Precision p : a.operand_precision) Byte(static_cast<uint8_t>(p));
+    Text(a.custom_call_target);
+    Text(a.config);
+    Literal(a.literal);
+  }
+
+ private:
+  std::string bytes_;
+};
+
+// Returns the slot of a node that is a leaf of the computation being walked
+// (written by the function), or -1.
+using LeafFn = std::function<int64_t(const std::shared_ptr<Node>&, Writer&)>;
+
+// Writes the nodes `roots` need, in the order LowerInto (lower.cc) lowers
+// them, each as its op, shape, attributes and the ids of its operands; loop
+// bodies nest. Ids number the nodes of one computation in that order.
+absl::Status WriteComputation(Writer& w, const std::vector<std::shared_ptr<Node>>& roots,
+                              const LeafFn& leaf) {
+  absl::flat_hash_map<const Node*, int64_t> id;
+  std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack;
+  for (const auto& root : roots) {
+    if (id.contains(root.get())) continue;
+    stack.push_back({root, 0});
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (id.contains(node.get())) {
+        stack.pop_back();
+        continue;
+      }
+      if (!node->status.ok()) return node->status;
+      const int64_t slot = leaf(node, w);
+      if (slot < 0 && next < node->operands.size()) {
+        std::shared_ptr<Node> child = node->operands[next++];
+        if (!id.contains(child.get())) stack.push_back({std::move(child), 0});
+        continue;
+      }
+      if (slot < 0) {
+        w.Byte('O');
+        w.Int(static_cast<int64_t>(node->op));
+        w.Shape(node->shape);
+        w.Byte(static_cast<uint8_t>(node->reducer));
+        w.Attributes(node->attrs);
+        w.Int(static_cast<int64_t>(node->operands.size()));
+        for (const auto& o : node->operands) {
+          w.Int(id.at(o.get()));
+          w.Shape(o->shape);
+        }
+        if (node->op == ir::Opcode::kWhile) {
+          if (node->loop == nullptr) return absl::InternalError("a while node without its loop");
+          const LoopSpec& loop = *node->loop;
+          w.Byte('L');
+          w.Int(loop.trip_count);
+          w.Int(static_cast<int64_t>(loop.placeholders.size()));
+          w.Int(static_cast<int64_t>(loop.results.size()));
+          w.Int(static_cast<int64_t>(loop.captures.size()));
+          w.Byte(loop.effects != nullptr ? 1 : 0);
+          absl::flat_hash_map<const Node*, int64_t> slots;
+          for (size_t i = 0; i < loop.placeholders.size(); ++i) {
+            slots[loop.placeholders[i].get()] = 1 + static_cast<int64_t>(i);
+          }
+          for (size_t i = 0; i < loop.captures.size(); ++i) {
+            slots[loop.captures[i].get()] =
+                1 + static_cast<int64_t>(loop.placeholders.size() + i);
+          }
+          LeafFn body_leaf = [&slots](const std::shared_ptr<Node>& n, Writer& bw) -> int64_t {
+            auto it = slots.find(n.get());
+            if (it == slots.end()) return -1;
+            bw.Byte('S');
+            bw.Int(it->second);
+            return it->second;
+          };
+          std::vector<std::shared_ptr<Node>> body_roots = loop.results;
+          if (loop.effects != nullptr) body_roots.push_back(loop.effects);
+          RETURN_IF_ERROR(WriteComputation(w, body_roots, body_leaf));
+          w.Byte('E');
+        }
+      }
+      const int64_t n = static_cast<int64_t>(id.size());
+      id[node.get()] = n;
+      stack.pop_back();
+    }
+  }
+  w.Byte('R');
+  w.Int(static_cast<int64_t>(roots.size()));
+  for (const auto& r : roots) w.Int(id.at(r.get()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TraceKey> KeyOfTrace(const std::vector<std::shared_ptr<Node>>& outputs) {
+  TraceKey key;
+  Writer w;
+  LeafFn leaf = [&key](const std::shared_ptr<Node>& n, Writer& lw) -> int64_t {
+    if (!n->realized()) return -1;
+    key.params.push_back(n);
+    lw.Byte('P');
+    lw.Shape(n->shape);
+    return static_cast<int64_t>(key.params.size() - 1);
+  };
+  RETURN_IF_ERROR(WriteComputation(w, outputs, leaf));
+  key.bytes = std::move(w.bytes());
+  return key;
+}
+
+}  // namespace kiln::client
