@@ -235,7 +235,8 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
   // by the trace's key, without lowering, printing or fingerprinting.
   const auto lower_start = Clock::now();
   ASSIGN_OR_RETURN(TraceKey trace_key, KeyOfTrace(outputs));
-  std::string structure = absl::StrCat(device, "\n", trace_key.bytes);
+  // The device's length first, so that no device name runs into the bytes.
+  std::string structure = absl::StrCat(device.size(), ":", device, trace_key.bytes);
   std::shared_ptr<Executable> exe;
   std::vector<std::shared_ptr<Node>> params;
   if (auto known = by_structure_.find(structure); known != by_structure_.end()) {

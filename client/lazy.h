@@ -126,7 +126,8 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   size_t prune_pending_at_ = 1024;
   std::vector<absl::flat_hash_set<const Node*>> loop_bodies_;
   absl::flat_hash_map<std::string, std::shared_ptr<Executable>> executables_;
-  // The same programs by trace key (device, then the key's bytes).
+  // The same programs by trace key (the device's length and name, then the
+  // key's bytes).
   absl::flat_hash_map<std::string, std::shared_ptr<Executable>> by_structure_;
   std::map<std::string, GraphSummary> last_graph_at_;
   std::vector<std::string> explanations_;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <functional>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "base/status_macros.h"
@@ -9,13 +10,36 @@
 namespace kiln::client {
 namespace {
 
-// Every field of ir::Attributes is written below (Writer::Attributes); a
-// field added there changes its size and stops the build here, on the
-// platform this was counted on, until it is written too.
-#if defined(__GLIBCXX__) && defined(__x86_64__)
-static_assert(sizeof(ir::Attributes) == 768,
-              "ir::Attributes changed: write the new field in Writer::Attributes");
-#endif
+// How many fields an aggregate has: a new field changes the count wherever
+// it lands (padding or not), where a size check would miss it.
+struct AnyField {
+  template <typename T>
+  operator T() const;
+};
+template <typename T, size_t... I>
+constexpr bool InitializesWith(std::index_sequence<I...>) {
+  return requires { T{(void(I), AnyField{})...}; };
+}
+template <typename T, size_t N = 0>
+constexpr size_t FieldCount() {
+  if constexpr (InitializesWith<T>(std::make_index_sequence<N + 1>())) {
+    return FieldCount<T, N + 1>();
+  } else {
+    return N;
+  }
+}
+
+// Every field of these is written by Writer::Attributes below; a field
+// added to one of them stops the build here until it is written too (and
+// given an edit in trace_key_test.cc's EveryAttributeIsKeyed).
+static_assert(FieldCount<ir::Attributes>() == 22);
+static_assert(FieldCount<ir::SliceDim>() == 3);
+static_assert(FieldCount<ir::PadDim>() == 3);
+static_assert(FieldCount<ir::WindowDim>() == 6);
+static_assert(FieldCount<ir::DotDims>() == 4);
+static_assert(FieldCount<ir::ConvDims>() == 9);
+static_assert(FieldCount<ir::GatherDims>() == 4);
+static_assert(FieldCount<ir::ScatterDims>() == 4);
 
 class Writer {
  public:
