@@ -134,10 +134,13 @@ def torch_op_ns(ops=200000):
     return (time.perf_counter() - start) * 1e9 / ops
 
 
-def kiln_trace_ns():
+def kiln_op_ns():
+    """Kiln's cost per traced op and per eager op, in ns."""
     out = subprocess.run([os.path.join(BIN, "trace_benchmark")], check=True,
                          capture_output=True, text=True).stdout
-    return float(re.search(r"([0-9.]+) ns per op", out).group(1))
+    trace = re.search(r"kiln trace: .* ([0-9.]+) ns per op", out)
+    eager = re.search(r"kiln eager: .* ([0-9.]+) ns per op", out)
+    return float(trace.group(1)), float(eager.group(1))
 
 
 def machine():
@@ -188,9 +191,11 @@ def main():
     print(kernels())
     print(f"{args.train_limit} images per epoch, batch {args.batch}, {args.runs} interleaved runs, "
           f"Kiln {'embedded' if args.embedded else 'through kiln-server on loopback'}")
-    kiln_ns, torch_ns = kiln_trace_ns(), torch_op_ns()
+    (kiln_ns, kiln_eager_ns), torch_ns = kiln_op_ns(), torch_op_ns()
     print(f"per-op cost: kiln trace {kiln_ns:.0f} ns | pytorch eager op on 1 element "
           f"{torch_ns:.0f} ns | ratio kiln/pytorch {kiln_ns / torch_ns:.2f}")
+    print(f"eager op on 1 element: kiln (embedded) {kiln_eager_ns:.0f} ns | pytorch "
+          f"{torch_ns:.0f} ns | ratio kiln/pytorch {kiln_eager_ns / torch_ns:.2f}")
     for threads in [int(t) for t in args.threads.split(",")]:
         server = None if args.embedded else KilnServer(threads)
         try:

@@ -1,9 +1,12 @@
 // Cost of recording one lazy op (no execution): builds chains of elementwise
-// ops and prints nanoseconds per op. benchmarks/fashion_mnist_vs_torch.py
-// runs it beside PyTorch's eager per-op cost and prints the ratio.
+// ops and prints nanoseconds per op; then the cost of one op in eager mode
+// (each op executed as it is recorded, embedded), the same chain of adds and
+// multiplies on one element. benchmarks/fashion_mnist_vs_torch.py runs it
+// beside PyTorch's eager per-op cost and prints the ratios.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "base/flags.h"
 #include "client/client.h"
@@ -32,5 +35,24 @@ int main(int argc, char** argv) {
   const int64_t ops = ctx->metrics().traced_ops - ops_before;
   std::printf("kiln trace: %lld ops in %.3f s, %.0f ns per op (including release)\n",
               static_cast<long long>(ops), seconds, seconds * 1e9 / ops);
+
+  // Eager: every op runs at once (after the first of each kind compiles).
+  ctx->set_eager(true);
+  const int eager_ops = 20000;
+  kiln::client::Tensor x = a;
+  for (int i = 0; i < 100; ++i) x = (i % 2 == 0) ? x + b : x * b;  // warm the caches
+  const auto eager_start = std::chrono::steady_clock::now();
+  for (int i = 0; i < eager_ops; ++i) {
+    x = (i % 2 == 0) ? x + b : x * b;
+    if (i % 1000 == 999) x = a;
+  }
+  if (!x.status().ok()) {
+    std::fprintf(stderr, "eager op failed: %s\n", std::string(x.status().message()).c_str());
+    return 1;
+  }
+  const double eager_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - eager_start).count();
+  std::printf("kiln eager: %d ops in %.3f s, %.0f ns per op\n", eager_ops, eager_seconds,
+              eager_seconds * 1e9 / eager_ops);
   return 0;
 }
