@@ -332,7 +332,7 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
   metrics_.step_seconds.push_back(
       std::chrono::duration<double>(Clock::now() - exec_start).count());
   if (metrics_.step_seconds.size() > kStepHistory) {
-    metrics_.step_seconds.erase(metrics_.step_seconds.begin());
+    metrics_.step_seconds.pop_front();
   }
   ++metrics_.executions;
   if (result.outputs.size() != outputs.size()) {
@@ -417,7 +417,7 @@ std::string LazyContext::Report() const {
                           metrics_.last_profile->simulated_seconds() * 1e3);
   }
   if (!metrics_.step_seconds.empty()) {
-    std::vector<double> s = metrics_.step_seconds;
+    std::vector<double> s(metrics_.step_seconds.begin(), metrics_.step_seconds.end());
     std::sort(s.begin(), s.end());
     auto pct = [&](double q) { return s[std::min(s.size() - 1, size_t(q * (s.size() - 1) + 0.5))]; };
     absl::StrAppendFormat(&out, "  execute round trip   p50 %.3f ms  p90 %.3f ms  p99 %.3f ms (%zu recent)\n",

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <optional>
+#include <deque>
 #include <memory>
 #include <source_location>
 #include <string>
@@ -37,7 +38,7 @@ struct LazyMetrics {
   double lowering_seconds = 0;
   int64_t lowerings = 0;
   // Round trip of each execution (seconds), most recent last (bounded).
-  std::vector<double> step_seconds;
+  std::deque<double> step_seconds;
   // Executions that ran as replicas, and values copied to replicas because
   // a replicated program read them from the lead device only.
   int64_t replicated_executions = 0;

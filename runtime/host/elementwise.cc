@@ -374,23 +374,26 @@ void RunFusedGroup(const FusedGroup& group,
                    const std::vector<const uint8_t*>& inputs, uint8_t* out) {
   const int num_nodes = static_cast<int>(group.nodes.size());
   const int num_inputs = static_cast<int>(inputs.size());
+  // Blocks of at most kBlock elements; a small group needs only its size
+  // (an op on one element would otherwise fill and clear whole blocks).
+  const int64_t block = std::clamp<int64_t>(group.element_count, 1, kBlock);
   // Scratch: one block per node (8 bytes per element covers every type),
   // plus one per scalar input holding the broadcast value.
-  std::vector<uint8_t> scratch((num_nodes + num_inputs) * kBlock * 8);
-  auto node_block = [&](int i) { return scratch.data() + i * kBlock * 8; };
+  std::vector<uint8_t> scratch((num_nodes + num_inputs) * block * 8);
+  auto node_block = [&](int i) { return scratch.data() + i * block * 8; };
   auto input_block = [&](int k) {
-    return scratch.data() + (num_nodes + k) * kBlock * 8;
+    return scratch.data() + (num_nodes + k) * block * 8;
   };
   for (int k = 0; k < num_inputs; ++k) {
     if (!group.input_is_scalar[k]) continue;
     const int size = ir::ElementTypeSize(group.input_types[k]);
     uint8_t* dst = input_block(k);
-    for (int64_t i = 0; i < kBlock; ++i) std::memcpy(dst + i * size, inputs[k], size);
+    for (int64_t i = 0; i < block; ++i) std::memcpy(dst + i * size, inputs[k], size);
   }
   const int out_size = ir::ElementTypeSize(group.nodes.back().out_type);
   std::vector<const uint8_t*> args;
-  for (int64_t start = 0; start < group.element_count; start += kBlock) {
-    const int64_t n = std::min(kBlock, group.element_count - start);
+  for (int64_t start = 0; start < group.element_count; start += block) {
+    const int64_t n = std::min(block, group.element_count - start);
     for (int i = 0; i < num_nodes; ++i) {
       const FusedNode& node = group.nodes[i];
       args.clear();

@@ -1,5 +1,6 @@
 #include "runtime/host/executable.h"
 
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -9,13 +10,15 @@ namespace kiln::host {
 
 ProgramExecutable::ProgramExecutable(std::string kind, std::shared_ptr<const Program> entry,
                                      ir::Shape result, std::vector<ir::Shape> params,
-                                     uint64_t seed, bool uses_feeds, ProfileFn profile)
+                                     uint64_t seed, bool uses_feeds, bool uses_rng,
+                                     ProfileFn profile)
     : kind_(std::move(kind)),
       entry_(std::move(entry)),
       result_shape_(std::move(result)),
       parameter_shapes_(std::move(params)),
       seed_(seed),
       uses_feeds_(uses_feeds),
+      uses_rng_(uses_rng),
       profile_(std::move(profile)) {}
 
 absl::StatusOr<runtime::BufferPtr> ProgramExecutable::Execute(
@@ -44,13 +47,17 @@ absl::StatusOr<runtime::BufferPtr> ProgramExecutable::Execute(
   }
   // Every execution draws from its own stream so runs are reproducible for
   // a given seed and execution count.
-  std::mt19937_64 rng(seed_ + 0x9e3779b97f4a7c15ULL * executions_.fetch_add(1));
+  // Seeding the generator costs more than a small program: only programs
+  // with an rng op get one.
+  const uint64_t execution = executions_.fetch_add(1);
+  std::optional<std::mt19937_64> rng;
+  if (uses_rng_) rng.emplace(seed_ + 0x9e3779b97f4a7c15ULL * execution);
   ExecState state;
   state.memory = device.memory();
   state.infeed = options.infeed != nullptr ? options.infeed : &device.infeed();
   state.outfeed = options.outfeed != nullptr ? options.outfeed : &device.outfeed();
   state.options = &options;
-  state.rng = &rng;
+  state.rng = rng.has_value() ? &*rng : nullptr;
   runtime::CostCounters cost;
   if (profile_) state.cost = &cost;
   absl::StatusOr<HostBufferPtr> result = entry_->Run(state, host_args);
@@ -69,16 +76,17 @@ absl::StatusOr<std::shared_ptr<runtime::Executable>> CompileProgram(
   }
   ProgramCache programs(std::move(program_options));
   ASSIGN_OR_RETURN(std::shared_ptr<const Program> entry, programs.Get(module.entry()));
-  bool uses_feeds = false;
+  bool uses_feeds = false, uses_rng = false;
   for (const auto& computation : module.computations()) {
     for (const auto& instr : computation->instructions()) {
       uses_feeds = uses_feeds || instr->opcode() == ir::Opcode::kInfeed ||
                    instr->opcode() == ir::Opcode::kOutfeed;
+      uses_rng = uses_rng || instr->opcode() == ir::Opcode::kRng;
     }
   }
-  return std::make_shared<ProgramExecutable>(kind, entry, module.entry()->root()->shape(),
-                                             module.entry()->ParameterShapes(), options.rng_seed,
-                                             uses_feeds, std::move(profile));
+  return std::make_shared<ProgramExecutable>(
+      kind, entry, module.entry()->root()->shape(), module.entry()->ParameterShapes(),
+      options.rng_seed, uses_feeds, uses_rng, std::move(profile));
 }
 
 }  // namespace kiln::host

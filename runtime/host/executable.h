@@ -23,9 +23,11 @@ class ProgramExecutable : public runtime::Executable {
                                                             int replica_count)>;
   // Runs on devices of `kind` (host devices). `profile` null: executions
   // report no profile.
+  // `uses_rng`: whether any computation draws from the rng (others skip
+  // seeding a generator per execution).
   ProgramExecutable(std::string kind, std::shared_ptr<const Program> entry, ir::Shape result,
                     std::vector<ir::Shape> params, uint64_t seed, bool uses_feeds,
-                    ProfileFn profile = nullptr);
+                    bool uses_rng, ProfileFn profile = nullptr);
 
   absl::StatusOr<runtime::BufferPtr> Execute(runtime::Device& device,
                                              const std::vector<runtime::BufferPtr>& args,
@@ -44,6 +46,7 @@ class ProgramExecutable : public runtime::Executable {
   std::vector<ir::Shape> parameter_shapes_;
   uint64_t seed_;
   bool uses_feeds_;
+  bool uses_rng_;
   std::atomic<uint64_t> executions_{0};
   ProfileFn profile_;
 };
