@@ -24,7 +24,13 @@ struct ConvPlan {
   std::vector<ir::WindowDim> window;
   // Permutations from the operands' layouts to canonical ones.
   std::vector<int64_t> in_perm, k_perm, out_perm;
-  std::shared_ptr<const std::vector<int64_t>> source;  // SourceTable
+  // The source table as runs: for each kernel position, stretches of
+  // output positions that read consecutive inputs (or padding), so im2col
+  // copies a run at a time.
+  struct Run {
+    int64_t out = 0, src = -1, length = 0;  // src -1: padding
+  };
+  std::shared_ptr<const std::vector<std::vector<Run>>> runs;
 };
 
 template <typename C>
@@ -96,6 +102,28 @@ std::vector<int64_t> SourceTable(const ConvPlan& p) {
   return src;
 }
 
+std::vector<std::vector<ConvPlan::Run>> SourceRuns(const std::vector<int64_t>& src,
+                                                   int64_t k_size, int64_t out_size) {
+  std::vector<std::vector<ConvPlan::Run>> runs(k_size);
+  for (int64_t kp = 0; kp < k_size; ++kp) {
+    const int64_t* s = src.data() + kp * out_size;
+    for (int64_t op = 0; op < out_size; ++op) {
+      std::vector<ConvPlan::Run>& r = runs[kp];
+      if (!r.empty()) {
+        ConvPlan::Run& last = r.back();
+        const bool padding = s[op] < 0 && last.src < 0;
+        const bool next = s[op] >= 0 && last.src >= 0 && s[op] == last.src + last.length;
+        if (padding || next) {
+          ++last.length;
+          continue;
+        }
+      }
+      r.push_back({op, s[op] < 0 ? -1 : s[op], 1});
+    }
+  }
+  return runs;
+}
+
 template <typename C>
 void RunConv(const ConvPlan& p, const std::vector<C>& in, const std::vector<C>& k,
              std::vector<C>& out) {
@@ -110,16 +138,19 @@ void RunConv(const ConvPlan& p, const std::vector<C>& in, const std::vector<C>& 
   const int64_t og = p.out_c / p.groups;  // output channels per group
   const int64_t rows = ig * k_size;
   std::vector<C> col(rows * out_size);
-  const std::vector<int64_t>& src = *p.source;
+  const std::vector<std::vector<ConvPlan::Run>>& runs = *p.runs;
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t g = 0; g < p.groups; ++g) {
       for (int64_t c = 0; c < ig; ++c) {
         const C* plane = in.data() + (b * p.in_c + g * ig + c) * in_size;
         for (int64_t kp = 0; kp < k_size; ++kp) {
           C* row = col.data() + (c * k_size + kp) * out_size;
-          const int64_t* s = src.data() + kp * out_size;
-          for (int64_t op = 0; op < out_size; ++op) {
-            row[op] = s[op] >= 0 ? plane[s[op]] : C(0);
+          for (const ConvPlan::Run& r : runs[kp]) {
+            if (r.src < 0) {
+              std::fill_n(row + r.out, r.length, C(0));
+            } else {
+              std::copy_n(plane + r.src, r.length, row + r.out);
+            }
           }
         }
       }
@@ -162,7 +193,16 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
   }
   // Strides for reading the canonical [N, O, spatial...] result in output
   // layout order.
-  p.source = std::make_shared<const std::vector<int64_t>>(SourceTable(p));
+  {
+    const std::vector<int64_t> source = SourceTable(p);
+    int64_t k_size = 1, out_size = 1;
+    for (int d = 0; d < rank; ++d) {
+      k_size *= p.k_sp[d];
+      out_size *= p.out_sp[d];
+    }
+    p.runs = std::make_shared<const std::vector<std::vector<ConvPlan::Run>>>(
+        SourceRuns(source, k_size, out_size));
+  }
   const std::vector<int64_t> canon_strides = ir::RowMajorStrides(canon_out);
   std::vector<int64_t> read_strides(out_shape.rank());
   read_strides[c.output_batch] = canon_strides[0];
