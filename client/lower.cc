@@ -59,34 +59,22 @@ class Lowerer {
   absl::StatusOr<std::vector<ir::Instruction*>> LowerInto(
       ir::Builder& b, const std::vector<std::shared_ptr<Node>>& roots, const LeafFn& leaf) {
     absl::flat_hash_map<const Node*, ir::Instruction*> lowered;
-    std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack;
-    for (const auto& root : roots) {
-      if (lowered.contains(root.get())) continue;
-      stack.push_back({root, 0});
-      while (!stack.empty()) {
-        auto& [node, next] = stack.back();
-        if (lowered.contains(node.get())) {
-          stack.pop_back();
-          continue;
-        }
-        if (!node->status.ok()) return node->status;
-        ASSIGN_OR_RETURN(ir::Instruction * as_leaf, leaf(node));
-        if (as_leaf == nullptr && next < node->operands.size()) {
-          std::shared_ptr<Node> child = node->operands[next++];
-          if (!lowered.contains(child.get())) stack.push_back({std::move(child), 0});
-          continue;
-        }
-        ir::Instruction* instr = as_leaf;
-        if (instr == nullptr) {
+    RETURN_IF_ERROR(WalkTrace(
+        roots,
+        [&](const std::shared_ptr<Node>& node) -> absl::StatusOr<bool> {
+          ASSIGN_OR_RETURN(ir::Instruction * as_leaf, leaf(node));
+          if (as_leaf != nullptr) lowered[node.get()] = as_leaf;
+          return as_leaf != nullptr;
+        },
+        [&](const std::shared_ptr<Node>& node, bool is_leaf) -> absl::Status {
+          if (is_leaf) return absl::OkStatus();
           std::vector<ir::Instruction*> operands;
           for (const auto& o : node->operands) operands.push_back(lowered.at(o.get()));
-          ASSIGN_OR_RETURN(instr, LowerOp(b, *node, std::move(operands)));
-        }
-        if (instr == nullptr) return b.status();
-        lowered[node.get()] = instr;
-        stack.pop_back();
-      }
-    }
+          ASSIGN_OR_RETURN(ir::Instruction * instr, LowerOp(b, *node, std::move(operands)));
+          if (instr == nullptr) return b.status();
+          lowered[node.get()] = instr;
+          return absl::OkStatus();
+        }));
     std::vector<ir::Instruction*> out;
     for (const auto& r : roots) out.push_back(lowered.at(r.get()));
     return out;

@@ -7,11 +7,60 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "client/tensor.h"
 #include "compiler/ir/instruction.h"
 
 namespace kiln::client {
+
+// Walks the nodes `roots` need, each once, operands before the node, in the
+// order Lower builds instructions (so that anything keyed by the walk agrees
+// with the module). `leaf(node)` (a StatusOr<bool>) says, when the walk
+// first reaches a node, whether it stands for a value the computation
+// receives; a leaf's operands are not walked. `visit(node, is_leaf)` (a
+// Status) follows, once every operand is visited. A node with an error
+// stops the walk with it.
+template <typename LeafFn, typename VisitFn>
+absl::Status WalkTrace(const std::vector<std::shared_ptr<Node>>& roots, LeafFn&& leaf,
+                       VisitFn&& visit) {
+  absl::flat_hash_set<const Node*> done;
+  struct Frame {
+    std::shared_ptr<Node> node;
+    size_t next = 0;  // the operand to walk next
+    bool reached = false, is_leaf = false;
+  };
+  std::vector<Frame> stack;
+  for (const auto& root : roots) {
+    if (done.contains(root.get())) continue;
+    stack.push_back({root});
+    while (!stack.empty()) {
+      Frame& f = stack.back();
+      if (done.contains(f.node.get())) {
+        stack.pop_back();
+        continue;
+      }
+      if (!f.reached) {
+        if (!f.node->status.ok()) return f.node->status;
+        absl::StatusOr<bool> is_leaf = leaf(f.node);
+        if (!is_leaf.ok()) return is_leaf.status();
+        f.reached = true;
+        f.is_leaf = *is_leaf;
+      }
+      if (!f.is_leaf && f.next < f.node->operands.size()) {
+        std::shared_ptr<Node> child = f.node->operands[f.next++];
+        if (!done.contains(child.get())) stack.push_back({std::move(child)});
+        continue;
+      }
+      std::shared_ptr<Node> node = std::move(f.node);
+      const bool is_leaf = f.is_leaf;
+      stack.pop_back();
+      if (absl::Status st = visit(node, is_leaf); !st.ok()) return st;
+      done.insert(node.get());
+    }
+  }
+  return absl::OkStatus();
+}
 
 struct Lowered {
   std::unique_ptr<ir::Module> module;

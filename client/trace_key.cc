@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "base/status_macros.h"
+#include "client/lower.h"
 
 namespace kiln::client {
 namespace {
@@ -138,82 +139,73 @@ class Writer {
   std::string bytes_;
 };
 
-// Returns the slot of a node that is a leaf of the computation being walked
-// (written by the function), or -1.
-using LeafFn = std::function<int64_t(const std::shared_ptr<Node>&, Writer&)>;
+// Writes `node` as a leaf of the computation being walked, returning
+// whether it is one.
+using LeafFn = std::function<bool(const std::shared_ptr<Node>&, Writer&)>;
 
-// Writes the nodes `roots` need, in the order LowerInto (lower.cc) lowers
-// them, each as its op, shape, attributes and the ids of its operands; loop
-// bodies nest. Ids number the nodes of one computation in that order.
+absl::Status WriteLoop(Writer& w, const LoopSpec* loop);
+
+// Writes the nodes `roots` need, in the walk Lower lowers them in
+// (WalkTrace), each as its op, shape, attributes and the ids of its
+// operands; loop bodies nest. Ids number the nodes of one computation in
+// that order.
 absl::Status WriteComputation(Writer& w, const std::vector<std::shared_ptr<Node>>& roots,
                               const LeafFn& leaf) {
   absl::flat_hash_map<const Node*, int64_t> id;
-  std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack;
-  for (const auto& root : roots) {
-    if (id.contains(root.get())) continue;
-    stack.push_back({root, 0});
-    while (!stack.empty()) {
-      auto& [node, next] = stack.back();
-      if (id.contains(node.get())) {
-        stack.pop_back();
-        continue;
-      }
-      if (!node->status.ok()) return node->status;
-      const int64_t slot = leaf(node, w);
-      if (slot < 0 && next < node->operands.size()) {
-        std::shared_ptr<Node> child = node->operands[next++];
-        if (!id.contains(child.get())) stack.push_back({std::move(child), 0});
-        continue;
-      }
-      if (slot < 0) {
-        w.Byte('O');
-        w.Int(static_cast<int64_t>(node->op));
-        w.Shape(node->shape);
-        w.Byte(static_cast<uint8_t>(node->reducer));
-        w.Attributes(node->attrs);
-        w.Int(static_cast<int64_t>(node->operands.size()));
-        for (const auto& o : node->operands) {
-          w.Int(id.at(o.get()));
-          w.Shape(o->shape);
-        }
-        if (node->op == ir::Opcode::kWhile) {
-          if (node->loop == nullptr) return absl::InternalError("a while node without its loop");
-          const LoopSpec& loop = *node->loop;
-          w.Byte('L');
-          w.Int(loop.trip_count);
-          w.Int(static_cast<int64_t>(loop.placeholders.size()));
-          w.Int(static_cast<int64_t>(loop.results.size()));
-          w.Int(static_cast<int64_t>(loop.captures.size()));
-          w.Byte(loop.effects != nullptr ? 1 : 0);
-          absl::flat_hash_map<const Node*, int64_t> slots;
-          for (size_t i = 0; i < loop.placeholders.size(); ++i) {
-            slots[loop.placeholders[i].get()] = 1 + static_cast<int64_t>(i);
+  RETURN_IF_ERROR(WalkTrace(
+      roots, [&](const std::shared_ptr<Node>& node) -> absl::StatusOr<bool> { return leaf(node, w); },
+      [&](const std::shared_ptr<Node>& node, bool is_leaf) -> absl::Status {
+        if (!is_leaf) {
+          w.Byte('O');
+          w.Int(static_cast<int64_t>(node->op));
+          w.Shape(node->shape);
+          w.Byte(static_cast<uint8_t>(node->reducer));
+          w.Attributes(node->attrs);
+          w.Int(static_cast<int64_t>(node->operands.size()));
+          for (const auto& o : node->operands) {
+            w.Int(id.at(o.get()));
+            w.Shape(o->shape);
           }
-          for (size_t i = 0; i < loop.captures.size(); ++i) {
-            slots[loop.captures[i].get()] =
-                1 + static_cast<int64_t>(loop.placeholders.size() + i);
-          }
-          LeafFn body_leaf = [&slots](const std::shared_ptr<Node>& n, Writer& bw) -> int64_t {
-            auto it = slots.find(n.get());
-            if (it == slots.end()) return -1;
-            bw.Byte('S');
-            bw.Int(it->second);
-            return it->second;
-          };
-          std::vector<std::shared_ptr<Node>> body_roots = loop.results;
-          if (loop.effects != nullptr) body_roots.push_back(loop.effects);
-          RETURN_IF_ERROR(WriteComputation(w, body_roots, body_leaf));
-          w.Byte('E');
+          if (node->op == ir::Opcode::kWhile) RETURN_IF_ERROR(WriteLoop(w, node->loop.get()));
         }
-      }
-      const int64_t n = static_cast<int64_t>(id.size());
-      id[node.get()] = n;
-      stack.pop_back();
-    }
-  }
+        const int64_t n = static_cast<int64_t>(id.size());
+        id[node.get()] = n;
+        return absl::OkStatus();
+      }));
   w.Byte('R');
   w.Int(static_cast<int64_t>(roots.size()));
   for (const auto& r : roots) w.Int(id.at(r.get()));
+  return absl::OkStatus();
+}
+
+// Writes a while node's loop: its counts and its body, whose leaves are the
+// carried state's slots (as LowerLoop gives them).
+absl::Status WriteLoop(Writer& w, const LoopSpec* loop) {
+  if (loop == nullptr) return absl::InternalError("a while node without its loop");
+  w.Byte('L');
+  w.Int(loop->trip_count);
+  w.Int(static_cast<int64_t>(loop->placeholders.size()));
+  w.Int(static_cast<int64_t>(loop->results.size()));
+  w.Int(static_cast<int64_t>(loop->captures.size()));
+  w.Byte(loop->effects != nullptr ? 1 : 0);
+  absl::flat_hash_map<const Node*, int64_t> slots;
+  for (size_t i = 0; i < loop->placeholders.size(); ++i) {
+    slots[loop->placeholders[i].get()] = 1 + static_cast<int64_t>(i);
+  }
+  for (size_t i = 0; i < loop->captures.size(); ++i) {
+    slots[loop->captures[i].get()] = 1 + static_cast<int64_t>(loop->placeholders.size() + i);
+  }
+  LeafFn body_leaf = [&slots](const std::shared_ptr<Node>& n, Writer& bw) {
+    auto it = slots.find(n.get());
+    if (it == slots.end()) return false;
+    bw.Byte('S');
+    bw.Int(it->second);
+    return true;
+  };
+  std::vector<std::shared_ptr<Node>> body_roots = loop->results;
+  if (loop->effects != nullptr) body_roots.push_back(loop->effects);
+  RETURN_IF_ERROR(WriteComputation(w, body_roots, body_leaf));
+  w.Byte('E');
   return absl::OkStatus();
 }
 
@@ -222,12 +214,12 @@ absl::Status WriteComputation(Writer& w, const std::vector<std::shared_ptr<Node>
 absl::StatusOr<TraceKey> KeyOfTrace(const std::vector<std::shared_ptr<Node>>& outputs) {
   TraceKey key;
   Writer w;
-  LeafFn leaf = [&key](const std::shared_ptr<Node>& n, Writer& lw) -> int64_t {
-    if (!n->realized()) return -1;
+  LeafFn leaf = [&key](const std::shared_ptr<Node>& n, Writer& lw) {
+    if (!n->realized()) return false;
     key.params.push_back(n);
     lw.Byte('P');
     lw.Shape(n->shape);
-    return static_cast<int64_t>(key.params.size() - 1);
+    return true;
   };
   RETURN_IF_ERROR(WriteComputation(w, outputs, leaf));
   key.bytes = std::move(w.bytes());
