@@ -479,6 +479,40 @@ std::string WindowPosition(const std::vector<ir::WindowDim>& window,
   return s;
 }
 
+// The body of a kernel folding `n` operands at once with the reducer `fn`
+// (variadic reduce, reduce-window): accumulators acc<k> start at the init
+// operands (a<n+k>[0]); for each of `length` terms, `term` runs with the
+// index t, and value(k) is the k-th operand's value; the results are
+// stored as outputs r<k>.
+std::string VariadicFold(const Instruction& instr, int n, const std::string& fn,
+                         const std::string& length, const std::string& term,
+                         const std::function<std::string(int)>& value) {
+  std::string body, values;
+  std::vector<std::string> args, outs;
+  for (int k = 0; k < n; ++k) {
+    const ElementType et = instr.operand(k)->shape().type();
+    absl::StrAppend(&body, "    ", ValueType(et), " acc", k, " = ",
+                    Load(et, absl::StrCat("a", n + k, "[0]")), ";\n");
+    // The reducer's arguments are copies: it writes the accumulators.
+    absl::StrAppend(&values, "      const ", ValueType(et), " in", k, " = acc", k, ";\n",
+                    "      const ", ValueType(et), " x", k, " = ", value(k), ";\n");
+  }
+  for (int k = 0; k < n; ++k) {
+    args.push_back(absl::StrCat("in", k));
+    outs.push_back(absl::StrCat("&acc", k));
+  }
+  for (int k = 0; k < n; ++k) args.push_back(absl::StrCat("x", k));
+  absl::StrAppend(&body, "    for (long long t = 0; t < ", length, "; ++t) {\n", term);
+  body += values;
+  absl::StrAppend(&body, "      ", fn, "(", absl::StrJoin(args, ", "), ", ",
+                  absl::StrJoin(outs, ", "), ");\n    }\n");
+  for (int k = 0; k < n; ++k) {
+    absl::StrAppend(&body, "    r", k, "[i] = ",
+                    Store(instr.operand(k)->shape().type(), absl::StrCat("acc", k)), ";\n");
+  }
+  return body;
+}
+
 // The product of two accumulator values (integers wrap).
 std::string Product2(ElementType acc, const std::string& a, const std::string& b) {
   if (acc == ElementType::kS64) return absl::StrCat("kiln_mul<long long>(", a, ", ", b, ")");
@@ -787,29 +821,9 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(
         // Variadic: one thread per output element, the accumulators side
         // by side.
         grid_dims = shape.tuple_shape(0).dims();
-        for (int k = 0; k < n; ++k) {
-          const ElementType et = instr.operand(k)->shape().type();
-          absl::StrAppend(&body, "    ", ValueType(et), " acc", k, " = ",
-                          Load(et, absl::StrCat("a", n + k, "[0]")), ";\n");
-        }
-        absl::StrAppend(&body, "    for (long long t = 0; t < ", Product(red_sizes),
-                        "; ++t) {\n", term);
-        std::vector<std::string> args, outs;
-        for (int k = 0; k < n; ++k) {
-          const std::string v = ValueType(instr.operand(k)->shape().type());
-          absl::StrAppend(&body, "      const ", v, " in", k, " = acc", k, ";\n");
-          args.push_back(absl::StrCat("in", k));
-          outs.push_back(absl::StrCat("&acc", k));
-        }
-        for (int k = 0; k < n; ++k) {
-          args.push_back(Load(instr.operand(k)->shape().type(), absl::StrCat("a", k, "[at]")));
-        }
-        absl::StrAppend(&body, "      ", fn, "(", absl::StrJoin(args, ", "), ", ",
-                        absl::StrJoin(outs, ", "), ");\n    }\n");
-        for (int k = 0; k < n; ++k) {
-          absl::StrAppend(&body, "    r", k, "[i] = ",
-                          Store(instr.operand(k)->shape().type(), absl::StrCat("acc", k)), ";\n");
-        }
+        body = VariadicFold(instr, n, fn, Product(red_sizes), term, [&](int k) {
+          return Load(instr.operand(k)->shape().type(), absl::StrCat("a", k, "[at]"));
+        });
         break;
       }
       case Opcode::kReduceWindow: {
@@ -821,31 +835,17 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(
         if (n > 1) grid_dims = shape.tuple_shape(0).dims();
         std::vector<int64_t> sizes;
         for (const auto& w : window) sizes.push_back(w.size);
-        std::vector<std::string> args, outs;
-        for (int k = 0; k < n; ++k) {
+        const std::vector<std::string> p = Names("p", in.rank());
+        // The window walk names its position q; the fold's index is t.
+        const std::string position = absl::StrCat(
+            "      const long long q = t;\n",
+            WindowPosition(window, in.dims(), Names("o", in.rank())));
+        body = VariadicFold(instr, n, fn, Product(sizes), position, [&](int k) {
           const ElementType et = instr.operand(k)->shape().type();
-          absl::StrAppend(&body, "    ", ValueType(et), " acc", k, " = ",
-                          Load(et, absl::StrCat("a", n + k, "[0]")), ";\n");
-          args.push_back(absl::StrCat("in", k));
-          outs.push_back(absl::StrCat("&acc", k));
-        }
-        std::vector<std::string> p = Names("p", in.rank());
-        absl::StrAppend(&body, "    for (long long q = 0; q < ", Product(sizes), "; ++q) {\n",
-                        WindowPosition(window, in.dims(), Names("o", in.rank())));
-        for (int k = 0; k < n; ++k) {
-          const ElementType et = instr.operand(k)->shape().type();
-          absl::StrAppend(&body, "      const ", ValueType(et), " in", k, " = acc", k, ";\n",
-                          "      const ", ValueType(et), " x", k, " = valid ? ",
-                          Load(et, absl::StrCat("a", k, "[", Linear(in.dims(), p), "]")), " : ",
-                          Load(et, absl::StrCat("a", n + k, "[0]")), ";\n");
-          args.push_back(absl::StrCat("x", k));
-        }
-        absl::StrAppend(&body, "      ", fn, "(", absl::StrJoin(args, ", "), ", ",
-                        absl::StrJoin(outs, ", "), ");\n    }\n");
-        for (int k = 0; k < n; ++k) {
-          absl::StrAppend(&body, "    r", k, "[i] = ",
-                          Store(instr.operand(k)->shape().type(), absl::StrCat("acc", k)), ";\n");
-        }
+          return absl::StrCat("valid ? ",
+                              Load(et, absl::StrCat("a", k, "[", Linear(in.dims(), p), "]")),
+                              " : ", Load(et, absl::StrCat("a", n + k, "[0]")));
+        });
         break;
       }
       case Opcode::kSelectAndScatter: {

@@ -3,8 +3,6 @@
 // for Hopper and for an older architecture.
 #include "runtime/gpu/codegen.h"
 
-#include <filesystem>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/hlo_parser.h"
@@ -13,23 +11,12 @@
 #include "gtest/gtest.h"
 #include "runtime/gpu/gpu_executable.h"
 #include "runtime/gpu/nvrtc.h"
+#include "runtime/gpu/test_util.h"
 
 namespace kiln::gpu {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-const fs::path kCorpus = fs::path(KILN_SOURCE_DIR) / "tests/data/hlo";
-
-std::vector<std::string> CorpusModules() {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(kCorpus)) {
-    if (entry.path().extension() == ".hlo") names.push_back(entry.path().stem());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 std::unique_ptr<ir::Module> Parse(const std::string& text) {
   auto module = ir::ParseModule(text);
@@ -42,8 +29,7 @@ std::unique_ptr<ir::Module> Parse(const std::string& text) {
 class CorpusCodegenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CorpusCodegenTest, CompilesWithNvrtc) {
-  std::ifstream in(kCorpus / (GetParam() + ".hlo"));
-  auto module = Parse(std::string(std::istreambuf_iterator<char>(in), {}));
+  auto module = Parse(CorpusText(GetParam()));
   ASSERT_NE(module, nullptr);
   for (const char* arch : {"sm_90", "sm_80"}) {
     GpuCompileReport report;

@@ -1,8 +1,6 @@
 // The GPU backend on a machine with a CUDA GPU (skipped elsewhere, with the
 // reason): memory and transfers, and every module of the corpus computing
 // what the CPU backend computes on the same random inputs.
-#include <filesystem>
-#include <fstream>
 #include <random>
 
 #include "base/status_macros.h"
@@ -12,14 +10,12 @@
 #include "gtest/gtest.h"
 #include "runtime/backend.h"
 #include "runtime/gpu/gpu_device.h"
+#include "runtime/gpu/test_util.h"
 
 namespace kiln::gpu {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-const fs::path kCorpus = fs::path(KILN_SOURCE_DIR) / "tests/data/hlo";
 
 #define SKIP_WITHOUT_GPU()                                                \
   do {                                                                    \
@@ -169,39 +165,33 @@ ENTRY main {
   EXPECT_THAT(on_cpu.status().message(), HasSubstr("gpu"));
 }
 
-std::vector<std::string> CorpusModules() {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(kCorpus)) {
-    if (entry.path().extension() == ".hlo") names.push_back(entry.path().stem());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-class GpuCorpusTest : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(GpuCorpusTest, MatchesTheCpuBackend) {
-  SKIP_WITHOUT_GPU();
-  std::ifstream in(kCorpus / (GetParam() + ".hlo"));
-  auto module = ir::ParseModule(std::string(std::istreambuf_iterator<char>(in), {}));
+// Runs module `text` on the CPU and the GPU backend with the same random
+// inputs (drawn from `seed`) and compares the results.
+void ExpectGpuMatchesCpu(const std::string& text, uint64_t seed, const std::string& what) {
+  auto module = ir::ParseModule(text);
   ASSERT_TRUE(module.ok()) << module.status();
   ASSERT_TRUE(ir::Verify(**module).ok());
   auto gpu = MakeBackend("gpu:1");
   auto cpu = MakeBackend("cpu:1");
   ASSERT_NE(gpu, nullptr);
   ASSERT_NE(cpu, nullptr);
-  for (uint64_t seed : {1, 2}) {
-    std::mt19937_64 rng(seed);
-    std::vector<ir::Literal> inputs;
-    for (const ir::Shape& s : (*module)->entry()->ParameterShapes()) {
-      inputs.push_back(RandomLiteral(s, rng));
-    }
-    auto want = RunOn(*cpu, **module, inputs);
-    ASSERT_TRUE(want.ok()) << want.status();
-    auto got = RunOn(*gpu, **module, inputs);
-    ASSERT_TRUE(got.ok()) << got.status();
-    ExpectNear(*got, *want, absl::StrCat(GetParam(), " seed ", seed));
+  std::mt19937_64 rng(seed);
+  std::vector<ir::Literal> inputs;
+  for (const ir::Shape& s : (*module)->entry()->ParameterShapes()) {
+    inputs.push_back(RandomLiteral(s, rng));
   }
+  auto want = RunOn(*cpu, **module, inputs);
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto got = RunOn(*gpu, **module, inputs);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectNear(*got, *want, absl::StrCat(what, " seed ", seed));
+}
+
+class GpuCorpusTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuCorpusTest, MatchesTheCpuBackend) {
+  SKIP_WITHOUT_GPU();
+  for (uint64_t seed : {1, 2}) ExpectGpuMatchesCpu(CorpusText(GetParam()), seed, GetParam());
 }
 
 // Reductions long enough that a block of threads shares each output
@@ -209,7 +199,7 @@ TEST_P(GpuCorpusTest, MatchesTheCpuBackend) {
 // wrap, and a convolution with few outputs, as a filter gradient has).
 TEST(GpuReductionTest, BlockReductionsMatchTheCpuBackend) {
   SKIP_WITHOUT_GPU();
-  auto module = ir::ParseModule(R"(
+  ExpectGpuMatchesCpu(R"(
 HloModule long_reductions
 add_f32 {
   p0 = f32[] parameter(0)
@@ -240,23 +230,8 @@ ENTRY main {
   wrap = s8[2] reduce(n, zero8), dimensions={1}, to_apply=add_s8
   filter = f32[5,5,3,5] convolution(img, grad), window={size=8x8}, dim_labels=f01b_i01o->01bf
   ROOT out = (f32[3], f32[], f32[3], s8[2], f32[5,5,3,5]) tuple(sum, all, mx, wrap, filter)
-})");
-  ASSERT_TRUE(module.ok()) << module.status();
-  ASSERT_TRUE(ir::Verify(**module).ok());
-  auto gpu = MakeBackend("gpu:1");
-  auto cpu = MakeBackend("cpu:1");
-  ASSERT_NE(gpu, nullptr);
-  ASSERT_NE(cpu, nullptr);
-  std::mt19937_64 rng(11);
-  std::vector<ir::Literal> inputs;
-  for (const ir::Shape& s : (*module)->entry()->ParameterShapes()) {
-    inputs.push_back(RandomLiteral(s, rng));
-  }
-  auto want = RunOn(*cpu, **module, inputs);
-  ASSERT_TRUE(want.ok()) << want.status();
-  auto got = RunOn(*gpu, **module, inputs);
-  ASSERT_TRUE(got.ok()) << got.status();
-  ExpectNear(*got, *want, "long reductions");
+})",
+                      11, "long reductions");
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, GpuCorpusTest, ::testing::ValuesIn(CorpusModules()),
