@@ -196,6 +196,11 @@ absl::Status LazyContext::Barrier(const std::string& device, std::source_locatio
   for (const auto& weak : pending_) {
     std::shared_ptr<Node> node = weak.lock();
     if (node == nullptr || node->realized()) continue;
+    // Only other nodes refer to it: it is computed wherever it is read.
+    if (node->handles.load(std::memory_order_relaxed) == 0) {
+      still_pending.push_back(weak);
+      continue;
+    }
     if (node->device != device) {
       still_pending.push_back(weak);
       continue;

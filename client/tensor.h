@@ -8,6 +8,7 @@
 #ifndef KILN_CLIENT_TENSOR_H_
 #define KILN_CLIENT_TENSOR_H_
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -64,6 +65,11 @@ struct Node {
   std::shared_ptr<LazyContext> context;
   // Set on a while node: the loop it runs.
   std::shared_ptr<const LoopSpec> loop;
+  // How many Tensor handles refer to this node. A barrier realizes the
+  // nodes a program can still read through a handle; a node that only other
+  // nodes refer to (an intermediate of a step) is computed inside the
+  // program and never becomes an output.
+  std::atomic<int32_t> handles{0};
 
   Node() = default;
   // Releases long operand chains iteratively (a recursive release of a
@@ -76,7 +82,25 @@ struct Node {
 class Tensor {
  public:
   Tensor() = default;
-  explicit Tensor(std::shared_ptr<Node> node) : node_(std::move(node)) {}
+  explicit Tensor(std::shared_ptr<Node> node) : node_(std::move(node)) { Acquire(); }
+  Tensor(const Tensor& other) : node_(other.node_) { Acquire(); }
+  Tensor(Tensor&& other) noexcept : node_(std::move(other.node_)) {}
+  Tensor& operator=(const Tensor& other) {
+    if (this != &other) {
+      Drop();
+      node_ = other.node_;
+      Acquire();
+    }
+    return *this;
+  }
+  Tensor& operator=(Tensor&& other) noexcept {
+    if (this != &other) {
+      Drop();
+      node_ = std::move(other.node_);
+    }
+    return *this;
+  }
+  ~Tensor() { Drop(); }
 
   bool defined() const { return node_ != nullptr; }
   const ir::Shape& shape() const { return node_->shape; }
@@ -115,6 +139,13 @@ class Tensor {
   std::string ToString() const;
 
  private:
+  void Acquire() {
+    if (node_ != nullptr) node_->handles.fetch_add(1, std::memory_order_relaxed);
+  }
+  void Drop() {
+    if (node_ != nullptr) node_->handles.fetch_sub(1, std::memory_order_relaxed);
+  }
+
   std::shared_ptr<Node> node_;
 };
 
