@@ -406,6 +406,73 @@ ENTRY e {
   EXPECT_THAT(Values(*r), ElementsAre(0, 0, 0, 0, 0, 10, 0, 20, 0, 0, 0, 0, 0, 30, 0, 40));
 }
 
+// Windows that pass trailing dimensions through (channels last) run along
+// rows; the same windows over channels-first data run per element. Both must
+// give the same values, ties, NaNs and padding included.
+TEST(CpuWindowTest, ChannelsLastRowsMatchChannelsFirst) {
+  const int64_t n = 2, h = 5, w = 6, c = 3;
+  std::vector<float> nhwc(n * h * w * c);
+  for (size_t i = 0; i < nhwc.size(); ++i) {
+    nhwc[i] = static_cast<float>((i * 7) % 5) - 2.0f;  // many ties
+  }
+  nhwc[4] = std::numeric_limits<float>::quiet_NaN();
+  nhwc[40] = -0.0f;
+  std::vector<float> nchw(nhwc.size());
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t y = 0; y < h; ++y)
+      for (int64_t x = 0; x < w; ++x)
+        for (int64_t k = 0; k < c; ++k)
+          nchw[((b * c + k) * h + y) * w + x] = nhwc[((b * h + y) * w + x) * c + k];
+  const std::string comps = absl::StrCat(kMax, kAdd, R"(ge { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = pred[] compare(a, b), direction=GE }
+)");
+  auto last = RunHlo(absl::StrCat(comps, R"(ENTRY e {
+  x = f32[2,5,6,3] parameter(0)
+  ninf = f32[] constant(-inf)
+  zero = f32[] constant(0)
+  mp = f32[2,3,3,3] reduce-window(x, ninf), window={size=1x2x2x1 stride=1x2x2x1 pad=0_0x1_0x0_0x0_0}, to_apply=max
+  sp = f32[2,5,6,3] reduce-window(x, zero), window={size=1x3x3x1 pad=0_0x1_1x1_1x0_0}, to_apply=add
+  g = f32[2,3,3,3] add(mp, mp)
+  ss = f32[2,5,6,3] select-and-scatter(x, g, zero), window={size=1x2x2x1 stride=1x2x2x1 pad=0_0x1_0x0_0x0_0}, select=ge, scatter=add
+  ROOT t = (f32[2,3,3,3], f32[2,5,6,3], f32[2,5,6,3]) tuple(mp, sp, ss)
+})"), {F32({n, h, w, c}, nhwc)});
+  auto first = RunHlo(absl::StrCat(comps, R"(ENTRY e {
+  x = f32[2,3,5,6] parameter(0)
+  ninf = f32[] constant(-inf)
+  zero = f32[] constant(0)
+  mp = f32[2,3,3,3] reduce-window(x, ninf), window={size=1x1x2x2 stride=1x1x2x2 pad=0_0x0_0x1_0x0_0}, to_apply=max
+  sp = f32[2,3,5,6] reduce-window(x, zero), window={size=1x1x3x3 pad=0_0x0_0x1_1x1_1}, to_apply=add
+  g = f32[2,3,3,3] add(mp, mp)
+  ss = f32[2,3,5,6] select-and-scatter(x, g, zero), window={size=1x1x2x2 stride=1x1x2x2 pad=0_0x0_0x1_0x0_0}, select=ge, scatter=add
+  ROOT t = (f32[2,3,3,3], f32[2,3,5,6], f32[2,3,5,6]) tuple(mp, sp, ss)
+})"), {F32({n, c, h, w}, nchw)});
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (int k = 0; k < 3; ++k) {
+    const std::vector<double> a = Values(last->tuple_elements()[k]);
+    const std::vector<double> b = Values(first->tuple_elements()[k]);
+    const std::vector<int64_t> dims = last->tuple_elements()[k].shape().dims();
+    ASSERT_EQ(a.size(), b.size());
+    int nans = 0;
+    for (int64_t bi = 0; bi < dims[0]; ++bi)
+      for (int64_t y = 0; y < dims[1]; ++y)
+        for (int64_t x = 0; x < dims[2]; ++x)
+          for (int64_t ch = 0; ch < dims[3]; ++ch) {
+            const double va = a[((bi * dims[1] + y) * dims[2] + x) * dims[3] + ch];
+            const double vb = b[((bi * dims[3] + ch) * dims[1] + y) * dims[2] + x];
+            if (std::isnan(va) || std::isnan(vb)) {
+              EXPECT_TRUE(std::isnan(va) && std::isnan(vb)) << "output " << k;
+              ++nans;
+              continue;
+            }
+            EXPECT_EQ(va, vb) << "output " << k << " at " << bi << "," << y << "," << x << ","
+                              << ch;
+          }
+    EXPECT_GT(nans, 0) << "output " << k << ": the NaN should reach it";
+  }
+}
+
 TEST(CpuDotTest, MatmulTransposedBatchedAndInteger) {
   ir::Literal a = F32({2, 3}, {1, 2, 3, 4, 5, 6});
   ir::Literal b = F32({3, 2}, {7, 8, 9, 10, 11, 12});

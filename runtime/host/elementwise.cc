@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "base/type_dispatch.h"
+#include "runtime/host/vector_loops.h"
 
 namespace kiln::host {
 namespace {
@@ -288,9 +289,34 @@ void ConvertLoop(ElementType from, const uint8_t* in, To* out, int64_t n) {
   });
 }
 
+// The f32 ops that have loops built for the CPU's vector unit.
+bool RunVectorNode(const FusedNode& node, const std::vector<const uint8_t*>& args,
+                   uint8_t* out, int64_t n) {
+  auto f32 = [&](int k) { return reinterpret_cast<const float*>(args[k]); };
+  float* o = reinterpret_cast<float*>(out);
+  switch (ir::OpcodeCategory(node.op)) {
+    case ir::OpCategory::kUnary:
+      return node.out_type == ElementType::kF32 && node.in_type == ElementType::kF32 &&
+             vec::UnaryF32(node.op, f32(0), o, n);
+    case ir::OpCategory::kBinary:
+      if (node.op == Opcode::kCompare) {
+        return node.in_type == ElementType::kF32 &&
+               vec::CompareF32(node.direction, f32(0), f32(1), reinterpret_cast<bool*>(out), n);
+      }
+      return node.out_type == ElementType::kF32 && vec::BinaryF32(node.op, f32(0), f32(1), o, n);
+    case ir::OpCategory::kTernary:
+      if (node.op != Opcode::kSelect || node.out_type != ElementType::kF32) return false;
+      vec::SelectF32(reinterpret_cast<const bool*>(args[0]), f32(1), f32(2), o, n);
+      return true;
+    default:
+      return false;
+  }
+}
+
 void RunNode(const FusedNode& node, const std::vector<const uint8_t*>& args,
              uint8_t* out, int64_t n) {
   const Opcode op = node.op;
+  if (RunVectorNode(node, args, out, n)) return;
   switch (ir::OpcodeCategory(op)) {
     case ir::OpCategory::kUnary:
       if (op == Opcode::kConvert) {

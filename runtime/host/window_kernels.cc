@@ -1,6 +1,7 @@
 // reduce-window and select-and-scatter.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -117,6 +118,56 @@ bool NextIndex(std::vector<int64_t>& idx, const std::vector<int64_t>& dims) {
   return false;
 }
 
+// The trailing dimensions a window passes through unchanged (size 1, stride
+// 1, no padding or dilation): a window op over an [outer..., inner...] array
+// is then one over rows of `inner` contiguous elements, and its loops run
+// along those rows (pooling in NHWC layout has the channels there). Returns
+// the geometry of the outer dimensions and sets *inner; *inner is 1 when no
+// dimension passes through.
+Geometry OuterGeometry(const Geometry& g, int64_t* inner) {
+  int keep = static_cast<int>(g.in_dims.size());
+  *inner = 1;
+  while (keep > 1) {
+    const int d = keep - 1;
+    const ir::WindowDim& w = g.window[d];
+    if (w.size != 1 || w.stride != 1 || w.pad_lo != 0 || w.pad_hi != 0 ||
+        w.base_dilation != 1 || g.in_dims[d] != g.out_dims[d]) {
+      break;
+    }
+    *inner *= g.in_dims[d];
+    --keep;
+  }
+  Geometry outer;
+  outer.in_dims.assign(g.in_dims.begin(), g.in_dims.begin() + keep);
+  outer.out_dims.assign(g.out_dims.begin(), g.out_dims.begin() + keep);
+  outer.win_sizes.assign(g.win_sizes.begin(), g.win_sizes.begin() + keep);
+  outer.window.assign(g.window.begin(), g.window.begin() + keep);
+  outer.in_strides = ir::RowMajorStrides(outer.in_dims);  // in rows
+  outer.Prepare();
+  return outer;
+}
+
+// acc[j] = op(acc[j], row[j]) for j < n, with op fixed at compile time so
+// the loop has no switch per element.
+template <Opcode kOp, typename A, typename T>
+void CombineRow(A* acc, const T* row, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] = ApplyReducerOp<A>(kOp, acc[j], static_cast<A>(row[j]));
+}
+
+template <typename A, typename T>
+void CombineRow(Opcode op, A* acc, const T* row, int64_t n) {
+  switch (op) {
+    case Opcode::kAdd: return CombineRow<Opcode::kAdd>(acc, row, n);
+    case Opcode::kMultiply: return CombineRow<Opcode::kMultiply>(acc, row, n);
+    case Opcode::kMaximum: return CombineRow<Opcode::kMaximum>(acc, row, n);
+    case Opcode::kMinimum: return CombineRow<Opcode::kMinimum>(acc, row, n);
+    case Opcode::kAnd: return CombineRow<Opcode::kAnd>(acc, row, n);
+    case Opcode::kOr: return CombineRow<Opcode::kOr>(acc, row, n);
+    default:
+      for (int64_t j = 0; j < n; ++j) acc[j] = ApplyReducerOp<A>(op, acc[j], static_cast<A>(row[j]));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
@@ -136,6 +187,44 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
     const int n = instr.operand_count() / 2;
     g.out_dims = n == 1 ? out_shape.dims() : out_shape.tuple_shape(0).dims();
     std::optional<Opcode> fast = MatchScalarBinary(*instr.called(0));
+    int64_t inner = 1;
+    const Geometry outer = OuterGeometry(g, &inner);
+    if (n == 1 && fast.has_value() && inner > 1) {
+      // Rows of `inner` elements: each window position combines a whole row.
+      const Opcode op = *fast;
+      return Kernel([outer, inner, op, out_shape, type](ExecState& st,
+                                                       const std::vector<BufferPtr>& ops)
+                        -> absl::StatusOr<BufferPtr> {
+        ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
+        if (out_shape.ElementCount() == 0) return out;
+        ir::DispatchType(type, [&](auto tag) {
+          using T = decltype(tag);
+          using A = Accumulator<T>;
+          const T* in = ops[0]->as<T>();
+          const T init_value = ops[1]->as<T>()[0];
+          const A init = static_cast<A>(init_value);
+          T* o = out->as<T>();
+          // Not std::vector: vector<bool> has no data().
+          std::unique_ptr<A[]> acc(new A[inner]);
+          std::vector<int64_t> idx(outer.out_dims.size(), 0);
+          int64_t linear = 0;
+          do {
+            std::fill(acc.get(), acc.get() + inner, init);
+            ForEachInWindow(outer, idx, [&](int64_t i) {
+              if (i >= 0) {
+                CombineRow(op, acc.get(), in + i * inner, inner);
+              } else {
+                for (int64_t j = 0; j < inner; ++j) acc[j] = ApplyReducerOp<A>(op, acc[j], init);
+              }
+            });
+            T* row = o + linear * inner;
+            for (int64_t j = 0; j < inner; ++j) row[j] = ir::ConvertValue<T>(acc[j]);
+            ++linear;
+          } while (NextIndex(idx, outer.out_dims));
+        });
+        return out;
+      });
+    }
     if (n == 1 && fast.has_value()) {
       const Opcode op = *fast;
       return Kernel([g, op, out_shape, type](ExecState& st,
@@ -217,6 +306,54 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
     select_dir = select->root()->attrs().direction;
   }
   std::optional<Opcode> scatter_op = MatchScalarBinary(*instr.called(1));
+  int64_t inner = 1;
+  const Geometry outer = OuterGeometry(g, &inner);
+  if (select_dir.has_value() && scatter_op.has_value() && inner > 1) {
+    // The max-pool gradient over rows of `inner` elements: each element of
+    // a row selects within its own column of the window.
+    const ir::ComparisonDirection dir = *select_dir;
+    const Opcode op = *scatter_op;
+    return Kernel([=](ExecState& st, const std::vector<BufferPtr>& ops)
+                      -> absl::StatusOr<BufferPtr> {
+      ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
+      ir::DispatchType(type, [&](auto tag) {
+        using T = decltype(tag);
+        using A = Accumulator<T>;
+        const T* operand = ops[0]->as<T>();
+        const T* source = ops[1]->as<T>();
+        T* o = out->as<T>();
+        std::fill(o, o + out_shape.ElementCount(), ops[2]->as<T>()[0]);
+        if (ir::Shape(type, g.out_dims).ElementCount() == 0) return;
+        std::vector<int64_t> selected(inner);
+        std::unique_ptr<A[]> best(new A[inner]);
+        std::vector<int64_t> idx(outer.out_dims.size(), 0);
+        int64_t linear = 0;
+        do {
+          std::fill(selected.begin(), selected.end(), -1);
+          ForEachInWindow(outer, idx, [&](int64_t i) {
+            if (i < 0) return;
+            const T* row = operand + i * inner;
+            for (int64_t j = 0; j < inner; ++j) {
+              const A v = static_cast<A>(row[j]);
+              if (selected[j] < 0 || !CompareValues(dir, best[j], v)) {
+                selected[j] = i * inner + j;
+                best[j] = v;
+              }
+            }
+          });
+          const T* src = source + linear * inner;
+          for (int64_t j = 0; j < inner; ++j) {
+            const int64_t at = selected[j];
+            if (at < 0) continue;
+            o[at] = ir::ConvertValue<T>(
+                ApplyReducerOp<A>(op, static_cast<A>(o[at]), static_cast<A>(src[j])));
+          }
+          ++linear;
+        } while (NextIndex(idx, outer.out_dims));
+      });
+      return out;
+    });
+  }
   if (select_dir.has_value() && scatter_op.has_value()) {
     // The usual max-pool gradient (compare, then add): typed loops with no
     // call per element.
