@@ -9,7 +9,7 @@ range of each time over the runs and the range of the ratio.
         [--train_limit 12800] [--models mlp,lenet] [--embedded]
 
 Kiln's compute runs in kiln-server, started here once per thread count with
-OPENBLAS_NUM_THREADS set; PyTorch runs in a subprocess per run with
+--threads (OpenBLAS and oneDNN); PyTorch runs in a subprocess per run with
 torch.set_num_threads, and at more than one thread with
 OMP_WAIT_POLICY=passive (its best setting on this machine: with its
 defaults it is slower at 2 threads than at 1).
@@ -94,7 +94,7 @@ class KilnServer:
     def __init__(self, threads):
         env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads))
         self.proc = subprocess.Popen([os.path.join(BIN, "kiln-server"), "--listen=127.0.0.1:0",
-                                      "--log_level=warn"], env=env, stdout=subprocess.PIPE,
+                                      "--log_level=warn", f"--threads={threads}"], env=env, stdout=subprocess.PIPE,
                                      text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("listening on "):

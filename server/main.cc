@@ -5,11 +5,13 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "base/flags.h"
+#include "runtime/compute_threads.h"
 #include "server/grpc_service.h"
 #include "base/logging.h"
 #include "server/service.h"
@@ -19,6 +21,10 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:8470",
 ABSL_FLAG(int64_t, lease_seconds, 60,
           "a session whose client sends no call for this long is closed and its memory freed");
 ABSL_FLAG(int64_t, compile_cache_entries, 256, "compiled programs kept in the cache");
+ABSL_FLAG(int32_t, threads, 0,
+          "threads the compute libraries use (BLAS and oneDNN on the CPU); 0: one per core");
+ABSL_FLAG(std::string, dump_dir, "",
+          "write each newly compiled module here as HLO text, named by its fingerprint");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off (KILN_LOG_LEVEL sets it for embedded use)");
 ABSL_FLAG(std::string, devices, "auto",
@@ -50,7 +56,8 @@ int main(int argc, char** argv) {
   kiln::ParseFlags(argc, argv,
                    "kiln-server: the Kiln device server. Usage: kiln-server [--flag=value ...]");
   if (absl::GetFlag(FLAGS_backends)) {
-    kiln::runtime::RegisterBuiltinBackends();
+    kiln::runtime::SetComputeThreads(absl::GetFlag(FLAGS_threads));
+  kiln::runtime::RegisterBuiltinBackends();
     for (const kiln::runtime::BackendInfo& b : kiln::runtime::RegisteredBackends()) {
       std::printf("%s: %s\n  config: %s\n", b.kind.c_str(), b.summary.c_str(),
                   b.config_help.c_str());
@@ -91,6 +98,12 @@ int main(int argc, char** argv) {
   }
   options.feed_queue_capacity = static_cast<size_t>(absl::GetFlag(FLAGS_feed_queue_capacity));
   options.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_seconds));
+  options.dump_dir = absl::GetFlag(FLAGS_dump_dir);
+  if (!options.dump_dir.empty() && !std::filesystem::is_directory(options.dump_dir)) {
+    std::fprintf(stderr, "kiln-server: --dump_dir %s is not a directory\n",
+                 options.dump_dir.c_str());
+    return 2;
+  }
   auto service = kiln::server::Service::Create(options);
   if (!service.ok()) {
     std::fprintf(stderr, "kiln-server: %s\n", std::string(service.status().message()).c_str());

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/fingerprint.h"
+#include "compiler/ir/hlo_printer.h"
 #include "compiler/ir/proto_convert.h"
 #include "base/status_macros.h"
 #include "compiler/ir/verifier.h"
@@ -256,7 +258,10 @@ absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& r
   }));
   const absl::Duration took = absl::Now() - start;
   metrics_.Add(result.hit ? "compile_cache_hits" : "compile_cache_misses");
-  if (!result.hit) metrics_.Record("compile", took);
+  if (!result.hit) {
+    metrics_.Record("compile", took);
+    if (!options_.dump_dir.empty()) DumpModule(**module, fingerprint);
+  }
   v1::CompileResponse resp;
   resp.set_executable_handle(session->AddExecutable({result.executable, device, fingerprint}));
   resp.set_cache_hit(result.hit);
@@ -268,6 +273,13 @@ absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& r
   ir::ShapeToProto(result.executable->result_shape(), resp.mutable_result_shape());
   logging::Debug("compile {} on {}: {}", fingerprint, device->name(), result.hit ? "hit" : "miss");
   return resp;
+}
+
+void Service::DumpModule(const ir::Module& module, const std::string& fingerprint) const {
+  const std::string path = absl::StrCat(options_.dump_dir, "/", fingerprint, ".hlo");
+  std::ofstream out(path);
+  out << ir::PrintModule(module);
+  if (!out.good()) logging::Warn("could not write the module dump {}", path);
 }
 
 absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& req,

@@ -37,6 +37,9 @@ struct ServiceOptions {
   size_t feed_queue_capacity = 16;
   // How long a replica waits for the others at an all-reduce.
   absl::Duration collective_timeout = absl::Seconds(60);
+  // When set, each module compiled for the first time is written here as
+  // HLO text, named by its fingerprint (for reading and for `kiln run`).
+  std::string dump_dir;
 };
 
 // Thread-safe: every method may be called from many threads at once.
@@ -109,6 +112,7 @@ class Service {
 
  private:
   explicit Service(const ServiceOptions& options);
+  void DumpModule(const ir::Module& module, const std::string& fingerprint) const;
   absl::StatusOr<runtime::Device*> FindDevice(const std::string& name) const;
   // The backend that owns `device`.
   runtime::Backend& BackendOf(const runtime::Device* device) const;

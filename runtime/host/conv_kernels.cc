@@ -1,13 +1,20 @@
-// convolution with general dim_labels, strides, padding, dilations and
+// convolution: through oneDNN where it covers the op (dnnl_conv.h), else
+// with general dim_labels, strides, padding, dilations and
 // feature groups: operands are brought to [N, C, spatial...] and
 // [O, I, spatial...], each (batch, group) becomes im2col + one GEMM, and the
 // result is laid out as the output dim_labels say.
+#include <algorithm>
+#include <chrono>
+#include <limits>
 #include <cstring>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "base/logging.h"
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
+#include "runtime/host/conv_kernels.h"
+#include "runtime/host/dnnl_conv.h"
 #include "runtime/host/gemm.h"
 #include "runtime/host/kernel.h"
 #include "runtime/host/strided_copy.h"
@@ -163,7 +170,7 @@ void RunConv(const ConvPlan& p, const std::vector<C>& in, const std::vector<C>& 
 
 }  // namespace
 
-absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
+absl::StatusOr<Kernel> MakeIm2colConvolutionKernel(const ir::Instruction& instr) {
   const Shape in = instr.operand(0)->shape();
   const Shape ker = instr.operand(1)->shape();
   const Shape out_shape = instr.shape();
@@ -244,6 +251,63 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
     else compute(0.0f);
     return out;
   });
+}
+
+namespace {
+
+// Runs `kernel` on made-up operands of `instr`'s shapes: the best of two
+// timed runs after one to warm up, in seconds (the warm-up alone when it
+// was already slow). An error counts as never.
+double TimeKernel(const ir::Instruction& instr, const Kernel& kernel) {
+  std::vector<BufferPtr> ops;
+  for (const ir::Instruction* operand : instr.operands()) {
+    absl::StatusOr<BufferPtr> b = Buffer::Allocate(operand->shape(), nullptr);
+    if (!b.ok()) return std::numeric_limits<double>::infinity();
+    float* v = (*b)->as<float>();
+    for (int64_t i = 0; i < operand->shape().ElementCount(); ++i) v[i] = 0.125f * (i % 7);
+    ops.push_back(*std::move(b));
+  }
+  ExecState st;
+  double best = std::numeric_limits<double>::infinity();
+  for (int run = 0; run < 3; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    if (!kernel(st, ops).ok()) return std::numeric_limits<double>::infinity();
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (run > 0) best = std::min(best, took);
+    if (run == 0 && took > 0.25) return took;
+  }
+  return best;
+}
+
+}  // namespace
+
+absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
+  std::vector<NamedKernel> candidates = DnnlConvolutionKernels(instr);
+  absl::StatusOr<Kernel> im2col = MakeIm2colConvolutionKernel(instr);
+  if (candidates.empty()) return im2col;
+  if (im2col.ok()) candidates.push_back({"im2col", *std::move(im2col)});
+  if (candidates.size() == 1) return std::move(candidates[0].kernel);
+  // Which is fastest depends on the shape (oneDNN's kernels are poor at one
+  // input channel, its weight-gradient primitive wins on weight gradients):
+  // measure, unless the convolution is too large to run at compile time.
+  int64_t macs = instr.shape().ElementCount();
+  const ir::Shape& ker = instr.operand(1)->shape();
+  macs *= ker.ElementCount() / std::max<int64_t>(1, ker.dim(instr.attrs().conv.kernel_output_feature));
+  int64_t bytes = instr.shape().ByteSize();
+  for (const ir::Instruction* operand : instr.operands()) bytes += operand->shape().ByteSize();
+  if (macs > kMaxTunedMacs || bytes > kMaxTunedBytes) return std::move(candidates[0].kernel);
+  size_t fastest = 0;
+  double best = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const double took = TimeKernel(instr, candidates[i].kernel);
+    logging::Debug("{}: {} takes {:.3f} ms", instr.name(), candidates[i].name, took * 1e3);
+    if (took < best) {
+      best = took;
+      fastest = i;
+    }
+  }
+  logging::Debug("{}: runs {}", instr.name(), candidates[fastest].name);
+  return std::move(candidates[fastest].kernel);
 }
 
 }  // namespace kiln::host

@@ -6,6 +6,8 @@
 #include <climits>
 #include <cstring>
 
+#include "runtime/host/threads.h"
+
 namespace kiln::host {
 namespace {
 
@@ -26,6 +28,7 @@ template <typename T>
 void BlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
               const T* b, T* c) {
   if (m == 0 || n == 0) return;
+  UseComputeThreads();
   if (k == 0) {
     std::memset(c, 0, sizeof(T) * m * n);
     return;

@@ -1,0 +1,26 @@
+// Convolution kernels of the host backend.
+#ifndef KILN_RUNTIME_HOST_CONV_KERNELS_H_
+#define KILN_RUNTIME_HOST_CONV_KERNELS_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/instruction.h"
+#include "runtime/host/kernel.h"
+
+namespace kiln::host {
+
+// Convolutions up to this size (multiply-adds, bytes of operands and
+// result) are timed at compile time on each kernel that can run them, and
+// the fastest is kept; larger ones take oneDNN's forward convolution
+// without trying.
+inline constexpr int64_t kMaxTunedMacs = int64_t{1} << 30;
+inline constexpr int64_t kMaxTunedBytes = int64_t{256} << 20;
+
+// Our own kernel: any dim_labels, strides, padding, dilations and feature
+// groups, as im2col and one GEMM per (batch, group); every element type.
+absl::StatusOr<Kernel> MakeIm2colConvolutionKernel(const ir::Instruction& instr);
+
+}  // namespace kiln::host
+
+#endif  // KILN_RUNTIME_HOST_CONV_KERNELS_H_

@@ -1,0 +1,259 @@
+#include "runtime/host/dnnl_conv.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "dnnl.hpp"
+#include "runtime/host/threads.h"
+
+namespace kiln::host {
+namespace {
+
+using dnnl::memory;
+using ir::ElementType;
+using ir::Shape;
+
+dnnl::engine& Engine() {
+  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+// oneDNN's logical dimensions, read from `shape`'s row-major buffer:
+// logical dimension k is the buffer's dimension order[k].
+memory::desc Strided(const Shape& shape, const std::vector<int64_t>& order) {
+  const std::vector<int64_t> row_major = ir::RowMajorStrides(shape.dims());
+  memory::dims dims, strides;
+  for (int64_t p : order) {
+    dims.push_back(shape.dim(p));
+    strides.push_back(row_major[p]);
+  }
+  return memory::desc(dims, memory::data_type::f32, strides);
+}
+
+memory::desc Any(const memory::desc& md) {
+  return memory::desc(md.dims(), memory::data_type::f32, memory::format_tag::any);
+}
+
+// One way to run the convolution, built at compile time. The HLO operands
+// (input, kernel) and result each have their own descriptor as they lie,
+// the oneDNN argument they are bound to, and a reorder into or out of the
+// layout the primitive chose when that differs.
+struct Plan {
+  struct Operand {
+    memory::desc lies;    // the Kiln buffer's layout
+    memory::desc wanted;  // the primitive's layout
+    int arg = 0;
+    std::optional<dnnl::reorder> reorder;
+  };
+  Operand in, ker, out;
+  memory::desc scratchpad;
+  dnnl::primitive primitive;
+  std::string name;
+
+  // Adds the reorders where the primitive wants another layout.
+  void Connect() {
+    auto reorder = [](const memory::desc& from, const memory::desc& to) {
+      return dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), from, Engine(), to));
+    };
+    if (in.wanted != in.lies) in.reorder = reorder(in.lies, in.wanted);
+    if (ker.wanted != ker.lies) ker.reorder = reorder(ker.lies, ker.wanted);
+    if (out.wanted != out.lies) out.reorder = reorder(out.wanted, out.lies);
+  }
+};
+
+struct Geometry {
+  int rank = 0;
+  memory::dims strides, dilates, pad_l, pad_r;
+};
+
+// The checks every plan shares; nullopt when oneDNN does not cover `instr`.
+std::optional<Geometry> Covered(const ir::Instruction& instr) {
+  const Shape& in = instr.operand(0)->shape();
+  const Shape& ker = instr.operand(1)->shape();
+  const Shape& out = instr.shape();
+  Geometry g;
+  g.rank = static_cast<int>(instr.attrs().conv.input_spatial.size());
+  if (in.type() != ElementType::kF32 || ker.type() != ElementType::kF32 ||
+      out.type() != ElementType::kF32 || g.rank < 1 || g.rank > 3 ||
+      instr.attrs().batch_group_count != 1 || in.ElementCount() == 0 ||
+      ker.ElementCount() == 0 || out.ElementCount() == 0) {
+    return std::nullopt;
+  }
+  std::vector<ir::WindowDim> window = instr.attrs().window;
+  if (window.empty()) window.resize(g.rank);
+  for (const ir::WindowDim& w : window) {
+    if (w.base_dilation != 1 || w.pad_lo < 0 || w.pad_hi < 0) return std::nullopt;
+    g.strides.push_back(w.stride);
+    g.dilates.push_back(w.window_dilation - 1);
+    g.pad_l.push_back(w.pad_lo);
+    g.pad_r.push_back(w.pad_hi);
+  }
+  return g;
+}
+
+dnnl::primitive_attr UserScratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// out = conv(in, ker) as oneDNN's forward convolution.
+std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& g) {
+  const Shape& ker = instr.operand(1)->shape();
+  const ir::ConvDims& c = instr.attrs().conv;
+  auto plan = std::make_shared<Plan>();
+  std::vector<int64_t> src_order = {c.input_batch, c.input_feature};
+  std::vector<int64_t> dst_order = {c.output_batch, c.output_feature};
+  for (int d = 0; d < g.rank; ++d) {
+    src_order.push_back(c.input_spatial[d]);
+    dst_order.push_back(c.output_spatial[d]);
+  }
+  plan->in.lies = Strided(instr.operand(0)->shape(), src_order);
+  plan->out.lies = Strided(instr.shape(), dst_order);
+  // Weights: [O, I, spatial...], or [G, O/G, I/G, spatial...] with groups
+  // (the output features are group-major).
+  const int64_t groups = instr.attrs().feature_group_count;
+  const std::vector<int64_t> row_major = ir::RowMajorStrides(ker.dims());
+  const int64_t o = ker.dim(c.kernel_output_feature);
+  const int64_t o_stride = row_major[c.kernel_output_feature];
+  memory::dims dims = {o}, strides = {o_stride};
+  if (groups > 1) {
+    dims = {groups, o / groups};
+    strides = {o / groups * o_stride, o_stride};
+  }
+  dims.push_back(ker.dim(c.kernel_input_feature));
+  strides.push_back(row_major[c.kernel_input_feature]);
+  for (int d = 0; d < g.rank; ++d) {
+    dims.push_back(ker.dim(c.kernel_spatial[d]));
+    strides.push_back(row_major[c.kernel_spatial[d]]);
+  }
+  plan->ker.lies = memory::desc(dims, memory::data_type::f32, strides);
+  dnnl::convolution_forward::desc desc(
+      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, Any(plan->in.lies),
+      Any(plan->ker.lies), Any(plan->out.lies), g.strides, g.dilates, g.pad_l, g.pad_r);
+  dnnl::convolution_forward::primitive_desc pd(desc, UserScratchpad(), Engine());
+  plan->in = {plan->in.lies, pd.src_desc(), DNNL_ARG_SRC};
+  plan->ker = {plan->ker.lies, pd.weights_desc(), DNNL_ARG_WEIGHTS};
+  plan->out = {plan->out.lies, pd.dst_desc(), DNNL_ARG_DST};
+  plan->scratchpad = pd.scratchpad_desc();
+  plan->primitive = dnnl::convolution_forward(pd);
+  plan->name = absl::StrCat("onednn forward ", pd.impl_info_str());
+  plan->Connect();
+  return plan;
+}
+
+// A weight gradient written as a convolution: out[b, o, y...] =
+// sum over f and k... of in[b, f, y*s + k*d - p] * ker[f, o, k...]. That is
+// oneDNN's weight gradient with the input's feature dimension as the
+// minibatch, the input's batch as the channels, the HLO kernel as the
+// gradient of the result, the window dilation as the stride and the window
+// stride as the dilation.
+std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& g) {
+  if (instr.attrs().feature_group_count != 1) return nullptr;
+  const ir::ConvDims& c = instr.attrs().conv;
+  std::vector<int64_t> src_order = {c.input_feature, c.input_batch};
+  std::vector<int64_t> diff_dst_order = {c.kernel_input_feature, c.kernel_output_feature};
+  std::vector<int64_t> diff_w_order = {c.output_feature, c.output_batch};
+  memory::dims strides, dilates;
+  for (int d = 0; d < g.rank; ++d) {
+    src_order.push_back(c.input_spatial[d]);
+    diff_dst_order.push_back(c.kernel_spatial[d]);
+    diff_w_order.push_back(c.output_spatial[d]);
+    strides.push_back(g.dilates[d] + 1);
+    dilates.push_back(g.strides[d] - 1);
+  }
+  auto plan = std::make_shared<Plan>();
+  plan->in.lies = Strided(instr.operand(0)->shape(), src_order);
+  plan->ker.lies = Strided(instr.operand(1)->shape(), diff_dst_order);
+  plan->out.lies = Strided(instr.shape(), diff_w_order);
+  const memory::desc src = Any(plan->in.lies), diff_dst = Any(plan->ker.lies),
+                     diff_w = Any(plan->out.lies);
+  dnnl::convolution_forward::desc hint_desc(dnnl::prop_kind::forward_training,
+                                            dnnl::algorithm::convolution_direct, src, diff_w,
+                                            diff_dst, strides, dilates, g.pad_l, g.pad_r);
+  dnnl::convolution_forward::primitive_desc hint(hint_desc, Engine());
+  dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, src, diff_w,
+                                                diff_dst, strides, dilates, g.pad_l, g.pad_r);
+  dnnl::convolution_backward_weights::primitive_desc pd(desc, UserScratchpad(), Engine(), hint);
+  plan->in = {plan->in.lies, pd.src_desc(), DNNL_ARG_SRC};
+  plan->ker = {plan->ker.lies, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST};
+  plan->out = {plan->out.lies, pd.diff_weights_desc(), DNNL_ARG_DIFF_WEIGHTS};
+  plan->scratchpad = pd.scratchpad_desc();
+  plan->primitive = dnnl::convolution_backward_weights(pd);
+  plan->name = absl::StrCat("onednn weights ", pd.impl_info_str());
+  plan->Connect();
+  return plan;
+}
+
+absl::StatusOr<BufferPtr> Run(const Plan& plan, const Shape& out_shape, ExecState& st,
+                              const std::vector<BufferPtr>& ops) {
+  ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
+  // Scratch for reordered operands and the primitive, charged like any
+  // other buffer of the execution.
+  std::vector<BufferPtr> scratch;
+  auto temp = [&](const memory::desc& md) -> absl::StatusOr<memory> {
+    const int64_t bytes = static_cast<int64_t>(md.get_size());
+    ASSIGN_OR_RETURN(BufferPtr b, st.Allocate(Shape(ElementType::kU8, {bytes})));
+    scratch.push_back(b);
+    return memory(md, Engine(), b->data());
+  };
+  UseComputeThreads();
+  try {
+    dnnl::stream stream(Engine());
+    std::unordered_map<int, memory> args;
+    auto bind = [&](const Plan::Operand& op, uint8_t* data, bool input) -> absl::Status {
+      memory lies(op.lies, Engine(), data);
+      if (!op.reorder) {
+        args.emplace(op.arg, lies);
+        return absl::OkStatus();
+      }
+      ASSIGN_OR_RETURN(memory wanted, temp(op.wanted));
+      if (input) op.reorder->execute(stream, lies, wanted);
+      args.emplace(op.arg, wanted);
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(bind(plan.in, const_cast<uint8_t*>(ops[0]->data()), true));
+    RETURN_IF_ERROR(bind(plan.ker, const_cast<uint8_t*>(ops[1]->data()), true));
+    RETURN_IF_ERROR(bind(plan.out, out->data(), false));
+    ASSIGN_OR_RETURN(memory pad, temp(plan.scratchpad));
+    args.emplace(DNNL_ARG_SCRATCHPAD, pad);
+    plan.primitive.execute(stream, args);
+    if (plan.out.reorder) {
+      memory lies(plan.out.lies, Engine(), out->data());
+      plan.out.reorder->execute(stream, args.at(plan.out.arg), lies);
+    }
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat("oneDNN convolution failed: ", e.what()));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr) {
+  std::vector<NamedKernel> kernels;
+  const std::optional<Geometry> g = Covered(instr);
+  if (!g.has_value()) return kernels;
+  const Shape out_shape = instr.shape();
+  for (auto make : {ForwardPlan, WeightsPlan}) {
+    std::shared_ptr<const Plan> plan;
+    try {
+      plan = make(instr, *g);
+    } catch (const dnnl::error&) {
+      continue;  // a shape this primitive refuses
+    }
+    if (plan == nullptr) continue;
+    kernels.push_back({plan->name, Kernel([plan, out_shape](ExecState& st,
+                                                           const std::vector<BufferPtr>& ops) {
+                         return Run(*plan, out_shape, st, ops);
+                       })});
+  }
+  return kernels;
+}
+
+}  // namespace kiln::host

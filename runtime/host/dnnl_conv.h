@@ -1,0 +1,33 @@
+// Convolutions through oneDNN (the library PyTorch's CPU convolutions use).
+// The operands keep the layout their dim_labels give them: oneDNN reads them
+// through strided descriptors and reorders them into the blocked layout its
+// kernel for the shape wants, and the result back into the output's layout.
+#ifndef KILN_RUNTIME_HOST_DNNL_CONV_H_
+#define KILN_RUNTIME_HOST_DNNL_CONV_H_
+
+#include <string>
+#include <vector>
+
+#include "compiler/ir/instruction.h"
+#include "runtime/host/kernel.h"
+
+namespace kiln::host {
+
+struct NamedKernel {
+  std::string name;  // e.g. "onednn forward brgconv:avx512_core"
+  Kernel kernel;
+};
+
+// The ways oneDNN can run `instr` (a convolution), empty when it covers
+// none: f32, one to three spatial dimensions, no base (input) dilation,
+// padding not negative, batch_group_count 1, no zero-sized dimension.
+//  - "forward": a forward convolution of the operands as they are.
+//  - "weights": oneDNN's weight-gradient primitive, when the convolution is
+//    one (input features contracted like a batch, a kernel as large as the
+//    data); the HLO input plays the source and the HLO kernel the gradient
+//    of the result.
+std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr);
+
+}  // namespace kiln::host
+
+#endif  // KILN_RUNTIME_HOST_DNNL_CONV_H_

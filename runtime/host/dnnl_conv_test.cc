@@ -1,0 +1,122 @@
+// Every way oneDNN can run a convolution gives what our own im2col kernel
+// gives, over dim_labels, strides, padding, dilations and groups.
+#include "runtime/host/dnnl_conv.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/ir/verifier.h"
+#include "runtime/host/conv_kernels.h"
+
+namespace kiln::host {
+namespace {
+
+struct Case {
+  std::string name;
+  std::string lhs, rhs, out, attrs;
+  int feature_groups = 1;
+  bool weights_kernel = false;  // oneDNN's weight-gradient primitive applies too
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+std::vector<Case> Cases() {
+  return {
+      {"nhwc_same", "f32[4,9,9,3]", "f32[3,3,3,5]", "f32[4,9,9,5]",
+       "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f", 1, true},
+      {"nchw_strided", "f32[2,3,11,10]", "f32[6,3,3,2]", "f32[2,6,5,5]",
+       "window={size=3x2 stride=2x2 pad=1_0x0_1}, dim_labels=bf01_oi01->bf01", 1, false},
+      {"dilated", "f32[2,12,12,4]", "f32[3,3,4,2]", "f32[2,8,8,2]",
+       "window={size=3x3 rhs_dilate=2x2}, dim_labels=b01f_01io->b01f", 1, true},
+      {"grouped", "f32[2,8,8,6]", "f32[3,3,2,9]", "f32[2,6,6,9]",
+       "window={size=3x3}, dim_labels=b01f_01io->b01f, feature_group_count=3", 3, false},
+      {"one_d", "f32[3,17,4]", "f32[5,4,6]", "f32[3,13,6]",
+       "window={size=5}, dim_labels=b0f_0io->b0f", 1, true},
+      {"three_d", "f32[2,2,6,6,5]", "f32[3,3,3,2,4]", "f32[2,6,4,3,4]",
+       "window={size=3x3x3 pad=1_1x0_0x0_0}, dim_labels=bf012_012io->b012f", 1, true},
+      // A weight gradient as the lazy client writes it: the batch contracted
+      // as the input feature, the kernel as large as the data.
+      {"weight_gradient", "f32[8,14,14,6]", "f32[8,10,10,16]", "f32[5,5,6,16]",
+       "window={size=10x10}, dim_labels=f01b_i01o->01bf", 1, true},
+      {"weight_gradient_padded", "f32[8,12,12,1]", "f32[8,12,12,6]", "f32[5,5,1,6]",
+       "window={size=12x12 pad=2_2x2_2}, dim_labels=f01b_i01o->01bf", 1, true},
+  };
+}
+
+ir::Literal Random(const ir::Shape& shape, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(shape.ElementCount());
+  for (float& x : v) x = dist(gen);
+  return ir::Literal::FromVector<float>(ir::ElementType::kF32, shape.dims(), v);
+}
+
+class DnnlConvTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DnnlConvTest, EveryOneDnnKernelMatchesIm2col) {
+  const Case& c = GetParam();
+  const std::string text = "ENTRY e {\n  a = " + c.lhs + " parameter(0)\n  b = " + c.rhs +
+                           " parameter(1)\n  ROOT c = " + c.out + " convolution(a, b), " +
+                           c.attrs + "\n}\n";
+  auto module = ir::ParseModule(text);
+  ASSERT_TRUE(module.ok()) << module.status();
+  ASSERT_TRUE(ir::Verify(**module).ok()) << ir::Verify(**module);
+  const ir::Instruction& conv = *(*module)->entry()->root();
+
+  std::vector<BufferPtr> ops;
+  for (int i = 0; i < 2; ++i) {
+    auto b = Buffer::FromLiteral(Random(conv.operand(i)->shape(), 11 + i), nullptr);
+    ASSERT_TRUE(b.ok());
+    ops.push_back(*b);
+  }
+  ExecState st;
+  auto reference_kernel = MakeIm2colConvolutionKernel(conv);
+  ASSERT_TRUE(reference_kernel.ok()) << reference_kernel.status();
+  auto reference = (*reference_kernel)(st, ops);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const float* want = (*reference)->as<float>();
+
+  const std::vector<NamedKernel> kernels = DnnlConvolutionKernels(conv);
+  ASSERT_FALSE(kernels.empty());
+  bool weights = false;
+  for (const NamedKernel& k : kernels) {
+    weights |= k.name.rfind("onednn weights", 0) == 0;
+    auto got = k.kernel(st, ops);
+    ASSERT_TRUE(got.ok()) << k.name << ": " << got.status();
+    ASSERT_EQ((*got)->shape(), conv.shape()) << k.name;
+    const float* v = (*got)->as<float>();
+    for (int64_t i = 0; i < conv.shape().ElementCount(); ++i) {
+      ASSERT_NEAR(v[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << k.name << " at " << i;
+    }
+  }
+  EXPECT_EQ(weights, c.weights_kernel);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, DnnlConvTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(DnnlConvCoverageTest, OtherTypesAndInputDilationAreLeftToIm2col) {
+  for (const std::string& text : {
+           std::string("ENTRY e {\n a = f64[1,5,5,1] parameter(0)\n b = f64[2,2,1,1] "
+                       "parameter(1)\n ROOT c = f64[1,4,4,1] convolution(a, b), "
+                       "window={size=2x2}, dim_labels=b01f_01io->b01f\n}\n"),
+           std::string("ENTRY e {\n a = f32[1,5,5,1] parameter(0)\n b = f32[2,2,1,1] "
+                       "parameter(1)\n ROOT c = f32[1,8,8,1] convolution(a, b), "
+                       "window={size=2x2 lhs_dilate=2x2}, dim_labels=b01f_01io->b01f\n}\n"),
+           std::string("ENTRY e {\n a = f32[1,5,5,1] parameter(0)\n b = f32[2,2,1,1] "
+                       "parameter(1)\n ROOT c = f32[1,2,2,1] convolution(a, b), "
+                       "window={size=2x2 pad=-1_-1x-1_-1}, dim_labels=b01f_01io->b01f\n}\n"),
+       }) {
+    auto module = ir::ParseModule(text);
+    ASSERT_TRUE(module.ok()) << module.status() << "\n" << text;
+    ASSERT_TRUE(ir::Verify(**module).ok()) << text;
+    EXPECT_TRUE(DnnlConvolutionKernels(*(*module)->entry()->root()).empty()) << text;
+    EXPECT_TRUE(MakeConvolutionKernel(*(*module)->entry()->root()).ok()) << text;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::host
