@@ -1,0 +1,162 @@
+#include "runtime/host/vector_loops.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace kiln::host::vec {
+namespace {
+
+using ir::ComparisonDirection;
+using ir::Opcode;
+
+uint32_t Bits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  return u;
+}
+
+// The reference semantics, as the generic loops of elementwise.cc define them.
+float RefMax(float a, float b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  if (a == b) return std::signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+float RefMin(float a, float b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  if (a == b) return std::signbit(a) ? a : b;
+  return a < b ? a : b;
+}
+
+// Special values in every pairing, then random ones; an odd length so the
+// vector loops also run their scalar tails.
+void Operands(std::vector<float>* a, std::vector<float>* b) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float neg_nan = -nan;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float denorm = std::numeric_limits<float>::denorm_min();
+  const std::vector<float> special = {0.0f, -0.0f, 1.0f, -1.0f, 2.5f, -7.25f, nan, neg_nan,
+                                      inf, -inf, denorm, -denorm, 3e38f, -3e38f, 1e-38f};
+  for (float x : special) {
+    for (float y : special) {
+      a->push_back(x);
+      b->push_back(y);
+    }
+  }
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> dist(-100.0f, 100.0f);
+  for (int i = 0; i < 1001; ++i) {
+    a->push_back(dist(gen));
+    b->push_back(i % 5 == 0 ? (*a)[a->size() - 1] : dist(gen));
+  }
+}
+
+TEST(VectorLoopsTest, NamesAVectorUnit) {
+  const std::string unit = VectorUnit();
+  EXPECT_TRUE(unit == "avx512" || unit == "avx2" || unit == "baseline") << unit;
+}
+
+TEST(VectorLoopsTest, BinaryOpsAreBitIdenticalToTheScalarDefinitions) {
+  std::vector<float> a, b;
+  Operands(&a, &b);
+  const int64_t n = static_cast<int64_t>(a.size());
+  struct Case {
+    Opcode op;
+    float (*ref)(float, float);
+  };
+  const Case cases[] = {
+      {Opcode::kAdd, [](float x, float y) { return x + y; }},
+      {Opcode::kSubtract, [](float x, float y) { return x - y; }},
+      {Opcode::kMultiply, [](float x, float y) { return x * y; }},
+      {Opcode::kDivide, [](float x, float y) { return x / y; }},
+      {Opcode::kMaximum, RefMax},
+      {Opcode::kMinimum, RefMin},
+  };
+  for (const Case& c : cases) {
+    std::vector<float> out(n);
+    ASSERT_TRUE(BinaryF32(c.op, a.data(), b.data(), out.data(), n)) << ir::OpcodeName(c.op);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(Bits(out[i]), Bits(c.ref(a[i], b[i])))
+          << ir::OpcodeName(c.op) << "(" << a[i] << ", " << b[i] << ") at " << i;
+    }
+  }
+  std::vector<float> out(n);
+  EXPECT_FALSE(BinaryF32(Opcode::kPower, a.data(), b.data(), out.data(), n));
+}
+
+TEST(VectorLoopsTest, UnaryOpsAreBitIdenticalToTheStandardLibrary) {
+  std::vector<float> a, b;
+  Operands(&a, &b);
+  const int64_t n = static_cast<int64_t>(a.size());
+  struct Case {
+    Opcode op;
+    float (*ref)(float);
+  };
+  const Case cases[] = {
+      {Opcode::kNegate, [](float x) { return -x; }},
+      {Opcode::kAbs, [](float x) { return std::abs(x); }},
+      {Opcode::kSqrt, [](float x) { return std::sqrt(x); }},
+      {Opcode::kFloor, [](float x) { return std::floor(x); }},
+      {Opcode::kCeil, [](float x) { return std::ceil(x); }},
+  };
+  for (const Case& c : cases) {
+    std::vector<float> out(n);
+    ASSERT_TRUE(UnaryF32(c.op, a.data(), out.data(), n)) << ir::OpcodeName(c.op);
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = c.ref(a[i]);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(out[i])) << ir::OpcodeName(c.op) << "(" << a[i] << ")";
+      } else {
+        ASSERT_EQ(Bits(out[i]), Bits(want)) << ir::OpcodeName(c.op) << "(" << a[i] << ")";
+      }
+    }
+  }
+  std::vector<float> out(n);
+  EXPECT_FALSE(UnaryF32(Opcode::kExp, a.data(), out.data(), n));
+}
+
+TEST(VectorLoopsTest, ComparisonsFollowIeeeOrdering) {
+  std::vector<float> a, b;
+  Operands(&a, &b);
+  const int64_t n = static_cast<int64_t>(a.size());
+  struct Case {
+    ComparisonDirection direction;
+    bool (*ref)(float, float);
+  };
+  const Case cases[] = {
+      {ComparisonDirection::kEq, [](float x, float y) { return x == y; }},
+      {ComparisonDirection::kNe, [](float x, float y) { return x != y; }},
+      {ComparisonDirection::kLt, [](float x, float y) { return x < y; }},
+      {ComparisonDirection::kLe, [](float x, float y) { return x <= y; }},
+      {ComparisonDirection::kGt, [](float x, float y) { return x > y; }},
+      {ComparisonDirection::kGe, [](float x, float y) { return x >= y; }},
+  };
+  for (const Case& c : cases) {
+    std::unique_ptr<bool[]> out(new bool[n]);
+    ASSERT_TRUE(CompareF32(c.direction, a.data(), b.data(), out.get(), n));
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i], c.ref(a[i], b[i]))
+          << static_cast<int>(c.direction) << " on " << a[i] << ", " << b[i];
+    }
+  }
+}
+
+TEST(VectorLoopsTest, SelectPicksPerElement) {
+  std::vector<float> a, b;
+  Operands(&a, &b);
+  const int64_t n = static_cast<int64_t>(a.size());
+  std::unique_ptr<bool[]> p(new bool[n]);
+  for (int64_t i = 0; i < n; ++i) p[i] = (i * 7) % 3 == 0;
+  std::vector<float> out(n);
+  SelectF32(p.get(), a.data(), b.data(), out.data(), n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(Bits(out[i]), Bits(p[i] ? a[i] : b[i])) << i;
+}
+
+}  // namespace
+}  // namespace kiln::host::vec
