@@ -13,6 +13,7 @@
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
+#include "runtime/host/cancel.h"
 #include "runtime/host/conv_kernels.h"
 #include "runtime/host/dnnl_conv.h"
 #include "runtime/host/gemm.h"
@@ -147,6 +148,7 @@ void RunConv(const ConvPlan& p, const std::vector<C>& in, const std::vector<C>& 
   std::vector<C> col(rows * out_size);
   const std::vector<std::vector<ConvPlan::Run>>& runs = *p.runs;
   for (int64_t b = 0; b < p.batch; ++b) {
+    if (b > 0 && Cancelled()) return;  // the program stops at the next step
     for (int64_t g = 0; g < p.groups; ++g) {
       for (int64_t c = 0; c < ig; ++c) {
         const C* plane = in.data() + (b * p.in_c + g * ig + c) * in_size;

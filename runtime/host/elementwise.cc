@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "base/type_dispatch.h"
+#include "runtime/host/cancel.h"
 #include "runtime/host/vector_loops.h"
 
 namespace kiln::host {
@@ -419,6 +420,8 @@ void RunFusedGroup(const FusedGroup& group,
   const int out_size = ir::ElementTypeSize(group.nodes.back().out_type);
   std::vector<const uint8_t*> args;
   for (int64_t start = 0; start < group.element_count; start += block) {
+    // A check every 64 blocks: well under a millisecond of work.
+    if (start > 0 && start % (64 * block) == 0 && Cancelled()) return;
     const int64_t n = std::min(block, group.element_count - start);
     for (int i = 0; i < num_nodes; ++i) {
       const FusedNode& node = group.nodes[i];

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "runtime/host/cancel.h"
 
 namespace kiln::host {
 
@@ -60,6 +61,7 @@ absl::StatusOr<runtime::BufferPtr> ProgramExecutable::Execute(
   state.rng = rng.has_value() ? &*rng : nullptr;
   runtime::CostCounters cost;
   if (profile_) state.cost = &cost;
+  CancelScope cancel_scope(&options.cancelled);
   absl::StatusOr<HostBufferPtr> result = entry_->Run(state, host_args);
   if (!result.ok()) return result.status();
   if (profile_ && options.profile != nullptr) {

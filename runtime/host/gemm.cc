@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstring>
 
+#include "runtime/host/cancel.h"
 #include "runtime/host/threads.h"
 
 namespace kiln::host {
@@ -13,6 +14,11 @@ namespace {
 
 // BLAS takes int dimensions; larger products are split along m.
 constexpr int64_t kMaxBlasDim = INT_MAX;
+// Larger products run in bands of rows of about this many multiply-adds
+// (several milliseconds), checking for cancellation between bands; a band
+// has at least kMinBandRows rows so that BLAS's packing of B is amortized.
+constexpr int64_t kBandMacs = int64_t{1} << 28;
+constexpr int64_t kMinBandRows = 256;
 
 // Overloads so one template serves float and double.
 void Blas(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
@@ -34,10 +40,16 @@ void BlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
     return;
   }
   if (m <= kMaxBlasDim && n <= kMaxBlasDim && k <= kMaxBlasDim) {
-    Blas(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-         static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), a,
-         static_cast<int>(ta ? m : k), b, static_cast<int>(tb ? k : n), c,
-         static_cast<int>(n));
+    const int64_t band = std::max(kMinBandRows, kBandMacs / std::max<int64_t>(1, n * k));
+    for (int64_t row = 0; row < m; row += band) {
+      if (row > 0 && Cancelled()) return;
+      const int64_t rows = std::min(band, m - row);
+      // Rows of A start `row` rows in ([m,k]) or `row` columns in ([k,m]).
+      Blas(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+           static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k),
+           ta ? a + row : a + row * k, static_cast<int>(ta ? m : k), b,
+           static_cast<int>(tb ? k : n), c + row * n, static_cast<int>(n));
+    }
     return;
   }
   for (int64_t i = 0; i < m; ++i) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "runtime/host/cancel.h"
 #include "runtime/host/elementwise.h"
 
 namespace kiln::host {
@@ -206,6 +207,8 @@ absl::StatusOr<BufferPtr> Program::Run(ExecState& state,
     if (!out.ok()) {
       return WithContext(out.status(), absl::StrCat("in ", name_, ", instruction ", step.name));
     }
+    // Kernels stop early when cancelled; what they left is never read.
+    if (Cancelled()) return absl::CancelledError("the execution was cancelled");
     slots[step.output] = *std::move(out);
     for (int r : step.release) slots[r].reset();
     if (state.cost != nullptr) *state.cost += step.cost;

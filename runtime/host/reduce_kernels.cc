@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
+#include "runtime/host/cancel.h"
 #include "runtime/host/kernel.h"
 #include "runtime/host/reducer_ops.h"
 #include "runtime/host/scalar_call.h"
@@ -25,6 +26,7 @@ void ReduceRuns(Opcode op, const T* in, T init, int64_t rows, int64_t run,
                 T* out) {
   using A = Accumulator<T>;
   for (int64_t r = 0; r < rows; ++r) {
+    if (CancelledAtRow(r, run)) return;  // the program stops at the next step
     const T* p = in + r * run;
     A acc = static_cast<A>(init);
     if (op == Opcode::kAdd && !std::is_same_v<T, bool>) {
@@ -55,6 +57,7 @@ void ReduceLeading(Opcode op, const T* in, T init, int64_t rows, int64_t cols,
   std::unique_ptr<A[]> acc(new A[cols]);
   std::fill(acc.get(), acc.get() + cols, static_cast<A>(init));
   for (int64_t r = 0; r < rows; ++r) {
+    if (CancelledAtRow(r, cols)) return;
     const T* p = in + r * cols;
     for (int64_t j = 0; j < cols; ++j) acc[j] = ApplyReducerOp<A>(op, acc[j], static_cast<A>(p[j]));
   }
@@ -140,6 +143,7 @@ absl::StatusOr<Kernel> MakeReduceKernel(const ir::Instruction& instr,
     std::vector<const uint8_t*> args(2 * n);
     std::vector<uint8_t*> results(n);
     for (int64_t r = 0; r < rows; ++r) {
+      if (CancelledAtRow(r, run)) return absl::CancelledError("the execution was cancelled");
       for (int k = 0; k < n; ++k) {
         const int size = ir::ElementTypeSize(types[k]);
         acc[k].assign(ops[n + k]->data(), ops[n + k]->data() + size);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
+#include "runtime/host/cancel.h"
 #include "runtime/host/kernel.h"
 #include "runtime/host/reducer_ops.h"
 #include "runtime/host/scalar_call.h"
@@ -15,6 +16,9 @@ namespace {
 
 using ir::Opcode;
 using ir::Shape;
+
+// Window ops check for cancellation once per this many outputs.
+constexpr int64_t kPollEvery = 4096;
 
 // Precomputed geometry of a window op.
 struct Geometry {
@@ -220,7 +224,7 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
             T* row = o + linear * inner;
             for (int64_t j = 0; j < inner; ++j) row[j] = ir::ConvertValue<T>(acc[j]);
             ++linear;
-          } while (NextIndex(idx, outer.out_dims));
+          } while (NextIndex(idx, outer.out_dims) && !CancelledEvery(linear, kPollEvery));
         });
         return out;
       });
@@ -246,7 +250,7 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
               acc = ApplyReducerOp<A>(op, acc, i >= 0 ? static_cast<A>(in[i]) : init);
             });
             o[linear++] = ir::ConvertValue<T>(acc);
-          } while (NextIndex(idx, g.out_dims));
+          } while (NextIndex(idx, g.out_dims) && !CancelledEvery(linear, kPollEvery));
         });
         return out;
       });
@@ -290,7 +294,7 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
           std::memcpy(dst.data() + linear * size, acc[k].data(), size);
         }
         ++linear;
-      } while (NextIndex(idx, g.out_dims));
+      } while (NextIndex(idx, g.out_dims) && !CancelledEvery(linear, kPollEvery));
       return out;
     });
   }
@@ -349,7 +353,7 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
                 ApplyReducerOp<A>(op, static_cast<A>(o[at]), static_cast<A>(src[j])));
           }
           ++linear;
-        } while (NextIndex(idx, outer.out_dims));
+        } while (NextIndex(idx, outer.out_dims) && !CancelledEvery(linear, kPollEvery));
       });
       return out;
     });
@@ -388,7 +392,7 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
                 op, static_cast<A>(o[selected]), static_cast<A>(source[linear])));
           }
           ++linear;
-        } while (NextIndex(idx, g.out_dims));
+        } while (NextIndex(idx, g.out_dims) && !CancelledEvery(linear, kPollEvery));
       });
       return out;
     });
@@ -454,7 +458,7 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
         }
       }
       ++linear;
-    } while (NextIndex(idx, g.out_dims));
+    } while (NextIndex(idx, g.out_dims) && !CancelledEvery(linear, kPollEvery));
     return out;
   });
 }

@@ -1,0 +1,47 @@
+// Cancellation inside running kernels. An execution installs its cancel
+// check for the thread that runs it (CancelScope); long kernels poll
+// Cancelled() between blocks of work (about a millisecond each) and stop
+// early when it is true. The program then ends with CANCELLED at the next
+// step boundary, where Program::Run checks again: a partial result never
+// escapes.
+#ifndef KILN_RUNTIME_HOST_CANCEL_H_
+#define KILN_RUNTIME_HOST_CANCEL_H_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "runtime/device.h"
+
+namespace kiln::host {
+
+// Installs `check` (may be null or empty) for the calling thread until the
+// scope ends; scopes nest (a called program's scope restores the caller's).
+class CancelScope {
+ public:
+  explicit CancelScope(const runtime::CancelCheck* check);
+  ~CancelScope();
+  CancelScope(const CancelScope&) = delete;
+  CancelScope& operator=(const CancelScope&) = delete;
+
+ private:
+  const runtime::CancelCheck* previous_;
+};
+
+// True when the execution running on this thread was cancelled.
+bool Cancelled();
+
+// Cancelled(), asked only on every `period`-th call (by a loop counter
+// `i`): for loops whose single iteration is too short to poll each time.
+inline bool CancelledEvery(int64_t i, int64_t period) { return i % period == 0 && Cancelled(); }
+
+// For loops over rows of `row_elements` elements each: polls at row `row`
+// about once per million elements.
+inline bool CancelledAtRow(int64_t row, int64_t row_elements) {
+  constexpr int64_t kElements = int64_t{1} << 20;
+  const int64_t period = row_elements >= kElements ? 1 : kElements / std::max<int64_t>(1, row_elements);
+  return row > 0 && CancelledEvery(row, period);
+}
+
+}  // namespace kiln::host
+
+#endif  // KILN_RUNTIME_HOST_CANCEL_H_
