@@ -126,11 +126,8 @@ absl::StatusOr<std::vector<BackendSpec>> ParseBackendSpecs(const std::string& de
   return specs;
 }
 
-absl::StatusOr<int64_t> ConfigBytes(const BackendSpec& spec, const std::string& key,
-                                    int64_t fallback) {
-  auto it = spec.config.find(key);
-  if (it == spec.config.end()) return fallback;
-  absl::string_view text = absl::StripAsciiWhitespace(it->second);
+absl::StatusOr<int64_t> ParseBytes(absl::string_view original, absl::string_view what) {
+  absl::string_view text = absl::StripAsciiWhitespace(original);
   int shift = 0;
   if (!text.empty()) {
     switch (absl::ascii_toupper(text.back())) {
@@ -145,9 +142,16 @@ absl::StatusOr<int64_t> ConfigBytes(const BackendSpec& spec, const std::string& 
   int64_t value = 0;
   if (!absl::SimpleAtoi(text, &value) || value < 0 || value > (int64_t{1} << (62 - shift))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        key, "='", it->second, "' is not a byte count (a number, optionally with K, M, G or T)"));
+        what, "='", original, "' is not a byte count (a number, optionally with K, M, G or T)"));
   }
   return value << shift;
+}
+
+absl::StatusOr<int64_t> ConfigBytes(const BackendSpec& spec, const std::string& key,
+                                    int64_t fallback) {
+  auto it = spec.config.find(key);
+  if (it == spec.config.end()) return fallback;
+  return ParseBytes(it->second, key);
 }
 
 absl::Status CheckConfigKeys(const BackendSpec& spec, const std::vector<std::string>& known) {

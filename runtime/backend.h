@@ -80,6 +80,10 @@ std::string AutoDevices();
 absl::StatusOr<std::vector<BackendSpec>> ParseBackendSpecs(const std::string& devices,
                                                            const std::string& config);
 
+// A byte count as flags and configs write it: a number, optionally with K,
+// M, G or T (powers of 1024). INVALID_ARGUMENT naming `what` otherwise.
+absl::StatusOr<int64_t> ParseBytes(absl::string_view text, absl::string_view what);
+
 // Reads a config value of `spec` as a byte count ("1048576", "64M", "8G";
 // K/M/G/T are powers of 1024), or `fallback` when absent.
 absl::StatusOr<int64_t> ConfigBytes(const BackendSpec& spec, const std::string& key,

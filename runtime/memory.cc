@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "runtime/buffer.h"
 
 namespace kiln::runtime {
@@ -12,18 +13,57 @@ namespace {
 
 constexpr size_t kListedBuffers = 5;
 
+thread_local std::shared_ptr<MemoryAccount> g_account;
+
 }  // namespace
 
+MemoryAccount::MemoryAccount(std::string name, int64_t limit_bytes, std::string limit_name)
+    : name_(std::move(name)), limit_(limit_bytes), limit_name_(std::move(limit_name)) {}
+
+absl::Status MemoryAccount::Charge(int64_t bytes, const std::string& what) {
+  int64_t used = in_use_.load();
+  do {
+    if (bytes < 0 || bytes > limit_ - used) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          name_, " is over its memory quota allocating ", bytes, " bytes for ", what, ": it holds ",
+          used, " of its ", limit_, " bytes (", limit_name_, ")"));
+    }
+  } while (!in_use_.compare_exchange_weak(used, used + bytes));
+  int64_t peak = peak_.load();
+  while (used + bytes > peak && !peak_.compare_exchange_weak(peak, used + bytes)) {
+  }
+  return absl::OkStatus();
+}
+
+void MemoryAccount::Uncharge(int64_t bytes) { in_use_ -= bytes; }
+
+AccountScope::AccountScope(std::shared_ptr<MemoryAccount> account)
+    : previous_(std::move(g_account)) {
+  g_account = std::move(account);
+}
+
+AccountScope::~AccountScope() { g_account = std::move(previous_); }
+
+std::shared_ptr<MemoryAccount> AccountScope::Current() { return g_account; }
+
 absl::Status MemoryTracker::Reserve(const Buffer* owner, int64_t bytes) {
+  std::shared_ptr<MemoryAccount> account = AccountScope::Current();
+  if (account != nullptr) RETURN_IF_ERROR(account->Charge(bytes, owner->shape().ToString()));
   absl::MutexLock lock(&mu_);
   if (bytes < 0 || bytes > capacity_ - in_use_) {
+    if (account != nullptr) account->Uncharge(bytes);
     // A buffer being destroyed waits in Release for this lock, so every
-    // listed owner is still alive here.
+    // listed owner is still alive here. With an account, only its own
+    // buffers are listed.
     std::vector<std::pair<int64_t, const Buffer*>> largest;
-    for (const auto& [buffer, size] : live_) largest.push_back({size, buffer});
+    for (const auto& [buffer, charge] : live_) {
+      if (account == nullptr || charge.account == account) largest.push_back({charge.bytes, buffer});
+    }
     const size_t shown = std::min(kListedBuffers, largest.size());
     std::partial_sort(largest.begin(), largest.begin() + shown, largest.end(),
                       [](const auto& a, const auto& b) { return a.first > b.first; });
+    const std::string listed =
+        account != nullptr ? absl::StrCat("; largest of ", account->name(), ": ") : "; largest: ";
     std::vector<std::string> names;
     for (size_t i = 0; i < shown; ++i) {
       names.push_back(absl::StrCat(largest[i].second->shape().ToString(), " (",
@@ -32,18 +72,26 @@ absl::Status MemoryTracker::Reserve(const Buffer* owner, int64_t bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "out of device memory allocating ", bytes, " bytes for ", owner->shape().ToString(),
         ": ", in_use_, " of ", capacity_, " bytes in use by ", live_.size(), " buffers",
-        names.empty() ? "" : absl::StrCat("; largest: ", absl::StrJoin(names, ", "))));
+        names.empty() ? "" : absl::StrCat(listed, absl::StrJoin(names, ", "))));
   }
   in_use_ += bytes;
-  live_[owner] = bytes;
+  live_[owner] = {bytes, std::move(account)};
   peak_ = std::max(peak_, in_use_);
   return absl::OkStatus();
 }
 
 void MemoryTracker::Release(const Buffer* owner, int64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  in_use_ -= bytes;
-  live_.erase(owner);
+  std::shared_ptr<MemoryAccount> account;
+  {
+    absl::MutexLock lock(&mu_);
+    in_use_ -= bytes;
+    auto it = live_.find(owner);
+    if (it != live_.end()) {
+      account = std::move(it->second.account);
+      live_.erase(it);
+    }
+  }
+  if (account != nullptr) account->Uncharge(bytes);
 }
 
 MemoryStats MemoryTracker::Stats() const {

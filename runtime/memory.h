@@ -4,8 +4,10 @@
 #ifndef KILN_RUNTIME_MEMORY_H_
 #define KILN_RUNTIME_MEMORY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -24,6 +26,50 @@ struct MemoryStats {
   int64_t live_buffers = 0;
 };
 
+// The memory one client (a server session) holds across devices. While an
+// AccountScope is current on a thread, every buffer a MemoryTracker charges
+// on that thread is charged to the account too; a charge past the account's
+// limit fails with RESOURCE_EXHAUSTED naming the limit. The charge stays
+// with the buffer until it is freed, on whatever thread. Thread-safe.
+class MemoryAccount {
+ public:
+  // `limit_name` is how the error names the limit (a server flag).
+  MemoryAccount(std::string name, int64_t limit_bytes, std::string limit_name);
+
+  const std::string& name() const { return name_; }
+  int64_t limit_bytes() const { return limit_; }
+  int64_t bytes_in_use() const { return in_use_.load(); }
+  int64_t peak_bytes_in_use() const { return peak_.load(); }
+
+  // Adds `bytes` unless that passes the limit (RESOURCE_EXHAUSTED naming
+  // `what`, the use and the limit).
+  absl::Status Charge(int64_t bytes, const std::string& what);
+  void Uncharge(int64_t bytes);
+
+ private:
+  const std::string name_;
+  const int64_t limit_;
+  const std::string limit_name_;
+  std::atomic<int64_t> in_use_{0};
+  std::atomic<int64_t> peak_{0};
+};
+
+// Makes `account` current on the calling thread until the scope ends
+// (null: no account); scopes nest.
+class AccountScope {
+ public:
+  explicit AccountScope(std::shared_ptr<MemoryAccount> account);
+  ~AccountScope();
+  AccountScope(const AccountScope&) = delete;
+  AccountScope& operator=(const AccountScope&) = delete;
+
+  // The calling thread's current account, or null.
+  static std::shared_ptr<MemoryAccount> Current();
+
+ private:
+  std::shared_ptr<MemoryAccount> previous_;
+};
+
 // Thread-safe.
 class MemoryTracker {
  public:
@@ -36,9 +82,12 @@ class MemoryTracker {
   int64_t FootprintOf(const ir::Shape& shape) const {
     return footprint_ ? footprint_(shape) : shape.ByteSize();
   }
-  // Charges `bytes` for `owner` (borrowed; must stay alive until Release).
-  // RESOURCE_EXHAUSTED when it would pass the capacity, naming the request,
-  // the use, the capacity and the largest live buffers.
+  // Charges `bytes` for `owner` (borrowed; must stay alive until Release),
+  // and to the thread's current MemoryAccount if any. RESOURCE_EXHAUSTED
+  // when it would pass the account's limit or the capacity, naming the
+  // request, the use, the capacity and the largest live buffers (of the
+  // account only, when there is one: a client never learns of another's
+  // buffers).
   absl::Status Reserve(const Buffer* owner, int64_t bytes);
   void Release(const Buffer* owner, int64_t bytes);
   MemoryStats Stats() const;
@@ -49,7 +98,11 @@ class MemoryTracker {
   mutable absl::Mutex mu_;
   int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<const Buffer*, int64_t> live_ ABSL_GUARDED_BY(mu_);
+  struct Charge {
+    int64_t bytes = 0;
+    std::shared_ptr<MemoryAccount> account;
+  };
+  absl::flat_hash_map<const Buffer*, Charge> live_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kiln::runtime

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/memory.h"
 
 namespace kiln::runtime {
 
@@ -18,7 +19,10 @@ absl::StatusOr<std::vector<BufferPtr>> ExecuteReplicated(Executable& executable,
   absl::Mutex mu;
   absl::Status first_error;
   std::vector<BufferPtr> results(n);
+  // Every replica charges the caller's memory account.
+  const std::shared_ptr<MemoryAccount> account = AccountScope::Current();
   auto run = [&](int r) {
+    AccountScope scope(account);
     ReplicaRun& replica = replicas[r];
     ExecuteOptions options = replica.options;
     options.replica_id = r;

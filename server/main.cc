@@ -11,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "base/flags.h"
+#include "runtime/backend.h"
 #include "runtime/compute_threads.h"
 #include "server/grpc_service.h"
 #include "base/logging.h"
@@ -21,6 +22,10 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:8470",
 ABSL_FLAG(int64_t, lease_seconds, 60,
           "a session whose client sends no call for this long is closed and its memory freed");
 ABSL_FLAG(int64_t, compile_cache_entries, 256, "compiled programs kept in the cache");
+ABSL_FLAG(std::string, session_memory_bytes, "unlimited",
+          "device memory one session may hold, its buffers and its executions' temporaries "
+          "over all devices (e.g. 4G; unlimited: only the devices' capacity bounds it)");
+ABSL_FLAG(int32_t, session_executions, 64, "executions one session may run or queue at once");
 ABSL_FLAG(int32_t, threads, 0,
           "threads the compute libraries use (BLAS and oneDNN on the CPU); 0: one per core");
 ABSL_FLAG(std::string, dump_dir, "",
@@ -99,6 +104,21 @@ int main(int argc, char** argv) {
   options.feed_queue_capacity = static_cast<size_t>(absl::GetFlag(FLAGS_feed_queue_capacity));
   options.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_seconds));
   options.dump_dir = absl::GetFlag(FLAGS_dump_dir);
+  if (const std::string quota = absl::GetFlag(FLAGS_session_memory_bytes); quota != "unlimited") {
+    absl::StatusOr<int64_t> bytes = kiln::runtime::ParseBytes(quota, "--session_memory_bytes");
+    if (!bytes.ok() || *bytes <= 0) {
+      std::fprintf(stderr, "kiln-server: %s\n",
+                   bytes.ok() ? "--session_memory_bytes must be positive"
+                              : std::string(bytes.status().message()).c_str());
+      return 2;
+    }
+    options.session_limits.memory_bytes = *bytes;
+  }
+  if (absl::GetFlag(FLAGS_session_executions) < 1) {
+    std::fprintf(stderr, "kiln-server: --session_executions must be at least 1\n");
+    return 2;
+  }
+  options.session_limits.executions = absl::GetFlag(FLAGS_session_executions);
   if (!options.dump_dir.empty() && !std::filesystem::is_directory(options.dump_dir)) {
     std::fprintf(stderr, "kiln-server: --dump_dir %s is not a directory\n",
                  options.dump_dir.c_str());

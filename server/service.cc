@@ -51,7 +51,8 @@ void ProfileToProto(const runtime::ExecutionProfile& p, v1::ExecutionProfileProt
 
 Service::Service(const ServiceOptions& options)
     : options_(options),
-      sessions_(std::make_unique<SessionManager>(options.lease, options.feed_queue_capacity)),
+      sessions_(std::make_unique<SessionManager>(options.lease, options.feed_queue_capacity,
+                                                 options.session_limits)),
       cache_(options.compile_cache_entries) {}
 
 absl::StatusOr<std::unique_ptr<Service>> Service::Create(const ServiceOptions& options) {
@@ -153,9 +154,13 @@ absl::StatusOr<v1::TransferToDeviceResponse> Service::TransferToDevice(
         "transfer declares ", header.total_bytes(), " bytes but ", shape->ToString(),
         " has ", shape->ByteSize()));
   }
-  // Allocation charges the device before any data is read: an over-size
-  // transfer is refused here.
-  absl::StatusOr<runtime::BufferPtr> buffer = device->Allocate(*shape);
+  // Allocation charges the device and the session before any data is
+  // read: an over-size transfer is refused here.
+  absl::StatusOr<runtime::BufferPtr> buffer;
+  {
+    runtime::AccountScope account(session->memory_account());
+    buffer = device->Allocate(*shape);
+  }
   if (!buffer.ok()) return WithContext(buffer.status(), "transfer to " + device->name());
   const int64_t total = header.total_bytes();
   int64_t received = 0;
@@ -287,6 +292,9 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
   ASSIGN_OR_RETURN(ExecutableEntry exe, session->GetExecutable(req.executable_handle()));
+  ASSIGN_OR_RETURN(std::shared_ptr<void> running, session->BeginExecution());
+  // Everything the execution allocates, on every replica, is the session's.
+  runtime::AccountScope account(session->memory_account());
   const bool replicated = req.replicas_size() > 0;
   if (replicated && req.argument_handles_size() > 0) {
     return absl::InvalidArgumentError(

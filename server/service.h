@@ -37,6 +37,8 @@ struct ServiceOptions {
   size_t feed_queue_capacity = 16;
   // How long a replica waits for the others at an all-reduce.
   absl::Duration collective_timeout = absl::Seconds(60);
+  // What each session may hold and run at once.
+  SessionLimits session_limits;
   // When set, each module compiled for the first time is written here as
   // HLO text, named by its fingerprint (for reading and for `kiln run`).
   std::string dump_dir;

@@ -24,6 +24,25 @@ std::string NewHandle(absl::string_view prefix) {
   return absl::StrCat(prefix, buf);
 }
 
+Session::Session(std::string id, std::string client_name, size_t feed_capacity,
+                 const SessionLimits& limits)
+    : id_(std::move(id)),
+      client_name_(std::move(client_name)),
+      feed_capacity_(feed_capacity),
+      max_executions_(limits.executions),
+      account_(std::make_shared<runtime::MemoryAccount>(
+          absl::StrCat("session ", id_), limits.memory_bytes, "--session_memory_bytes")) {}
+
+absl::StatusOr<std::shared_ptr<void>> Session::BeginExecution() {
+  if (executions_.fetch_add(1) >= max_executions_) {
+    --executions_;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session ", id_, " already runs ", max_executions_,
+        " executions, its limit (--session_executions)"));
+  }
+  return std::shared_ptr<void>(nullptr, [this](void*) { --executions_; });
+}
+
 std::string Session::AddBuffer(BufferEntry entry) {
   std::string handle = NewHandle("b-");
   absl::MutexLock lock(&mu_);
@@ -144,8 +163,9 @@ int64_t Session::buffer_count() const {
   return static_cast<int64_t>(buffers_.size());
 }
 
-SessionManager::SessionManager(absl::Duration lease, size_t feed_capacity)
-    : lease_(lease), feed_capacity_(feed_capacity) {
+SessionManager::SessionManager(absl::Duration lease, size_t feed_capacity,
+                               const SessionLimits& limits)
+    : lease_(lease), feed_capacity_(feed_capacity), limits_(limits) {
   reaper_ = std::thread([this] {
     const absl::Duration period =
         std::min(absl::Seconds(1), std::max(absl::Milliseconds(50), lease_ / 4));
@@ -189,7 +209,7 @@ std::shared_ptr<Session> SessionManager::Create(const std::string& client_name) 
   // The name is the client's to choose: logs get it escaped and bounded, so
   // it cannot forge log lines.
   auto session = std::make_shared<Session>(NewHandle("s-"), SafeClientName(client_name),
-                                           feed_capacity_);
+                                           feed_capacity_, limits_);
   absl::MutexLock lock(&mu_);
   sessions_[session->id()] = Entry{session, absl::Now() + lease_};
   return session;

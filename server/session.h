@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "runtime/device.h"
+#include "runtime/memory.h"
 
 namespace kiln::server {
 
@@ -37,6 +38,15 @@ struct FeedQueues {
   runtime::FeedQueue infeed, outfeed;
 };
 
+// What one session may hold and do at once (kiln-server flags).
+struct SessionLimits {
+  // Bytes of device memory its buffers and its executions' temporaries may
+  // hold, over all devices (--session_memory_bytes).
+  int64_t memory_bytes = int64_t{1} << 62;
+  // Executions running or waiting at once (--session_executions).
+  int executions = 64;
+};
+
 // 128 random bits as hex with a prefix: handles cannot be guessed.
 std::string NewHandle(absl::string_view prefix);
 
@@ -44,8 +54,8 @@ std::string NewHandle(absl::string_view prefix);
 class Session {
  public:
   // Feed queues hold at most `feed_capacity` values each.
-  Session(std::string id, std::string client_name, size_t feed_capacity = 16)
-      : id_(std::move(id)), client_name_(std::move(client_name)), feed_capacity_(feed_capacity) {}
+  Session(std::string id, std::string client_name, size_t feed_capacity = 16,
+          const SessionLimits& limits = {});
 
   const std::string& id() const { return id_; }
   const std::string& client_name() const { return client_name_; }
@@ -72,10 +82,20 @@ class Session {
   bool closed() const { return closed_.load(); }
   int64_t buffer_count() const;
 
+  // Charged for every buffer allocated on the session's behalf (current
+  // on the threads that serve its calls, see runtime::AccountScope).
+  const std::shared_ptr<runtime::MemoryAccount>& memory_account() const { return account_; }
+  // Counts an execution as running until the returned token is destroyed;
+  // RESOURCE_EXHAUSTED naming --session_executions when that many run.
+  absl::StatusOr<std::shared_ptr<void>> BeginExecution();
+
  private:
   const std::string id_;
   const std::string client_name_;
   const size_t feed_capacity_;
+  const int max_executions_;
+  const std::shared_ptr<runtime::MemoryAccount> account_;
+  std::atomic<int> executions_{0};
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, BufferEntry> buffers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, ExecutableEntry> executables_
@@ -92,7 +112,8 @@ std::string SafeClientName(absl::string_view name);
 // whose lease ran out. Thread-safe.
 class SessionManager {
  public:
-  explicit SessionManager(absl::Duration lease, size_t feed_capacity = 16);
+  explicit SessionManager(absl::Duration lease, size_t feed_capacity = 16,
+                          const SessionLimits& limits = {});
   ~SessionManager();
 
   std::shared_ptr<Session> Create(const std::string& client_name);
@@ -115,6 +136,7 @@ class SessionManager {
   };
   const absl::Duration lease_;
   const size_t feed_capacity_;
+  const SessionLimits limits_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
