@@ -26,6 +26,12 @@ ABSL_FLAG(std::string, session_memory_bytes, "unlimited",
           "device memory one session may hold, its buffers and its executions' temporaries "
           "over all devices (e.g. 4G; unlimited: only the devices' capacity bounds it)");
 ABSL_FLAG(int32_t, session_executions, 64, "executions one session may run or queue at once");
+ABSL_FLAG(std::string, max_module_bytes, "64M", "largest module a client may compile, as sent");
+ABSL_FLAG(int64_t, max_instructions, 1000000, "most instructions in a module");
+ABSL_FLAG(int64_t, max_computations, 10000, "most computations in a module");
+ABSL_FLAG(std::string, max_literal_bytes, "64M", "most bytes of constants in a module");
+ABSL_FLAG(int32_t, max_call_depth, 64, "longest chain of nested calls in a module (at most 64)");
+ABSL_FLAG(int32_t, max_rank, 64, "highest rank of a shape in a module (at most 64)");
 ABSL_FLAG(int32_t, threads, 0,
           "threads the compute libraries use (BLAS and oneDNN on the CPU); 0: one per core");
 ABSL_FLAG(std::string, dump_dir, "",
@@ -119,6 +125,34 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.session_limits.executions = absl::GetFlag(FLAGS_session_executions);
+  {
+    kiln::server::ModuleLimits& limits = options.module_limits;
+    absl::StatusOr<int64_t> module_bytes =
+        kiln::runtime::ParseBytes(absl::GetFlag(FLAGS_max_module_bytes), "--max_module_bytes");
+    absl::StatusOr<int64_t> literal_bytes =
+        kiln::runtime::ParseBytes(absl::GetFlag(FLAGS_max_literal_bytes), "--max_literal_bytes");
+    for (const absl::Status& st : {module_bytes.status(), literal_bytes.status()}) {
+      if (!st.ok()) {
+        std::fprintf(stderr, "kiln-server: %s\n", std::string(st.message()).c_str());
+        return 2;
+      }
+    }
+    limits.module_bytes = *module_bytes;
+    limits.literal_bytes = *literal_bytes;
+    limits.instructions = absl::GetFlag(FLAGS_max_instructions);
+    limits.computations = absl::GetFlag(FLAGS_max_computations);
+    limits.call_depth = absl::GetFlag(FLAGS_max_call_depth);
+    limits.rank = absl::GetFlag(FLAGS_max_rank);
+    if (limits.call_depth < 1 || limits.call_depth > kiln::ir::kMaxCallDepth ||
+        limits.rank < 0 || limits.rank > kiln::ir::kMaxRank || limits.instructions < 1 ||
+        limits.computations < 1) {
+      std::fprintf(stderr,
+                   "kiln-server: --max_call_depth must be 1..%d, --max_rank 0..%d, "
+                   "--max_instructions and --max_computations at least 1\n",
+                   kiln::ir::kMaxCallDepth, kiln::ir::kMaxRank);
+      return 2;
+    }
+  }
   if (!options.dump_dir.empty() && !std::filesystem::is_directory(options.dump_dir)) {
     std::fprintf(stderr, "kiln-server: --dump_dir %s is not a directory\n",
                  options.dump_dir.c_str());

@@ -239,10 +239,12 @@ absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& r
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
   ASSIGN_OR_RETURN(runtime::Device * device, FindDevice(req.device()));
+  RETURN_IF_ERROR(CheckModuleProto(req.module(), options_.module_limits));
   absl::StatusOr<std::unique_ptr<ir::Module>> module = ir::ModuleFromProto(req.module());
   if (!module.ok()) return WithContext(module.status(), "malformed module");
   absl::Status verified = ir::Verify(**module);
   if (!verified.ok()) return WithContext(verified, "invalid module");
+  RETURN_IF_ERROR(CheckModule(**module, options_.module_limits));
   for (const ir::Shape& p : (*module)->entry()->ParameterShapes()) {
     if (!p.IsArray()) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -17,6 +17,7 @@
 #include "runtime/device.h"
 #include "server/compile_cache.h"
 #include "server/metrics.h"
+#include "server/module_limits.h"
 #include "server/session.h"
 
 namespace kiln::server {
@@ -39,6 +40,8 @@ struct ServiceOptions {
   absl::Duration collective_timeout = absl::Seconds(60);
   // What each session may hold and run at once.
   SessionLimits session_limits;
+  // What a module may be.
+  ModuleLimits module_limits;
   // When set, each module compiled for the first time is written here as
   // HLO text, named by its fingerprint (for reading and for `kiln run`).
   std::string dump_dir;

@@ -258,9 +258,10 @@ absl::StatusOr<Kernel> MakeIm2colConvolutionKernel(const ir::Instruction& instr)
 namespace {
 
 // Runs `kernel` on made-up operands of `instr`'s shapes: the best of two
-// timed runs after one to warm up, in seconds (the warm-up alone when it
-// was already slow). An error counts as never.
-double TimeKernel(const ir::Instruction& instr, const Kernel& kernel) {
+// timed runs after one to warm up, in seconds (the warm-up alone when it was
+// already slow, or over twice `to_beat`, the best time so far). An error
+// counts as never.
+double TimeKernel(const ir::Instruction& instr, const Kernel& kernel, double to_beat) {
   std::vector<BufferPtr> ops;
   for (const ir::Instruction* operand : instr.operands()) {
     absl::StatusOr<BufferPtr> b = Buffer::Allocate(operand->shape(), nullptr);
@@ -276,7 +277,7 @@ double TimeKernel(const ir::Instruction& instr, const Kernel& kernel) {
     if (!kernel(st, ops).ok()) return std::numeric_limits<double>::infinity();
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (run > 0) best = std::min(best, took);
-    if (run == 0 && took > 0.25) return took;
+    if (run == 0 && (took > 0.25 || took > 2 * to_beat)) return took;
   }
   return best;
 }
@@ -301,7 +302,7 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
   size_t fastest = 0;
   double best = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < candidates.size(); ++i) {
-    const double took = TimeKernel(instr, candidates[i].kernel);
+    const double took = TimeKernel(instr, candidates[i].kernel, best);
     logging::Debug("{}: {} takes {:.3f} ms", instr.name(), candidates[i].name, took * 1e3);
     if (took < best) {
       best = took;
