@@ -50,6 +50,11 @@ struct Plan {
     std::optional<dnnl::reorder> reorder;
   };
   Operand in, ker, out;
+  // Set when the HLO kernel must first be copied into a dense array of
+  // these logical dimensions with its spatial ones (from the third on)
+  // reversed, reading the Kiln buffer through `flip_strides`; `ker.lies`
+  // then describes that copy.
+  std::vector<int64_t> flip_dims, flip_strides;
   memory::desc scratchpad;
   dnnl::primitive primitive;
   std::string name;
@@ -189,6 +194,79 @@ std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& 
   return plan;
 }
 
+// A data gradient written as a convolution: with stride 1 and the kernel
+// read reversed, out[b, o, y] = sum over f and k of
+// in[b, f, y + k*d - p] * ker[f, o, k] is oneDNN's data gradient of a
+// convolution whose weights are ker with its spatial dimensions reversed,
+// whose result gradient is the HLO input and whose padding is (K-1)*d - p.
+std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g) {
+  if (instr.attrs().feature_group_count != 1) return nullptr;
+  const Shape& ker = instr.operand(1)->shape();
+  const ir::ConvDims& c = instr.attrs().conv;
+  memory::dims pad_l, pad_r, ones;
+  for (int d = 0; d < g.rank; ++d) {
+    if (g.strides[d] != 1) return nullptr;
+    const int64_t reach = (ker.dim(c.kernel_spatial[d]) - 1) * (g.dilates[d] + 1);
+    pad_l.push_back(reach - g.pad_l[d]);
+    pad_r.push_back(reach - g.pad_r[d]);
+    if (pad_l.back() < 0 || pad_r.back() < 0) return nullptr;
+    ones.push_back(1);
+  }
+  std::vector<int64_t> diff_dst_order = {c.input_batch, c.input_feature};
+  std::vector<int64_t> diff_src_order = {c.output_batch, c.output_feature};
+  std::vector<int64_t> weights_order = {c.kernel_input_feature, c.kernel_output_feature};
+  for (int d = 0; d < g.rank; ++d) {
+    diff_dst_order.push_back(c.input_spatial[d]);
+    diff_src_order.push_back(c.output_spatial[d]);
+    weights_order.push_back(c.kernel_spatial[d]);
+  }
+  auto plan = std::make_shared<Plan>();
+  plan->in.lies = Strided(instr.operand(0)->shape(), diff_dst_order);
+  plan->out.lies = Strided(instr.shape(), diff_src_order);
+  const std::vector<int64_t> row_major = ir::RowMajorStrides(ker.dims());
+  for (int64_t p : weights_order) {
+    plan->flip_dims.push_back(ker.dim(p));
+    plan->flip_strides.push_back(row_major[p]);
+  }
+  plan->ker.lies = memory::desc(plan->flip_dims, memory::data_type::f32,
+                                ir::RowMajorStrides(plan->flip_dims));
+  const memory::desc diff_src = Any(plan->out.lies), weights = Any(plan->ker.lies),
+                     diff_dst = Any(plan->in.lies);
+  dnnl::convolution_forward::desc hint_desc(dnnl::prop_kind::forward_training,
+                                            dnnl::algorithm::convolution_direct, diff_src, weights,
+                                            diff_dst, ones, g.dilates, pad_l, pad_r);
+  dnnl::convolution_forward::primitive_desc hint(hint_desc, Engine());
+  dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, diff_src,
+                                             weights, diff_dst, ones, g.dilates, pad_l, pad_r);
+  dnnl::convolution_backward_data::primitive_desc pd(desc, UserScratchpad(), Engine(), hint);
+  plan->in = {plan->in.lies, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST};
+  plan->ker = {plan->ker.lies, pd.weights_desc(), DNNL_ARG_WEIGHTS};
+  plan->out = {plan->out.lies, pd.diff_src_desc(), DNNL_ARG_DIFF_SRC};
+  plan->scratchpad = pd.scratchpad_desc();
+  plan->primitive = dnnl::convolution_backward_data(pd);
+  plan->name = absl::StrCat("onednn data ", pd.impl_info_str());
+  plan->Connect();
+  return plan;
+}
+
+// Copies the kernel `from` into the dense `to` as plan.flip_dims says, with
+// its spatial dimensions reversed.
+void FlipKernel(const Plan& plan, const float* from, float* to) {
+  const std::vector<int64_t>& dims = plan.flip_dims;
+  const int rank = static_cast<int>(dims.size());
+  std::vector<int64_t> idx(rank, 0);
+  int64_t count = 1;
+  for (int64_t d : dims) count *= d;
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t src = 0;
+    for (int d = 0; d < rank; ++d) {
+      src += (d >= 2 ? dims[d] - 1 - idx[d] : idx[d]) * plan.flip_strides[d];
+    }
+    to[i] = from[src];
+    for (int d = rank - 1; d >= 0 && ++idx[d] == dims[d]; --d) idx[d] = 0;
+  }
+}
+
 absl::StatusOr<BufferPtr> Run(const Plan& plan, const Shape& out_shape, ExecState& st,
                               const std::vector<BufferPtr>& ops) {
   ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
@@ -217,7 +295,13 @@ absl::StatusOr<BufferPtr> Run(const Plan& plan, const Shape& out_shape, ExecStat
       return absl::OkStatus();
     };
     RETURN_IF_ERROR(bind(plan.in, const_cast<uint8_t*>(ops[0]->data()), true));
-    RETURN_IF_ERROR(bind(plan.ker, const_cast<uint8_t*>(ops[1]->data()), true));
+    uint8_t* ker = const_cast<uint8_t*>(ops[1]->data());
+    if (!plan.flip_dims.empty()) {
+      ASSIGN_OR_RETURN(memory flipped, temp(plan.ker.lies));
+      FlipKernel(plan, ops[1]->as<float>(), static_cast<float*>(flipped.get_data_handle()));
+      ker = static_cast<uint8_t*>(flipped.get_data_handle());
+    }
+    RETURN_IF_ERROR(bind(plan.ker, ker, true));
     RETURN_IF_ERROR(bind(plan.out, out->data(), false));
     ASSIGN_OR_RETURN(memory pad, temp(plan.scratchpad));
     args.emplace(DNNL_ARG_SCRATCHPAD, pad);
@@ -240,7 +324,7 @@ std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr) {
   const std::optional<Geometry> g = Covered(instr);
   if (!g.has_value()) return kernels;
   const Shape out_shape = instr.shape();
-  for (auto make : {ForwardPlan, WeightsPlan}) {
+  for (auto make : {ForwardPlan, WeightsPlan, DataPlan}) {
     std::shared_ptr<const Plan> plan;
     try {
       plan = make(instr, *g);

@@ -18,7 +18,9 @@ struct Case {
   std::string name;
   std::string lhs, rhs, out, attrs;
   int feature_groups = 1;
-  bool weights_kernel = false;  // oneDNN's weight-gradient primitive applies too
+  // Whether oneDNN's weight- and data-gradient primitives apply too (they
+  // do to every ungrouped convolution of stride 1 here).
+  bool gradient_plans = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -31,6 +33,12 @@ std::vector<Case> Cases() {
        "window={size=3x2 stride=2x2 pad=1_0x0_1}, dim_labels=bf01_oi01->bf01", 1, false},
       {"dilated", "f32[2,12,12,4]", "f32[3,3,4,2]", "f32[2,8,8,2]",
        "window={size=3x3 rhs_dilate=2x2}, dim_labels=b01f_01io->b01f", 1, true},
+      // A data gradient as the lazy client writes it (the kernel reversed
+      // by a separate op, padded to its reach).
+      {"data_gradient", "f32[4,10,10,16]", "f32[5,5,6,16]", "f32[4,14,14,6]",
+       "window={size=5x5 pad=4_4x4_4}, dim_labels=b01f_01oi->b01f", 1, true},
+      {"data_gradient_dilated", "f32[2,8,8,3]", "f32[3,3,5,3]", "f32[2,10,10,5]",
+       "window={size=3x3 pad=3_3x3_3 rhs_dilate=2x2}, dim_labels=b01f_01oi->b01f", 1, true},
       {"grouped", "f32[2,8,8,6]", "f32[3,3,2,9]", "f32[2,6,6,9]",
        "window={size=3x3}, dim_labels=b01f_01io->b01f, feature_group_count=3", 3, false},
       {"one_d", "f32[3,17,4]", "f32[5,4,6]", "f32[3,13,6]",
@@ -81,9 +89,10 @@ TEST_P(DnnlConvTest, EveryOneDnnKernelMatchesIm2col) {
 
   const std::vector<NamedKernel> kernels = DnnlConvolutionKernels(conv);
   ASSERT_FALSE(kernels.empty());
-  bool weights = false;
+  bool weights = false, data = false;
   for (const NamedKernel& k : kernels) {
     weights |= k.name.rfind("onednn weights", 0) == 0;
+    data |= k.name.rfind("onednn data", 0) == 0;
     auto got = k.kernel(st, ops);
     ASSERT_TRUE(got.ok()) << k.name << ": " << got.status();
     ASSERT_EQ((*got)->shape(), conv.shape()) << k.name;
@@ -92,7 +101,8 @@ TEST_P(DnnlConvTest, EveryOneDnnKernelMatchesIm2col) {
       ASSERT_NEAR(v[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << k.name << " at " << i;
     }
   }
-  EXPECT_EQ(weights, c.weights_kernel);
+  EXPECT_EQ(weights, c.gradient_plans);
+  EXPECT_EQ(data, c.gradient_plans);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, DnnlConvTest, ::testing::ValuesIn(Cases()),
