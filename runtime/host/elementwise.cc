@@ -1,9 +1,11 @@
 #include "runtime/host/elementwise.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <type_traits>
 
 #include "base/type_dispatch.h"
@@ -406,10 +408,11 @@ void RunFusedGroup(const FusedGroup& group,
   const int64_t block = std::clamp<int64_t>(group.element_count, 1, kBlock);
   // Scratch: one block per node (8 bytes per element covers every type),
   // plus one per scalar input holding the broadcast value.
-  std::vector<uint8_t> scratch((num_nodes + num_inputs) * block * 8);
-  auto node_block = [&](int i) { return scratch.data() + i * block * 8; };
+  // Left uninitialized: every node writes its block before it is read.
+  std::unique_ptr<uint8_t[]> scratch(new uint8_t[(num_nodes + num_inputs) * block * 8]);
+  auto node_block = [&](int i) { return scratch.get() + i * block * 8; };
   auto input_block = [&](int k) {
-    return scratch.data() + (num_nodes + k) * block * 8;
+    return scratch.get() + (num_nodes + k) * block * 8;
   };
   for (int k = 0; k < num_inputs; ++k) {
     if (!group.input_is_scalar[k]) continue;
@@ -438,6 +441,13 @@ void RunFusedGroup(const FusedGroup& group,
         }
       }
       uint8_t* dst = i == num_nodes - 1 ? out + start * out_size : node_block(i);
+      if (i == num_nodes - 1 && std::find(args.begin(), args.end(), dst) != args.end()) {
+        // The output is written over one of its own inputs (in place): the
+        // loops take distinct arrays, so go through the node's scratch.
+        RunNode(node, args, node_block(i), n);
+        std::memcpy(dst, node_block(i), n * out_size);
+        continue;
+      }
       RunNode(node, args, dst, n);
     }
   }

@@ -37,7 +37,9 @@ struct FusedGroup {
 };
 
 // Evaluates `group` reading `inputs` (one pointer per group input) and
-// writing `out`. Thread-compatible; allocates its scratch per call.
+// writing `out`, which may be one of the inputs that is not a scalar (the
+// group then runs in place). Thread-compatible; allocates its scratch per
+// call.
 void RunFusedGroup(const FusedGroup& group,
                    const std::vector<const uint8_t*>& inputs, uint8_t* out);
 

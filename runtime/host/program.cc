@@ -54,7 +54,20 @@ Kernel MakeFusedKernel(const std::vector<const Instruction*>& members,
   group->element_count = out_shape.ElementCount();
   return [group, out_shape](ExecState& st, const std::vector<BufferPtr>& ops)
              -> absl::StatusOr<BufferPtr> {
-    ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
+    // An input that nothing else holds (Program::Run dropped its slot: this
+    // is its last reader) and that has the output's shape takes the result
+    // in place, saving an allocation and its page faults.
+    BufferPtr out;
+    for (size_t k = 0; k < ops.size(); ++k) {
+      if (!group->input_is_scalar[k] && ops[k].use_count() == 1 &&
+          ops[k]->shape() == out_shape) {
+        out = ops[k];
+        break;
+      }
+    }
+    if (out == nullptr) {
+      ASSIGN_OR_RETURN(out, st.Allocate(out_shape));
+    }
     std::vector<const uint8_t*> inputs;
     inputs.reserve(ops.size());
     for (const BufferPtr& b : ops) inputs.push_back(b->data());
@@ -203,6 +216,9 @@ absl::StatusOr<BufferPtr> Program::Run(ExecState& state,
   for (const Step& step : steps_) {
     operands.clear();
     for (int in : step.inputs) operands.push_back(slots[in]);
+    // Values read for the last time are dropped before the kernel runs, so
+    // that it may reuse one nobody else holds (see MakeFusedKernel).
+    for (int r : step.release) slots[r].reset();
     absl::StatusOr<BufferPtr> out = step.kernel(state, operands);
     if (!out.ok()) {
       return WithContext(out.status(), absl::StrCat("in ", name_, ", instruction ", step.name));
@@ -210,7 +226,6 @@ absl::StatusOr<BufferPtr> Program::Run(ExecState& state,
     // Kernels stop early when cancelled; what they left is never read.
     if (Cancelled()) return absl::CancelledError("the execution was cancelled");
     slots[step.output] = *std::move(out);
-    for (int r : step.release) slots[r].reset();
     if (state.cost != nullptr) *state.cost += step.cost;
   }
   return slots[root_slot_];
