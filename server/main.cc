@@ -66,9 +66,9 @@ void OnStopSignal(int sig) {
 int main(int argc, char** argv) {
   kiln::ParseFlags(argc, argv,
                    "kiln-server: the Kiln device server. Usage: kiln-server [--flag=value ...]");
+  kiln::runtime::SetComputeThreads(absl::GetFlag(FLAGS_threads));
   if (absl::GetFlag(FLAGS_backends)) {
-    kiln::runtime::SetComputeThreads(absl::GetFlag(FLAGS_threads));
-  kiln::runtime::RegisterBuiltinBackends();
+    kiln::runtime::RegisterBuiltinBackends();
     for (const kiln::runtime::BackendInfo& b : kiln::runtime::RegisteredBackends()) {
       std::printf("%s: %s\n  config: %s\n", b.kind.c_str(), b.summary.c_str(),
                   b.config_help.c_str());
