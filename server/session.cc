@@ -1,5 +1,7 @@
 #include "server/session.h"
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <random>
 
@@ -170,6 +172,7 @@ SessionManager::SessionManager(absl::Duration lease, size_t feed_capacity,
     const absl::Duration period =
         std::min(absl::Seconds(1), std::max(absl::Milliseconds(50), lease_ / 4));
     absl::Time last = absl::Now();
+    uint64_t trimmed_at = 0;
     absl::MutexLock lock(&mu_);
     while (!stop_) {
       mu_.AwaitWithTimeout(absl::Condition(&stop_), period);
@@ -185,6 +188,13 @@ SessionManager::SessionManager(absl::Duration lease, size_t feed_capacity,
       last = now;
       mu_.Unlock();
       ReapExpired();
+      // Sessions ended since the last tick: give the heap the threads that
+      // served them left free back to the system (glibc keeps it per
+      // thread arena otherwise), here rather than on a client's call.
+      if (const uint64_t ended = ended_.load(); ended != trimmed_at) {
+        trimmed_at = ended;
+        malloc_trim(0);
+      }
       mu_.Lock();
     }
   });
@@ -238,6 +248,7 @@ absl::Status SessionManager::Close(const std::string& id) {
     sessions_.erase(it);
   }
   session->Clear();
+  ++ended_;
   logging::Info("session {} ({}) closed", id, session->client_name());
   return absl::OkStatus();
 }
@@ -271,6 +282,7 @@ int SessionManager::ReapExpired() {
                   s->client_name(), s->buffer_count());
     s->Clear();
   }
+  ended_ += expired.size();
   return static_cast<int>(expired.size());
 }
 

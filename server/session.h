@@ -137,6 +137,8 @@ class SessionManager {
   const absl::Duration lease_;
   const size_t feed_capacity_;
   const SessionLimits limits_;
+  // Sessions closed or expired so far (the reaper trims the heap after).
+  std::atomic<uint64_t> ended_{0};
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
