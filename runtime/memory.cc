@@ -63,7 +63,7 @@ absl::Status MemoryTracker::Reserve(const Buffer* owner, int64_t bytes) {
     std::partial_sort(largest.begin(), largest.begin() + shown, largest.end(),
                       [](const auto& a, const auto& b) { return a.first > b.first; });
     const std::string listed =
-        account != nullptr ? absl::StrCat("; largest of ", account->name(), ": ") : "; largest: ";
+        account != nullptr ? absl::StrCat("; ", account->name(), "'s largest: ") : "; largest: ";
     std::vector<std::string> names;
     for (size_t i = 0; i < shown; ++i) {
       names.push_back(absl::StrCat(largest[i].second->shape().ToString(), " (",

@@ -19,7 +19,7 @@ add_library(Kiln::npy ALIAS kiln_npy)
 # Static libraries: everything the public targets link travels with them.
 get_property(kiln_backend_targets GLOBAL PROPERTY KILN_BACKEND_TARGETS)
 set(kiln_installed_targets
-  kiln_base kiln_logging kiln_proto kiln_grpc_proto kiln_ir kiln_ir_proto
+  kiln_base kiln_logging kiln_proto kiln_grpc_proto kiln_ir kiln_ir_proto kiln_passes
   kiln_client kiln_tensor kiln_npy
   kiln_runtime kiln_host ${kiln_backend_targets} kiln_backends kiln_service kiln_embedded)
 install(TARGETS ${kiln_installed_targets} EXPORT KilnTargets

@@ -2,6 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/passes/clone.h"
+#include "compiler/passes/cpu_pipeline.h"
 #include "runtime/host/executable.h"
 #include "runtime/host/host_device.h"
 
@@ -10,9 +13,20 @@ namespace {
 
 class CpuCompiler : public runtime::Compiler {
  public:
+  // Optimizes a copy: the caller's module (from which the server computed
+  // the cache key) stays as it was.
   absl::StatusOr<std::shared_ptr<runtime::Executable>> Compile(
       const ir::Module& module, const runtime::CompileOptions& options) override {
-    return host::CompileProgram("cpu", module, options);
+    ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> optimized, passes::CloneModule(module));
+    RETURN_IF_ERROR(WithContext(passes::CpuPipeline()->Run(optimized.get()).status(),
+                                "optimizing the module"));
+    // Release builds do not verify between passes; a pass that broke the
+    // module must not reach the kernels.
+    if (absl::Status st = ir::Verify(*optimized); !st.ok()) {
+      return absl::InternalError(
+          absl::StrCat("the optimized module is invalid: ", st.message()));
+    }
+    return host::CompileProgram("cpu", *optimized, options);
   }
 };
 

@@ -1,0 +1,26 @@
+#include "compiler/passes/cpu_pipeline.h"
+
+#include "compiler/passes/algebraic_simplifier.h"
+#include "compiler/passes/constant_folding.h"
+#include "compiler/passes/cse.h"
+#include "compiler/passes/dce.h"
+
+namespace kiln::passes {
+
+std::unique_ptr<Pipeline> CpuPipeline(bool verify) {
+  auto pipeline = std::make_unique<Pipeline>(
+      "cpu", PipelineOptions{.max_iterations = 1, .verify = verify});
+  // Each pass opens work for the others: folding makes constants the
+  // simplifier recognizes, simplifying makes duplicates CSE merges, and DCE
+  // drops what they leave behind.
+  Pipeline& simplify = pipeline->AddPass<Pipeline>(
+      "simplify",
+      PipelineOptions{.max_iterations = kCpuSimplifyRounds, .verify = verify});
+  simplify.AddPass<AlgebraicSimplifier>();
+  simplify.AddPass<ConstantFolding>();
+  simplify.AddPass<Cse>();
+  simplify.AddPass<Dce>();
+  return pipeline;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,23 @@
+// The passes the CPU backend runs before it compiles a module.
+#ifndef KILN_COMPILER_PASSES_CPU_PIPELINE_H_
+#define KILN_COMPILER_PASSES_CPU_PIPELINE_H_
+
+#include <memory>
+
+#include "compiler/passes/pipeline.h"
+
+namespace kiln::passes {
+
+// Rounds of algebraic simplification, constant folding, CSE and DCE until
+// none changes anything.
+inline constexpr int kCpuSimplifyRounds = 8;
+
+// The CPU pipeline: "simplify" (algebraic-simplifier, constant-folding,
+// cse, dce) repeated to a fixed point, at most kCpuSimplifyRounds rounds.
+// `verify` runs the verifier before and after every pass (default: in
+// debug builds).
+std::unique_ptr<Pipeline> CpuPipeline(bool verify = kVerifyBetweenPasses);
+
+}  // namespace kiln::passes
+
+#endif  // KILN_COMPILER_PASSES_CPU_PIPELINE_H_

@@ -1,0 +1,226 @@
+// The CPU backend compiles through the pass pipeline: every corpus module
+// still computes what NumPy computed, and exactly what the host interpreter
+// computes on the module as given; the caller's module and the program's
+// signature stay as they were.
+#include "runtime/cpu/cpu_backend.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/npy.h"
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/ir/hlo_printer.h"
+#include "compiler/ir/verifier.h"
+#include "gtest/gtest.h"
+#include "runtime/host/executable.h"
+#include "runtime/host/host_buffer.h"
+#include "runtime/host/host_device.h"
+#include "tests/hlo_corpus.h"
+
+namespace kiln::cpu {
+namespace {
+
+std::unique_ptr<ir::Module> Parse(absl::string_view text) {
+  auto module = ir::ParseModule(text);
+  EXPECT_TRUE(module.ok()) << module.status();
+  if (!module.ok()) return nullptr;
+  absl::Status verified = ir::Verify(**module);
+  EXPECT_TRUE(verified.ok()) << verified;
+  return verified.ok() ? *std::move(module) : nullptr;
+}
+
+// Runs `executable` on `device` with `inputs`.
+absl::StatusOr<ir::Literal> Execute(runtime::Executable& executable,
+                                    runtime::Device& device,
+                                    const std::vector<ir::Literal>& inputs) {
+  std::vector<runtime::BufferPtr> args;
+  for (const ir::Literal& in : inputs) {
+    absl::StatusOr<runtime::BufferPtr> b = device.TransferToDevice(in);
+    if (!b.ok()) return b.status();
+    args.push_back(*std::move(b));
+  }
+  runtime::ExecuteOptions options;
+  options.infeed_timeout = absl::Seconds(1);
+  absl::StatusOr<runtime::BufferPtr> out =
+      executable.Execute(device, args, options);
+  if (!out.ok()) return out.status();
+  return host::HostBuffer::Cast(*out)->ToLiteral();
+}
+
+// Tuple results flattened depth-first, as `kiln run` writes them.
+void Flatten(const ir::Literal& lit, std::vector<ir::Literal>* out) {
+  if (!lit.shape().IsTuple()) {
+    out->push_back(lit);
+    return;
+  }
+  for (const ir::Literal& e : lit.tuple_elements()) Flatten(e, out);
+}
+
+// Expects the same shape and the same bytes, naming the first element that
+// differs.
+void ExpectIdentical(const ir::Literal& got, const ir::Literal& want,
+                     const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  if (got.bytes() == want.bytes()) return;
+  const int size = ir::ElementTypeSize(want.shape().type());
+  for (int64_t i = 0; i < want.element_count(); ++i) {
+    if (std::memcmp(got.bytes().data() + i * size,
+                    want.bytes().data() + i * size, size) != 0) {
+      ADD_FAILURE() << what << " element " << i << ": "
+                    << ir::FormatElement(got, i) << " vs "
+                    << ir::FormatElement(want, i);
+      return;
+    }
+  }
+}
+
+// Whether `module` holds a convolution: the host picks a convolution's
+// kernel by timing candidates at compile time, so two compiles of one
+// module may sum in different orders.
+bool HasConvolution(const ir::Module& module) {
+  for (const auto& c : module.computations()) {
+    for (const auto& instr : c->instructions()) {
+      if (instr->opcode() == ir::Opcode::kConvolution) return true;
+    }
+  }
+  return false;
+}
+
+// The value as NumPy holds it (bf16 widened to float32, as `kiln run`
+// writes it).
+ir::Literal AsNumpy(const ir::Literal& value) {
+  absl::StatusOr<std::string> bytes = client::EncodeNpy(value);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<ir::Literal> back = client::ParseNpy(bytes.ok() ? *bytes : "");
+  EXPECT_TRUE(back.ok()) << back.status();
+  return back.ok() ? *std::move(back) : ir::Literal();
+}
+
+class CpuCorpusTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CpuCorpusTest, MatchesNumpyAndTheUnoptimizedModule) {
+  const std::string name = GetParam();
+  std::ifstream in(kCorpus / (name + ".hlo"));
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  std::unique_ptr<ir::Module> module = Parse(text);
+  ASSERT_NE(module, nullptr);
+  const std::vector<ir::Shape> params = module->entry()->ParameterShapes();
+  std::vector<ir::Literal> inputs;
+  for (int i = 0; fs::exists(kCorpus / name / absl::StrCat("in_", i, ".npy"));
+       ++i) {
+    auto npy = client::ReadNpyFile(
+        (kCorpus / name / absl::StrCat("in_", i, ".npy")).string());
+    ASSERT_TRUE(npy.ok()) << npy.status();
+    ASSERT_LT(i, static_cast<int>(params.size()));
+    auto lit = client::AdaptToParameter(*npy, params[i]);
+    ASSERT_TRUE(lit.ok()) << lit.status();
+    inputs.push_back(*std::move(lit));
+  }
+
+  CpuBackend backend;
+  auto optimized = backend.compiler().Compile(*module, {});
+  ASSERT_TRUE(optimized.ok()) << optimized.status();
+  auto got = Execute(**optimized, *backend.device(0), inputs);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*optimized)->parameter_shapes(), params);
+  EXPECT_EQ((*optimized)->result_shape(), module->entry()->root()->shape());
+
+  // The same module straight into the interpreter, on a device of its own
+  // (its feed queues apart), with the same rng seed.
+  host::HostDevice device("cpu", 0, int64_t{8} << 30, 64);
+  auto plain = host::CompileProgram("cpu", *module, {});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  auto want = Execute(**plain, device, inputs);
+  ASSERT_TRUE(want.ok()) << want.status();
+
+  std::vector<ir::Literal> got_flat, want_flat;
+  Flatten(*got, &got_flat);
+  Flatten(*want, &want_flat);
+  ASSERT_EQ(got_flat.size(), want_flat.size());
+  const bool exact = !HasConvolution(*module);
+  for (size_t i = 0; i < got_flat.size(); ++i) {
+    const std::string what = absl::StrCat(name, " output ", i);
+    if (exact) {
+      ExpectIdentical(got_flat[i], want_flat[i],
+                      absl::StrCat(what, " against the unoptimized module"));
+    } else {
+      ExpectClose(got_flat[i], want_flat[i], ToleranceFor(name),
+                  absl::StrCat(what, " against the unoptimized module"));
+    }
+    const fs::path expected =
+        kCorpus / name / absl::StrCat("expected_", i, ".npy");
+    ASSERT_TRUE(fs::exists(expected)) << expected;
+    auto numpy = client::ReadNpyFile(expected.string());
+    ASSERT_TRUE(numpy.ok()) << numpy.status();
+    ExpectClose(AsNumpy(got_flat[i]), *numpy, ToleranceFor(name), what);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Corpus, CpuCorpusTest,
+                         ::testing::ValuesIn(CaseNames()),
+                         [](const auto& info) { return info.param; });
+
+TEST(CpuBackendTest, CompileLeavesTheCallersModuleAsItWas) {
+  std::unique_ptr<ir::Module> module = Parse(R"(
+HloModule m
+ENTRY main {
+  x = f32[4] parameter(0)
+  one = f32[] constant(1)
+  ones = f32[4] broadcast(one), dimensions={}
+  dead = f32[4] exponential(x)
+  ROOT r = f32[4] multiply(x, ones)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const std::string before = ir::PrintModule(*module);
+  CpuBackend backend;
+  auto exe = backend.compiler().Compile(*module, {});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  EXPECT_EQ(ir::PrintModule(*module), before);
+  // The root became the parameter itself; the signature is the module's.
+  EXPECT_EQ((*exe)->parameter_shapes(), module->entry()->ParameterShapes());
+  EXPECT_EQ((*exe)->result_shape(), module->entry()->root()->shape());
+  auto out = Execute(**exe, *backend.device(0),
+                     {ir::Literal::FromVector<float>(ir::ElementType::kF32, {4},
+                                                     {1, -0.0f, 3, 4})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->ToText(), "{1, -0, 3, 4}");
+}
+
+// What the pipeline removes is never run: a dead instruction larger than
+// the device's memory fails the module as given and not the compiled one.
+TEST(CpuBackendTest, DeadInstructionsDoNotRun) {
+  std::unique_ptr<ir::Module> module = Parse(R"(
+HloModule m
+ENTRY main {
+  x = f32[4] parameter(0)
+  huge = f32[1048576,4] broadcast(x), dimensions={1}
+  ROOT r = f32[4] negate(x)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  CpuBackendOptions options;
+  options.memory_bytes = int64_t{1} << 20;
+  CpuBackend backend(options);
+  const std::vector<ir::Literal> inputs = {
+      ir::Literal::FromVector<float>(ir::ElementType::kF32, {4}, {1, 2, 3, 4})};
+
+  auto plain = host::CompileProgram("cpu", *module, {});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  auto failed = Execute(**plain, *backend.device(0), inputs);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted)
+      << failed.status();
+
+  auto exe = backend.compiler().Compile(*module, {});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto out = Execute(**exe, *backend.device(0), inputs);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->ToText(), "{-1, -2, -3, -4}");
+}
+
+}  // namespace
+}  // namespace kiln::cpu
