@@ -435,7 +435,10 @@ TEST(CpuWindowTest, ChannelsLastRowsMatchChannelsFirst) {
   sp = f32[2,5,6,3] reduce-window(x, zero), window={size=1x3x3x1 pad=0_0x1_1x1_1x0_0}, to_apply=add
   g = f32[2,3,3,3] add(mp, mp)
   ss = f32[2,5,6,3] select-and-scatter(x, g, zero), window={size=1x2x2x1 stride=1x2x2x1 pad=0_0x1_0x0_0x0_0}, select=ge, scatter=add
-  ROOT t = (f32[2,3,3,3], f32[2,5,6,3], f32[2,5,6,3]) tuple(mp, sp, ss)
+  mq = f32[2,2,3,3] reduce-window(x, ninf), window={size=1x2x2x1 stride=1x2x2x1}, to_apply=max
+  gq = f32[2,2,3,3] add(mq, mq)
+  sq = f32[2,5,6,3] select-and-scatter(x, gq, zero), window={size=1x2x2x1 stride=1x2x2x1}, select=ge, scatter=add
+  ROOT t = (f32[2,3,3,3], f32[2,5,6,3], f32[2,5,6,3], f32[2,2,3,3], f32[2,5,6,3]) tuple(mp, sp, ss, mq, sq)
 })"), {F32({n, h, w, c}, nhwc)});
   auto first = RunHlo(absl::StrCat(comps, R"(ENTRY e {
   x = f32[2,3,5,6] parameter(0)
@@ -445,11 +448,14 @@ TEST(CpuWindowTest, ChannelsLastRowsMatchChannelsFirst) {
   sp = f32[2,3,5,6] reduce-window(x, zero), window={size=1x1x3x3 pad=0_0x0_0x1_1x1_1}, to_apply=add
   g = f32[2,3,3,3] add(mp, mp)
   ss = f32[2,3,5,6] select-and-scatter(x, g, zero), window={size=1x1x2x2 stride=1x1x2x2 pad=0_0x0_0x1_0x0_0}, select=ge, scatter=add
-  ROOT t = (f32[2,3,3,3], f32[2,3,5,6], f32[2,3,5,6]) tuple(mp, sp, ss)
+  mq = f32[2,3,2,3] reduce-window(x, ninf), window={size=1x1x2x2 stride=1x1x2x2}, to_apply=max
+  gq = f32[2,3,2,3] add(mq, mq)
+  sq = f32[2,3,5,6] select-and-scatter(x, gq, zero), window={size=1x1x2x2 stride=1x1x2x2}, select=ge, scatter=add
+  ROOT t = (f32[2,3,3,3], f32[2,3,5,6], f32[2,3,5,6], f32[2,3,2,3], f32[2,3,5,6]) tuple(mp, sp, ss, mq, sq)
 })"), {F32({n, c, h, w}, nchw)});
   ASSERT_TRUE(last.ok()) << last.status();
   ASSERT_TRUE(first.ok()) << first.status();
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < 5; ++k) {
     const std::vector<double> a = Values(last->tuple_elements()[k]);
     const std::vector<double> b = Values(first->tuple_elements()[k]);
     const std::vector<int64_t> dims = last->tuple_elements()[k].shape().dims();

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -172,6 +173,76 @@ void CombineRow(Opcode op, A* acc, const T* row, int64_t n) {
   }
 }
 
+// Whether every window of `g` lies wholly inside its input (reads no
+// padding): the first position of each window is then affine in the output
+// index, and ForEachInsideWindow walks them without per-output checks.
+bool InsideEverywhere(const Geometry& g) {
+  if (g.offsets.empty()) return false;
+  for (size_t d = 0; d < g.out_dims.size(); ++d) {
+    const ir::WindowDim& w = g.window[d];
+    if (g.out_dims[d] == 0 || w.pad_lo > 0) return false;
+    const int64_t last =
+        (g.out_dims[d] - 1) * w.stride - w.pad_lo + (g.win_sizes[d] - 1) * w.window_dilation;
+    if (last >= g.in_dims[d]) return false;
+  }
+  return true;
+}
+
+// visit(output, first) for every output in row-major order, `first` being
+// the input index of its window's first position; stops early when the
+// execution is cancelled. Requires InsideEverywhere(g).
+template <typename F>
+void ForEachInsideWindow(const Geometry& g, F&& visit) {
+  const int rank = static_cast<int>(g.out_dims.size());
+  std::vector<int64_t> idx(rank, 0), step(rank);
+  int64_t first = 0, count = 1;
+  for (int d = 0; d < rank; ++d) {
+    first -= g.window[d].pad_lo * g.in_strides[d];
+    step[d] = g.window[d].stride * g.in_strides[d];
+    count *= g.out_dims[d];
+  }
+  for (int64_t o = 0; o < count; ++o) {
+    if (o > 0 && CancelledEvery(o, kPollEvery)) return;
+    visit(o, first);
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++idx[d] < g.out_dims[d]) {
+        first += step[d];
+        break;
+      }
+      first -= step[d] * (g.out_dims[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+// f(std::integral_constant<Opcode, op>{}) for the reducer ops of the fast
+// paths, so that loops over elements have no switch inside.
+template <typename F>
+void WithReducer(Opcode op, F&& f) {
+  switch (op) {
+    case Opcode::kAdd: return f(std::integral_constant<Opcode, Opcode::kAdd>{});
+    case Opcode::kMultiply: return f(std::integral_constant<Opcode, Opcode::kMultiply>{});
+    case Opcode::kMaximum: return f(std::integral_constant<Opcode, Opcode::kMaximum>{});
+    case Opcode::kMinimum: return f(std::integral_constant<Opcode, Opcode::kMinimum>{});
+    case Opcode::kAnd: return f(std::integral_constant<Opcode, Opcode::kAnd>{});
+    case Opcode::kOr: return f(std::integral_constant<Opcode, Opcode::kOr>{});
+    default: return f(std::integral_constant<Opcode, Opcode::kAdd>{});  // not matched
+  }
+}
+
+template <typename F>
+void WithDirection(ir::ComparisonDirection dir, F&& f) {
+  using D = ir::ComparisonDirection;
+  switch (dir) {
+    case D::kGe: return f(std::integral_constant<D, D::kGe>{});
+    case D::kGt: return f(std::integral_constant<D, D::kGt>{});
+    case D::kLe: return f(std::integral_constant<D, D::kLe>{});
+    case D::kLt: return f(std::integral_constant<D, D::kLt>{});
+    case D::kEq: return f(std::integral_constant<D, D::kEq>{});
+    default: return f(std::integral_constant<D, D::kNe>{});
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
@@ -210,6 +281,22 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
           T* o = out->as<T>();
           // Not std::vector: vector<bool> has no data().
           std::unique_ptr<A[]> acc(new A[inner]);
+          if (InsideEverywhere(outer)) {
+            WithReducer(op, [&](auto kOp) {
+              ForEachInsideWindow(outer, [&](int64_t linear, int64_t first) {
+                std::fill(acc.get(), acc.get() + inner, init);
+                for (int64_t offset : outer.offsets) {
+                  const T* src = in + (first + offset) * inner;
+                  for (int64_t j = 0; j < inner; ++j) {
+                    acc[j] = ApplyReducerOp<A>(kOp, acc[j], static_cast<A>(src[j]));
+                  }
+                }
+                T* row = o + linear * inner;
+                for (int64_t j = 0; j < inner; ++j) row[j] = ir::ConvertValue<T>(acc[j]);
+              });
+            });
+            return;
+          }
           std::vector<int64_t> idx(outer.out_dims.size(), 0);
           int64_t linear = 0;
           do {
@@ -330,6 +417,37 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
         if (ir::Shape(type, g.out_dims).ElementCount() == 0) return;
         std::vector<int64_t> selected(inner);
         std::unique_ptr<A[]> best(new A[inner]);
+        if (InsideEverywhere(outer)) {
+          WithDirection(dir, [&](auto kDir) {
+            WithReducer(op, [&](auto kOp) {
+              ForEachInsideWindow(outer, [&](int64_t linear, int64_t first) {
+                const T* row0 = operand + (first + outer.offsets[0]) * inner;
+                for (int64_t j = 0; j < inner; ++j) {
+                  best[j] = static_cast<A>(row0[j]);
+                  selected[j] = first + outer.offsets[0];
+                }
+                for (size_t k = 1; k < outer.offsets.size(); ++k) {
+                  const int64_t at = first + outer.offsets[k];
+                  const T* row = operand + at * inner;
+                  for (int64_t j = 0; j < inner; ++j) {
+                    const A v = static_cast<A>(row[j]);
+                    if (!CompareValues(kDir, best[j], v)) {
+                      best[j] = v;
+                      selected[j] = at;
+                    }
+                  }
+                }
+                const T* src = source + linear * inner;
+                for (int64_t j = 0; j < inner; ++j) {
+                  T& dst = o[selected[j] * inner + j];
+                  dst = ir::ConvertValue<T>(
+                      ApplyReducerOp<A>(kOp, static_cast<A>(dst), static_cast<A>(src[j])));
+                }
+              });
+            });
+          });
+          return;
+        }
         std::vector<int64_t> idx(outer.out_dims.size(), 0);
         int64_t linear = 0;
         do {
