@@ -6,6 +6,8 @@
 #include <iostream>
 #include <random>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -190,6 +192,48 @@ Tensor LazyContext::RandomUniform(const ir::Shape& shape, double low, double hig
   return FromLiteral(value, device);
 }
 
+namespace {
+
+// The arguments nothing can read after this execution, which the server
+// may therefore reuse for its results (donation): a parameter no Tensor
+// handle refers to, that no node outside this trace refers to (its
+// references are this trace's operand edges and the one in `params`), and
+// whose buffer no other node shares. A trace with a device loop donates
+// nothing (its loop specs hold references of their own).
+std::vector<int> DonatableParams(const std::vector<std::shared_ptr<Node>>& outputs,
+                                 const std::vector<std::shared_ptr<Node>>& params) {
+  absl::flat_hash_map<const Node*, long> edges;  // references from the trace
+  absl::flat_hash_set<const Node*> seen;
+  std::vector<const Node*> stack;
+  for (const auto& o : outputs) stack.push_back(o.get());
+  while (!stack.empty()) {
+    const Node* node = stack.back();
+    stack.pop_back();
+    if (!seen.insert(node).second) continue;
+    if (node->loop != nullptr) return {};
+    for (const auto& operand : node->operands) {
+      if (operand->realized()) {
+        ++edges[operand.get()];
+      } else {
+        stack.push_back(operand.get());
+      }
+    }
+  }
+  std::vector<int> donate;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::shared_ptr<Node>& p = params[i];
+    if (p->handles.load(std::memory_order_relaxed) != 0 || p->data == nullptr ||
+        p->data.use_count() != 1 || p->data->donated() || !p->replicas.empty()) {
+      continue;
+    }
+    auto it = edges.find(p.get());
+    if (it != edges.end() && p.use_count() == it->second + 1) donate.push_back(static_cast<int>(i));
+  }
+  return donate;
+}
+
+}  // namespace
+
 absl::Status LazyContext::Barrier(const std::string& device, std::source_location where) {
   std::vector<Tensor> live;
   std::vector<std::weak_ptr<Node>> still_pending;
@@ -297,9 +341,11 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
     if (trace_key.params == lowered.params) by_structure_[std::move(structure)] = exe;
     params = std::move(lowered.params);
   }
+  trace_key.params.clear();  // `params` is now the one list of them
   ASSIGN_OR_RETURN(std::vector<ReplicaArguments> replica_args, ReplicaInputs(params));
   ExecuteOptions options;
   options.inline_result_max_bytes = kInlineBytes;
+  if (replica_args.empty()) options.donate = DonatableParams(outputs, params);
   options.cancel = cancel;
   const auto exec_start = Clock::now();
   ExecuteResult result;

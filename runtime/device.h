@@ -61,6 +61,14 @@ class Executable {
   // failed.
   virtual absl::StatusOr<BufferPtr> Execute(Device& device, const std::vector<BufferPtr>& args,
                                             const ExecuteOptions& options) = 0;
+  // Execute, taking the arguments over: an argument the caller held the
+  // only reference to (a donated buffer) may be reused for a result once
+  // the program has read it for the last time. Backends that do not reuse
+  // arguments need not override it.
+  virtual absl::StatusOr<BufferPtr> ExecuteOwned(Device& device, std::vector<BufferPtr>&& args,
+                                                 const ExecuteOptions& options) {
+    return Execute(device, args, options);
+  }
   virtual const ir::Shape& result_shape() const = 0;
   virtual const std::vector<ir::Shape>& parameter_shapes() const = 0;
   // True when executions fill ExecuteOptions::profile (a backend with a

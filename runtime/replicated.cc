@@ -30,7 +30,10 @@ absl::StatusOr<std::vector<BufferPtr>> ExecuteReplicated(Executable& executable,
     options.rendezvous = &rendezvous;
     const CancelCheck outer = replica.options.cancelled;
     options.cancelled = [&failed, outer]() { return failed.load() || (outer && outer()); };
-    absl::StatusOr<BufferPtr> out = executable.Execute(*replica.device, replica.args, options);
+    // The arguments go with the execution: a donated one (nobody else holds
+    // it) may take a result in place.
+    absl::StatusOr<BufferPtr> out =
+        executable.ExecuteOwned(*replica.device, std::move(replica.args), options);
     if (out.ok()) {
       results[r] = *std::move(out);
       return;

@@ -917,3 +917,46 @@ TEST(CpuInPlaceTest, ALastReadIntermediateTakesTheResult) {
 
 }  // namespace
 }  // namespace kiln::host
+
+namespace kiln::host {
+namespace {
+
+// Reductions follow elementwise maximum and minimum: NaN propagates, and of
+// +0 and -0 maximum takes +0 and minimum -0, in either order.
+TEST(CpuReduceTest, MaxAndMinReducersKeepNanAndSignedZeroRules) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::string text = R"(max { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b) }
+min { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] minimum(a, b) }
+ENTRY e {
+  x = f32[6,2] parameter(0)
+  ninf = f32[] constant(-inf)
+  inf = f32[] constant(inf)
+  mx = f32[6] reduce(x, ninf), dimensions={1}, to_apply=max
+  mn = f32[6] reduce(x, inf), dimensions={1}, to_apply=min
+  ROOT t = (f32[6], f32[6]) tuple(mx, mn)
+})";
+  auto r = RunHlo(text, {F32({6, 2}, {-0.0f, 0.0f, 0.0f, -0.0f, nan, 1.0f, 1.0f, nan, 2.0f, 3.0f,
+                                      -5.0f, -5.0f})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const float* mx = r->tuple_elements()[0].data<float>();
+  const float* mn = r->tuple_elements()[1].data<float>();
+  EXPECT_TRUE(mx[0] == 0.0f && !std::signbit(mx[0]));
+  EXPECT_TRUE(mx[1] == 0.0f && !std::signbit(mx[1]));
+  EXPECT_TRUE(std::isnan(mx[2]));
+  EXPECT_TRUE(std::isnan(mx[3]));
+  EXPECT_EQ(mx[4], 3.0f);
+  EXPECT_EQ(mx[5], -5.0f);
+  EXPECT_TRUE(mn[0] == 0.0f && std::signbit(mn[0]));
+  EXPECT_TRUE(mn[1] == 0.0f && std::signbit(mn[1]));
+  EXPECT_TRUE(std::isnan(mn[2]));
+  EXPECT_TRUE(std::isnan(mn[3]));
+  EXPECT_EQ(mn[4], 2.0f);
+  EXPECT_EQ(mn[5], -5.0f);
+}
+
+}  // namespace
+}  // namespace kiln::host

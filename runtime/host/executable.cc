@@ -25,6 +25,13 @@ ProgramExecutable::ProgramExecutable(std::string kind, std::shared_ptr<const Pro
 absl::StatusOr<runtime::BufferPtr> ProgramExecutable::Execute(
     runtime::Device& device, const std::vector<runtime::BufferPtr>& args,
     const runtime::ExecuteOptions& options) {
+  std::vector<runtime::BufferPtr> copy = args;  // the caller keeps its references
+  return ExecuteOwned(device, std::move(copy), options);
+}
+
+absl::StatusOr<runtime::BufferPtr> ProgramExecutable::ExecuteOwned(
+    runtime::Device& device, std::vector<runtime::BufferPtr>&& args,
+    const runtime::ExecuteOptions& options) {
   if (device.kind() != kind_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the program was compiled for ", kind_, " devices, not ", device.name()));
@@ -40,7 +47,7 @@ absl::StatusOr<runtime::BufferPtr> ProgramExecutable::Execute(
           "argument ", i, " has shape ", args[i] ? args[i]->shape().ToString() : "null",
           ", the program expects ", parameter_shapes_[i].ToString()));
     }
-    host_args[i] = HostBuffer::Cast(args[i]);
+    host_args[i] = HostBuffer::Cast(std::move(args[i]));
     if (host_args[i] == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("argument ", i, " is not in host memory"));
@@ -62,7 +69,8 @@ absl::StatusOr<runtime::BufferPtr> ProgramExecutable::Execute(
   runtime::CostCounters cost;
   if (profile_) state.cost = &cost;
   CancelScope cancel_scope(&options.cancelled);
-  absl::StatusOr<HostBufferPtr> result = entry_->Run(state, host_args);
+  args.clear();
+  absl::StatusOr<HostBufferPtr> result = entry_->Run(state, std::move(host_args));
   if (!result.ok()) return result.status();
   if (profile_ && options.profile != nullptr) {
     *options.profile = profile_(cost, options.replica_count);

@@ -32,6 +32,9 @@ class ProgramExecutable : public runtime::Executable {
   absl::StatusOr<runtime::BufferPtr> Execute(runtime::Device& device,
                                              const std::vector<runtime::BufferPtr>& args,
                                              const runtime::ExecuteOptions& options) override;
+  absl::StatusOr<runtime::BufferPtr> ExecuteOwned(runtime::Device& device,
+                                                  std::vector<runtime::BufferPtr>&& args,
+                                                  const runtime::ExecuteOptions& options) override;
   const ir::Shape& result_shape() const override { return result_shape_; }
   const std::vector<ir::Shape>& parameter_shapes() const override {
     return parameter_shapes_;

@@ -1,14 +1,61 @@
 #include "runtime/host/program.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "runtime/host/cancel.h"
 #include "runtime/host/elementwise.h"
 
 namespace kiln::host {
 namespace {
+
+// KILN_HOST_PROFILE=1: time every step and print, when the process exits,
+// where each program's time went, by step (stderr).
+class StepProfile {
+ public:
+  static StepProfile* Get() {
+    static StepProfile* profile =
+        std::getenv("KILN_HOST_PROFILE") != nullptr ? new StepProfile() : nullptr;
+    return profile;
+  }
+  void Add(const std::string& program, const std::string& step, double seconds) {
+    absl::MutexLock lock(&mu_);
+    Entry& e = entries_[absl::StrCat(program, " ", step)];
+    e.seconds += seconds;
+    ++e.count;
+  }
+  ~StepProfile() { Print(); }
+
+ private:
+  struct Entry {
+    double seconds = 0;
+    int64_t count = 0;
+  };
+  StepProfile() { std::atexit([] { Get()->Print(); }); }
+  void Print() {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::pair<std::string, Entry>> rows(entries_.begin(), entries_.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.seconds;
+    std::fprintf(stderr, "host profile: %.3f s in %zu steps\n", total, rows.size());
+    for (size_t i = 0; i < rows.size() && i < 40; ++i) {
+      std::fprintf(stderr, "  %6.2f%% %9.3f ms %7lld x  %s\n", 100 * rows[i].second.seconds / total,
+                   rows[i].second.seconds * 1e3, static_cast<long long>(rows[i].second.count),
+                   rows[i].first.c_str());
+    }
+    entries_.clear();
+  }
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> entries_;
+};
 
 using ir::Instruction;
 using ir::Opcode;
@@ -173,6 +220,8 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
     if (group_of[i] >= 0 && group_of[i] != i) continue;  // inside a group
     Step step;
     step.name = instr.name();
+    step.what = absl::StrCat(group_of[i] == i ? "fused " : "", ir::OpcodeName(instr.opcode()),
+                             " ", instr.shape().ToString(), " ", instr.name());
     step.output = i;
     if (group_of[i] == i) {
       step.kernel = MakeFusedKernel(members[i], &step.inputs);
@@ -212,6 +261,19 @@ absl::StatusOr<BufferPtr> Program::Run(ExecState& state,
   for (size_t i = 0; i < param_slots_.size() && i < args.size(); ++i) {
     slots[param_slots_[i]] = args[i];
   }
+  return RunSlots(state, std::move(slots));
+}
+
+absl::StatusOr<BufferPtr> Program::Run(ExecState& state, std::vector<BufferPtr>&& args) const {
+  std::vector<BufferPtr> slots(num_slots_);
+  for (size_t i = 0; i < param_slots_.size() && i < args.size(); ++i) {
+    slots[param_slots_[i]] = std::move(args[i]);
+  }
+  args.clear();
+  return RunSlots(state, std::move(slots));
+}
+
+absl::StatusOr<BufferPtr> Program::RunSlots(ExecState& state, std::vector<BufferPtr> slots) const {
   std::vector<BufferPtr> operands;
   for (const Step& step : steps_) {
     operands.clear();
@@ -219,7 +281,14 @@ absl::StatusOr<BufferPtr> Program::Run(ExecState& state,
     // Values read for the last time are dropped before the kernel runs, so
     // that it may reuse one nobody else holds (see MakeFusedKernel).
     for (int r : step.release) slots[r].reset();
+    StepProfile* profile = StepProfile::Get();
+    const auto start = profile != nullptr ? std::chrono::steady_clock::now()
+                                          : std::chrono::steady_clock::time_point();
     absl::StatusOr<BufferPtr> out = step.kernel(state, operands);
+    if (profile != nullptr) {
+      profile->Add(name_, step.what,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
     if (!out.ok()) {
       return WithContext(out.status(), absl::StrCat("in ", name_, ", instruction ", step.name));
     }

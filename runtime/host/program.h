@@ -38,6 +38,9 @@ class Program {
   // Runs with one buffer per parameter (shapes already checked).
   absl::StatusOr<BufferPtr> Run(ExecState& state,
                                 const std::vector<BufferPtr>& args) const;
+  // The same, taking the arguments over: an argument nobody else holds may
+  // then take a result in place once it is read for the last time.
+  absl::StatusOr<BufferPtr> Run(ExecState& state, std::vector<BufferPtr>&& args) const;
 
   int step_count() const { return static_cast<int>(steps_.size()); }
   // How many elementwise instructions were merged into fused steps.
@@ -46,12 +49,15 @@ class Program {
  private:
   struct Step {
     std::string name;  // instruction name, for errors
+    std::string what;  // opcode and shape, for profiles (KILN_HOST_PROFILE)
     Kernel kernel;
     std::vector<int> inputs;
     int output;
     std::vector<int> release;  // slots whose last reader is this step
     runtime::CostCounters cost;  // added to ExecState::cost when it runs
   };
+  absl::StatusOr<BufferPtr> RunSlots(ExecState& state, std::vector<BufferPtr> slots) const;
+
   std::vector<Step> steps_;
   int num_slots_ = 0;
   std::vector<int> param_slots_;

@@ -3,8 +3,14 @@
 #ifndef KILN_RUNTIME_HOST_REDUCER_OPS_H_
 #define KILN_RUNTIME_HOST_REDUCER_OPS_H_
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "compiler/ir/opcode.h"
 #include "base/type_dispatch.h"
@@ -15,10 +21,37 @@ namespace kiln::host {
 template <typename T>
 using Accumulator = std::conditional_t<ir::kIsHalf<T>, float, T>;
 
+#if defined(__SSE2__)
+// f32 maximum and minimum as SSE2 masks and blends: the same results as the
+// generic rules below, with no branch for the compiler to mispredict.
+inline float MaxF32(float a, float b) {
+  const __m128 x = _mm_set_ss(a), y = _mm_set_ss(b);
+  __m128 r = _mm_max_ss(x, y);  // x > y ? x : y (y when equal or unordered)
+  const __m128 eq = _mm_cmpeq_ss(x, y);
+  r = _mm_or_ps(_mm_and_ps(eq, _mm_and_ps(x, y)), _mm_andnot_ps(eq, r));  // +0 over -0
+  const __m128 y_nan = _mm_cmpunord_ss(y, y);
+  r = _mm_or_ps(_mm_and_ps(y_nan, y), _mm_andnot_ps(y_nan, r));
+  const __m128 x_nan = _mm_cmpunord_ss(x, x);
+  r = _mm_or_ps(_mm_and_ps(x_nan, x), _mm_andnot_ps(x_nan, r));
+  return _mm_cvtss_f32(r);
+}
+inline float MinF32(float a, float b) {
+  const __m128 x = _mm_set_ss(a), y = _mm_set_ss(b);
+  __m128 r = _mm_min_ss(x, y);
+  const __m128 eq = _mm_cmpeq_ss(x, y);
+  r = _mm_or_ps(_mm_and_ps(eq, _mm_or_ps(x, y)), _mm_andnot_ps(eq, r));  // -0 under +0
+  const __m128 y_nan = _mm_cmpunord_ss(y, y);
+  r = _mm_or_ps(_mm_and_ps(y_nan, y), _mm_andnot_ps(y_nan, r));
+  const __m128 x_nan = _mm_cmpunord_ss(x, x);
+  r = _mm_or_ps(_mm_and_ps(x_nan, x), _mm_andnot_ps(x_nan, r));
+  return _mm_cvtss_f32(r);
+}
+#endif
+
 // op(a, b) for add, multiply, maximum, minimum, and, or; NaN propagates
 // through maximum and minimum.
 template <typename A>
-inline A ApplyReducerOp(ir::Opcode op, A a, A b) {
+__attribute__((always_inline)) inline A ApplyReducerOp(ir::Opcode op, A a, A b) {
   switch (op) {
     case ir::Opcode::kAdd:
       if constexpr (std::is_same_v<A, bool>) return a || b;
@@ -27,16 +60,30 @@ inline A ApplyReducerOp(ir::Opcode op, A a, A b) {
       if constexpr (std::is_same_v<A, bool>) return a && b;
       else return static_cast<A>(a * b);
     // As elementwise maximum and minimum: NaN wins, and +0 is above -0.
+    // Floats without branches (pooling compares unpredictable data): of two
+    // equal values the bits' AND is +0 when either is, their OR -0.
     case ir::Opcode::kMaximum:
+#if defined(__SSE2__)
+      if constexpr (std::is_same_v<A, float>) return MaxF32(a, b);
+#endif
       if constexpr (std::is_floating_point_v<A>) {
-        if (a != a || b != b) return a != a ? a : b;
-        if (a == b) return std::signbit(a) ? b : a;
+        using Bits = std::conditional_t<sizeof(A) == 4, uint32_t, uint64_t>;
+        A r = a > b ? a : b;
+        r = a == b ? std::bit_cast<A>(std::bit_cast<Bits>(a) & std::bit_cast<Bits>(b)) : r;
+        r = b != b ? b : r;
+        return a != a ? a : r;
       }
       return a > b ? a : b;
     case ir::Opcode::kMinimum:
+#if defined(__SSE2__)
+      if constexpr (std::is_same_v<A, float>) return MinF32(a, b);
+#endif
       if constexpr (std::is_floating_point_v<A>) {
-        if (a != a || b != b) return a != a ? a : b;
-        if (a == b) return std::signbit(a) ? a : b;
+        using Bits = std::conditional_t<sizeof(A) == 4, uint32_t, uint64_t>;
+        A r = a < b ? a : b;
+        r = a == b ? std::bit_cast<A>(std::bit_cast<Bits>(a) | std::bit_cast<Bits>(b)) : r;
+        r = b != b ? b : r;
+        return a != a ? a : r;
       }
       return a < b ? a : b;
     case ir::Opcode::kAnd:
@@ -50,6 +97,12 @@ inline A ApplyReducerOp(ir::Opcode op, A a, A b) {
     default:
       return a;
   }
+}
+
+// ApplyReducerOp with the op fixed at compile time, for inner loops.
+template <ir::Opcode kOp, typename A>
+inline A ApplyReducerOpOf(A a, A b) {
+  return ApplyReducerOp<A>(kOp, a, b);
 }
 
 }  // namespace kiln::host

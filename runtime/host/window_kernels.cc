@@ -282,17 +282,21 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
           // Not std::vector: vector<bool> has no data().
           std::unique_ptr<A[]> acc(new A[inner]);
           if (InsideEverywhere(outer)) {
+            const int64_t* offsets = outer.offsets.data();
+            const int64_t positions = static_cast<int64_t>(outer.offsets.size());
             WithReducer(op, [&](auto kOp) {
               ForEachInsideWindow(outer, [&](int64_t linear, int64_t first) {
-                std::fill(acc.get(), acc.get() + inner, init);
-                for (int64_t offset : outer.offsets) {
-                  const T* src = in + (first + offset) * inner;
-                  for (int64_t j = 0; j < inner; ++j) {
-                    acc[j] = ApplyReducerOp<A>(kOp, acc[j], static_cast<A>(src[j]));
-                  }
-                }
+                // Element by element, so the accumulator stays in a register.
+                const T* base = in + first * inner;
                 T* row = o + linear * inner;
-                for (int64_t j = 0; j < inner; ++j) row[j] = ir::ConvertValue<T>(acc[j]);
+                for (int64_t j = 0; j < inner; ++j) {
+                  A a = init;
+                  for (int64_t k = 0; k < positions; ++k) {
+                    a = ApplyReducerOpOf<decltype(kOp)::value>(
+                        a, static_cast<A>(base[offsets[k] * inner + j]));
+                  }
+                  row[j] = ir::ConvertValue<T>(a);
+                }
               });
             });
             return;
@@ -420,28 +424,25 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
         if (InsideEverywhere(outer)) {
           WithDirection(dir, [&](auto kDir) {
             WithReducer(op, [&](auto kOp) {
+              const int64_t* offsets = outer.offsets.data();
+              const int64_t positions = static_cast<int64_t>(outer.offsets.size());
               ForEachInsideWindow(outer, [&](int64_t linear, int64_t first) {
-                const T* row0 = operand + (first + outer.offsets[0]) * inner;
-                for (int64_t j = 0; j < inner; ++j) {
-                  best[j] = static_cast<A>(row0[j]);
-                  selected[j] = first + outer.offsets[0];
-                }
-                for (size_t k = 1; k < outer.offsets.size(); ++k) {
-                  const int64_t at = first + outer.offsets[k];
-                  const T* row = operand + at * inner;
-                  for (int64_t j = 0; j < inner; ++j) {
-                    const A v = static_cast<A>(row[j]);
-                    if (!CompareValues(kDir, best[j], v)) {
-                      best[j] = v;
-                      selected[j] = at;
-                    }
-                  }
-                }
                 const T* src = source + linear * inner;
                 for (int64_t j = 0; j < inner; ++j) {
-                  T& dst = o[selected[j] * inner + j];
-                  dst = ir::ConvertValue<T>(
-                      ApplyReducerOp<A>(kOp, static_cast<A>(dst), static_cast<A>(src[j])));
+                  // Element by element, in registers, and without branches:
+                  // which position wins is unpredictable.
+                  int64_t chosen = first + offsets[0];
+                  A best_value = static_cast<A>(operand[chosen * inner + j]);
+                  for (int64_t k = 1; k < positions; ++k) {
+                    const int64_t at = first + offsets[k];
+                    const A v = static_cast<A>(operand[at * inner + j]);
+                    const bool take = !CompareValues(kDir, best_value, v);
+                    best_value = take ? v : best_value;
+                    chosen = take ? at : chosen;
+                  }
+                  T& dst = o[chosen * inner + j];
+                  dst = ir::ConvertValue<T>(ApplyReducerOpOf<decltype(kOp)::value>(
+                      static_cast<A>(dst), static_cast<A>(src[j])));
                 }
               });
             });
