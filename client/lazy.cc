@@ -346,6 +346,7 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
   ExecuteOptions options;
   options.inline_result_max_bytes = kInlineBytes;
   if (replica_args.empty()) options.donate = DonatableParams(outputs, params);
+  metrics_.donated_arguments += static_cast<int64_t>(options.donate.size());
   options.cancel = cancel;
   const auto exec_start = Clock::now();
   ExecuteResult result;

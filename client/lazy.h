@@ -43,6 +43,9 @@ struct LazyMetrics {
   // a replicated program read them from the lead device only.
   int64_t replicated_executions = 0;
   int64_t broadcasts_to_replicas = 0;
+  // Arguments given to their execution because nothing could read them
+  // afterwards (the server may reuse their memory for results).
+  int64_t donated_arguments = 0;
   // On tpu devices: the simulated cost of the latest execution and the sum
   // of all simulated times.
   std::optional<v1::ExecutionProfileProto> last_profile;

@@ -47,6 +47,37 @@ TEST_F(TensorTest, OpsOnlyRecordUntilABarrier) {
   EXPECT_EQ(Values(b), (std::vector<double>{3, 10, 21}));
 }
 
+// A step that replaces its state donates the old values: no handle and no
+// other node can read them afterwards. Values with a handle, or read by a
+// node outside the step, are kept.
+TEST_F(TensorTest, AStepDonatesTheStateItReplaces) {
+  Tensor w = Vec({1, 2, 3});
+  ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+  for (int step = 0; step < 3; ++step) {
+    w = w * 2.0;  // the old w loses its last handle
+    ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+  }
+  EXPECT_EQ(ctx_->metrics().donated_arguments, 3);
+  EXPECT_EQ(Values(w), (std::vector<double>{8, 16, 24}));
+
+  Tensor kept = Vec({1, 1});
+  ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+  Tensor doubled = kept * 2.0;
+  ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+  EXPECT_EQ(ctx_->metrics().donated_arguments, 3);  // `kept` has a handle
+  EXPECT_EQ(Values(kept), (std::vector<double>{1, 1}));
+
+  Tensor x = Vec({5});
+  ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+  Tensor later = x + 1.0;  // recorded, not run: it reads x
+  Tensor now = x * 3.0;
+  x = Tensor();
+  ASSERT_TRUE(ctx_->Realize({now}).ok());
+  EXPECT_EQ(ctx_->metrics().donated_arguments, 3);  // `later` still reads x
+  EXPECT_EQ(Values(later), (std::vector<double>{6}));
+  EXPECT_EQ(Values(now), (std::vector<double>{15}));
+}
+
 TEST_F(TensorTest, PrintsShapeDeviceAndValuesInShortestForm) {
   EXPECT_EQ(Tensor().ToString(), "Tensor(undefined)");
   // Printing reads the value, so it forces execution.
