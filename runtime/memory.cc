@@ -17,6 +17,28 @@ thread_local std::shared_ptr<MemoryAccount> g_account;
 
 }  // namespace
 
+namespace {
+
+absl::Mutex g_releasers_mu(absl::kConstInit);
+std::vector<std::function<void()>>* g_releasers ABSL_GUARDED_BY(g_releasers_mu) = nullptr;
+
+}  // namespace
+
+void RegisterMemoryReleaser(std::function<void()> release) {
+  absl::MutexLock lock(&g_releasers_mu);
+  if (g_releasers == nullptr) g_releasers = new std::vector<std::function<void()>>();
+  g_releasers->push_back(std::move(release));
+}
+
+void ReleaseCachedMemory() {
+  std::vector<std::function<void()>> releasers;
+  {
+    absl::MutexLock lock(&g_releasers_mu);
+    if (g_releasers != nullptr) releasers = *g_releasers;
+  }
+  for (const auto& release : releasers) release();
+}
+
 MemoryAccount::MemoryAccount(std::string name, int64_t limit_bytes, std::string limit_name)
     : name_(std::move(name)), limit_(limit_bytes), limit_name_(std::move(limit_name)) {}
 

@@ -70,6 +70,13 @@ class AccountScope {
   std::shared_ptr<MemoryAccount> previous_;
 };
 
+// Memory a backend keeps for reuse after its buffers are freed (host blocks
+// kept mapped, for one) can be given back to the system: backends register
+// a releaser; ReleaseCachedMemory runs them all (the server does when
+// sessions end). Thread-safe.
+void RegisterMemoryReleaser(std::function<void()> release);
+void ReleaseCachedMemory();
+
 // Thread-safe.
 class MemoryTracker {
  public:

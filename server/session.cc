@@ -188,11 +188,12 @@ SessionManager::SessionManager(absl::Duration lease, size_t feed_capacity,
       last = now;
       mu_.Unlock();
       ReapExpired();
-      // Sessions ended since the last tick: give the heap the threads that
-      // served them left free back to the system (glibc keeps it per
-      // thread arena otherwise), here rather than on a client's call.
+      // Sessions ended since the last tick: give the memory kept for reuse
+      // back to the system (the backends' cached blocks, and the heap glibc
+      // keeps per thread arena), here rather than on a client's call.
       if (const uint64_t ended = ended_.load(); ended != trimmed_at) {
         trimmed_at = ended;
+        runtime::ReleaseCachedMemory();  // blocks backends kept for reuse
         malloc_trim(0);
       }
       mu_.Lock();

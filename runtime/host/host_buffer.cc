@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "runtime/host/block_cache.h"
 
 namespace kiln::host {
 
@@ -26,8 +27,7 @@ absl::StatusOr<HostBufferPtr> HostBuffer::Allocate(const ir::Shape& shape,
     buf->set_charged_bytes(charged);
   }
   if (buf->size_bytes() > 0) {
-    size_t rounded = (static_cast<size_t>(buf->size_bytes()) + 63) & ~size_t{63};
-    buf->data_ = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
+    buf->data_ = AllocateBlock(static_cast<size_t>(buf->size_bytes()));
     if (buf->data_ == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("host allocation of ", buf->size_bytes(), " bytes failed"));
@@ -62,7 +62,7 @@ absl::StatusOr<HostBufferPtr> HostBuffer::FromLiteral(const ir::Literal& literal
 }
 
 HostBuffer::~HostBuffer() {
-  std::free(data_);
+  FreeBlock(data_, static_cast<size_t>(size_bytes()));
   if (tracker_ != nullptr) tracker_->Release(this, charged_bytes());
 }
 
