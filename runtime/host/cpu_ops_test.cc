@@ -3,6 +3,7 @@
 #include <limits>
 #include <numbers>
 
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/custom_call.h"
@@ -409,8 +410,12 @@ ENTRY e {
 // Windows that pass trailing dimensions through (channels last) run along
 // rows; the same windows over channels-first data run per element. Both must
 // give the same values, ties, NaNs and padding included.
-TEST(CpuWindowTest, ChannelsLastRowsMatchChannelsFirst) {
-  const int64_t n = 2, h = 5, w = 6, c = 3;
+// With a batch of 2048 the channels-last ops have enough outputs to run on
+// all the compute threads.
+class CpuWindowLayoutTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(CpuWindowLayoutTest, ChannelsLastRowsMatchChannelsFirst) {
+  const int64_t n = GetParam(), h = 5, w = 6, c = 3;
   std::vector<float> nhwc(n * h * w * c);
   for (size_t i = 0; i < nhwc.size(); ++i) {
     nhwc[i] = static_cast<float>((i * 7) % 5) - 2.0f;  // many ties
@@ -427,7 +432,10 @@ TEST(CpuWindowTest, ChannelsLastRowsMatchChannelsFirst) {
   b = f32[] parameter(1)
   ROOT r = pred[] compare(a, b), direction=GE }
 )");
-  auto last = RunHlo(absl::StrCat(comps, R"(ENTRY e {
+  const auto batch = [&](const std::string& text) {
+    return absl::StrReplaceAll(text, {{"f32[2,", absl::StrCat("f32[", n, ",")}});
+  };
+  auto last = RunHlo(batch(absl::StrCat(comps, R"(ENTRY e {
   x = f32[2,5,6,3] parameter(0)
   ninf = f32[] constant(-inf)
   zero = f32[] constant(0)
@@ -439,8 +447,8 @@ TEST(CpuWindowTest, ChannelsLastRowsMatchChannelsFirst) {
   gq = f32[2,2,3,3] add(mq, mq)
   sq = f32[2,5,6,3] select-and-scatter(x, gq, zero), window={size=1x2x2x1 stride=1x2x2x1}, select=ge, scatter=add
   ROOT t = (f32[2,3,3,3], f32[2,5,6,3], f32[2,5,6,3], f32[2,2,3,3], f32[2,5,6,3]) tuple(mp, sp, ss, mq, sq)
-})"), {F32({n, h, w, c}, nhwc)});
-  auto first = RunHlo(absl::StrCat(comps, R"(ENTRY e {
+})")), {F32({n, h, w, c}, nhwc)});
+  auto first = RunHlo(batch(absl::StrCat(comps, R"(ENTRY e {
   x = f32[2,3,5,6] parameter(0)
   ninf = f32[] constant(-inf)
   zero = f32[] constant(0)
@@ -452,7 +460,7 @@ TEST(CpuWindowTest, ChannelsLastRowsMatchChannelsFirst) {
   gq = f32[2,3,2,3] add(mq, mq)
   sq = f32[2,3,5,6] select-and-scatter(x, gq, zero), window={size=1x1x2x2 stride=1x1x2x2}, select=ge, scatter=add
   ROOT t = (f32[2,3,3,3], f32[2,3,5,6], f32[2,3,5,6], f32[2,3,2,3], f32[2,3,5,6]) tuple(mp, sp, ss, mq, sq)
-})"), {F32({n, c, h, w}, nchw)});
+})")), {F32({n, c, h, w}, nchw)});
   ASSERT_TRUE(last.ok()) << last.status();
   ASSERT_TRUE(first.ok()) << first.status();
   for (int k = 0; k < 5; ++k) {
@@ -478,6 +486,8 @@ TEST(CpuWindowTest, ChannelsLastRowsMatchChannelsFirst) {
     EXPECT_GT(nans, 0) << "output " << k << ": the NaN should reach it";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Batches, CpuWindowLayoutTest, ::testing::Values(2, 2048));
 
 TEST(CpuDotTest, MatmulTransposedBatchedAndInteger) {
   ir::Literal a = F32({2, 3}, {1, 2, 3, 4, 5, 6});

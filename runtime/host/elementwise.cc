@@ -8,8 +8,11 @@
 #include <memory>
 #include <type_traits>
 
+#include <omp.h>
+
 #include "base/type_dispatch.h"
 #include "runtime/host/cancel.h"
+#include "runtime/host/threads.h"
 #include "runtime/host/vector_loops.h"
 
 namespace kiln::host {
@@ -399,13 +402,15 @@ void RunNode(const FusedNode& node, const std::vector<const uint8_t*>& args,
 
 }  // namespace
 
-void RunFusedGroup(const FusedGroup& group,
-                   const std::vector<const uint8_t*>& inputs, uint8_t* out) {
+namespace {
+
+// Runs elements [begin, end) of `group` (block-aligned begin) with scratch
+// of its own; `poll` says whether to check for cancellation (only the
+// thread that runs the execution has its cancel check).
+void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& inputs,
+                   uint8_t* out, int64_t block, int64_t begin, int64_t end, bool poll) {
   const int num_nodes = static_cast<int>(group.nodes.size());
   const int num_inputs = static_cast<int>(inputs.size());
-  // Blocks of at most kBlock elements; a small group needs only its size
-  // (an op on one element would otherwise fill and clear whole blocks).
-  const int64_t block = std::clamp<int64_t>(group.element_count, 1, kBlock);
   // Scratch: one block per node (8 bytes per element covers every type),
   // plus one per scalar input holding the broadcast value.
   // Left uninitialized: every node writes its block before it is read.
@@ -422,10 +427,10 @@ void RunFusedGroup(const FusedGroup& group,
   }
   const int out_size = ir::ElementTypeSize(group.nodes.back().out_type);
   std::vector<const uint8_t*> args;
-  for (int64_t start = 0; start < group.element_count; start += block) {
+  for (int64_t start = begin; start < end; start += block) {
     // A check every 64 blocks: well under a millisecond of work.
-    if (start > 0 && start % (64 * block) == 0 && Cancelled()) return;
-    const int64_t n = std::min(block, group.element_count - start);
+    if (poll && start > begin && (start - begin) % (64 * block) == 0 && Cancelled()) return;
+    const int64_t n = std::min(block, end - start);
     for (int i = 0; i < num_nodes; ++i) {
       const FusedNode& node = group.nodes[i];
       args.clear();
@@ -450,6 +455,35 @@ void RunFusedGroup(const FusedGroup& group,
       }
       RunNode(node, args, dst, n);
     }
+  }
+}
+
+}  // namespace
+
+void RunFusedGroup(const FusedGroup& group,
+                   const std::vector<const uint8_t*>& inputs, uint8_t* out) {
+  // Blocks of at most kBlock elements; a small group needs only its size
+  // (an op on one element would otherwise fill and clear whole blocks).
+  const int64_t count = group.element_count;
+  const int64_t block = std::clamp<int64_t>(count, 1, kBlock);
+  const int64_t blocks = (count + block - 1) / block;
+  // Large groups split their blocks over the compute threads (the OpenMP
+  // team oneDNN also runs on, sized by runtime::ComputeThreads).
+  int threads = 1;
+  if (count >= kParallelElements) {
+    UseComputeThreads();
+    threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), blocks));
+  }
+  if (threads <= 1) {
+    RunFusedRange(group, inputs, out, block, 0, count, /*poll=*/true);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    const int64_t first = blocks * t / n, last = blocks * (t + 1) / n;
+    RunFusedRange(group, inputs, out, block, first * block, std::min(count, last * block),
+                  /*poll=*/t == 0);
   }
 }
 

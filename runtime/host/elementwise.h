@@ -18,6 +18,8 @@
 namespace kiln::host {
 
 inline constexpr int64_t kBlock = 1024;
+// Groups of at least this many elements run on all the compute threads.
+inline constexpr int64_t kParallelElements = int64_t{1} << 16;
 
 struct FusedNode {
   ir::Opcode op;

@@ -4,6 +4,8 @@
 #include <memory>
 #include <type_traits>
 
+#include <omp.h>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
@@ -11,6 +13,7 @@
 #include "runtime/host/kernel.h"
 #include "runtime/host/reducer_ops.h"
 #include "runtime/host/scalar_call.h"
+#include "runtime/host/threads.h"
 
 namespace kiln::host {
 namespace {
@@ -188,21 +191,26 @@ bool InsideEverywhere(const Geometry& g) {
   return true;
 }
 
-// visit(output, first) for every output in row-major order, `first` being
-// the input index of its window's first position; stops early when the
-// execution is cancelled. Requires InsideEverywhere(g).
+// visit(output, first) for outputs [begin, end) in row-major order,
+// `first` being the input index of its window's first position; stops early
+// when `poll` and the execution is cancelled. Requires InsideEverywhere(g).
 template <typename F>
-void ForEachInsideWindow(const Geometry& g, F&& visit) {
+void ForEachInsideWindowIn(const Geometry& g, int64_t begin, int64_t end, bool poll, F& visit) {
   const int rank = static_cast<int>(g.out_dims.size());
   std::vector<int64_t> idx(rank, 0), step(rank);
-  int64_t first = 0, count = 1;
+  int64_t first = 0;
   for (int d = 0; d < rank; ++d) {
     first -= g.window[d].pad_lo * g.in_strides[d];
     step[d] = g.window[d].stride * g.in_strides[d];
-    count *= g.out_dims[d];
   }
-  for (int64_t o = 0; o < count; ++o) {
-    if (o > 0 && CancelledEvery(o, kPollEvery)) return;
+  int64_t rem = begin;  // the index of output `begin`
+  for (int d = rank - 1; d >= 0; --d) {
+    idx[d] = rem % g.out_dims[d];
+    rem /= g.out_dims[d];
+    first += idx[d] * step[d];
+  }
+  for (int64_t o = begin; o < end; ++o) {
+    if (poll && o > begin && CancelledEvery(o - begin, kPollEvery)) return;
     visit(o, first);
     for (int d = rank - 1; d >= 0; --d) {
       if (++idx[d] < g.out_dims[d]) {
@@ -212,6 +220,33 @@ void ForEachInsideWindow(const Geometry& g, F&& visit) {
       first -= step[d] * (g.out_dims[d] - 1);
       idx[d] = 0;
     }
+  }
+}
+
+// Outputs of a window op at or above which ForEachInsideWindow splits them
+// over the compute threads.
+constexpr int64_t kParallelOutputs = 8192;
+
+// ForEachInsideWindowIn over all outputs; with `parallel` (visits of
+// different outputs write different elements) and enough outputs, on all
+// the compute threads (the OpenMP team oneDNN also runs on).
+template <typename F>
+void ForEachInsideWindow(const Geometry& g, bool parallel, F&& visit) {
+  int64_t count = 1;
+  for (int64_t d : g.out_dims) count *= d;
+  int threads = 1;
+  if (parallel && count >= kParallelOutputs) {
+    UseComputeThreads();
+    threads = omp_get_max_threads();
+  }
+  if (threads <= 1) {
+    ForEachInsideWindowIn(g, 0, count, /*poll=*/true, visit);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    ForEachInsideWindowIn(g, count * t / n, count * (t + 1) / n, /*poll=*/t == 0, visit);
   }
 }
 
@@ -285,7 +320,7 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
             const int64_t* offsets = outer.offsets.data();
             const int64_t positions = static_cast<int64_t>(outer.offsets.size());
             WithReducer(op, [&](auto kOp) {
-              ForEachInsideWindow(outer, [&](int64_t linear, int64_t first) {
+              ForEachInsideWindow(outer, /*parallel=*/true, [&](int64_t linear, int64_t first) {
                 // Element by element, so the accumulator stays in a register.
                 const T* base = in + first * inner;
                 T* row = o + linear * inner;
@@ -422,11 +457,16 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
         std::vector<int64_t> selected(inner);
         std::unique_ptr<A[]> best(new A[inner]);
         if (InsideEverywhere(outer)) {
+          bool disjoint = true;
+          for (size_t d = 0; d < outer.window.size(); ++d) {
+            disjoint = disjoint && outer.window[d].stride >= outer.win_sizes[d];
+          }
           WithDirection(dir, [&](auto kDir) {
             WithReducer(op, [&](auto kOp) {
               const int64_t* offsets = outer.offsets.data();
               const int64_t positions = static_cast<int64_t>(outer.offsets.size());
-              ForEachInsideWindow(outer, [&](int64_t linear, int64_t first) {
+              // Windows that do not overlap scatter to different elements.
+              ForEachInsideWindow(outer, disjoint, [&](int64_t linear, int64_t first) {
                 const T* src = source + linear * inner;
                 for (int64_t j = 0; j < inner; ++j) {
                   // Element by element, in registers, and without branches:
