@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "base/element_rules.h"
 #include "base/type_dispatch.h"
 
 namespace kiln::passes {
@@ -17,119 +18,25 @@ using ir::Literal;
 using ir::Opcode;
 using ir::Shape;
 
-// The element rules below restate runtime/host/elementwise.cc (which this
-// layer may not include) and must stay identical to it; the test
-// evaluator_test.cc checks them against the interpreter on edge values.
-
-// Values of half types are computed in float and rounded when stored.
-template <typename T>
-using Calc = std::conditional_t<ir::kIsHalf<T>, float, T>;
-template <typename T>
-Calc<T> Ld(T v) {
-  if constexpr (ir::kIsHalf<T>) return static_cast<float>(v);
-  else return v;
-}
-template <typename T>
-T St(Calc<T> v) {
-  if constexpr (ir::kIsHalf<T>) return T(v);
-  else return static_cast<T>(v);
-}
-
-template <typename T>
-constexpr bool kIsInt = std::is_integral_v<T> && !std::is_same_v<T, bool>;
-template <typename T>
-using Unsigned = std::make_unsigned_t<T>;
-
-// Integer arithmetic wraps (two's complement).
-template <typename T>
-T WrapAdd(T a, T b) {
-  return static_cast<T>(static_cast<Unsigned<T>>(a) +
-                        static_cast<Unsigned<T>>(b));
-}
-template <typename T>
-T WrapSub(T a, T b) {
-  return static_cast<T>(static_cast<Unsigned<T>>(a) -
-                        static_cast<Unsigned<T>>(b));
-}
-template <typename T>
-T WrapMul(T a, T b) {
-  using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned,
-                               Unsigned<T>>;
-  return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-}
-// XLA: x / 0 = -1 (all ones), INT_MIN / -1 = INT_MIN; x % 0 = x.
-template <typename T>
-T IntDiv(T a, T b) {
-  if (b == 0) return static_cast<T>(-1);
-  if constexpr (std::is_signed_v<T>) {
-    if (a == std::numeric_limits<T>::min() && b == -1) return a;
-  }
-  return static_cast<T>(a / b);
-}
-template <typename T>
-T IntRem(T a, T b) {
-  if (b == 0) return a;
-  if constexpr (std::is_signed_v<T>) {
-    if (a == std::numeric_limits<T>::min() && b == -1) return 0;
-  }
-  return static_cast<T>(a % b);
-}
-template <typename T>
-T IntPow(T base, T exp) {
-  if constexpr (std::is_signed_v<T>) {
-    if (exp < 0) {
-      if (base == 1) return 1;
-      if (base == -1) return (exp % 2 == 0) ? 1 : -1;
-      return 0;
-    }
-  }
-  T result = 1;
-  auto e = static_cast<Unsigned<T>>(exp);
-  while (e != 0) {
-    if (e & 1) result = WrapMul(result, base);
-    base = WrapMul(base, base);
-    e >>= 1;
-  }
-  return result;
-}
-template <typename T>
-T ShiftLeft(T a, T b) {
-  constexpr auto bits = sizeof(T) * 8;
-  auto s = static_cast<Unsigned<T>>(b);
-  if (s >= bits) return 0;
-  return static_cast<T>(static_cast<Unsigned<T>>(a) << s);
-}
-template <typename T>
-T ShiftRightLogical(T a, T b) {
-  constexpr auto bits = sizeof(T) * 8;
-  auto s = static_cast<Unsigned<T>>(b);
-  if (s >= bits) return 0;
-  return static_cast<T>(static_cast<Unsigned<T>>(a) >> s);
-}
-// Arithmetic on the bit pattern, for unsigned types too (as XLA).
-template <typename T>
-T ShiftRightArith(T a, T b) {
-  constexpr auto bits = sizeof(T) * 8;
-  auto s = static_cast<Unsigned<T>>(b);
-  const auto v = static_cast<std::make_signed_t<T>>(a);
-  if (s >= bits) return static_cast<T>(v < 0 ? -1 : 0);
-  return static_cast<T>(v >> s);
-}
-// NaN propagates (the first NaN wins); +0 counts as above -0.
-template <typename C>
-C FMax(C a, C b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  if (a == b) return std::signbit(a) ? b : a;
-  return a > b ? a : b;
-}
-template <typename C>
-C FMin(C a, C b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  if (a == b) return std::signbit(a) ? a : b;
-  return a < b ? a : b;
-}
+// The element rules are the host interpreter's (base/element_rules.h); the
+// test evaluator_test.cc checks folding against the interpreter on edge
+// values.
+using ::kiln::Calc;
+using ::kiln::FMax;
+using ::kiln::FMin;
+using ::kiln::IntDiv;
+using ::kiln::IntPow;
+using ::kiln::IntRem;
+using ::kiln::kIsInt;
+using ::kiln::Ld;
+using ::kiln::ShiftLeft;
+using ::kiln::ShiftRightArith;
+using ::kiln::ShiftRightLogical;
+using ::kiln::St;
+using ::kiln::Unsigned;
+using ::kiln::WrapAdd;
+using ::kiln::WrapMul;
+using ::kiln::WrapSub;
 
 // A NaN with the quiet bit clear (the top bit of the significand).
 template <typename C>

@@ -299,8 +299,9 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
     std::optional<Opcode> fast = MatchScalarBinary(*instr.called(0));
     int64_t inner = 1;
     const Geometry outer = OuterGeometry(g, &inner);
-    if (n == 1 && fast.has_value() && inner > 1) {
-      // Rows of `inner` elements: each window position combines a whole row.
+    if (n == 1 && fast.has_value()) {
+      // Rows of `inner` elements (1 when no dimension passes through): each
+      // window position combines a whole row.
       const Opcode op = *fast;
       return Kernel([outer, inner, op, out_shape, type](ExecState& st,
                                                        const std::vector<BufferPtr>& ops)
@@ -351,32 +352,6 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
             for (int64_t j = 0; j < inner; ++j) row[j] = ir::ConvertValue<T>(acc[j]);
             ++linear;
           } while (NextIndex(idx, outer.out_dims) && !CancelledEvery(linear, kPollEvery));
-        });
-        return out;
-      });
-    }
-    if (n == 1 && fast.has_value()) {
-      const Opcode op = *fast;
-      return Kernel([g, op, out_shape, type](ExecState& st,
-                                            const std::vector<BufferPtr>& ops)
-                        -> absl::StatusOr<BufferPtr> {
-        ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
-        ir::DispatchType(type, [&](auto tag) {
-          using T = decltype(tag);
-          using A = Accumulator<T>;
-          const T* in = ops[0]->as<T>();
-          const A init = static_cast<A>(ops[1]->as<T>()[0]);
-          T* o = out->as<T>();
-          std::vector<int64_t> idx(g.out_dims.size(), 0);
-          if (out_shape.ElementCount() == 0) return;
-          int64_t linear = 0;
-          do {
-            A acc = init;
-            ForEachInWindow(g, idx, [&](int64_t i) {
-              acc = ApplyReducerOp<A>(op, acc, i >= 0 ? static_cast<A>(in[i]) : init);
-            });
-            o[linear++] = ir::ConvertValue<T>(acc);
-          } while (NextIndex(idx, g.out_dims) && !CancelledEvery(linear, kPollEvery));
         });
         return out;
       });
@@ -438,9 +413,10 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
   std::optional<Opcode> scatter_op = MatchScalarBinary(*instr.called(1));
   int64_t inner = 1;
   const Geometry outer = OuterGeometry(g, &inner);
-  if (select_dir.has_value() && scatter_op.has_value() && inner > 1) {
-    // The max-pool gradient over rows of `inner` elements: each element of
-    // a row selects within its own column of the window.
+  if (select_dir.has_value() && scatter_op.has_value()) {
+    // The usual max-pool gradient (compare, then add), over rows of `inner`
+    // elements (1 when no dimension passes through): each element of a row
+    // selects within its own column of the window.
     const ir::ComparisonDirection dir = *select_dir;
     const Opcode op = *scatter_op;
     return Kernel([=](ExecState& st, const std::vector<BufferPtr>& ops)
@@ -513,45 +489,6 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
           }
           ++linear;
         } while (NextIndex(idx, outer.out_dims) && !CancelledEvery(linear, kPollEvery));
-      });
-      return out;
-    });
-  }
-  if (select_dir.has_value() && scatter_op.has_value()) {
-    // The usual max-pool gradient (compare, then add): typed loops with no
-    // call per element.
-    const ir::ComparisonDirection dir = *select_dir;
-    const Opcode op = *scatter_op;
-    return Kernel([=](ExecState& st, const std::vector<BufferPtr>& ops)
-                      -> absl::StatusOr<BufferPtr> {
-      ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
-      ir::DispatchType(type, [&](auto tag) {
-        using T = decltype(tag);
-        using A = Accumulator<T>;
-        const T* operand = ops[0]->as<T>();
-        const T* source = ops[1]->as<T>();
-        T* o = out->as<T>();
-        std::fill(o, o + out_shape.ElementCount(), ops[2]->as<T>()[0]);
-        if (ir::Shape(type, g.out_dims).ElementCount() == 0) return;
-        std::vector<int64_t> idx(g.out_dims.size(), 0);
-        int64_t linear = 0;
-        do {
-          int64_t selected = -1;
-          A best{};
-          ForEachInWindow(g, idx, [&](int64_t i) {
-            if (i < 0) return;
-            const A v = static_cast<A>(operand[i]);
-            if (selected < 0 || !CompareValues(dir, best, v)) {
-              selected = i;
-              best = v;
-            }
-          });
-          if (selected >= 0) {
-            o[selected] = ir::ConvertValue<T>(ApplyReducerOp<A>(
-                op, static_cast<A>(o[selected]), static_cast<A>(source[linear])));
-          }
-          ++linear;
-        } while (NextIndex(idx, g.out_dims) && !CancelledEvery(linear, kPollEvery));
       });
       return out;
     });
