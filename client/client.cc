@@ -316,8 +316,12 @@ absl::StatusOr<ExecuteResult> Client::Execute(
   req.set_executable_handle(executable.handle());
   RETURN_IF_ERROR(AddArguments(args, req.mutable_argument_handles()));
   FillRequest(options, &req);
-  ASSIGN_OR_RETURN(v1::ExecuteResponse resp, core_->transport().Execute(req, options.cancel));
+  absl::StatusOr<v1::ExecuteResponse> executed = core_->transport().Execute(req, options.cancel);
+  // The server takes donated arguments before the program runs, so they are
+  // gone even when it fails: never reuse or release them again.
   MarkDonated(options, args);
+  if (!executed.ok()) return executed.status();
+  const v1::ExecuteResponse& resp = *executed;
   ASSIGN_OR_RETURN(ExecuteResult result, ReadOutputs(core_, resp.outputs(), executable.device()));
   result.execute_micros = resp.execute_micros();
   if (resp.has_profile()) result.profile = resp.profile();

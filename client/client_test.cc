@@ -65,6 +65,30 @@ TEST(ClientTest, DonatedBufferCannotBeReused) {
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Donated arguments are gone once the server has the request, also when the
+// program then fails (here: out of device memory): the client neither reuses
+// nor releases them.
+TEST(ClientTest, DonationOfAFailedExecutionIsFinal) {
+  embedded::Options small;
+  small.backend_config = "cpu.memory_bytes=4K";
+  auto client = *embedded::Connect(small);
+  auto x = *client->TransferToDevice(
+      ir::Literal::FromVector<float>(ir::ElementType::kF32, {256}, std::vector<float>(256, 1.0f)),
+      "cpu:0");
+  auto exe = *client->Compile(*Parse(R"(ENTRY e {
+ x = f32[256] parameter(0)
+ ROOT b = f32[16,256] broadcast(x), dimensions={1}
+})"), "cpu:0");
+  ExecuteOptions donate;
+  donate.donate = {0};
+  EXPECT_EQ(client->Execute(*exe, {x}, donate).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(x->donated());
+  x.reset();  // nothing to release: the server took it
+  ASSERT_TRUE(client->FlushReleases().ok());
+  EXPECT_EQ(client->MemoryInfo("cpu:0")->bytes_in_use(), 0);
+}
+
 TEST(ClientTest, HandlesMayOutliveTheClient) {
   std::shared_ptr<DeviceBuffer> kept;
   {

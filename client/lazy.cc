@@ -195,28 +195,45 @@ Tensor LazyContext::RandomUniform(const ir::Shape& shape, double low, double hig
 namespace {
 
 // The arguments nothing can read after this execution, which the server
-// may therefore reuse for its results (donation): a parameter no Tensor
-// handle refers to, that no node outside this trace refers to (its
-// references are this trace's operand edges and the one in `params`), and
-// whose buffer no other node shares. A trace with a device loop donates
-// nothing (its loop specs hold references of their own).
+// may therefore reuse for its results (donation). After the execution only
+// its outputs drop their operands; every other node of the trace lives on
+// if anything still refers to it, and could be computed again, reading its
+// arguments. So a trace donates only when each of its nodes between the
+// outputs and the arguments is referred to by the trace alone (no Tensor
+// handle, no reference from outside the trace); then a parameter is donated
+// when it has no handle, the trace's references and the one in `params` are
+// all there are, and no other node shares its buffer. A trace with a device
+// loop donates nothing (its loop specs hold references of their own).
 std::vector<int> DonatableParams(const std::vector<std::shared_ptr<Node>>& outputs,
                                  const std::vector<std::shared_ptr<Node>>& params) {
   absl::flat_hash_map<const Node*, long> edges;  // references from the trace
-  absl::flat_hash_set<const Node*> seen;
+  absl::flat_hash_set<const Node*> seen, output_set;
+  std::vector<const Node*> inner;  // unrealized nodes that are not outputs
   std::vector<const Node*> stack;
-  for (const auto& o : outputs) stack.push_back(o.get());
+  for (const auto& o : outputs) {
+    output_set.insert(o.get());
+    stack.push_back(o.get());
+  }
   while (!stack.empty()) {
     const Node* node = stack.back();
     stack.pop_back();
     if (!seen.insert(node).second) continue;
     if (node->loop != nullptr) return {};
+    if (!output_set.contains(node)) inner.push_back(node);
     for (const auto& operand : node->operands) {
-      if (operand->realized()) {
-        ++edges[operand.get()];
-      } else {
-        stack.push_back(operand.get());
-      }
+      ++edges[operand.get()];
+      if (!operand->realized()) stack.push_back(operand.get());
+    }
+  }
+  for (const Node* node : inner) {
+    if (node->handles.load(std::memory_order_relaxed) != 0) return {};
+  }
+  // Each inner node's references must all be the trace's own edges (its
+  // use count is read through one of them).
+  for (const Node* node : seen) {
+    for (const auto& operand : node->operands) {
+      if (operand->realized() || output_set.contains(operand.get())) continue;
+      if (operand.use_count() != edges[operand.get()]) return {};
     }
   }
   std::vector<int> donate;
@@ -366,6 +383,14 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
     std::vector<std::shared_ptr<DeviceBuffer>> args;
     for (const auto& p : params) args.push_back(p->data);
     absl::StatusOr<ExecuteResult> executed = client_->Execute(*exe, args, options);
+    if (!executed.ok() && !options.donate.empty()) {
+      // The server took the donated arguments before the program failed
+      // (Client::Execute marks them): no rerun of this trace can read them,
+      // so its outputs keep the error whatever it was.
+      const absl::Status failed = executed.status();
+      for (const auto& node : outputs) node->status = failed;
+      return failed;
+    }
     if (!executed.ok()) return keep_error(executed.status());
     result = *std::move(executed);
   } else {

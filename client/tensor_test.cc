@@ -78,6 +78,36 @@ TEST_F(TensorTest, AStepDonatesTheStateItReplaces) {
   EXPECT_EQ(Values(now), (std::vector<double>{15}));
 }
 
+// An intermediate the user holds a handle to, over an argument nobody holds.
+TEST_F(TensorTest, ReadingOneValueKeepsArgumentsOfIntermediatesWithAHandle) {
+  Tensor x = Vec({5});
+  Tensor h = x * 2.0;  // unrealized, has a handle, reads x
+  Tensor now = h * 3.0;
+  x = Tensor();  // x: no handle; only h's operand edge refers to it
+  ASSERT_TRUE(ctx_->Realize({now}).ok());
+  EXPECT_EQ(Values(now), (std::vector<double>{30}));
+  EXPECT_EQ(ctx_->metrics().donated_arguments, 0);
+  EXPECT_EQ(Values(h), (std::vector<double>{10}));
+}
+
+// An intermediate without a handle, shared with another pending value
+// (e.g. Reshape(FromLiteral(batch)) read by the loss and by a gradient):
+// Item() on one of them before the barrier.
+TEST_F(TensorTest, ItemBeforeTheBarrierKeepsArgumentsOfSharedIntermediates) {
+  Tensor later, now;
+  {
+    Tensor x = Vec({5});
+    Tensor t = x * 2.0;
+    later = t + 1.0;
+    now = t * 3.0;
+  }  // x and t: no handles; x is read only through t
+  absl::StatusOr<double> v = now.Item();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 30);
+  EXPECT_EQ(Values(later), (std::vector<double>{11}));
+  EXPECT_TRUE(ctx_->Barrier("cpu:0").ok());
+}
+
 TEST_F(TensorTest, PrintsShapeDeviceAndValuesInShortestForm) {
   EXPECT_EQ(Tensor().ToString(), "Tensor(undefined)");
   // Printing reads the value, so it forces execution.

@@ -8,7 +8,7 @@ packages=(
   libeigen3-dev libopenblas-dev libdnnl-dev libspdlog-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev dataset-fashion-mnist python3 patchelf xz-utils
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev libomp-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do

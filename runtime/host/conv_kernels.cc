@@ -298,6 +298,10 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
   macs *= ker.ElementCount() / std::max<int64_t>(1, ker.dim(instr.attrs().conv.kernel_output_feature));
   int64_t bytes = instr.shape().ByteSize();
   for (const ir::Instruction* operand : instr.operands()) bytes += operand->shape().ByteSize();
+  // im2col's scratch: a column per output position of each input feature
+  // of a group and kernel position.
+  bytes += macs / std::max<int64_t>(1, instr.shape().dim(instr.attrs().conv.output_batch)) /
+           std::max<int64_t>(1, ker.dim(instr.attrs().conv.kernel_output_feature)) * 4;
   if (macs > kMaxTunedMacs || bytes > kMaxTunedBytes) return std::move(candidates[0].kernel);
   size_t fastest = 0;
   double best = std::numeric_limits<double>::infinity();

@@ -99,12 +99,6 @@ __attribute__((always_inline)) inline A ApplyReducerOp(ir::Opcode op, A a, A b) 
   }
 }
 
-// ApplyReducerOp with the op fixed at compile time, for inner loops.
-template <ir::Opcode kOp, typename A>
-inline A ApplyReducerOpOf(A a, A b) {
-  return ApplyReducerOp<A>(kOp, a, b);
-}
-
 }  // namespace kiln::host
 
 #endif  // KILN_RUNTIME_HOST_REDUCER_OPS_H_

@@ -320,7 +320,9 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
           if (InsideEverywhere(outer)) {
             const int64_t* offsets = outer.offsets.data();
             const int64_t positions = static_cast<int64_t>(outer.offsets.size());
-            WithReducer(op, [&](auto kOp) {
+            // `kOp` is a compile-time constant for f32 (the common case) and
+            // the runtime op otherwise (fewer instantiations to build).
+            auto run = [&](auto kOp) {
               ForEachInsideWindow(outer, /*parallel=*/true, [&](int64_t linear, int64_t first) {
                 // Element by element, so the accumulator stays in a register.
                 const T* base = in + first * inner;
@@ -328,13 +330,17 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
                 for (int64_t j = 0; j < inner; ++j) {
                   A a = init;
                   for (int64_t k = 0; k < positions; ++k) {
-                    a = ApplyReducerOpOf<decltype(kOp)::value>(
-                        a, static_cast<A>(base[offsets[k] * inner + j]));
+                    a = ApplyReducerOp<A>(kOp, a, static_cast<A>(base[offsets[k] * inner + j]));
                   }
                   row[j] = ir::ConvertValue<T>(a);
                 }
               });
-            });
+            };
+            if constexpr (std::is_same_v<T, float>) {
+              WithReducer(op, run);
+            } else {
+              run(op);
+            }
             return;
           }
           std::vector<int64_t> idx(outer.out_dims.size(), 0);
@@ -437,32 +443,36 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
           for (size_t d = 0; d < outer.window.size(); ++d) {
             disjoint = disjoint && outer.window[d].stride >= outer.win_sizes[d];
           }
-          WithDirection(dir, [&](auto kDir) {
-            WithReducer(op, [&](auto kOp) {
-              const int64_t* offsets = outer.offsets.data();
-              const int64_t positions = static_cast<int64_t>(outer.offsets.size());
-              // Windows that do not overlap scatter to different elements.
-              ForEachInsideWindow(outer, disjoint, [&](int64_t linear, int64_t first) {
-                const T* src = source + linear * inner;
-                for (int64_t j = 0; j < inner; ++j) {
-                  // Element by element, in registers, and without branches:
-                  // which position wins is unpredictable.
-                  int64_t chosen = first + offsets[0];
-                  A best_value = static_cast<A>(operand[chosen * inner + j]);
-                  for (int64_t k = 1; k < positions; ++k) {
-                    const int64_t at = first + offsets[k];
-                    const A v = static_cast<A>(operand[at * inner + j]);
-                    const bool take = !CompareValues(kDir, best_value, v);
-                    best_value = take ? v : best_value;
-                    chosen = take ? at : chosen;
-                  }
-                  T& dst = o[chosen * inner + j];
-                  dst = ir::ConvertValue<T>(ApplyReducerOpOf<decltype(kOp)::value>(
-                      static_cast<A>(dst), static_cast<A>(src[j])));
+          // Compile-time direction and op for f32, runtime ones otherwise.
+          auto run = [&](auto kDir, auto kOp) {
+            const int64_t* offsets = outer.offsets.data();
+            const int64_t positions = static_cast<int64_t>(outer.offsets.size());
+            // Windows that do not overlap scatter to different elements.
+            ForEachInsideWindow(outer, disjoint, [&](int64_t linear, int64_t first) {
+              const T* src = source + linear * inner;
+              for (int64_t j = 0; j < inner; ++j) {
+                // Element by element, in registers, and without branches:
+                // which position wins is unpredictable.
+                int64_t chosen = first + offsets[0];
+                A best_value = static_cast<A>(operand[chosen * inner + j]);
+                for (int64_t k = 1; k < positions; ++k) {
+                  const int64_t at = first + offsets[k];
+                  const A v = static_cast<A>(operand[at * inner + j]);
+                  const bool take = !CompareValues(kDir, best_value, v);
+                  best_value = take ? v : best_value;
+                  chosen = take ? at : chosen;
                 }
-              });
+                T& dst = o[chosen * inner + j];
+                dst = ir::ConvertValue<T>(
+                    ApplyReducerOp<A>(kOp, static_cast<A>(dst), static_cast<A>(src[j])));
+              }
             });
-          });
+          };
+          if constexpr (std::is_same_v<T, float>) {
+            WithDirection(dir, [&](auto kDir) { WithReducer(op, [&](auto kOp) { run(kDir, kOp); }); });
+          } else {
+            run(dir, op);
+          }
           return;
         }
         std::vector<int64_t> idx(outer.out_dims.size(), 0);
