@@ -12,7 +12,7 @@
 
 #include "base/type_dispatch.h"
 
-namespace kiln {
+namespace kiln::element_rules {
 
 // Values of half types are computed in float and rounded when stored.
 template <typename T>
@@ -113,6 +113,6 @@ template <typename C> inline C FMin(C a, C b) {
   return a < b ? a : b;
 }
 
-}  // namespace kiln
+}  // namespace kiln::element_rules
 
 #endif  // KILN_BASE_ELEMENT_RULES_H_

@@ -21,22 +21,7 @@ using ir::Shape;
 // The element rules are the host interpreter's (base/element_rules.h); the
 // test evaluator_test.cc checks folding against the interpreter on edge
 // values.
-using ::kiln::Calc;
-using ::kiln::FMax;
-using ::kiln::FMin;
-using ::kiln::IntDiv;
-using ::kiln::IntPow;
-using ::kiln::IntRem;
-using ::kiln::kIsInt;
-using ::kiln::Ld;
-using ::kiln::ShiftLeft;
-using ::kiln::ShiftRightArith;
-using ::kiln::ShiftRightLogical;
-using ::kiln::St;
-using ::kiln::Unsigned;
-using ::kiln::WrapAdd;
-using ::kiln::WrapMul;
-using ::kiln::WrapSub;
+using namespace ::kiln::element_rules;
 
 // A NaN with the quiet bit clear (the top bit of the significand).
 template <typename C>

@@ -25,22 +25,7 @@ using ir::kIsFloat;
 using ir::kIsHalf;
 using ir::Opcode;
 
-using ::kiln::Calc;
-using ::kiln::FMax;
-using ::kiln::FMin;
-using ::kiln::IntDiv;
-using ::kiln::IntPow;
-using ::kiln::IntRem;
-using ::kiln::kIsInt;
-using ::kiln::Ld;
-using ::kiln::ShiftLeft;
-using ::kiln::ShiftRightArith;
-using ::kiln::ShiftRightLogical;
-using ::kiln::St;
-using ::kiln::Unsigned;
-using ::kiln::WrapAdd;
-using ::kiln::WrapMul;
-using ::kiln::WrapSub;
+using namespace ::kiln::element_rules;
 
 template <typename T>
 void UnaryLoop(Opcode op, const T* a, T* out, int64_t n) {
