@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 out=build-fuzz
-fuzzers=(hlo_text_fuzzer module_proto_fuzzer host_execute_fuzzer)
+fuzzers=(hlo_text_fuzzer module_proto_fuzzer host_execute_fuzzer service_fuzzer)
 
 mkdir -p "$out"
 echo "[fuzz] configuring $out with clang-14"
@@ -22,13 +22,14 @@ echo "[fuzz] building ${fuzzers[*]}"
 ninja -C "$out" -j2 "${fuzzers[@]}" > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 
 # The seed corpus: every module in the tree; the fuzzers add what they find.
-mkdir -p "$out/corpus/text" "$out/corpus/proto" "$out/findings"
+mkdir -p "$out/corpus/text" "$out/corpus/proto" "$out/corpus/service" "$out/findings"
 cp tests/data/hlo/*.hlo examples/hlo/*.hlo "$out/corpus/text/"
 
 failed=0
 for f in "${fuzzers[@]}"; do
   corpus="$out/corpus/text"
   [[ $f == module_proto_fuzzer ]] && corpus="$out/corpus/proto"
+  [[ $f == service_fuzzer ]] && corpus="$out/corpus/service"
   echo "[fuzz] $f for ${seconds}s"
   if ! "$out/bin/$f" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
       -max_len=16384 -print_final_stats=1 -artifact_prefix="$out/findings/$f-" \
