@@ -30,7 +30,6 @@ class StepProfile {
     e.seconds += seconds;
     ++e.count;
   }
-  ~StepProfile() { Print(); }
 
  private:
   struct Entry {

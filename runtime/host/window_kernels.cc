@@ -303,8 +303,9 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
       // Rows of `inner` elements (1 when no dimension passes through): each
       // window position combines a whole row.
       const Opcode op = *fast;
-      return Kernel([outer, inner, op, out_shape, type](ExecState& st,
-                                                       const std::vector<BufferPtr>& ops)
+      const bool inside = InsideEverywhere(outer);
+      return Kernel([outer, inner, inside, op, out_shape, type](
+                        ExecState& st, const std::vector<BufferPtr>& ops)
                         -> absl::StatusOr<BufferPtr> {
         ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
         if (out_shape.ElementCount() == 0) return out;
@@ -315,9 +316,7 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
           const T init_value = ops[1]->as<T>()[0];
           const A init = static_cast<A>(init_value);
           T* o = out->as<T>();
-          // Not std::vector: vector<bool> has no data().
-          std::unique_ptr<A[]> acc(new A[inner]);
-          if (InsideEverywhere(outer)) {
+          if (inside) {
             const int64_t* offsets = outer.offsets.data();
             const int64_t positions = static_cast<int64_t>(outer.offsets.size());
             // `kOp` is a compile-time constant for f32 (the common case) and
@@ -343,6 +342,8 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
             }
             return;
           }
+          // Not std::vector: vector<bool> has no data().
+          std::unique_ptr<A[]> acc(new A[inner]);
           std::vector<int64_t> idx(outer.out_dims.size(), 0);
           int64_t linear = 0;
           do {
@@ -425,6 +426,12 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
     // selects within its own column of the window.
     const ir::ComparisonDirection dir = *select_dir;
     const Opcode op = *scatter_op;
+    const bool inside = InsideEverywhere(outer);
+    // Windows that do not overlap scatter to different elements.
+    bool disjoint = true;
+    for (size_t d = 0; d < outer.window.size(); ++d) {
+      disjoint = disjoint && outer.window[d].stride >= outer.win_sizes[d];
+    }
     return Kernel([=](ExecState& st, const std::vector<BufferPtr>& ops)
                       -> absl::StatusOr<BufferPtr> {
       ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
@@ -436,18 +443,11 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
         T* o = out->as<T>();
         std::fill(o, o + out_shape.ElementCount(), ops[2]->as<T>()[0]);
         if (ir::Shape(type, g.out_dims).ElementCount() == 0) return;
-        std::vector<int64_t> selected(inner);
-        std::unique_ptr<A[]> best(new A[inner]);
-        if (InsideEverywhere(outer)) {
-          bool disjoint = true;
-          for (size_t d = 0; d < outer.window.size(); ++d) {
-            disjoint = disjoint && outer.window[d].stride >= outer.win_sizes[d];
-          }
+        if (inside) {
           // Compile-time direction and op for f32, runtime ones otherwise.
           auto run = [&](auto kDir, auto kOp) {
             const int64_t* offsets = outer.offsets.data();
             const int64_t positions = static_cast<int64_t>(outer.offsets.size());
-            // Windows that do not overlap scatter to different elements.
             ForEachInsideWindow(outer, disjoint, [&](int64_t linear, int64_t first) {
               const T* src = source + linear * inner;
               for (int64_t j = 0; j < inner; ++j) {
@@ -475,6 +475,8 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
           }
           return;
         }
+        std::vector<int64_t> selected(inner);
+        std::unique_ptr<A[]> best(new A[inner]);
         std::vector<int64_t> idx(outer.out_dims.size(), 0);
         int64_t linear = 0;
         do {
