@@ -1,8 +1,10 @@
 // Per-op tests of the CPU backend with hand-computed expected values.
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numbers>
 
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -488,6 +490,141 @@ TEST_P(CpuWindowLayoutTest, ChannelsLastRowsMatchChannelsFirst) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Batches, CpuWindowLayoutTest, ::testing::Values(2, 2048));
+
+// Rows of channels of any width (the lanes of the vector loops and their
+// ends) against plain loops over the same windows: max, min and sum pools,
+// and select-and-scatter with each select direction over disjoint and
+// overlapping windows, bit for bit, NaNs, ties and signed zeros included.
+class CpuWindowRowTest : public ::testing::TestWithParam<int64_t> {};
+
+float RefMax(float a, float b) {
+  if (std::isnan(a)) return a;
+  if (std::isnan(b)) return b;
+  if (a == b) return std::bit_cast<float>(std::bit_cast<uint32_t>(a) & std::bit_cast<uint32_t>(b));
+  return a > b ? a : b;
+}
+float RefMin(float a, float b) {
+  if (std::isnan(a)) return a;
+  if (std::isnan(b)) return b;
+  if (a == b) return std::bit_cast<float>(std::bit_cast<uint32_t>(a) | std::bit_cast<uint32_t>(b));
+  return a < b ? a : b;
+}
+
+TEST_P(CpuWindowRowTest, RowsOfAnyWidthMatchPlainLoops) {
+  const int64_t c = GetParam(), n = 2, h = 4, w = 6;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x(n * h * w * c);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 5) % 7) - 3.0f;
+  x[1 % x.size()] = nan;
+  x[(7 * c + 2) % x.size()] = -0.0f;
+  x[(9 * c + 1) % x.size()] = 0.0f;
+  x[(20 * c) % x.size()] = nan;
+  auto at = [&](int64_t b, int64_t y, int64_t xx, int64_t k) { return ((b * h + y) * w + xx) * c + k; };
+  struct Pool {
+    int64_t size, stride;
+  };
+  const Pool pools[] = {{2, 2}, {3, 1}};
+  std::string text = absl::StrCat(kMax, kAdd, R"(min { a = f32[] parameter(0)
+ b = f32[] parameter(1)
+ ROOT s = f32[] minimum(a, b) }
+)");
+  const char* dirs[] = {"GE", "GT", "LE", "LT", "EQ", "NE"};
+  for (const char* d : dirs) {
+    absl::StrAppend(&text, "sel", d, " { a = f32[] parameter(0)\n b = f32[] parameter(1)\n",
+                    " ROOT r = pred[] compare(a, b), direction=", d, " }\n");
+  }
+  absl::StrAppend(&text, "ENTRY e {\n x = f32[2,4,6,", c, "] parameter(0)\n",
+                  " ninf = f32[] constant(-inf)\n inf = f32[] constant(inf)\n",
+                  " zero = f32[] constant(0)\n");
+  std::vector<std::string> outputs, shapes;
+  for (const Pool& p : pools) {
+    const int64_t oh = (h - p.size) / p.stride + 1, ow = (w - p.size) / p.stride + 1;
+    const std::string oshape = absl::StrCat("f32[2,", oh, ",", ow, ",", c, "]");
+    const std::string xshape = absl::StrCat("f32[2,4,6,", c, "]");
+    const std::string win = absl::StrCat("window={size=1x", p.size, "x", p.size, "x1 stride=1x",
+                                         p.stride, "x", p.stride, "x1}");
+    const std::string tag = absl::StrCat(p.size, "_", p.stride);
+    absl::StrAppend(&text, " mx", tag, " = ", oshape, " reduce-window(x, ninf), ", win,
+                    ", to_apply=max\n mn", tag, " = ", oshape, " reduce-window(x, inf), ", win,
+                    ", to_apply=min\n sm", tag, " = ", oshape, " reduce-window(x, zero), ", win,
+                    ", to_apply=add\n");
+    for (const char* out : {"mx", "mn", "sm"}) {
+      outputs.push_back(absl::StrCat(out, tag));
+      shapes.push_back(oshape);
+    }
+    for (const char* d : dirs) {
+      absl::StrAppend(&text, " ss", d, tag, " = ", xshape, " select-and-scatter(x, mx", tag,
+                      ", zero), ", win, ", select=sel", d, ", scatter=add\n");
+      outputs.push_back(absl::StrCat("ss", d, tag));
+      shapes.push_back(xshape);
+    }
+  }
+  absl::StrAppend(&text, " ROOT t = (", absl::StrJoin(shapes, ", "), ") tuple(",
+                  absl::StrJoin(outputs, ", "), ")\n}\n");
+  auto r = RunHlo(text, {F32({n, h, w, c}, x)});
+  ASSERT_TRUE(r.ok()) << r.status();
+
+  auto select = [](const std::string& d, float a, float b) {
+    if (d == "GE") return a >= b;
+    if (d == "GT") return a > b;
+    if (d == "LE") return a <= b;
+    if (d == "LT") return a < b;
+    if (d == "EQ") return a == b;
+    return a != b;
+  };
+  int index = 0;
+  for (const Pool& p : pools) {
+    const int64_t oh = (h - p.size) / p.stride + 1, ow = (w - p.size) / p.stride + 1;
+    std::vector<float> mx, mn, sm;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t xx = 0; xx < ow; ++xx)
+          for (int64_t k = 0; k < c; ++k) {
+            float vmax = -std::numeric_limits<float>::infinity();
+            float vmin = std::numeric_limits<float>::infinity(), vsum = 0.0f;
+            for (int64_t i = 0; i < p.size; ++i)
+              for (int64_t j = 0; j < p.size; ++j) {
+                const float v = x[at(b, y * p.stride + i, xx * p.stride + j, k)];
+                vmax = RefMax(vmax, v);
+                vmin = RefMin(vmin, v);
+                vsum += v;
+              }
+            mx.push_back(vmax);
+            mn.push_back(vmin);
+            sm.push_back(vsum);
+          }
+    std::vector<std::vector<float>> expected = {mx, mn, sm};
+    for (const char* d : dirs) {
+      std::vector<float> ss(x.size(), 0.0f);
+      for (int64_t b = 0; b < n; ++b)
+        for (int64_t y = 0; y < oh; ++y)
+          for (int64_t xx = 0; xx < ow; ++xx)
+            for (int64_t k = 0; k < c; ++k) {
+              int64_t chosen = -1;
+              for (int64_t i = 0; i < p.size; ++i)
+                for (int64_t j = 0; j < p.size; ++j) {
+                  const int64_t pos = at(b, y * p.stride + i, xx * p.stride + j, k);
+                  if (chosen < 0 || !select(d, x[chosen], x[pos])) chosen = pos;
+                }
+              ss[chosen] += mx[((b * oh + y) * ow + xx) * c + k];
+            }
+      expected.push_back(ss);
+    }
+    for (const std::vector<float>& e : expected) {
+      const ir::Literal& got = r->tuple_elements()[index];
+      ASSERT_EQ(got.element_count(), static_cast<int64_t>(e.size())) << outputs[index];
+      const float* g = got.data<float>();
+      for (size_t i = 0; i < e.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(g[i]), std::bit_cast<uint32_t>(e[i]))
+            << outputs[index] << " element " << i << ": " << g[i] << " against " << e[i]
+            << " with " << c << " channels";
+      }
+      ++index;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Channels, CpuWindowRowTest, ::testing::Values(1, 2, 3, 4, 5, 6, 8, 9));
 
 TEST(CpuDotTest, MatmulTransposedBatchedAndInteger) {
   ir::Literal a = F32({2, 3}, {1, 2, 3, 4, 5, 6});

@@ -299,8 +299,63 @@ void RunNode(const FusedNode& node, const std::vector<const uint8_t*>& args,
       return;
     case ir::OpCategory::kOther:
       // Broadcast of a scalar: its (already expanded) operand is the value.
+      // Broadcasts of larger inputs are expanded by ExpandBroadcast.
       std::memcpy(out, args[0], n * ir::ElementTypeSize(node.out_type));
       return;
+  }
+}
+
+// Elements [start, start + n) of the broadcast `node` of `input` into `out`.
+template <typename T>
+void ExpandBroadcastOf(const FusedNode& node, const T* input, T* out, int64_t start, int64_t n) {
+  const int64_t inner = node.broadcast_inner, size = node.broadcast_size;
+  int64_t q = (start / inner) % size, r = start % inner;
+  int64_t e = 0;
+  if (inner == 1) {
+    // The input repeated (a bias along the last dimension): the rest of the
+    // current period, one whole period, then copies of what is already
+    // written, doubling, so a short input costs a few calls, not one per
+    // period.
+    const int64_t head = std::min(n, size - q);
+    std::memcpy(out, input + q, head * sizeof(T));
+    e = head;
+    if (e == n) return;
+    const int64_t period_start = e;
+    const int64_t whole = std::min(n - e, size);
+    std::memcpy(out + e, input, whole * sizeof(T));
+    e += whole;
+    while (e < n) {
+      // out[period_start, e) holds whole periods, so it continues itself.
+      const int64_t run = std::min(n - e, e - period_start);
+      std::memcpy(out + e, out + period_start, run * sizeof(T));
+      e += run;
+    }
+    return;
+  }
+  while (e < n) {
+    // A run of one input element repeated.
+    const int64_t run = std::min(n - e, inner - r);
+    std::fill(out + e, out + e + run, input[q]);
+    e += run;
+    r = 0;
+    if (++q == size) q = 0;
+  }
+}
+
+void ExpandBroadcast(const FusedNode& node, const uint8_t* input, uint8_t* out, int64_t start,
+                     int64_t n) {
+  switch (ir::ElementTypeSize(node.out_type)) {
+    case 1:
+      return ExpandBroadcastOf(node, input, out, start, n);
+    case 2:
+      return ExpandBroadcastOf(node, reinterpret_cast<const uint16_t*>(input),
+                               reinterpret_cast<uint16_t*>(out), start, n);
+    case 4:
+      return ExpandBroadcastOf(node, reinterpret_cast<const uint32_t*>(input),
+                               reinterpret_cast<uint32_t*>(out), start, n);
+    default:
+      return ExpandBroadcastOf(node, reinterpret_cast<const uint64_t*>(input),
+                               reinterpret_cast<uint64_t*>(out), start, n);
   }
 }
 
@@ -330,6 +385,20 @@ void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& i
     for (int64_t i = 0; i < block; ++i) std::memcpy(dst + i * size, inputs[k], size);
   }
   const int out_size = ir::ElementTypeSize(group.nodes.back().out_type);
+  // Where each node's values are: its scratch block, or, for a broadcast of
+  // a scalar input inside the group, the input's expanded block (nothing to
+  // run).
+  std::vector<const uint8_t*> values(num_nodes);
+  std::vector<bool> aliased(num_nodes, false);
+  for (int i = 0; i < num_nodes; ++i) {
+    const FusedNode& node = group.nodes[i];
+    values[i] = node_block(i);
+    if (node.op == ir::Opcode::kBroadcast && node.broadcast_size == 0 && i != num_nodes - 1 &&
+        node.args[0] < 0 && group.input_is_scalar[-1 - node.args[0]]) {
+      values[i] = input_block(-1 - node.args[0]);
+      aliased[i] = true;
+    }
+  }
   std::vector<const uint8_t*> args;
   for (int64_t start = begin; start < end; start += block) {
     // A check every 64 blocks: well under a millisecond of work.
@@ -337,10 +406,18 @@ void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& i
     const int64_t n = std::min(block, end - start);
     for (int i = 0; i < num_nodes; ++i) {
       const FusedNode& node = group.nodes[i];
+      if (aliased[i]) continue;
+      uint8_t* dst = i == num_nodes - 1 ? out + start * out_size : node_block(i);
+      if (node.broadcast_size > 0) {
+        // Reads its input, which the group never writes (not a scalar,
+        // and not the output's shape unless the broadcast is the identity).
+        ExpandBroadcast(node, inputs[-1 - node.args[0]], dst, start, n);
+        continue;
+      }
       args.clear();
       for (int a : node.args) {
         if (a >= 0) {
-          args.push_back(node_block(a));
+          args.push_back(values[a]);
         } else {
           const int k = -1 - a;
           args.push_back(group.input_is_scalar[k]
@@ -349,7 +426,6 @@ void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& i
                                                        group.input_types[k]));
         }
       }
-      uint8_t* dst = i == num_nodes - 1 ? out + start * out_size : node_block(i);
       if (i == num_nodes - 1 && std::find(args.begin(), args.end(), dst) != args.end()) {
         // The output is written over one of its own inputs (in place): the
         // loops take distinct arrays, so go through the node's scratch.

@@ -28,6 +28,12 @@ struct FusedNode {
   ir::ComparisonDirection direction = ir::ComparisonDirection::kEq;
   // Operands: index >= 0 names an earlier node, -1-k names group input k.
   std::vector<int> args;
+  // A broadcast of a group input that is not a scalar: element e of the
+  // output reads input element (e / broadcast_inner) % broadcast_size (the
+  // input's dimensions are a contiguous run of the output's, as a bias is).
+  // Zero for a broadcast of a scalar input, which is expanded once.
+  int64_t broadcast_inner = 0;
+  int64_t broadcast_size = 0;
 };
 
 struct FusedGroup {

@@ -59,42 +59,79 @@ class StepProfile {
 using ir::Instruction;
 using ir::Opcode;
 
-bool IsFusible(const Instruction& instr) {
-  if (ir::IsElementwise(instr.opcode())) return true;
-  return instr.opcode() == Opcode::kBroadcast &&
-         instr.operand(0)->shape().ElementCount() == 1;
+// A broadcast that fused loops expand as they go: of a scalar, or of an
+// operand whose dimensions are a contiguous run of the output's (a bias over
+// channels, a vector over rows).
+bool IsExpandableBroadcast(const Instruction& instr) {
+  if (instr.opcode() != Opcode::kBroadcast) return false;
+  const ir::Shape& in = instr.operand(0)->shape();
+  if (in.ElementCount() == 1) return true;
+  const std::vector<int64_t>& dims = instr.attrs().dimensions;
+  if (dims.empty() || in.dims() == instr.shape().dims()) return false;
+  for (size_t i = 1; i < dims.size(); ++i) {
+    if (dims[i] != dims[i - 1] + 1) return false;
+  }
+  return true;
 }
 
+bool IsFusible(const Instruction& instr) {
+  return ir::IsElementwise(instr.opcode()) || IsExpandableBroadcast(instr);
+}
+
+// group_of[i] for a broadcast that every user's fused group expands itself
+// (it has no step of its own).
+constexpr int kInlined = -2;
+
 // Builds the fused kernel for the instructions `members` (topological order;
-// the last is the group's output).
+// the last is the group's output). Operands whose group_of is kInlined are
+// broadcasts expanded inside the group.
 Kernel MakeFusedKernel(const std::vector<const Instruction*>& members,
-                       std::vector<int>* input_slots) {
+                       const std::vector<int>& group_of, std::vector<int>* input_slots) {
   auto group = std::make_shared<FusedGroup>();
   absl::flat_hash_map<const Instruction*, int> node_of;
   absl::flat_hash_map<const Instruction*, int> input_of;
-  for (const Instruction* m : members) {
+  auto input = [&](const Instruction* o) {
+    auto [in, inserted] = input_of.emplace(o, static_cast<int>(group->input_types.size()));
+    if (inserted) {
+      group->input_types.push_back(o->shape().type());
+      group->input_is_scalar.push_back(o->shape().ElementCount() == 1);
+      input_slots->push_back(o->index());
+    }
+    return -1 - in->second;
+  };
+  auto add_node = [&](const Instruction* m, std::vector<int> args) {
     FusedNode node;
     node.op = m->opcode();
     node.out_type = m->shape().type();
     node.in_type = m->operand(0)->shape().type();
     node.direction = m->attrs().direction;
-    for (const Instruction* o : m->operands()) {
-      auto it = node_of.find(o);
-      if (it != node_of.end()) {
-        node.args.push_back(it->second);
-        continue;
+    node.args = std::move(args);
+    const ir::Shape& in = m->operand(0)->shape();
+    if (m->opcode() == Opcode::kBroadcast && in.ElementCount() != 1) {
+      node.broadcast_size = in.ElementCount();
+      node.broadcast_inner = 1;
+      const std::vector<int64_t>& out_dims = m->shape().dims();
+      for (size_t d = m->attrs().dimensions.back() + 1; d < out_dims.size(); ++d) {
+        node.broadcast_inner *= out_dims[d];
       }
-      auto [in, inserted] =
-          input_of.emplace(o, static_cast<int>(group->input_types.size()));
-      if (inserted) {
-        group->input_types.push_back(o->shape().type());
-        group->input_is_scalar.push_back(o->shape().ElementCount() == 1);
-        input_slots->push_back(o->index());
-      }
-      node.args.push_back(-1 - in->second);
     }
     node_of[m] = static_cast<int>(group->nodes.size());
     group->nodes.push_back(std::move(node));
+    return node_of[m];
+  };
+  for (const Instruction* m : members) {
+    std::vector<int> args;
+    for (const Instruction* o : m->operands()) {
+      auto it = node_of.find(o);
+      if (it != node_of.end()) {
+        args.push_back(it->second);
+      } else if (group_of[o->index()] == kInlined) {
+        args.push_back(add_node(o, {input(o->operand(0))}));
+      } else {
+        args.push_back(input(o));
+      }
+    }
+    add_node(m, std::move(args));
   }
   const ir::Shape out_shape = members.back()->shape();
   group->element_count = out_shape.ElementCount();
@@ -201,6 +238,14 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
     const Instruction& instr = *instrs[i];
     if (!IsFusible(instr)) continue;
     group_of[i] = i;
+    if (IsExpandableBroadcast(instr) && &instr != comp.root() && !users[i].empty() &&
+        std::all_of(users[i].begin(), users[i].end(), [&](const Instruction* u) {
+          return group_of[u->index()] >= 0 && ir::IsElementwise(u->opcode());
+        })) {
+      // Cheaper to expand in each user's loop than to write out and read.
+      group_of[i] = kInlined;
+      continue;
+    }
     if (users[i].size() == 1 && &instr != comp.root()) {
       const Instruction* user = users[i][0];
       if (group_of[user->index()] >= 0 &&
@@ -215,7 +260,7 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
   }
   for (int i = 0; i < n; ++i) {
     const Instruction& instr = *instrs[i];
-    if (instr.opcode() == Opcode::kParameter) continue;
+    if (instr.opcode() == Opcode::kParameter || group_of[i] == kInlined) continue;
     if (group_of[i] >= 0 && group_of[i] != i) continue;  // inside a group
     Step step;
     step.name = instr.name();
@@ -223,7 +268,7 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
                              " ", instr.shape().ToString(), " ", instr.name());
     step.output = i;
     if (group_of[i] == i) {
-      step.kernel = MakeFusedKernel(members[i], &step.inputs);
+      step.kernel = MakeFusedKernel(members[i], group_of, &step.inputs);
       program->fused_instructions_ += static_cast<int>(members[i].size()) - 1;
       if (options.step_cost) step.cost = options.step_cost(members[i]);
     } else {

@@ -22,29 +22,32 @@ template <typename T>
 using Accumulator = std::conditional_t<ir::kIsHalf<T>, float, T>;
 
 #if defined(__SSE2__)
-// f32 maximum and minimum as SSE2 masks and blends: the same results as the
-// generic rules below, with no branch for the compiler to mispredict.
-inline float MaxF32(float a, float b) {
-  const __m128 x = _mm_set_ss(a), y = _mm_set_ss(b);
-  __m128 r = _mm_max_ss(x, y);  // x > y ? x : y (y when equal or unordered)
-  const __m128 eq = _mm_cmpeq_ss(x, y);
+// f32 maximum and minimum of four lanes as SSE2 masks and blends: the same
+// results as the generic rules below, with no branch for the compiler to
+// mispredict.
+inline __m128 MaxF32x4(__m128 x, __m128 y) {
+  __m128 r = _mm_max_ps(x, y);  // x > y ? x : y (y when equal or unordered)
+  const __m128 eq = _mm_cmpeq_ps(x, y);
   r = _mm_or_ps(_mm_and_ps(eq, _mm_and_ps(x, y)), _mm_andnot_ps(eq, r));  // +0 over -0
-  const __m128 y_nan = _mm_cmpunord_ss(y, y);
+  const __m128 y_nan = _mm_cmpunord_ps(y, y);
   r = _mm_or_ps(_mm_and_ps(y_nan, y), _mm_andnot_ps(y_nan, r));
-  const __m128 x_nan = _mm_cmpunord_ss(x, x);
-  r = _mm_or_ps(_mm_and_ps(x_nan, x), _mm_andnot_ps(x_nan, r));
-  return _mm_cvtss_f32(r);
+  const __m128 x_nan = _mm_cmpunord_ps(x, x);
+  return _mm_or_ps(_mm_and_ps(x_nan, x), _mm_andnot_ps(x_nan, r));
+}
+inline __m128 MinF32x4(__m128 x, __m128 y) {
+  __m128 r = _mm_min_ps(x, y);
+  const __m128 eq = _mm_cmpeq_ps(x, y);
+  r = _mm_or_ps(_mm_and_ps(eq, _mm_or_ps(x, y)), _mm_andnot_ps(eq, r));  // -0 under +0
+  const __m128 y_nan = _mm_cmpunord_ps(y, y);
+  r = _mm_or_ps(_mm_and_ps(y_nan, y), _mm_andnot_ps(y_nan, r));
+  const __m128 x_nan = _mm_cmpunord_ps(x, x);
+  return _mm_or_ps(_mm_and_ps(x_nan, x), _mm_andnot_ps(x_nan, r));
+}
+inline float MaxF32(float a, float b) {
+  return _mm_cvtss_f32(MaxF32x4(_mm_set_ss(a), _mm_set_ss(b)));
 }
 inline float MinF32(float a, float b) {
-  const __m128 x = _mm_set_ss(a), y = _mm_set_ss(b);
-  __m128 r = _mm_min_ss(x, y);
-  const __m128 eq = _mm_cmpeq_ss(x, y);
-  r = _mm_or_ps(_mm_and_ps(eq, _mm_or_ps(x, y)), _mm_andnot_ps(eq, r));  // -0 under +0
-  const __m128 y_nan = _mm_cmpunord_ss(y, y);
-  r = _mm_or_ps(_mm_and_ps(y_nan, y), _mm_andnot_ps(y_nan, r));
-  const __m128 x_nan = _mm_cmpunord_ss(x, x);
-  r = _mm_or_ps(_mm_and_ps(x_nan, x), _mm_andnot_ps(x_nan, r));
-  return _mm_cvtss_f32(r);
+  return _mm_cvtss_f32(MinF32x4(_mm_set_ss(a), _mm_set_ss(b)));
 }
 #endif
 
@@ -98,6 +101,43 @@ __attribute__((always_inline)) inline A ApplyReducerOp(ir::Opcode op, A a, A b) 
       return a;
   }
 }
+
+#if defined(__SSE2__)
+// ApplyReducerOp on four f32 lanes at once, for the ops fixed at compile
+// time; and/or leave `a`, as ApplyReducerOp does for floats.
+template <ir::Opcode kOp>
+__attribute__((always_inline)) inline __m128 ApplyReducerOpF32x4(__m128 a, __m128 b) {
+  if constexpr (kOp == ir::Opcode::kAdd) return _mm_add_ps(a, b);
+  else if constexpr (kOp == ir::Opcode::kMultiply) return _mm_mul_ps(a, b);
+  else if constexpr (kOp == ir::Opcode::kMaximum) return MaxF32x4(a, b);
+  else if constexpr (kOp == ir::Opcode::kMinimum) return MinF32x4(a, b);
+  else return a;
+}
+
+// The first `n` (1 to 4) floats at `p` in the low lanes, zeros above (rows
+// whose length is not a multiple of four end with one of these), loaded and
+// stored without touching memory past them.
+inline __m128 LoadF32x4(const float* p, int64_t n) {
+  switch (n) {
+    case 1: return _mm_load_ss(p);
+    case 2: return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
+    case 3:
+      return _mm_movelh_ps(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))),
+                           _mm_load_ss(p + 2));
+    default: return _mm_loadu_ps(p);
+  }
+}
+inline void StoreF32x4(float* p, __m128 v, int64_t n) {
+  switch (n) {
+    case 1: return _mm_store_ss(p, v);
+    case 2: return _mm_store_sd(reinterpret_cast<double*>(p), _mm_castps_pd(v));
+    case 3:
+      _mm_store_sd(reinterpret_cast<double*>(p), _mm_castps_pd(v));
+      return _mm_store_ss(p + 2, _mm_movehl_ps(v, v));
+    default: return _mm_storeu_ps(p, v);
+  }
+}
+#endif
 
 }  // namespace kiln::host
 

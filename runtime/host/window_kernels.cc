@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <climits>
 #include <type_traits>
 
 #include <omp.h>
@@ -278,6 +279,67 @@ void WithDirection(ir::ComparisonDirection dir, F&& f) {
   }
 }
 
+#if defined(__SSE2__)
+// One output row of an f32 reduce-window whose windows lie inside the input:
+// row[j] folds column j of the window's rows (at base + offsets[k] * inner)
+// in window order, as the scalar loop does (so the same bits), four columns
+// at a time.
+template <Opcode kOp>
+void ReduceWindowRowF32(const float* base, const int64_t* offsets, int64_t positions,
+                        int64_t inner, float init, float* row) {
+  for (int64_t j = 0; j < inner; j += 4) {
+    const int64_t n = std::min<int64_t>(4, inner - j);
+    __m128 a = _mm_set1_ps(init);
+    for (int64_t k = 0; k < positions; ++k) {
+      a = ApplyReducerOpF32x4<kOp>(a, LoadF32x4(base + offsets[k] * inner + j, n));
+    }
+    StoreF32x4(row + j, a, n);
+  }
+}
+
+// !(a dir b) in each lane, NaN included (the select computation declines
+// the current choice).
+template <ir::ComparisonDirection kDir>
+__m128 NotCompareF32x4(__m128 a, __m128 b) {
+  using D = ir::ComparisonDirection;
+  if constexpr (kDir == D::kGe) return _mm_cmpnge_ps(a, b);
+  else if constexpr (kDir == D::kGt) return _mm_cmpngt_ps(a, b);
+  else if constexpr (kDir == D::kLe) return _mm_cmpnle_ps(a, b);
+  else if constexpr (kDir == D::kLt) return _mm_cmpnlt_ps(a, b);
+  else if constexpr (kDir == D::kEq) return _mm_cmpneq_ps(a, b);
+  else return _mm_cmpeq_ps(a, b);
+}
+
+// One source row of an f32 select-and-scatter whose windows lie inside the
+// operand: each column selects within its column of the window (the first
+// position, replaced by each later one the select declines, as the scalar
+// loop does) and adds its source element there. Four columns at a time,
+// without branches: which position wins is unpredictable.
+template <ir::ComparisonDirection kDir, Opcode kOp>
+void SelectAndScatterRowF32(const float* operand, int64_t first, const int64_t* offsets,
+                            int64_t positions, int64_t inner, const float* src, float* out) {
+  for (int64_t j = 0; j < inner; j += 4) {
+    const int64_t n = std::min<int64_t>(4, inner - j);
+    __m128 best = LoadF32x4(operand + (first + offsets[0]) * inner + j, n);
+    __m128i chosen = _mm_setzero_si128();
+    for (int64_t k = 1; k < positions; ++k) {
+      const __m128 v = LoadF32x4(operand + (first + offsets[k]) * inner + j, n);
+      const __m128 take = NotCompareF32x4<kDir>(best, v);
+      best = _mm_or_ps(_mm_and_ps(take, v), _mm_andnot_ps(take, best));
+      const __m128i mask = _mm_castps_si128(take);
+      chosen = _mm_or_si128(_mm_and_si128(mask, _mm_set1_epi32(static_cast<int32_t>(k))),
+                            _mm_andnot_si128(mask, chosen));
+    }
+    alignas(16) int32_t at[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(at), chosen);
+    for (int64_t l = 0; l < n; ++l) {
+      float& dst = out[(first + offsets[at[l]]) * inner + j + l];
+      dst = ApplyReducerOp<float>(kOp, dst, src[j + l]);
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
@@ -336,7 +398,16 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
               });
             };
             if constexpr (std::is_same_v<T, float>) {
+#if defined(__SSE2__)
+              WithReducer(op, [&](auto kOp) {
+                ForEachInsideWindow(outer, /*parallel=*/true, [&](int64_t linear, int64_t first) {
+                  ReduceWindowRowF32<decltype(kOp)::value>(in + first * inner, offsets, positions,
+                                                           inner, init, o + linear * inner);
+                });
+              });
+#else
               WithReducer(op, run);
+#endif
             } else {
               run(op);
             }
@@ -469,6 +540,21 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
             });
           };
           if constexpr (std::is_same_v<T, float>) {
+#if defined(__SSE2__)
+            if (outer.offsets.size() <= size_t{INT32_MAX}) {
+              const int64_t* offsets = outer.offsets.data();
+              const int64_t positions = static_cast<int64_t>(outer.offsets.size());
+              WithDirection(dir, [&](auto kDir) {
+                WithReducer(op, [&](auto kOp) {
+                  ForEachInsideWindow(outer, disjoint, [&](int64_t linear, int64_t first) {
+                    SelectAndScatterRowF32<decltype(kDir)::value, decltype(kOp)::value>(
+                        operand, first, offsets, positions, inner, source + linear * inner, o);
+                  });
+                });
+              });
+              return;
+            }
+#endif
             WithDirection(dir, [&](auto kDir) { WithReducer(op, [&](auto kOp) { run(kDir, kOp); }); });
           } else {
             run(dir, op);

@@ -1,0 +1,108 @@
+// How Program::Build splits a computation into steps, and that fused steps
+// compute what the unfused instructions would.
+#include "runtime/host/program.h"
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/ir/verifier.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/host/host_device.h"
+#include "runtime/host/test_util.h"
+
+namespace kiln::host {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+
+// The steps the entry computation of `text` compiles to.
+int StepsOf(const std::string& text) {
+  auto module = ir::ParseModule(text);
+  EXPECT_TRUE(module.ok()) << module.status();
+  if (!module.ok()) return -1;
+  EXPECT_TRUE(ir::Verify(**module).ok());
+  ProgramCache cache;
+  auto program = cache.Get((*module)->entry());
+  EXPECT_TRUE(program.ok()) << program.status();
+  return program.ok() ? (*program)->step_count() : -1;
+}
+
+// A bias over the channels of NHWC data, added and then clamped at zero,
+// with the zero broadcast read by two groups: the broadcasts are expanded
+// inside the fused loops and never written out, and the values are those of
+// the broadcasts written out.
+TEST(ProgramTest, BiasAndScalarBroadcastsExpandInsideFusedLoops) {
+  const std::string text = R"(ENTRY e {
+  x = f32[2,3,2,3] parameter(0)
+  b = f32[3] parameter(1)
+  bb = f32[2,3,2,3] broadcast(b), dimensions={3}
+  a = f32[2,3,2,3] add(x, bb)
+  z = f32[] constant(0)
+  zb = f32[2,3,2,3] broadcast(z), dimensions={}
+  relu = f32[2,3,2,3] maximum(a, zb)
+  mask = pred[2,3,2,3] compare(a, zb), direction=GT
+  ROOT t = (f32[2,3,2,3], pred[2,3,2,3]) tuple(relu, mask)
+})";
+  // The constant, the add (it has two users), the maximum, the compare and
+  // the tuple: no step for either broadcast.
+  EXPECT_EQ(StepsOf(text), 5);
+  std::vector<float> x(36);
+  for (int i = 0; i < 36; ++i) x[i] = static_cast<float>(i % 7) - 3.0f;
+  auto r = RunHlo(text, {F32({2, 3, 2, 3}, x), F32({3}, {1.0f, -2.0f, 0.5f})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<double> relu, mask;
+  for (int i = 0; i < 36; ++i) {
+    const float a = x[i] + (i % 3 == 0 ? 1.0f : i % 3 == 1 ? -2.0f : 0.5f);
+    relu.push_back(a > 0 ? a : 0);
+    mask.push_back(a > 0 ? 1 : 0);
+  }
+  EXPECT_THAT(Values(r->tuple_elements()[0]), ElementsAreArray(relu));
+  EXPECT_THAT(Values(r->tuple_elements()[1]), ElementsAreArray(mask));
+}
+
+// A bias over the channels of NCHW data (an inner run of H*W elements per
+// value), a vector broadcast over the leading dimensions, and a large group
+// that splits over blocks and threads: each block starts partway through a
+// run of the broadcast.
+TEST(ProgramTest, BroadcastsOverInnerRunsStartPartwayThroughABlock) {
+  const int64_t n = 100, c = 7, hw = 97;  // 67,900 elements: several blocks
+  const std::string text = absl::StrCat(R"(ENTRY e {
+  x = f32[)", n, ",", c, ",", hw, R"(] parameter(0)
+  b = f32[)", c, R"(] parameter(1)
+  v = f32[)", hw, R"(] parameter(2)
+  bb = f32[)", n, ",", c, ",", hw, R"(] broadcast(b), dimensions={1}
+  vb = f32[)", n, ",", c, ",", hw, R"(] broadcast(v), dimensions={2}
+  s = f32[)", n, ",", c, ",", hw, R"(] add(x, bb)
+  ROOT m = f32[)", n, ",", c, ",", hw, R"(] multiply(s, vb)
+})");
+  EXPECT_EQ(StepsOf(text), 1);
+  std::vector<float> x(n * c * hw), b(c), v(hw);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 11);
+  for (int64_t i = 0; i < c; ++i) b[i] = static_cast<float>(100 * (i + 1));
+  for (int64_t i = 0; i < hw; ++i) v[i] = static_cast<float>(i % 5 + 1);
+  auto r = RunHlo(text, {F32({n, c, hw}, x), F32({c}, b), F32({hw}, v)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const float* got = r->data<float>();
+  for (int64_t i = 0; i < n * c * hw; ++i) {
+    const float want = (x[i] + b[(i / hw) % c]) * v[i % hw];
+    ASSERT_EQ(got[i], want) << "element " << i;
+  }
+}
+
+// A broadcast that something other than an elementwise op reads (here a
+// dot, and the root) is written out, through the same expansion.
+TEST(ProgramTest, BroadcastReadByADotIsWrittenOut) {
+  const std::string text = R"(ENTRY e {
+  b = f32[2] parameter(0)
+  bb = f32[3,2] broadcast(b), dimensions={1}
+  ROOT d = f32[3,3] dot(bb, bb), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+})";
+  EXPECT_EQ(StepsOf(text), 2);
+  auto r = RunHlo(text, {F32({2}, {1.0f, 2.0f})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(Values(*r), ElementsAre(5, 5, 5, 5, 5, 5, 5, 5, 5));
+}
+
+}  // namespace
+}  // namespace kiln::host
