@@ -338,6 +338,37 @@ void SelectAndScatterRowF32(const float* operand, int64_t first, const int64_t* 
     }
   }
 }
+
+// SelectAndScatterRowF32 for windows that do not overlap: each position of
+// the window is written, with op(init, source) where it was chosen and init
+// elsewhere (what scattering into an output filled with init gives, as no
+// other window reaches these elements), as whole vectors.
+template <ir::ComparisonDirection kDir, Opcode kOp>
+void SelectAndWriteRowF32(const float* operand, int64_t first, const int64_t* offsets,
+                          int64_t positions, int64_t inner, const float* src, float init,
+                          float* out) {
+  const __m128 fill = _mm_set1_ps(init);
+  for (int64_t j = 0; j < inner; j += 4) {
+    const int64_t n = std::min<int64_t>(4, inner - j);
+    __m128 best = LoadF32x4(operand + (first + offsets[0]) * inner + j, n);
+    __m128i chosen = _mm_setzero_si128();
+    for (int64_t k = 1; k < positions; ++k) {
+      const __m128 v = LoadF32x4(operand + (first + offsets[k]) * inner + j, n);
+      const __m128 take = NotCompareF32x4<kDir>(best, v);
+      best = _mm_or_ps(_mm_and_ps(take, v), _mm_andnot_ps(take, best));
+      const __m128i mask = _mm_castps_si128(take);
+      chosen = _mm_or_si128(_mm_and_si128(mask, _mm_set1_epi32(static_cast<int32_t>(k))),
+                            _mm_andnot_si128(mask, chosen));
+    }
+    const __m128 value = ApplyReducerOpF32x4<kOp>(fill, LoadF32x4(src + j, n));
+    for (int64_t k = 0; k < positions; ++k) {
+      const __m128 here =
+          _mm_castsi128_ps(_mm_cmpeq_epi32(chosen, _mm_set1_epi32(static_cast<int32_t>(k))));
+      StoreF32x4(out + (first + offsets[k]) * inner + j,
+                 _mm_or_ps(_mm_and_ps(here, value), _mm_andnot_ps(here, fill)), n);
+    }
+  }
+}
 #endif
 
 }  // namespace
@@ -498,10 +529,16 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
     const ir::ComparisonDirection dir = *select_dir;
     const Opcode op = *scatter_op;
     const bool inside = InsideEverywhere(outer);
-    // Windows that do not overlap scatter to different elements.
-    bool disjoint = true;
+    // Windows that do not overlap (each spans no more than the stride)
+    // scatter to different elements; `tiled` ones also cover every element
+    // of the operand exactly once.
+    bool disjoint = true, tiled = true;
     for (size_t d = 0; d < outer.window.size(); ++d) {
-      disjoint = disjoint && outer.window[d].stride >= outer.win_sizes[d];
+      const ir::WindowDim& w = outer.window[d];
+      const int64_t extent = (outer.win_sizes[d] - 1) * w.window_dilation + 1;
+      disjoint = disjoint && w.stride >= extent;
+      tiled = tiled && w.stride == extent && w.window_dilation == 1 && w.pad_lo == 0 &&
+              w.pad_hi == 0 && outer.out_dims[d] * w.stride == outer.in_dims[d];
     }
     return Kernel([=](ExecState& st, const std::vector<BufferPtr>& ops)
                       -> absl::StatusOr<BufferPtr> {
@@ -512,7 +549,30 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
         const T* operand = ops[0]->as<T>();
         const T* source = ops[1]->as<T>();
         T* o = out->as<T>();
-        std::fill(o, o + out_shape.ElementCount(), ops[2]->as<T>()[0]);
+        const T init = ops[2]->as<T>()[0];
+#if defined(__SSE2__)
+        if constexpr (std::is_same_v<T, float>) {
+          if (inside && disjoint && outer.offsets.size() <= size_t{INT32_MAX}) {
+            // Every element a window holds is written once, chosen or not:
+            // the rest of the output needs filling only when not tiled.
+            if (!tiled) std::fill(o, o + out_shape.ElementCount(), init);
+            if (ir::Shape(type, g.out_dims).ElementCount() == 0) return;
+            const int64_t* offsets = outer.offsets.data();
+            const int64_t positions = static_cast<int64_t>(outer.offsets.size());
+            WithDirection(dir, [&](auto kDir) {
+              WithReducer(op, [&](auto kOp) {
+                ForEachInsideWindow(outer, /*parallel=*/true, [&](int64_t linear, int64_t first) {
+                  SelectAndWriteRowF32<decltype(kDir)::value, decltype(kOp)::value>(
+                      operand, first, offsets, positions, inner, source + linear * inner, init,
+                      o);
+                });
+              });
+            });
+            return;
+          }
+        }
+#endif
+        std::fill(o, o + out_shape.ElementCount(), init);
         if (ir::Shape(type, g.out_dims).ElementCount() == 0) return;
         if (inside) {
           // Compile-time direction and op for f32, runtime ones otherwise.
