@@ -6,13 +6,21 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/host/cancel.h"
+#include "runtime/host/compute_workers.h"
 
 namespace kiln::host {
+namespace {
+
+// Programs producing at least this many elements in all run on compute
+// workers.
+constexpr int64_t kComputeWorkerElements = int64_t{1} << 16;
+
+}  // namespace
 
 ProgramExecutable::ProgramExecutable(std::string kind, std::shared_ptr<const Program> entry,
                                      ir::Shape result, std::vector<ir::Shape> params,
                                      uint64_t seed, bool uses_feeds, bool uses_rng,
-                                     ProfileFn profile)
+                                     bool on_worker, ProfileFn profile)
     : kind_(std::move(kind)),
       entry_(std::move(entry)),
       result_shape_(std::move(result)),
@@ -20,6 +28,7 @@ ProgramExecutable::ProgramExecutable(std::string kind, std::shared_ptr<const Pro
       seed_(seed),
       uses_feeds_(uses_feeds),
       uses_rng_(uses_rng),
+      on_worker_(on_worker),
       profile_(std::move(profile)) {}
 
 absl::StatusOr<runtime::BufferPtr> ProgramExecutable::Execute(
@@ -68,9 +77,19 @@ absl::StatusOr<runtime::BufferPtr> ProgramExecutable::ExecuteOwned(
   state.rng = rng.has_value() ? &*rng : nullptr;
   runtime::CostCounters cost;
   if (profile_) state.cost = &cost;
-  CancelScope cancel_scope(&options.cancelled);
   args.clear();
-  absl::StatusOr<HostBufferPtr> result = entry_->Run(state, std::move(host_args));
+  absl::StatusOr<HostBufferPtr> result = absl::InternalError("the execution did not run");
+  auto run = [&] {
+    CancelScope cancel_scope(&options.cancelled);
+    result = entry_->Run(state, std::move(host_args));
+  };
+  // Programs with real work run on a warm compute worker; a small one (an
+  // eager op) costs less than the handoff.
+  if (on_worker_) {
+    RunOnComputeWorker(run);
+  } else {
+    run();
+  }
   if (!result.ok()) return result.status();
   if (profile_ && options.profile != nullptr) {
     *options.profile = profile_(cost, options.replica_count);
@@ -87,8 +106,12 @@ absl::StatusOr<std::shared_ptr<runtime::Executable>> CompileProgram(
   ProgramCache programs(std::move(program_options));
   ASSIGN_OR_RETURN(std::shared_ptr<const Program> entry, programs.Get(module.entry()));
   bool uses_feeds = false, uses_rng = false;
+  // Elements the instructions produce: a program with fewer is an eager op
+  // or little more, cheaper to run in place than to hand to a worker.
+  int64_t elements = 0;
   for (const auto& computation : module.computations()) {
     for (const auto& instr : computation->instructions()) {
+      if (!instr->shape().IsTuple()) elements += instr->shape().ElementCount();
       uses_feeds = uses_feeds || instr->opcode() == ir::Opcode::kInfeed ||
                    instr->opcode() == ir::Opcode::kOutfeed;
       uses_rng = uses_rng || instr->opcode() == ir::Opcode::kRng;
@@ -96,7 +119,8 @@ absl::StatusOr<std::shared_ptr<runtime::Executable>> CompileProgram(
   }
   return std::make_shared<ProgramExecutable>(
       kind, entry, module.entry()->root()->shape(), module.entry()->ParameterShapes(),
-      options.rng_seed, uses_feeds, uses_rng, std::move(profile));
+      options.rng_seed, uses_feeds, uses_rng, elements >= kComputeWorkerElements,
+      std::move(profile));
 }
 
 }  // namespace kiln::host

@@ -24,10 +24,11 @@ class ProgramExecutable : public runtime::Executable {
   // Runs on devices of `kind` (host devices). `profile` null: executions
   // report no profile.
   // `uses_rng`: whether any computation draws from the rng (others skip
-  // seeding a generator per execution).
+  // seeding a generator per execution). `on_worker`: whether executions run
+  // on a compute worker (compute_workers.h) rather than the calling thread.
   ProgramExecutable(std::string kind, std::shared_ptr<const Program> entry, ir::Shape result,
                     std::vector<ir::Shape> params, uint64_t seed, bool uses_feeds,
-                    bool uses_rng, ProfileFn profile = nullptr);
+                    bool uses_rng, bool on_worker, ProfileFn profile = nullptr);
 
   absl::StatusOr<runtime::BufferPtr> Execute(runtime::Device& device,
                                              const std::vector<runtime::BufferPtr>& args,
@@ -50,6 +51,7 @@ class ProgramExecutable : public runtime::Executable {
   uint64_t seed_;
   bool uses_feeds_;
   bool uses_rng_;
+  bool on_worker_;
   std::atomic<uint64_t> executions_{0};
   ProfileFn profile_;
 };
