@@ -11,12 +11,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "compiler/ir/literal.h"
+#include "runtime/cancel_check.h"
 
 namespace kiln::runtime {
-
-// Polled by long waits: true once the caller gave up (an RPC cancelled, a
-// session closed). Must be cheap and thread-safe.
-using CancelCheck = std::function<bool()>;
 
 // Thread-safe. Push blocks while the queue is full (backpressure); Pop
 // blocks while it is empty. Both give up at their deadline with

@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "epoch %d: train loss %.4f, train accuracy %.4f, test loss %.4f, test accuracy %.4f, "
-        "%.1f s, compiles %lld\n",
+        "%.2f s, compiles %lld\n",
         epoch, loss_sum / steps, correct / (steps * batch),
         test_seen ? test_loss / test_seen : 0.0, test_seen ? test_correct / test_seen : 0.0,
         train_seconds, static_cast<long long>(ctx->metrics().uncached_compiles));
