@@ -8,6 +8,7 @@
 #define KILN_RUNTIME_HOST_CANCEL_H_
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 
 #include "runtime/device.h"
@@ -35,11 +36,13 @@ bool Cancelled();
 inline bool CancelledEvery(int64_t i, int64_t period) { return i % period == 0 && Cancelled(); }
 
 // For loops over rows of `row_elements` elements each: polls at row `row`
-// about once per million elements.
+// about once per million elements. Called once per row, so no division: the
+// rows between polls are a power of two and the test a mask.
 inline bool CancelledAtRow(int64_t row, int64_t row_elements) {
-  constexpr int64_t kElements = int64_t{1} << 20;
-  const int64_t period = row_elements >= kElements ? 1 : kElements / std::max<int64_t>(1, row_elements);
-  return row > 0 && CancelledEvery(row, period);
+  const int log2_elements =
+      std::bit_width(static_cast<uint64_t>(std::max<int64_t>(1, row_elements))) - 1;
+  const int64_t mask = (int64_t{1} << (20 - std::min(20, log2_elements))) - 1;
+  return row > 0 && (row & mask) == 0 && Cancelled();
 }
 
 }  // namespace kiln::host

@@ -626,6 +626,62 @@ TEST_P(CpuWindowRowTest, RowsOfAnyWidthMatchPlainLoops) {
 
 INSTANTIATE_TEST_SUITE_P(Channels, CpuWindowRowTest, ::testing::Values(1, 2, 3, 4, 5, 6, 8, 9));
 
+// Reductions over the leading dimensions (a bias gradient over NHWC data)
+// fold each column's rows in order, bit for bit as a plain loop, for any
+// number of columns (the vector lanes and their ends).
+class CpuReduceLeadingTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(CpuReduceLeadingTest, ColumnsOfAnyWidthMatchPlainLoops) {
+  const int64_t c = GetParam(), rows = 35;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x(rows * c);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>((i * 7) % 13) - 0.55f;
+  x[(3 * c) % x.size()] = nan;
+  x[(5 * c + c - 1) % x.size()] = -0.0f;
+  x[(6 * c + c - 1) % x.size()] = 0.0f;
+  const std::string shape = absl::StrCat("f32[5,7,", c, "]"), out = absl::StrCat("f32[", c, "]");
+  const std::string text = absl::StrCat(kMax, kAdd, R"(min { a = f32[] parameter(0)
+ b = f32[] parameter(1)
+ ROOT s = f32[] minimum(a, b) }
+mul { a = f32[] parameter(0)
+ b = f32[] parameter(1)
+ ROOT s = f32[] multiply(a, b) }
+ENTRY e {
+ x = )", shape, R"( parameter(0)
+ zero = f32[] constant(0)
+ one = f32[] constant(1)
+ ninf = f32[] constant(-inf)
+ inf = f32[] constant(inf)
+ s = )", out, R"( reduce(x, zero), dimensions={0,1}, to_apply=add
+ p = )", out, R"( reduce(x, one), dimensions={0,1}, to_apply=mul
+ mx = )", out, R"( reduce(x, ninf), dimensions={0,1}, to_apply=max
+ mn = )", out, R"( reduce(x, inf), dimensions={0,1}, to_apply=min
+ ROOT t = ()", out, ", ", out, ", ", out, ", ", out, R"() tuple(s, p, mx, mn)
+})");
+  auto r = RunHlo(text, {F32({5, 7, c}, x)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (int64_t j = 0; j < c; ++j) {
+    float s = 0.0f, p = 1.0f, mx = -std::numeric_limits<float>::infinity();
+    float mn = std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < rows; ++i) {
+      const float v = x[i * c + j];
+      s += v;
+      p *= v;
+      mx = RefMax(mx, v);
+      mn = RefMin(mn, v);
+    }
+    const float want[4] = {s, p, mx, mn};
+    for (int k = 0; k < 4; ++k) {
+      const float got = r->tuple_elements()[k].data<float>()[j];
+      EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want[k]))
+          << "output " << k << " column " << j << " of " << c << ": " << got << " against "
+          << want[k];
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Columns, CpuReduceLeadingTest, ::testing::Values(1, 3, 4, 6, 9, 16, 17, 30));
+
 TEST(CpuDotTest, MatmulTransposedBatchedAndInteger) {
   ir::Literal a = F32({2, 3}, {1, 2, 3, 4, 5, 6});
   ir::Literal b = F32({3, 2}, {7, 8, 9, 10, 11, 12});

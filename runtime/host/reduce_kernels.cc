@@ -64,6 +64,52 @@ void ReduceLeading(Opcode op, const T* in, T init, int64_t rows, int64_t cols,
   for (int64_t j = 0; j < cols; ++j) out[j] = ir::ConvertValue<T>(acc[j]);
 }
 
+#if defined(__SSE2__)
+// ReduceLeading for f32, a reducer fixed at compile time and at most
+// 4 * kChunks columns: the accumulators stay in registers across the rows
+// (every column still folds its rows in order, so the same bits).
+template <Opcode kOp, int kChunks>
+void ReduceLeadingF32InRegisters(const float* in, float init, int64_t rows, int64_t cols,
+                                 float* out) {
+  __m128 acc[kChunks];
+  for (int c = 0; c < kChunks; ++c) acc[c] = _mm_set1_ps(init);
+  const int64_t last = cols - 4 * (kChunks - 1);  // columns in the last chunk
+  for (int64_t r = 0; r < rows; ++r) {
+    if (CancelledAtRow(r, cols)) return;
+    const float* p = in + r * cols;
+    for (int c = 0; c < kChunks; ++c) {
+      acc[c] = ApplyReducerOpF32x4<kOp>(acc[c], LoadF32x4(p + 4 * c, c + 1 < kChunks ? 4 : last));
+    }
+  }
+  for (int c = 0; c < kChunks; ++c) StoreF32x4(out + 4 * c, acc[c], c + 1 < kChunks ? 4 : last);
+}
+
+// ReduceLeading for f32 and a reducer fixed at compile time: each row folds
+// into the accumulators four columns at a time, in order.
+template <Opcode kOp>
+void ReduceLeadingF32(const float* in, float init, int64_t rows, int64_t cols, float* out) {
+  switch ((cols + 3) / 4) {
+    case 1: return ReduceLeadingF32InRegisters<kOp, 1>(in, init, rows, cols, out);
+    case 2: return ReduceLeadingF32InRegisters<kOp, 2>(in, init, rows, cols, out);
+    case 3: return ReduceLeadingF32InRegisters<kOp, 3>(in, init, rows, cols, out);
+    case 4: return ReduceLeadingF32InRegisters<kOp, 4>(in, init, rows, cols, out);
+    default: break;
+  }
+  std::unique_ptr<float[]> acc(new float[cols]);
+  std::fill(acc.get(), acc.get() + cols, init);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (CancelledAtRow(r, cols)) return;
+    const float* p = in + r * cols;
+    for (int64_t j = 0; j < cols; j += 4) {
+      const int64_t n = std::min<int64_t>(4, cols - j);
+      StoreF32x4(acc.get() + j,
+                 ApplyReducerOpF32x4<kOp>(LoadF32x4(acc.get() + j, n), LoadF32x4(p + j, n)), n);
+    }
+  }
+  std::copy(acc.get(), acc.get() + cols, out);
+}
+#endif
+
 }  // namespace
 
 absl::StatusOr<Kernel> MakeReduceKernel(const ir::Instruction& instr,
@@ -113,6 +159,22 @@ absl::StatusOr<Kernel> MakeReduceKernel(const ir::Instruction& instr,
         const T init = ops[1]->as<T>()[0];
         const T* in = reinterpret_cast<const T*>(src);
         if (leading && !identity) {
+#if defined(__SSE2__)
+          if constexpr (std::is_same_v<T, float>) {
+            switch (op) {
+              case Opcode::kAdd:
+                return ReduceLeadingF32<Opcode::kAdd>(in, init, run, rows, out->as<T>());
+              case Opcode::kMultiply:
+                return ReduceLeadingF32<Opcode::kMultiply>(in, init, run, rows, out->as<T>());
+              case Opcode::kMaximum:
+                return ReduceLeadingF32<Opcode::kMaximum>(in, init, run, rows, out->as<T>());
+              case Opcode::kMinimum:
+                return ReduceLeadingF32<Opcode::kMinimum>(in, init, run, rows, out->as<T>());
+              default:
+                break;
+            }
+          }
+#endif
           ReduceLeading<T>(op, in, init, run, rows, out->as<T>());
         } else {
           ReduceRuns<T>(op, in, init, rows, run, out->as<T>());
