@@ -14,6 +14,7 @@
 #include "benchmarks/echo_service.h"
 #include "echo.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/allocator.h"
 #include "server/grpc_service.h"
 #include "base/logging.h"
 #include "server/service.h"
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
   const int batches = argc > 1 ? std::atoi(argv[1]) : 500;
   const int batch = 128;
 
+  // Tuned as kiln-server tunes itself (both peers share the process).
+  kiln::server::TuneAllocatorForServing();
   kiln::server::ServiceOptions options;
   auto service = *kiln::server::Service::Create(options);
   auto kiln_server = *kiln::server::GrpcServer::Start(service.get(), "127.0.0.1:0");

@@ -15,6 +15,7 @@
 #include "benchmarks/echo_service.h"
 #include "echo.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/allocator.h"
 #include "server/grpc_service.h"
 #include "base/logging.h"
 #include "server/service.h"
@@ -49,6 +50,8 @@ int main(int argc, char** argv) {
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 2000;
   const int64_t transfer_bytes = (argc > 2 ? std::atoll(argv[2]) : 256) << 20;
 
+  // Tuned as kiln-server tunes itself (both peers share the process).
+  kiln::server::TuneAllocatorForServing();
   kiln::server::ServiceOptions options;
   auto service = *kiln::server::Service::Create(options);
   auto kiln_server = *kiln::server::GrpcServer::Start(service.get(), "127.0.0.1:0");

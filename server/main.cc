@@ -13,6 +13,7 @@
 #include "base/flags.h"
 #include "runtime/backend.h"
 #include "runtime/compute_threads.h"
+#include "server/allocator.h"
 #include "server/grpc_service.h"
 #include "base/logging.h"
 #include "server/service.h"
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kiln-server: %s\n", std::string(st.message()).c_str());
     return 1;
   }
+  kiln::server::TuneAllocatorForServing();
   kiln::server::ServiceOptions options;
   options.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_seconds));
   options.compile_cache_entries = static_cast<size_t>(absl::GetFlag(FLAGS_compile_cache_entries));
