@@ -1,12 +1,24 @@
 #!/usr/bin/python3
 """Epoch time of Fashion-MNIST training: Kiln in step mode through a
 kiln-server on loopback (what the README's main job runs) against PyTorch
-eager (Debian's python3-torch), same models, data, batch and thread count,
-interleaved run by run. Prints the machine, the kernels each side runs, the
-range of each time over the runs and the range of the ratio.
+eager (Debian's python3-torch) and JAX jit (XLA:CPU, from PyPI), same
+models, data, batch and thread count, interleaved run by run. Prints the
+machine, the kernels each side runs, the range of each time over the runs
+and the range of the ratios.
 
     /usr/bin/python3 benchmarks/fashion_mnist_vs_torch.py [--threads 1,2] [--runs 3]
         [--train_limit 12800] [--models mlp,lenet] [--embedded]
+        [--jax_venv DIR | --no_jax]
+
+JAX is never a dependency of Kiln: the first run creates a virtual
+environment (--jax_venv, default build/peers-venv) and installs jax[cpu]
+into it from PyPI; without network or pip, the JAX columns say why they
+are missing and the rest runs. The JAX step is the same model, loss and
+SGD with momentum (benchmarks/gpu_peers.py), jitted, with the batch
+transferred and the loss read back every step as in Kiln's step mode; its
+epoch time includes its compile, as Kiln's includes Kiln's. JAX runs
+pinned to as many cores as threads (taskset), at one thread also with
+XLA's single-thread flags.
 
 Kiln's compute runs in kiln-server, started here once per thread count with
 --threads (OpenBLAS and oneDNN); PyTorch runs in a subprocess per run with
@@ -88,6 +100,97 @@ def torch_epoch(name, args, threads):
     return float(out.strip().splitlines()[-1])
 
 
+def jax_worker(args):
+    """One JAX epoch in this process (the venv's python); prints its seconds
+    and the first step's (the compile)."""
+    import numpy as np
+    sys.path.insert(0, HERE)
+    import gpu_peers
+    jaxdev, missing = gpu_peers.import_jax("cpu", args.threads)
+    if missing:
+        sys.exit(missing)
+    jax, dev = jaxdev
+    jnp = jax.numpy
+    model = args.worker_model
+    x, y = load_numpy("train", args.train_limit)
+    params = gpu_peers.kiln_params(model, 1)
+    lr = gpu_peers.LEARNING_RATE[model]
+
+    def loss_fn(p, xb, yb):
+        logits = gpu_peers.jax_forward(jax, model, p, xb)
+        one_hot = jax.nn.one_hot(yb, 10, dtype=logits.dtype)
+        return -jnp.sum(one_hot * jax.nn.log_softmax(logits)) / xb.shape[0]
+
+    def step(p, v, xb, yb):
+        loss, g = jax.value_and_grad(loss_fn)(p, xb, yb)
+        v = [gpu_peers.MOMENTUM * vi + gi for vi, gi in zip(v, g)]
+        p = [pi - lr * vi for pi, vi in zip(p, v)]
+        return p, v, loss
+
+    jitted = jax.jit(step, donate_argnums=(0, 1))
+    p = [jax.device_put(a, dev) for a in params]
+    v = [jax.device_put(np.zeros_like(a), dev) for a in params]
+    steps = len(x) // args.batch
+    start = time.perf_counter()
+    first = None
+    for s in range(steps):
+        xb = jax.device_put(x[s * args.batch:(s + 1) * args.batch], dev)
+        yb = jax.device_put(y[s * args.batch:(s + 1) * args.batch], dev)
+        p, v, loss = jitted(p, v, xb, yb)
+        float(loss)  # the host reads the loss every step, as Kiln's step mode does
+        if first is None:
+            first = time.perf_counter() - start
+    print(f"{time.perf_counter() - start:.4f} {first:.4f}")
+
+
+def load_numpy(prefix, limit):
+    import numpy as np
+
+    def read(name):
+        path = os.path.join(DATA, name)
+        opener = gzip.open if not os.path.exists(path) else open
+        with opener(path if os.path.exists(path) else path + ".gz", "rb") as f:
+            return f.read()
+    images = np.frombuffer(read(f"{prefix}-images-idx3-ubyte"), np.uint8, offset=16)
+    labels = np.frombuffer(read(f"{prefix}-labels-idx1-ubyte"), np.uint8, offset=8)
+    images = ((images.reshape(-1, 784)[:limit] / 255.0 - 0.2860) / 0.3530).astype(np.float32)
+    return images, labels[:limit].astype(np.int32)
+
+
+def jax_python(venv):
+    """The venv's python with jax importable, creating the venv and
+    installing jax[cpu] from PyPI when needed; (None, why) otherwise."""
+    python = os.path.join(venv, "bin", "python")
+    check = [python, "-c", "import jax, numpy; print(jax.__version__)"]
+    if os.path.exists(python):
+        r = subprocess.run(check, capture_output=True, text=True)
+        if r.returncode == 0:
+            return python, r.stdout.strip()
+    print(f"installing jax[cpu] from PyPI into {venv} (once)...", flush=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True,
+                       timeout=300)
+        subprocess.run([python, "-m", "pip", "install", "-q", "jax[cpu]"], check=True,
+                       capture_output=True, timeout=900)
+        r = subprocess.run(check, capture_output=True, text=True, check=True)
+        return python, r.stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        detail = getattr(e, "stderr", None) or str(e)
+        if isinstance(detail, bytes):
+            detail = detail.decode(errors="replace")
+        return None, f"jax could not be installed ({detail.strip().splitlines()[-1] if detail.strip() else e})"
+
+
+def jax_epoch(name, args, threads, python):
+    """(epoch seconds, first-step seconds) of one JAX run."""
+    cmd = ["taskset", "-c", ",".join(str(c) for c in range(threads)), python, __file__,
+           "--worker_model", name, "--worker_peer", "jax", "--threads", str(threads),
+           "--train_limit", str(args.train_limit), "--batch", str(args.batch)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    epoch, first = out.strip().splitlines()[-1].split()
+    return float(epoch), float(first)
+
+
 class KilnServer:
     """kiln-server on a free loopback port, computing with `threads` threads."""
 
@@ -115,10 +218,10 @@ def kiln_epoch(name, args, address, threads):
     if address:
         cmd.append(f"--server={address}")
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    m = re.search(r"epoch 1: .* ([0-9.]+) s, compiles", out)
+    m = re.search(r"epoch 1: .* ([0-9.]+) s, compiles [0-9]+, first step ([0-9.]+) s", out)
     if not m:
         sys.exit("could not read Kiln's epoch time:\n" + out)
-    return float(m.group(1))
+    return float(m.group(1)), float(m.group(2))
 
 
 def torch_op_ns(ops=200000):
@@ -181,14 +284,21 @@ def main():
     p.add_argument("--models", default="mlp,lenet")
     p.add_argument("--embedded", action="store_true",
                    help="run Kiln's service in the training process instead of kiln-server")
+    p.add_argument("--jax_venv", default=os.path.join(HERE, "..", "build", "peers-venv"),
+                   help="virtual environment for JAX (created with jax[cpu] when missing)")
+    p.add_argument("--no_jax", action="store_true", help="leave JAX out")
     p.add_argument("--worker_model", help=argparse.SUPPRESS)
+    p.add_argument("--worker_peer", default="torch", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker_model:
         args.threads = int(args.threads)
-        return torch_worker(args)
+        return jax_worker(args) if args.worker_peer == "jax" else torch_worker(args)
 
     print(f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | {machine()}")
     print(kernels())
+    python, jax_version = (None, "left out (--no_jax)") if args.no_jax else jax_python(
+        os.path.abspath(args.jax_venv))
+    print(f"JAX: {'jit on XLA:CPU, ' + jax_version if python else jax_version}")
     print(f"{args.train_limit} images per epoch, batch {args.batch}, {args.runs} interleaved runs, "
           f"Kiln {'embedded' if args.embedded else 'through kiln-server on loopback'}")
     (kiln_ns, kiln_eager_ns), torch_ns = kiln_op_ns(), torch_op_ns()
@@ -200,15 +310,32 @@ def main():
         server = None if args.embedded else KilnServer(threads)
         try:
             for name in args.models.split(","):
-                kiln, peer = [], []
+                kiln, kiln_first, peer, jax, jax_first = [], [], [], [], []
                 for _ in range(args.runs):
-                    kiln.append(kiln_epoch(name, args, server and server.address, threads))
+                    epoch, first = kiln_epoch(name, args, server and server.address, threads)
+                    kiln.append(epoch)
+                    kiln_first.append(first)
                     peer.append(torch_epoch(name, args, threads))
+                    if python:
+                        epoch, first = jax_epoch(name, args, threads, python)
+                        jax.append(epoch)
+                        jax_first.append(first)
                 ratios = [k / t for k, t in zip(kiln, peer)]
                 print(f"{name} threads={threads}: kiln {span(kiln)} s | pytorch eager "
                       f"{span(peer)} s | ratio kiln/pytorch {span(ratios)} "
                       f"(kiln runs at {span([1 / r for r in ratios])}x pytorch's speed)",
                       flush=True)
+                if jax:
+                    # Steady steps: the epoch less its first step (which compiles).
+                    steps = args.train_limit // args.batch
+                    kiln_step = [(e - f) / (steps - 1) * 1e3 for e, f in zip(kiln, kiln_first)]
+                    jax_step = [(e - f) / (steps - 1) * 1e3 for e, f in zip(jax, jax_first)]
+                    print(f"{name} threads={threads}: kiln {span(kiln)} s (first step "
+                          f"{span(kiln_first, '{:.3f}')} s) | jax jit {span(jax)} s (first step "
+                          f"{span(jax_first, '{:.3f}')} s) | ratio kiln/jax {span([k / j for k, j in zip(kiln, jax)])}; "
+                          f"steady step kiln {span(kiln_step)} ms | jax {span(jax_step)} ms | "
+                          f"ratio kiln/jax {span([k / j for k, j in zip(kiln_step, jax_step)])}",
+                          flush=True)
         finally:
             if server:
                 server.stop()
