@@ -166,6 +166,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::unique_ptr<Transport
   if (!resp.ok()) return WithContext(resp.status(), "handshake");
   core->Start(resp->session_id(), absl::Seconds(std::max<int64_t>(1, resp->lease_seconds())));
   auto client = std::unique_ptr<Client>(new Client(core));
+  client->protocol_version_ = resp->version();
   for (const auto& d : resp->devices()) {
     client->devices_.push_back({d.name(), d.kind(), d.ordinal(), d.memory_capacity_bytes()});
   }
@@ -265,7 +266,10 @@ namespace {
 absl::Status AddArguments(const std::vector<std::shared_ptr<DeviceBuffer>>& args,
                           google::protobuf::RepeatedPtrField<std::string>* handles) {
   for (const auto& a : args) {
-    if (a == nullptr) return absl::InvalidArgumentError("null argument buffer");
+    if (a == nullptr) {  // sent inline (AddInlineArguments checked it has a value)
+      handles->Add();
+      continue;
+    }
     if (a->donated()) {
       return absl::FailedPreconditionError(
           absl::StrCat("buffer ", a->handle(), " was donated to an earlier execution"));
@@ -302,8 +306,28 @@ void FillRequest(const ExecuteOptions& options, v1::ExecuteRequest* req) {
 void MarkDonated(const ExecuteOptions& options,
                  const std::vector<std::shared_ptr<DeviceBuffer>>& args) {
   for (int d : options.donate) {
-    if (d >= 0 && d < static_cast<int>(args.size())) args[d]->MarkDonated();
+    if (d >= 0 && d < static_cast<int>(args.size()) && args[d] != nullptr) args[d]->MarkDonated();
   }
+}
+
+// Arguments without a buffer go inline (options.inline_values).
+absl::Status AddInlineArguments(const std::vector<std::shared_ptr<DeviceBuffer>>& args,
+                                const ExecuteOptions& options, v1::ExecuteRequest* req) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ir::Literal* value = i < options.inline_values.size() ? options.inline_values[i] : nullptr;
+    if (args[i] != nullptr) {
+      if (value != nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("argument ", i, " has both a buffer and an inline value"));
+      }
+      continue;
+    }
+    if (value == nullptr) return absl::InvalidArgumentError("null argument buffer");
+    v1::InlineArgument* a = req->add_inline_arguments();
+    a->set_index(static_cast<int>(i));
+    ir::LiteralToProto(*value, a->mutable_value());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -314,6 +338,7 @@ absl::StatusOr<ExecuteResult> Client::Execute(
   v1::ExecuteRequest req;
   req.set_session_id(core_->session_id());
   req.set_executable_handle(executable.handle());
+  RETURN_IF_ERROR(AddInlineArguments(args, options, &req));
   RETURN_IF_ERROR(AddArguments(args, req.mutable_argument_handles()));
   FillRequest(options, &req);
   absl::StatusOr<v1::ExecuteResponse> executed = core_->transport().Execute(req, options.cancel);
@@ -325,6 +350,19 @@ absl::StatusOr<ExecuteResult> Client::Execute(
   ASSIGN_OR_RETURN(ExecuteResult result, ReadOutputs(core_, resp.outputs(), executable.device()));
   result.execute_micros = resp.execute_micros();
   if (resp.has_profile()) result.profile = resp.profile();
+  if (resp.inline_argument_handles_size() != req.inline_arguments_size()) {
+    return absl::InternalError(absl::StrCat(
+        "the server returned ", resp.inline_argument_handles_size(), " handles for ",
+        req.inline_arguments_size(), " inline arguments (protocol version 4 needed)"));
+  }
+  result.inline_argument_buffers.resize(args.size());
+  for (int k = 0; k < req.inline_arguments_size(); ++k) {
+    const std::string& handle = resp.inline_argument_handles(k);
+    if (handle.empty()) continue;  // donated
+    const int index = req.inline_arguments(k).index();
+    result.inline_argument_buffers[index] = std::make_shared<DeviceBuffer>(
+        core_, handle, options.inline_values[index]->shape(), executable.device());
+  }
   return result;
 }
 
@@ -338,6 +376,9 @@ absl::StatusOr<ReplicatedResult> Client::ExecuteReplicated(
   for (const ReplicaArguments& replica : replicas) {
     v1::ReplicaArguments* r = req.add_replicas();
     r->set_device(replica.device);
+    for (const auto& a : replica.args) {
+      if (a == nullptr) return absl::InvalidArgumentError("null argument buffer");
+    }
     RETURN_IF_ERROR(AddArguments(replica.args, r->mutable_argument_handles()));
   }
   FillRequest(options, &req);

@@ -22,7 +22,7 @@ namespace kiln::client {
 
 // Protocol versions this client speaks.
 inline constexpr uint32_t kClientMinVersion = 1;
-inline constexpr uint32_t kClientMaxVersion = 3;
+inline constexpr uint32_t kClientMaxVersion = 4;
 
 struct DeviceDescription {
   std::string name;  // "cpu:0"
@@ -107,6 +107,9 @@ struct ExecuteOptions {
   absl::Duration infeed_timeout = absl::ZeroDuration();  // 0: server default
   // Borrowed; Cancel() from another thread stops the program on the server.
   CallCanceller* cancel = nullptr;
+  // Protocol 4: values sent with the call for the arguments whose buffer is
+  // null, by index (null entries: the buffer is given). Borrowed.
+  std::vector<const ir::Literal*> inline_values;
 };
 
 struct OutfeedOptions {
@@ -123,6 +126,9 @@ struct ExecuteResult {
   int64_t execute_micros = 0;
   // What the execution would cost on the simulated chip (tpu devices).
   std::optional<v1::ExecutionProfileProto> profile;
+  // By argument index: the buffer an inline value became on the server
+  // (null for arguments given as buffers, and for donated ones).
+  std::vector<std::shared_ptr<DeviceBuffer>> inline_argument_buffers;
 };
 
 // One replica of a replicated execution: its device and arguments.
@@ -152,6 +158,8 @@ class Client {
 
   const std::string& session_id() const;
   const std::vector<DeviceDescription>& devices() const { return devices_; }
+  // The protocol version agreed with the server.
+  uint32_t protocol_version() const { return protocol_version_; }
   // The first accelerator, else the first CPU.
   const DeviceDescription& default_device() const;
 
@@ -191,6 +199,7 @@ class Client {
   explicit Client(std::shared_ptr<ClientCore> core) : core_(std::move(core)) {}
   std::shared_ptr<ClientCore> core_;
   std::vector<DeviceDescription> devices_;
+  uint32_t protocol_version_ = 0;
 };
 
 }  // namespace kiln::client

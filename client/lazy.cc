@@ -71,6 +71,44 @@ absl::flat_hash_set<const Node*> LazyContext::EndLoopBody() {
 }
 
 Tensor LazyContext::FromLiteral(const ir::Literal& value, const std::string& device) {
+  if (Inlinable(value)) return FromLiteral(ir::Literal(value), device);
+  return Upload(value, device);
+}
+
+Tensor LazyContext::FromLiteral(ir::Literal&& value, const std::string& device) {
+  if (!Inlinable(value)) return Upload(value, device);
+  auto node = std::make_shared<Node>();
+  node->shape = value.shape();
+  node->device = device;
+  node->context = shared_from_this();
+  bool known = false;
+  std::vector<std::string> names;
+  for (const DeviceDescription& d : client_->devices()) {
+    known = known || d.name == device;
+    names.push_back(d.name);
+  }
+  if (!known) {
+    node->status = absl::NotFoundError(absl::StrCat(
+        "unknown device '", device, "' (the server has ", absl::StrJoin(names, ", "), ")"));
+  } else {
+    node->host_value = std::move(value);
+  }
+  return Tensor(std::move(node));
+}
+
+bool LazyContext::Inlinable(const ir::Literal& value) const {
+  return client_->protocol_version() >= 4 && value.shape().IsArray() &&
+         value.shape().ByteSize() <= kInlineArgumentMaxBytes;
+}
+
+absl::Status LazyContext::UploadHostValue(Node& node) {
+  if (!node.host_only()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(node.data, client_->TransferToDevice(*node.host_value, node.device));
+  metrics_.bytes_to_device += node.shape.ByteSize();
+  return absl::OkStatus();
+}
+
+Tensor LazyContext::Upload(const ir::Literal& value, const std::string& device) {
   auto node = std::make_shared<Node>();
   node->shape = value.shape();
   node->device = device;
@@ -137,6 +175,7 @@ absl::StatusOr<std::vector<ReplicaArguments>> LazyContext::ReplicaInputs(
     if (p.replicas.empty()) {
       // Read from the lead device only (a learning rate, a constant
       // uploaded once): every replica gets a copy, kept on the node.
+      RETURN_IF_ERROR(UploadHostValue(p));
       ASSIGN_OR_RETURN(ir::Literal value, Tensor(params[i]).ToHost());
       p.replicas.push_back(p.data);
       for (size_t r = 1; r < replicas.size(); ++r) {
@@ -239,8 +278,10 @@ std::vector<int> DonatableParams(const std::vector<std::shared_ptr<Node>>& outpu
   std::vector<int> donate;
   for (size_t i = 0; i < params.size(); ++i) {
     const std::shared_ptr<Node>& p = params[i];
-    if (p->handles.load(std::memory_order_relaxed) != 0 || p->data == nullptr ||
-        p->data.use_count() != 1 || p->data->donated() || !p->replicas.empty()) {
+    if (p->handles.load(std::memory_order_relaxed) != 0 || !p->replicas.empty()) continue;
+    // A value sent along that nothing can read again need not be kept.
+    if (!p->host_only() && (p->data == nullptr || p->data.use_count() != 1 ||
+                            p->data->donated())) {
       continue;
     }
     auto it = edges.find(p.get());
@@ -381,7 +422,10 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
   };
   if (replica_args.empty()) {
     std::vector<std::shared_ptr<DeviceBuffer>> args;
-    for (const auto& p : params) args.push_back(p->data);
+    for (const auto& p : params) {
+      args.push_back(p->data);
+      options.inline_values.push_back(p->host_only() ? &*p->host_value : nullptr);
+    }
     absl::StatusOr<ExecuteResult> executed = client_->Execute(*exe, args, options);
     if (!executed.ok() && !options.donate.empty()) {
       // The server took the donated arguments before the program failed
@@ -393,6 +437,14 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
     }
     if (!executed.ok()) return keep_error(executed.status());
     result = *std::move(executed);
+    // Values sent along are on the device now (unless donated).
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!params[i]->host_only()) continue;
+      metrics_.bytes_to_device += params[i]->shape.ByteSize();
+      if (result.inline_argument_buffers[i] != nullptr) {
+        params[i]->data = std::move(result.inline_argument_buffers[i]);
+      }
+    }
   } else {
     absl::StatusOr<ReplicatedResult> replicated =
         client_->ExecuteReplicated(*exe, replica_args, options);

@@ -54,14 +54,23 @@ struct LazyMetrics {
 
 // Not thread-safe: one thread traces at a time. The client is borrowed and
 // must outlive the context and its tensors' use.
+// The largest value LazyContext::FromLiteral keeps on the host until an
+// execution carries it along.
+inline constexpr int64_t kInlineArgumentMaxBytes = int64_t{4} << 20;
+
 class LazyContext : public std::enable_shared_from_this<LazyContext> {
  public:
   static std::shared_ptr<LazyContext> Create(Client* client);
 
   Client* client() const { return client_; }
 
-  // Uploads `value` now; the tensor is device data (a parameter of traces).
+  // Device data (a parameter of traces) holding `value`. A value of at most
+  // kInlineArgumentMaxBytes stays on the host until the first execution
+  // that reads it carries it along (saving the round trip of an upload,
+  // once per batch; protocol version 4), and is then kept on the device;
+  // larger ones, and any on an older server, are uploaded now.
   Tensor FromLiteral(const ir::Literal& value, const std::string& device);
+  Tensor FromLiteral(ir::Literal&& value, const std::string& device);
   template <typename T>
   Tensor FromVector(ir::ElementType type, std::vector<int64_t> dims, const std::vector<T>& v,
                     const std::string& device) {
@@ -112,6 +121,13 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   bool in_loop_body() const { return !loop_bodies_.empty(); }
 
  private:
+  // Whether FromLiteral may keep `value` on the host for now.
+  bool Inlinable(const ir::Literal& value) const;
+  // A tensor uploaded now.
+  Tensor Upload(const ir::Literal& value, const std::string& device);
+  // Uploads a host-only value (for uses that cannot send it along).
+  absl::Status UploadHostValue(Node& node);
+
   explicit LazyContext(Client* client) : client_(client) {}
   // The buffers of replicated program inputs, per replica; empty when no
   // parameter is replicated. Copies lead-device values to the replicas.

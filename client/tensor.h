@@ -58,7 +58,9 @@ struct Node {
   // A replicated value: one buffer per replica device, replica 0 is `data`
   // (on `device`). Programs reading it run once per replica.
   std::vector<std::shared_ptr<DeviceBuffer>> replicas;
-  // The value on the host, when it came back inline with an execution.
+  // The value on the host, when it came back inline with an execution; or,
+  // without `data`, a value not yet on the device (LazyContext::FromLiteral):
+  // the next execution that reads it sends it along.
   std::optional<ir::Literal> host_value;
   // An error found while tracing this node.
   absl::Status status;
@@ -76,7 +78,9 @@ struct Node {
   // trace of many thousands of ops would overflow the stack).
   ~Node();
 
-  bool realized() const { return data != nullptr; }
+  bool realized() const { return data != nullptr || host_value.has_value(); }
+  // A value only on the host so far (see host_value).
+  bool host_only() const { return data == nullptr && host_value.has_value(); }
 };
 
 class Tensor {

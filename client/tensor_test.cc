@@ -47,6 +47,61 @@ TEST_F(TensorTest, OpsOnlyRecordUntilABarrier) {
   EXPECT_EQ(Values(b), (std::vector<double>{3, 10, 21}));
 }
 
+// A small value from the host rides along with the first execution that
+// reads it (no upload of its own) and is kept on the device for the next;
+// reading it back needs no server at all.
+TEST_F(TensorTest, SmallHostValuesTravelWithTheirFirstExecution) {
+  ASSERT_GE(client_->protocol_version(), 4u);
+  Tensor x = Vec({1, 2, 3});
+  EXPECT_TRUE(x.node()->host_only());
+  EXPECT_EQ(ctx_->metrics().bytes_to_device, 0);
+  EXPECT_EQ(Values(x), (std::vector<double>{1, 2, 3}));  // from the host copy
+  Tensor y = x * 2.0;
+  ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+  EXPECT_EQ(ctx_->metrics().bytes_to_device, 12);
+  // x still has a handle: the server kept it.
+  EXPECT_FALSE(x.node()->host_only());
+  ASSERT_NE(x.node()->data, nullptr);
+  auto back = client_->TransferFromDevice(*x.node()->data);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->data<float>()[2], 3.0f);
+  // The next program reads the kept buffer: nothing is sent again.
+  Tensor z = x + y;
+  ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+  EXPECT_EQ(ctx_->metrics().bytes_to_device, 12);
+  EXPECT_EQ(Values(z), (std::vector<double>{3, 6, 9}));
+}
+
+// A batch nothing reads after its step is donated: the server does not
+// keep it, and nothing of it stays charged.
+TEST_F(TensorTest, AHostValueReadOnlyByItsStepIsNotKept) {
+  Tensor w = Vec({1, 2, 3});
+  ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+  const int64_t before = client_->MemoryInfo("cpu:0")->bytes_in_use();
+  for (int step = 0; step < 3; ++step) {
+    Tensor batch = Vec({10, 20, 30});
+    w = w + batch;
+    batch = Tensor();
+    ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+    ASSERT_TRUE(client_->FlushReleases().ok());
+  }
+  EXPECT_EQ(Values(w), (std::vector<double>{31, 62, 93}));
+  // Only w, replaced in place of the first: the batches were not kept.
+  EXPECT_EQ(client_->MemoryInfo("cpu:0")->bytes_in_use() - before, 12);
+}
+
+TEST_F(TensorTest, HostValuesForAnUnknownDeviceFailAtOnceAndLargeOnesUploadAtOnce) {
+  Tensor bad = Vec({1}, "cpu:7");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(bad.status().message().find("unknown device 'cpu:7'"), std::string::npos)
+      << bad.status();
+  const int64_t n = kInlineArgumentMaxBytes / 4 + 1;
+  Tensor big = ctx_->FromLiteral(ir::Literal(ir::Shape(ElementType::kF32, {n})), "cpu:0");
+  ASSERT_TRUE(big.status().ok()) << big.status();
+  EXPECT_FALSE(big.node()->host_only());
+  EXPECT_EQ(ctx_->metrics().bytes_to_device, n * 4);
+}
+
 // A step that replaces its state donates the old values: no handle and no
 // other node can read them afterwards. Values with a handle, or read by a
 // node outside the step, are kept.

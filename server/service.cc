@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -326,6 +327,36 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     plan.push_back({*device, {replica.argument_handles().begin(), replica.argument_handles().end()}});
   }
   const auto& params = exe.executable->parameter_shapes();
+  // Arguments that came with the call: decoded and checked before any is
+  // allocated.
+  if (replicated && req.inline_arguments_size() > 0) {
+    return absl::InvalidArgumentError("a replicated execution takes no inline arguments");
+  }
+  std::vector<std::optional<ir::Literal>> inline_values(params.size());
+  for (int k = 0; k < req.inline_arguments_size(); ++k) {
+    const v1::InlineArgument& a = req.inline_arguments(k);
+    const int index = a.index();
+    if (index < 0 || index >= static_cast<int>(params.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inline argument ", k, ": index ", index, " out of range"));
+    }
+    if (inline_values[index].has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("argument ", index, " sent inline twice"));
+    }
+    if (index < req.argument_handles_size() && !req.argument_handles(index).empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("argument ", index, " has both a handle and an inline value"));
+    }
+    absl::StatusOr<ir::Literal> value = ir::LiteralFromProto(a.value());
+    if (!value.ok()) return WithContext(value.status(), absl::StrCat("inline argument ", index));
+    if (value->shape() != params[index]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inline argument ", index, " has shape ", value->shape().ToString(),
+          ", the program expects ", params[index].ToString()));
+    }
+    inline_values[index] = *std::move(value);
+  }
+  std::vector<runtime::BufferPtr> inline_buffers(params.size());
   std::vector<runtime::ReplicaRun> runs(plan.size());
   std::vector<runtime::ExecutionProfile> profiles(plan.size());
   std::vector<std::shared_ptr<FeedQueues>> feeds(plan.size());
@@ -343,6 +374,20 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     runtime::ReplicaRun& run = runs[r];
     run.device = device;
     for (size_t i = 0; i < handles.size(); ++i) {
+      if (inline_values[i].has_value()) {
+        // Charged to the session (the account scope above).
+        absl::StatusOr<runtime::BufferPtr> buffer = device->TransferToDevice(*inline_values[i]);
+        if (!buffer.ok()) return WithContext(buffer.status(), absl::StrCat("argument ", i));
+        metrics_.Add("bytes_in", params[i].ByteSize());
+        // Kept for the reply unless donated (then only the program holds it,
+        // and may write over it).
+        if (std::find(req.donated_arguments().begin(), req.donated_arguments().end(),
+                      static_cast<int>(i)) == req.donated_arguments().end()) {
+          inline_buffers[i] = *buffer;
+        }
+        run.args.push_back(*std::move(buffer));
+        continue;
+      }
       absl::StatusOr<BufferEntry> arg = session->GetBuffer(handles[i]);
       if (!arg.ok()) return WithContext(arg.status(), absl::StrCat(where, "argument ", i));
       if (arg->device != device) {
@@ -367,12 +412,18 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     run.options.profile = &profiles[r];
   }
   std::vector<std::string> donated;
+  std::vector<bool> inline_donated(params.size(), false);
   for (int index : req.donated_arguments()) {
     if (index < 0 || index >= static_cast<int>(params.size())) {
       return absl::InvalidArgumentError(absl::StrCat("donated argument ", index, " out of range"));
     }
+    if (inline_values[index].has_value()) {
+      inline_donated[index] = true;  // never registered: the program takes it
+      continue;
+    }
     for (const auto& [device, handles] : plan) donated.push_back(handles[index]);
   }
+  inline_values.clear();  // the buffers hold the values now
   if (!donated.empty()) RETURN_IF_ERROR(session->TakeBuffers(donated).status());
   absl::StatusOr<std::vector<runtime::BufferPtr>> results =
       runtime::ExecuteReplicated(*exe.executable, runs, options_.collective_timeout);
@@ -405,6 +456,13 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     return results.status();
   }
   v1::ExecuteResponse resp;
+  for (const v1::InlineArgument& a : req.inline_arguments()) {
+    const int index = a.index();
+    resp.add_inline_argument_handles(
+        inline_donated[index] ? std::string()
+                              : session->AddBuffer({inline_buffers[index], exe.device}));
+  }
+  inline_buffers.clear();
   const bool profiled = exe.executable->has_cost_model();
   for (size_t r = 0; r < plan.size(); ++r) {
     runtime::Device* device = plan[r].first;

@@ -24,7 +24,7 @@ namespace kiln::server {
 
 // Protocol versions this server speaks (docs/protocol.md has the changelog).
 inline constexpr uint32_t kMinProtocolVersion = 1;
-inline constexpr uint32_t kMaxProtocolVersion = 3;
+inline constexpr uint32_t kMaxProtocolVersion = 4;
 
 struct ServiceOptions {
   absl::Duration lease = absl::Seconds(60);

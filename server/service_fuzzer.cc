@@ -145,12 +145,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         req.set_session_id(session());
         req.set_executable_handle(Pick(in, executables));
         const int args = in.ConsumeIntegralInRange(0, 3);
-        for (int a = 0; a < args; ++a) req.add_argument_handles(Pick(in, buffers));
+        for (int a = 0; a < args; ++a) {
+          req.add_argument_handles(in.ConsumeBool() ? Pick(in, buffers) : std::string());
+        }
+        // Inline arguments (protocol 4) at any index, of any shape and bytes.
+        const int inline_args = in.ConsumeIntegralInRange(0, 2);
+        for (int a = 0; a < inline_args; ++a) {
+          v1::InlineArgument* arg = req.add_inline_arguments();
+          arg->set_index(in.ConsumeIntegralInRange(-1, 3));
+          const int rank = in.ConsumeIntegralInRange(0, 2);
+          std::vector<int64_t> dims;
+          for (int d = 0; d < rank; ++d) dims.push_back(in.ConsumeIntegralInRange(0, 5));
+          const kiln::ir::Shape shape(PickType(in), dims);
+          kiln::ir::ShapeToProto(shape, arg->mutable_value()->mutable_shape());
+          arg->mutable_value()->set_data(in.ConsumeBool()
+                                             ? std::string(shape.ByteSize(), '\1')
+                                             : in.ConsumeRandomLengthString(64));
+        }
         if (in.ConsumeBool()) req.add_donated_arguments(in.ConsumeIntegralInRange(-1, 3));
         req.set_inline_result_max_bytes(in.ConsumeIntegralInRange<int64_t>(-1, 256));
         req.set_infeed_timeout_millis(in.ConsumeIntegralInRange(1, 50));
         if (auto r = service.Execute(req, cancelled); r.ok()) {
           for (const auto& out : r->outputs()) buffers.push_back(out.buffer_handle());
+          for (const auto& kept : r->inline_argument_handles()) {
+            if (!kept.empty()) buffers.push_back(kept);
+          }
         }
         break;
       }

@@ -245,7 +245,7 @@ TEST_F(ServiceTest, VersionMismatchNamesBothRanges) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("client speaks 5..7"), std::string::npos);
-  EXPECT_NE(r.status().message().find("server speaks 1..3"), std::string::npos);
+  EXPECT_NE(r.status().message().find("server speaks 1..4"), std::string::npos);
 }
 
 TEST_F(ServiceTest, TransferRoundTripInChunks) {
@@ -316,6 +316,82 @@ TEST_F(ServiceTest, CompileHitExecuteInlineDonateAndRelease) {
   EXPECT_EQ(BytesInUse(), 0);
   // Executing a released executable is NOT_FOUND.
   EXPECT_EQ(service_->Execute(ex).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Protocol 4: an argument sent with the call runs like an uploaded one; the
+// server keeps it as a buffer of the session (charged, with a handle the
+// next call can use) unless it is donated.
+TEST_F(ServiceTest, InlineArgumentsAreKeptUnlessDonated) {
+  auto exe = CompileText(kNegate);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  const ir::Literal x = ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3});
+  v1::ExecuteRequest ex;
+  ex.set_session_id(session_);
+  ex.set_executable_handle(exe->executable_handle());
+  ex.add_argument_handles("");
+  v1::InlineArgument* a = ex.add_inline_arguments();
+  a->set_index(0);
+  ir::LiteralToProto(x, a->mutable_value());
+  ex.set_inline_result_max_bytes(64);
+  auto r = service_->Execute(ex);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(ir::LiteralFromProto(r->outputs(0).inline_value())->data<float>()[2], -3.0f);
+  ASSERT_EQ(r->inline_argument_handles_size(), 1);
+  const std::string kept = r->inline_argument_handles(0);
+  ASSERT_FALSE(kept.empty());
+  // The argument (12 bytes) and the result (12 bytes) are the session's.
+  EXPECT_EQ(BytesInUse(), 24);
+  EXPECT_EQ(Download(session_, kept).value(), std::string(x.bytes().begin(), x.bytes().end()));
+  // The kept buffer is an argument like any other.
+  v1::ExecuteRequest again;
+  again.set_session_id(session_);
+  again.set_executable_handle(exe->executable_handle());
+  again.add_argument_handles(kept);
+  ASSERT_TRUE(service_->Execute(again).ok());
+  // Donated: run, then gone (nothing kept beyond the results).
+  ex.add_donated_arguments(0);
+  auto donated = service_->Execute(ex);
+  ASSERT_TRUE(donated.ok()) << donated.status();
+  ASSERT_EQ(donated->inline_argument_handles_size(), 1);
+  EXPECT_TRUE(donated->inline_argument_handles(0).empty());
+  EXPECT_EQ(BytesInUse(), 12 * 4);  // kept, and three results
+}
+
+TEST_F(ServiceTest, MalformedInlineArgumentsAreRefusedBeforeAnythingRuns) {
+  auto exe = CompileText(kNegate);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto handle = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3}));
+  ASSERT_TRUE(handle.ok());
+  auto request = [&](int index, const ir::Literal& value, const std::string& slot) {
+    v1::ExecuteRequest ex;
+    ex.set_session_id(session_);
+    ex.set_executable_handle(exe->executable_handle());
+    ex.add_argument_handles(slot);
+    v1::InlineArgument* a = ex.add_inline_arguments();
+    a->set_index(index);
+    ir::LiteralToProto(value, a->mutable_value());
+    return ex;
+  };
+  const ir::Literal good = ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3});
+  const ir::Literal wrong = ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2});
+  auto out_of_range = service_->Execute(request(1, good, ""));
+  EXPECT_NE(out_of_range.status().message().find("index 1 out of range"), std::string::npos) << out_of_range.status();
+  auto shape = service_->Execute(request(0, wrong, ""));
+  EXPECT_NE(shape.status().message().find("expects f32[3]"), std::string::npos) << shape.status();
+  auto both = service_->Execute(request(0, good, *handle));
+  EXPECT_NE(both.status().message().find("both a handle and an inline value"), std::string::npos) << both.status();
+  v1::ExecuteRequest twice = request(0, good, "");
+  *twice.add_inline_arguments() = twice.inline_arguments(0);
+  EXPECT_NE(service_->Execute(twice).status().message().find("sent inline twice"),
+            std::string::npos);
+  v1::ExecuteRequest bytes = request(0, good, "");
+  bytes.mutable_inline_arguments(0)->mutable_value()->mutable_data()->resize(5);
+  EXPECT_EQ(service_->Execute(bytes).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::ExecuteRequest missing = request(0, good, "");
+  missing.clear_inline_arguments();
+  EXPECT_FALSE(service_->Execute(missing).ok());
+  // Only the uploaded buffer is charged: nothing was allocated or kept.
+  EXPECT_EQ(BytesInUse(), 12);
 }
 
 TEST_F(ServiceTest, BadExecuteArgumentsAndModules) {

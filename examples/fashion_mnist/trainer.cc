@@ -144,8 +144,8 @@ absl::StatusOr<Trainer::Batch> Trainer::Upload(const float* images, const int32_
     ASSIGN_OR_RETURN(b.images, data_parallel_->Shard(x));
     ASSIGN_OR_RETURN(b.labels, data_parallel_->Shard(y));
   } else {
-    b.images = ctx_->FromLiteral(x, device_);
-    b.labels = ctx_->FromLiteral(y, device_);
+    b.images = ctx_->FromLiteral(std::move(x), device_);
+    b.labels = ctx_->FromLiteral(std::move(y), device_);
   }
   RETURN_IF_ERROR(b.images.status());
   RETURN_IF_ERROR(b.labels.status());
