@@ -77,6 +77,58 @@ ENTRY e {
   EXPECT_EQ(calls, 4);
 }
 
+TEST(CancelTest, ALargeSortStopsBetweenMergedRuns) {
+  int calls = 0;
+  absl::Status st = RunUntilCancelled(R"(lt { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT }
+ENTRY e {
+  x = f32[4194304] parameter(0)
+  ROOT s = f32[4194304] sort(x), dimensions={0}, to_apply=lt
+})", 3, &calls);
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+  EXPECT_EQ(calls, 4);
+}
+
+TEST(CancelTest, ManyShortSortsStopBetweenRows) {
+  int calls = 0;
+  absl::Status st = RunUntilCancelled(R"(lt { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT }
+ENTRY e {
+  x = f32[1048576,4] parameter(0)
+  ROOT s = f32[1048576,4] sort(x), dimensions={1}, to_apply=lt
+})", 3, &calls);
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+  EXPECT_EQ(calls, 4);
+}
+
+TEST(CancelTest, ALargeGatherStopsBetweenSlices) {
+  int calls = 0;
+  absl::Status st = RunUntilCancelled(R"(ENTRY e {
+  x = f32[1024,16] parameter(0)
+  i = s32[1048576,1] parameter(1)
+  ROOT g = f32[1048576,16] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,16}
+})", 3, &calls);
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+  EXPECT_EQ(calls, 4);
+}
+
+TEST(CancelTest, ALargeScatterStopsBetweenUpdates) {
+  int calls = 0;
+  absl::Status st = RunUntilCancelled(R"(add { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  x = f32[1024,16] parameter(0)
+  i = s32[1048576,1] parameter(1)
+  u = f32[1048576,16] parameter(2)
+  ROOT s = f32[1024,16] scatter(x, i, u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+})", 3, &calls);
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+  EXPECT_EQ(calls, 4);
+}
+
 TEST(CancelTest, AnUncancelledExecutionRunsToTheEnd) {
   int calls = 0;
   absl::Status st = RunUntilCancelled(R"(ENTRY e {

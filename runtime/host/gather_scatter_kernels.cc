@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
+#include "runtime/host/cancel.h"
 #include "runtime/host/kernel.h"
 #include "runtime/host/reducer_ops.h"
 #include "runtime/host/scalar_call.h"
@@ -81,6 +82,8 @@ absl::StatusOr<Kernel> MakeGatherScatterKernel(const ir::Instruction& instr,
   if (instr.opcode() == Opcode::kGather) {
     const ir::GatherDims g = instr.attrs().gather;
     const std::vector<int64_t> sizes = instr.attrs().slice_sizes;
+    int64_t slice_elements = 1;
+    for (int64_t d : sizes) slice_elements *= d;
     const IndexReader reader(instr.operand(1)->shape(), g.index_vector_dim);
     // Where each operand dim of the slice lands in the output.
     std::vector<int64_t> dst_strides(operand.rank(), 0);
@@ -98,7 +101,10 @@ absl::StatusOr<Kernel> MakeGatherScatterKernel(const ir::Instruction& instr,
       ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
       if (out_shape.ElementCount() == 0) return out;
       std::vector<int64_t> gi(reader.batch_dims.size(), 0), start;
+      int64_t slice = 0;
       do {
+        // A cancelled gather's output is never read.
+        if (CancelledAtRow(slice++, slice_elements)) return out;
         reader.Read(*ops[1], gi, &start);
         int64_t src_off = 0;
         for (size_t k = 0; k < start.size(); ++k) {
@@ -128,6 +134,8 @@ absl::StatusOr<Kernel> MakeGatherScatterKernel(const ir::Instruction& instr,
   for (int d = 0; d < operand.rank(); ++d) {
     if (!Contains(s.inserted_window_dims, d)) window_op_dims.push_back(d);
   }
+  int64_t update_elements = 1;
+  for (int64_t d : window_sizes) update_elements *= d;
   std::vector<int64_t> batch_upd_strides;
   for (int d = 0; d < updates.rank(); ++d) {
     if (!Contains(s.update_window_dims, d)) batch_upd_strides.push_back(upd_strides[d]);
@@ -145,7 +153,10 @@ absl::StatusOr<Kernel> MakeGatherScatterKernel(const ir::Instruction& instr,
     if (updates.ElementCount() == 0) return out;
     std::vector<int64_t> gi(reader.batch_dims.size(), 0), start;
     std::vector<int64_t> full_start(operand.rank());
+    int64_t update = 0;
     do {
+      // A cancelled scatter's output is never read.
+      if (CancelledAtRow(update++, update_elements)) return out;
       reader.Read(*ops[1], gi, &start);
       std::fill(full_start.begin(), full_start.end(), 0);
       for (size_t k = 0; k < start.size(); ++k) {

@@ -48,5 +48,22 @@ TEST(MergeSortTest, AnyComparatorGivesAPermutation) {
   }
 }
 
+// A sort told to stop ends early, says so, and leaves a permutation.
+TEST(MergeSortTest, AStoppedSortLeavesAPermutation) {
+  const int n = 1 << 18;
+  std::vector<int> items(n);
+  for (int i = 0; i < n; ++i) items[i] = (i * 7919) % n;
+  int asked = 0;
+  EXPECT_FALSE(MergeSort(items, [](int a, int b) { return a < b; }, [&] { return ++asked == 2; }));
+  EXPECT_EQ(asked, 2);
+  std::vector<int> sorted = items;
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < n; ++i) ASSERT_EQ(sorted[i], i);
+  EXPECT_FALSE(std::is_sorted(items.begin(), items.end()));
+  // Never told to stop: the whole sort, and true.
+  EXPECT_TRUE(MergeSort(items, [](int a, int b) { return a < b; }, [] { return false; }));
+  EXPECT_TRUE(std::is_sorted(items.begin(), items.end()));
+}
+
 }  // namespace
 }  // namespace kiln::host

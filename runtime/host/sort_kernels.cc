@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
+#include "runtime/host/cancel.h"
 #include "runtime/host/kernel.h"
 #include "runtime/host/merge_sort.h"
 #include "runtime/host/reducer_ops.h"
@@ -53,6 +54,9 @@ absl::StatusOr<Kernel> MakeSortKernel(const ir::Instruction& instr,
     absl::Status status;
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t in = 0; in < stride; ++in) {
+        // Many short rows: a poll about every 2^20 elements (long rows poll
+        // inside MergeSort); a cancelled sort's output is never read.
+        if (CancelledAtRow(o * stride + in, len)) return out;
         const int64_t base = o * len * stride + in;
         std::iota(perm.begin(), perm.end(), 0);
         if (fast.has_value()) {
@@ -63,11 +67,11 @@ absl::StatusOr<Kernel> MakeSortKernel(const ir::Instruction& instr,
             if (*fast == ir::ComparisonDirection::kLt) {
               MergeSort(perm, [&](int64_t a, int64_t b) {
                 return static_cast<A>(p[a * stride]) < static_cast<A>(p[b * stride]);
-              });
+              }, Cancelled);
             } else {
               MergeSort(perm, [&](int64_t a, int64_t b) {
                 return static_cast<A>(p[a * stride]) > static_cast<A>(p[b * stride]);
-              });
+              }, Cancelled);
             }
           });
         } else {
@@ -82,7 +86,7 @@ absl::StatusOr<Kernel> MakeSortKernel(const ir::Instruction& instr,
             }
             status = call->Call(st, args, {&result});
             return status.ok() && result != 0;
-          });
+          }, Cancelled);
           RETURN_IF_ERROR(status);
         }
         for (int k = 0; k < n; ++k) {
