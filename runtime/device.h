@@ -77,6 +77,9 @@ class Executable {
   // Whether the program reads its infeed or writes its outfeed (a backend
   // that cannot tell says true).
   virtual bool uses_feeds() const { return true; }
+  // Host or device bytes the executable itself holds for its lifetime (its
+  // constants), which caches of executables count against their budget.
+  virtual int64_t held_bytes() const { return 0; }
 };
 
 // Turns verified modules into executables for every device of one backend

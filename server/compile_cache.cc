@@ -19,8 +19,7 @@ absl::StatusOr<CompileCache::Result> CompileCache::GetOrCompile(
       }
       // The same key for another program: never reuse, replace below.
       ++collisions_;
-      lru_.erase(it->second.lru);
-      entries_.erase(it);
+      Erase(it);
     }
     // Not cached (or a concurrent compile failed): compile it here.
     in_flight_[key] = 1;
@@ -29,13 +28,26 @@ absl::StatusOr<CompileCache::Result> CompileCache::GetOrCompile(
   absl::MutexLock lock(&mu_);
   in_flight_.erase(key);
   if (!compiled.ok()) return compiled.status();
+  const int64_t bytes = static_cast<int64_t>(content.size()) + (*compiled)->held_bytes();
+  if (bytes > max_bytes_ || capacity_ == 0) return Result{*compiled, false};
   lru_.push_front(key);
-  entries_[key] = Entry{*compiled, content, lru_.begin()};
-  while (entries_.size() > capacity_ && !lru_.empty()) {
-    entries_.erase(lru_.back());
-    lru_.pop_back();
+  entries_[key] = Entry{*compiled, content, lru_.begin(), bytes};
+  bytes_ += bytes;
+  while ((entries_.size() > capacity_ || bytes_ > max_bytes_) && !lru_.empty()) {
+    Erase(entries_.find(lru_.back()));
   }
   return Result{*compiled, false};
+}
+
+void CompileCache::Erase(absl::flat_hash_map<std::string, Entry>::iterator it) {
+  bytes_ -= it->second.bytes;
+  lru_.erase(it->second.lru);
+  entries_.erase(it);
+}
+
+int64_t CompileCache::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
 }
 
 size_t CompileCache::collisions() const {

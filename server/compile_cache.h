@@ -1,7 +1,11 @@
 // The server's compile cache: executables keyed by (fingerprint, backend
 // kind and config, compile options), shared by every session and every
-// device of a backend, bounded with LRU eviction. Concurrent
-// requests for one key compile once; the others wait for that result.
+// device of a backend, bounded in entries and in bytes (each entry's
+// canonical module plus what its executable holds, its constants) with LRU
+// eviction. These bytes are the cache's, not any session's: they outlive
+// the sessions that compiled them, and the budget is what bounds them.
+// Concurrent requests for one key compile once; the others wait for that
+// result.
 #ifndef KILN_SERVER_COMPILE_CACHE_H_
 #define KILN_SERVER_COMPILE_CACHE_H_
 
@@ -20,7 +24,9 @@ namespace kiln::server {
 // Thread-safe.
 class CompileCache {
  public:
-  explicit CompileCache(size_t capacity) : capacity_(capacity) {}
+  // An executable larger than `max_bytes` alone is returned but not kept.
+  CompileCache(size_t capacity, int64_t max_bytes)
+      : capacity_(capacity), max_bytes_(max_bytes) {}
 
   struct Result {
     std::shared_ptr<runtime::Executable> executable;
@@ -39,19 +45,25 @@ class CompileCache {
                                       const CompileFn& compile);
   size_t collisions() const;
   size_t size() const;
+  int64_t bytes() const;
 
  private:
   struct Entry {
     std::shared_ptr<runtime::Executable> executable;
     std::string content;
     std::list<std::string>::iterator lru;
+    int64_t bytes = 0;
   };
+  void Erase(absl::flat_hash_map<std::string, Entry>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const size_t capacity_;
+  const int64_t max_bytes_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<std::string> lru_ ABSL_GUARDED_BY(mu_);  // front = most recent
   absl::flat_hash_map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);
   size_t collisions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kiln::server

@@ -10,6 +10,8 @@ namespace {
 
 class FakeExecutable : public runtime::Executable {
  public:
+  explicit FakeExecutable(int64_t held = 0) : held_(held) {}
+  int64_t held_bytes() const override { return held_; }
   absl::StatusOr<runtime::BufferPtr> Execute(runtime::Device&,
                                              const std::vector<runtime::BufferPtr>&,
                                              const runtime::ExecuteOptions&) override {
@@ -21,10 +23,40 @@ class FakeExecutable : public runtime::Executable {
  private:
   ir::Shape shape_;
   std::vector<ir::Shape> params_;
+  int64_t held_ = 0;
 };
 
+// The cache counts each entry's module and what its executable holds, and
+// evicts the least recently used entries to stay within its bytes; a
+// program larger than the whole budget is compiled but not kept.
+TEST(CompileCacheTest, EvictsToStayWithinItsBytes) {
+  CompileCache cache(100, 1000);
+  auto compile_holding = [](int64_t held) {
+    return [held]() -> absl::StatusOr<std::shared_ptr<runtime::Executable>> {
+      return std::make_shared<FakeExecutable>(held);
+    };
+  };
+  const std::string module(100, 'm');
+  ASSERT_TRUE(cache.GetOrCompile("a", module + "a", compile_holding(300)).ok());
+  ASSERT_TRUE(cache.GetOrCompile("b", module + "b", compile_holding(300)).ok());
+  EXPECT_EQ(cache.bytes(), 2 * (101 + 300));
+  ASSERT_TRUE(cache.GetOrCompile("a", module + "a", compile_holding(300))->hit);  // a is recent
+  ASSERT_TRUE(cache.GetOrCompile("c", module + "c", compile_holding(300)).ok());  // evicts b
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.bytes(), 2 * (101 + 300));
+  EXPECT_TRUE(cache.GetOrCompile("a", module + "a", compile_holding(300))->hit);
+  EXPECT_TRUE(cache.GetOrCompile("c", module + "c", compile_holding(300))->hit);
+  // Too large alone: returned, never kept, and nothing evicted for it.
+  auto huge = cache.GetOrCompile("h", module + "h", compile_holding(5000));
+  ASSERT_TRUE(huge.ok());
+  EXPECT_NE(huge->executable, nullptr);
+  EXPECT_FALSE(cache.GetOrCompile("h", module + "h", compile_holding(5000))->hit);
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.bytes(), 2 * (101 + 300));
+}
+
 TEST(CompileCacheTest, HitAfterMissAndLruEviction) {
-  CompileCache cache(2);
+  CompileCache cache(2, int64_t{1} << 30);
   int compiles = 0;
   auto compile = [&]() -> absl::StatusOr<std::shared_ptr<runtime::Executable>> {
     ++compiles;
@@ -49,7 +81,7 @@ TEST(CompileCacheTest, HitAfterMissAndLruEviction) {
 // A key that collides (the same key for two different programs) never
 // hands one program's executable to the other.
 TEST(CompileCacheTest, AHitIsConfirmedByTheProgramItself) {
-  CompileCache cache(4);
+  CompileCache cache(4, int64_t{1} << 30);
   int compiles = 0;
   auto compile = [&]() -> absl::StatusOr<std::shared_ptr<runtime::Executable>> {
     ++compiles;
@@ -70,7 +102,7 @@ TEST(CompileCacheTest, AHitIsConfirmedByTheProgramItself) {
 }
 
 TEST(CompileCacheTest, ConcurrentRequestsCompileOnce) {
-  CompileCache cache(8);
+  CompileCache cache(8, int64_t{1} << 30);
   std::atomic<int> compiles{0};
   auto compile = [&]() -> absl::StatusOr<std::shared_ptr<runtime::Executable>> {
     ++compiles;
@@ -91,7 +123,7 @@ TEST(CompileCacheTest, ConcurrentRequestsCompileOnce) {
 }
 
 TEST(CompileCacheTest, FailuresAreNotCached) {
-  CompileCache cache(4);
+  CompileCache cache(4, int64_t{1} << 30);
   int calls = 0;
   auto failing = [&]() -> absl::StatusOr<std::shared_ptr<runtime::Executable>> {
     ++calls;

@@ -23,6 +23,9 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:8470",
 ABSL_FLAG(int64_t, lease_seconds, 60,
           "a session whose client sends no call for this long is closed and its memory freed");
 ABSL_FLAG(int64_t, compile_cache_entries, 256, "compiled programs kept in the cache");
+ABSL_FLAG(std::string, compile_cache_bytes, "1G",
+          "bytes the compile cache keeps: canonical modules and their constants (suffixes K, M, "
+          "G); a program larger alone is compiled for its session but not kept");
 ABSL_FLAG(std::string, session_memory_bytes, "unlimited",
           "device memory one session may hold, its buffers and its executions' temporaries "
           "over all devices (e.g. 4G; unlimited: only the devices' capacity bounds it)");
@@ -112,6 +115,17 @@ int main(int argc, char** argv) {
   options.feed_queue_capacity = static_cast<size_t>(absl::GetFlag(FLAGS_feed_queue_capacity));
   options.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_seconds));
   options.dump_dir = absl::GetFlag(FLAGS_dump_dir);
+  {
+    absl::StatusOr<int64_t> bytes =
+        kiln::runtime::ParseBytes(absl::GetFlag(FLAGS_compile_cache_bytes), "--compile_cache_bytes");
+    if (!bytes.ok() || *bytes < 0) {
+      std::fprintf(stderr, "kiln-server: %s\n",
+                   bytes.ok() ? "--compile_cache_bytes must not be negative"
+                              : std::string(bytes.status().message()).c_str());
+      return 2;
+    }
+    options.compile_cache_bytes = *bytes;
+  }
   if (const std::string quota = absl::GetFlag(FLAGS_session_memory_bytes); quota != "unlimited") {
     absl::StatusOr<int64_t> bytes = kiln::runtime::ParseBytes(quota, "--session_memory_bytes");
     if (!bytes.ok() || *bytes <= 0) {

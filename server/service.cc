@@ -54,7 +54,7 @@ Service::Service(const ServiceOptions& options)
     : options_(options),
       sessions_(std::make_unique<SessionManager>(options.lease, options.feed_queue_capacity,
                                                  options.session_limits)),
-      cache_(options.compile_cache_entries) {}
+      cache_(options.compile_cache_entries, options.compile_cache_bytes) {}
 
 absl::StatusOr<std::unique_ptr<Service>> Service::Create(const ServiceOptions& options) {
   if (options.backends.empty()) {
@@ -617,6 +617,7 @@ absl::StatusOr<ir::Literal> Service::Outfeed(const FeedEndpoint& feed, absl::Dur
 void Service::RefreshGauges() {
   metrics_.Set("sessions_live", static_cast<int64_t>(sessions_->size()));
   metrics_.Set("compile_cache_entries", static_cast<int64_t>(cache_.size()));
+  metrics_.Set("compile_cache_bytes", cache_.bytes());
   metrics_.Set("compile_cache_collisions", static_cast<int64_t>(cache_.collisions()));
   for (const auto& d : devices_) {
     runtime::MemoryStats s = d->memory_stats();

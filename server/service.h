@@ -29,6 +29,9 @@ inline constexpr uint32_t kMaxProtocolVersion = 4;
 struct ServiceOptions {
   absl::Duration lease = absl::Seconds(60);
   size_t compile_cache_entries = 256;
+  // Bytes the cache keeps (canonical modules and their executables'
+  // constants).
+  int64_t compile_cache_bytes = int64_t{1} << 30;
   // The devices: one backend per spec (runtime/backend.h), in order.
   std::vector<runtime::BackendSpec> backends = {{"cpu", 1, {}}};
   // Default for ExecuteRequest.infeed_timeout_millis <= 0.

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/proto_convert.h"
 #include "gtest/gtest.h"
@@ -392,6 +393,49 @@ TEST_F(ServiceTest, MalformedInlineArgumentsAreRefusedBeforeAnythingRuns) {
   EXPECT_FALSE(service_->Execute(missing).ok());
   // Only the uploaded buffer is charged: nothing was allocated or kept.
   EXPECT_EQ(BytesInUse(), 12);
+}
+
+// The compile cache counts each program's canonical module and its
+// constants against --compile_cache_bytes and evicts to stay within it.
+TEST(CompileCacheBytesTest, ConstantsCountAgainstTheCacheBudget) {
+  ServiceOptions options;
+  options.backends = {{"cpu", 1, {{"memory_bytes", "1M"}}}};
+  options.compile_cache_bytes = 200 << 10;
+  auto service = *Service::Create(options);
+  v1::HandshakeRequest hello;
+  hello.set_min_version(1);
+  hello.set_max_version(4);
+  const std::string session = service->Handshake(hello)->session_id();
+  auto cache_bytes = [&] {
+    const v1::MetricsResponse metrics = service->GetMetrics();
+    for (const auto& c : metrics.counters()) {
+      if (c.name() == "compile_cache_bytes") return c.value();
+    }
+    return int64_t{-1};
+  };
+  auto compile = [&](int k) {
+    // A constant of 16,384 floats (64 KiB), different in each program.
+    std::string values;
+    for (int i = 0; i < 16384; ++i) absl::StrAppend(&values, i == 0 ? "" : ",", i == 0 ? k : 0);
+    auto module = ir::ParseModule(absl::StrCat(
+        "ENTRY e {\n x = f32[16384] parameter(0)\n c = f32[16384] constant({", values,
+        "})\n ROOT a = f32[16384] add(x, c)\n}"));
+    EXPECT_TRUE(module.ok()) << module.status();
+    v1::CompileRequest req;
+    req.set_session_id(session);
+    req.set_device("cpu:0");
+    *req.mutable_module() = ir::ModuleToProto(**module);
+    return service->Compile(req);
+  };
+  auto first = compile(1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_GE(cache_bytes(), 16384 * 4);
+  EXPECT_LE(cache_bytes(), 200 << 10);
+  // A second such program does not fit beside the first: the first goes.
+  ASSERT_TRUE(compile(2).ok());
+  EXPECT_LE(cache_bytes(), 200 << 10);
+  EXPECT_TRUE(compile(2)->cache_hit());
+  EXPECT_FALSE(compile(1)->cache_hit());
 }
 
 TEST_F(ServiceTest, BadExecuteArgumentsAndModules) {

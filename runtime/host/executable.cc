@@ -108,19 +108,26 @@ absl::StatusOr<std::shared_ptr<runtime::Executable>> CompileProgram(
   bool uses_feeds = false, uses_rng = false;
   // Elements the instructions produce: a program with fewer is an eager op
   // or little more, cheaper to run in place than to hand to a worker.
-  int64_t elements = 0;
+  int64_t elements = 0, constant_bytes = 0;
   for (const auto& computation : module.computations()) {
     for (const auto& instr : computation->instructions()) {
       if (!instr->shape().IsTuple()) elements += instr->shape().ElementCount();
+      if (instr->opcode() == ir::Opcode::kConstant) {
+        constant_bytes += static_cast<int64_t>(instr->attrs().literal.bytes().size());
+      }
       uses_feeds = uses_feeds || instr->opcode() == ir::Opcode::kInfeed ||
                    instr->opcode() == ir::Opcode::kOutfeed;
       uses_rng = uses_rng || instr->opcode() == ir::Opcode::kRng;
     }
   }
-  return std::make_shared<ProgramExecutable>(
+  auto executable = std::make_shared<ProgramExecutable>(
       kind, entry, module.entry()->root()->shape(), module.entry()->ParameterShapes(),
       options.rng_seed, uses_feeds, uses_rng, elements >= kComputeWorkerElements,
       std::move(profile));
+  // The kernels keep a buffer per constant of the module they were built
+  // from (after the backend's passes).
+  executable->set_held_bytes(constant_bytes);
+  return executable;
 }
 
 }  // namespace kiln::host

@@ -42,6 +42,8 @@ class ProgramExecutable : public runtime::Executable {
   }
   bool has_cost_model() const override { return profile_ != nullptr; }
   bool uses_feeds() const override { return uses_feeds_; }
+  int64_t held_bytes() const override { return held_bytes_; }
+  void set_held_bytes(int64_t bytes) { held_bytes_ = bytes; }
 
  private:
   const std::string kind_;
@@ -52,6 +54,7 @@ class ProgramExecutable : public runtime::Executable {
   bool uses_feeds_;
   bool uses_rng_;
   bool on_worker_;
+  int64_t held_bytes_ = 0;
   std::atomic<uint64_t> executions_{0};
   ProfileFn profile_;
 };
