@@ -79,7 +79,9 @@ std::vector<ir::Literal> Train(LazyContext* ctx, const std::vector<std::string>&
                                 ctx->FromLiteral(ir::Literal(Shape(ElementType::kF32, {16})), lead),
                                 ctx->FromLiteral(Random(Shape(ElementType::kF32, {16, 3}), 2), lead)};
   const bool parallel = devices.size() > 1;
-  if (parallel) EXPECT_TRUE(dp.ReplicateAll(&params).ok());
+  if (parallel) {
+    EXPECT_TRUE(dp.ReplicateAll(&params).ok());
+  }
   Sgd sgd(0.1, 0.9);
   for (const auto& [images, labels] : batches) {
     Tensor x = parallel ? *dp.Shard(images) : ctx->FromLiteral(images, lead);

@@ -16,13 +16,6 @@ using ir::ElementType;
 using ir::Opcode;
 using ir::Shape;
 
-LazyContext* ContextOf(std::initializer_list<const Tensor*> xs) {
-  for (const Tensor* x : xs) {
-    if (x->defined() && x->context() != nullptr) return x->context();
-  }
-  return nullptr;
-}
-
 // A tensor that carries `status` (and the shape/device it would have had).
 Tensor ErrorTensor(const Tensor& like, absl::Status status) {
   auto node = std::make_shared<Node>();

@@ -234,7 +234,9 @@ TEST_F(TensorTest, AFailedExecutionsErrorStaysOnTheTensor) {
   EXPECT_EQ(again.status(), first.status());
   auto m = client->Metrics();
   for (const auto& c : m->counters()) {
-    if (c.name() == "execute_errors") EXPECT_EQ(c.value(), failed_runs);
+    if (c.name() == "execute_errors") {
+      EXPECT_EQ(c.value(), failed_runs);
+    }
   }
   EXPECT_EQ(ctx->metrics().executions, executions);
   EXPECT_EQ(failed_runs, 1);

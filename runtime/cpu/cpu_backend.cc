@@ -60,5 +60,5 @@ std::string CpuBackend::Describe() const {
 KILN_BACKEND_REGISTRATION(cpu) {
   RegisterBackend({"cpu", "the host's CPU, running the host interpreter",
                    "memory_bytes: capacity of each device (default 8G)",
-                   &cpu::CpuBackend::Create});
+                   &cpu::CpuBackend::Create, nullptr});
 }

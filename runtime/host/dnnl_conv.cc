@@ -141,9 +141,9 @@ std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& 
       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, Any(plan->in.lies),
       Any(plan->ker.lies), Any(plan->out.lies), g.strides, g.dilates, g.pad_l, g.pad_r);
   dnnl::convolution_forward::primitive_desc pd(desc, UserScratchpad(), Engine());
-  plan->in = {plan->in.lies, pd.src_desc(), DNNL_ARG_SRC};
-  plan->ker = {plan->ker.lies, pd.weights_desc(), DNNL_ARG_WEIGHTS};
-  plan->out = {plan->out.lies, pd.dst_desc(), DNNL_ARG_DST};
+  plan->in = {plan->in.lies, pd.src_desc(), DNNL_ARG_SRC, std::nullopt};
+  plan->ker = {plan->ker.lies, pd.weights_desc(), DNNL_ARG_WEIGHTS, std::nullopt};
+  plan->out = {plan->out.lies, pd.dst_desc(), DNNL_ARG_DST, std::nullopt};
   plan->scratchpad = pd.scratchpad_desc();
   plan->primitive = dnnl::convolution_forward(pd);
   plan->name = absl::StrCat("onednn forward ", pd.impl_info_str());
@@ -184,9 +184,9 @@ std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& 
   dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, src, diff_w,
                                                 diff_dst, strides, dilates, g.pad_l, g.pad_r);
   dnnl::convolution_backward_weights::primitive_desc pd(desc, UserScratchpad(), Engine(), hint);
-  plan->in = {plan->in.lies, pd.src_desc(), DNNL_ARG_SRC};
-  plan->ker = {plan->ker.lies, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST};
-  plan->out = {plan->out.lies, pd.diff_weights_desc(), DNNL_ARG_DIFF_WEIGHTS};
+  plan->in = {plan->in.lies, pd.src_desc(), DNNL_ARG_SRC, std::nullopt};
+  plan->ker = {plan->ker.lies, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST, std::nullopt};
+  plan->out = {plan->out.lies, pd.diff_weights_desc(), DNNL_ARG_DIFF_WEIGHTS, std::nullopt};
   plan->scratchpad = pd.scratchpad_desc();
   plan->primitive = dnnl::convolution_backward_weights(pd);
   plan->name = absl::StrCat("onednn weights ", pd.impl_info_str());
@@ -239,9 +239,9 @@ std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g) 
   dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, diff_src,
                                              weights, diff_dst, ones, g.dilates, pad_l, pad_r);
   dnnl::convolution_backward_data::primitive_desc pd(desc, UserScratchpad(), Engine(), hint);
-  plan->in = {plan->in.lies, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST};
-  plan->ker = {plan->ker.lies, pd.weights_desc(), DNNL_ARG_WEIGHTS};
-  plan->out = {plan->out.lies, pd.diff_src_desc(), DNNL_ARG_DIFF_SRC};
+  plan->in = {plan->in.lies, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST, std::nullopt};
+  plan->ker = {plan->ker.lies, pd.weights_desc(), DNNL_ARG_WEIGHTS, std::nullopt};
+  plan->out = {plan->out.lies, pd.diff_src_desc(), DNNL_ARG_DIFF_SRC, std::nullopt};
   plan->scratchpad = pd.scratchpad_desc();
   plan->primitive = dnnl::convolution_backward_data(pd);
   plan->name = absl::StrCat("onednn data ", pd.impl_info_str());

@@ -54,5 +54,5 @@ std::string NullBackend::Describe() const {
 
 KILN_BACKEND_REGISTRATION(null) {
   RegisterBackend({"null", "the template backend: every operation is UNIMPLEMENTED", "none",
-                   &null_backend::NullBackend::Create});
+                   &null_backend::NullBackend::Create, nullptr});
 }

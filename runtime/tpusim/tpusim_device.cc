@@ -122,5 +122,5 @@ KILN_BACKEND_REGISTRATION(tpu) {
   RegisterBackend({"tpu", "a simulated TPU chip (default TPU v3-8), run on the host",
                    "config: chip config file (docs/tpusim.md); any chip field, e.g. "
                    "hbm_bytes=16G",
-                   &tpusim::TpuSimBackend::Create});
+                   &tpusim::TpuSimBackend::Create, nullptr});
 }
