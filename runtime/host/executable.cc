@@ -11,9 +11,29 @@
 namespace kiln::host {
 namespace {
 
-// Programs producing at least this many elements in all run on compute
-// workers.
-constexpr int64_t kComputeWorkerElements = int64_t{1} << 16;
+// Programs with at least this much work (elements produced plus the
+// multiply-adds of dots and convolutions: about a millisecond) run on
+// compute workers; the handoff costs tens of microseconds of wake-ups, too
+// much for smaller ones.
+constexpr int64_t kComputeWorkerWork = int64_t{1} << 25;
+
+// The work of `instr` in the units above.
+int64_t WorkOf(const ir::Instruction& instr) {
+  const ir::Shape& shape = instr.shape();
+  if (shape.IsTuple()) return 0;
+  int64_t work = shape.ElementCount();
+  if (instr.opcode() == ir::Opcode::kDot) {
+    const ir::Shape& lhs = instr.operand(0)->shape();
+    int64_t contracted = 1;
+    for (int64_t d : instr.attrs().dot.lhs_contracting) contracted *= lhs.dim(d);
+    work += shape.ElementCount() * contracted;
+  } else if (instr.opcode() == ir::Opcode::kConvolution) {
+    const ir::Shape& kernel = instr.operand(1)->shape();
+    const int64_t out_features = kernel.dim(instr.attrs().conv.kernel_output_feature);
+    if (out_features > 0) work += shape.ElementCount() * (kernel.ElementCount() / out_features);
+  }
+  return work;
+}
 
 }  // namespace
 
@@ -106,12 +126,12 @@ absl::StatusOr<std::shared_ptr<runtime::Executable>> CompileProgram(
   ProgramCache programs(std::move(program_options));
   ASSIGN_OR_RETURN(std::shared_ptr<const Program> entry, programs.Get(module.entry()));
   bool uses_feeds = false, uses_rng = false;
-  // Elements the instructions produce: a program with fewer is an eager op
-  // or little more, cheaper to run in place than to hand to a worker.
-  int64_t elements = 0, constant_bytes = 0;
+  // A program with little work (an eager op, a small step) is cheaper to
+  // run in place than to hand to a worker.
+  int64_t work = 0, constant_bytes = 0;
   for (const auto& computation : module.computations()) {
     for (const auto& instr : computation->instructions()) {
-      if (!instr->shape().IsTuple()) elements += instr->shape().ElementCount();
+      work += WorkOf(*instr);
       if (instr->opcode() == ir::Opcode::kConstant) {
         constant_bytes += static_cast<int64_t>(instr->attrs().literal.bytes().size());
       }
@@ -122,7 +142,7 @@ absl::StatusOr<std::shared_ptr<runtime::Executable>> CompileProgram(
   }
   auto executable = std::make_shared<ProgramExecutable>(
       kind, entry, module.entry()->root()->shape(), module.entry()->ParameterShapes(),
-      options.rng_seed, uses_feeds, uses_rng, elements >= kComputeWorkerElements,
+      options.rng_seed, uses_feeds, uses_rng, work >= kComputeWorkerWork,
       std::move(profile));
   // The kernels keep a buffer per constant of the module they were built
   // from (after the backend's passes).
