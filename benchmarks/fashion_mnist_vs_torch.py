@@ -42,18 +42,9 @@ BIN = os.path.join(HERE, "..", "build", "bin")
 
 
 def load(prefix, limit):
-    import numpy as np
     import torch
-
-    def read(name):
-        path = os.path.join(DATA, name)
-        opener = gzip.open if not os.path.exists(path) else open
-        with opener(path if os.path.exists(path) else path + ".gz", "rb") as f:
-            return f.read()
-    images = np.frombuffer(read(f"{prefix}-images-idx3-ubyte"), np.uint8, offset=16)
-    labels = np.frombuffer(read(f"{prefix}-labels-idx1-ubyte"), np.uint8, offset=8)
-    images = ((images.reshape(-1, 784)[:limit] / 255.0 - 0.2860) / 0.3530).astype(np.float32)
-    return torch.from_numpy(images), torch.from_numpy(labels[:limit].astype(np.int64))
+    images, labels = load_numpy(prefix, limit)
+    return torch.from_numpy(images), torch.from_numpy(labels.astype("int64"))
 
 
 def torch_model(name):

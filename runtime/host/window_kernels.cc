@@ -311,25 +311,34 @@ __m128 NotCompareF32x4(__m128 a, __m128 b) {
 }
 
 // One source row of an f32 select-and-scatter whose windows lie inside the
-// operand: each column selects within its column of the window (the first
-// position, replaced by each later one the select declines, as the scalar
-// loop does) and adds its source element there. Four columns at a time,
-// without branches: which position wins is unpredictable.
+// operand: each column selects within its column of the window and adds its
+// source element there. Four columns at a time, without branches: which
+// position wins is unpredictable.
+// For columns j..j+n of a window (its rows at operand + (first +
+// offsets[k]) * inner), the position each column selects: the first, replaced
+// by each later one the select declines, as the scalar loop does.
+template <ir::ComparisonDirection kDir>
+__m128i ChooseInWindowF32(const float* operand, int64_t first, const int64_t* offsets,
+                          int64_t positions, int64_t inner, int64_t j, int64_t n) {
+  __m128 best = LoadF32x4(operand + (first + offsets[0]) * inner + j, n);
+  __m128i chosen = _mm_setzero_si128();
+  for (int64_t k = 1; k < positions; ++k) {
+    const __m128 v = LoadF32x4(operand + (first + offsets[k]) * inner + j, n);
+    const __m128 take = NotCompareF32x4<kDir>(best, v);
+    best = _mm_or_ps(_mm_and_ps(take, v), _mm_andnot_ps(take, best));
+    const __m128i mask = _mm_castps_si128(take);
+    chosen = _mm_or_si128(_mm_and_si128(mask, _mm_set1_epi32(static_cast<int32_t>(k))),
+                          _mm_andnot_si128(mask, chosen));
+  }
+  return chosen;
+}
+
 template <ir::ComparisonDirection kDir, Opcode kOp>
 void SelectAndScatterRowF32(const float* operand, int64_t first, const int64_t* offsets,
                             int64_t positions, int64_t inner, const float* src, float* out) {
   for (int64_t j = 0; j < inner; j += 4) {
     const int64_t n = std::min<int64_t>(4, inner - j);
-    __m128 best = LoadF32x4(operand + (first + offsets[0]) * inner + j, n);
-    __m128i chosen = _mm_setzero_si128();
-    for (int64_t k = 1; k < positions; ++k) {
-      const __m128 v = LoadF32x4(operand + (first + offsets[k]) * inner + j, n);
-      const __m128 take = NotCompareF32x4<kDir>(best, v);
-      best = _mm_or_ps(_mm_and_ps(take, v), _mm_andnot_ps(take, best));
-      const __m128i mask = _mm_castps_si128(take);
-      chosen = _mm_or_si128(_mm_and_si128(mask, _mm_set1_epi32(static_cast<int32_t>(k))),
-                            _mm_andnot_si128(mask, chosen));
-    }
+    const __m128i chosen = ChooseInWindowF32<kDir>(operand, first, offsets, positions, inner, j, n);
     alignas(16) int32_t at[4];
     _mm_store_si128(reinterpret_cast<__m128i*>(at), chosen);
     for (int64_t l = 0; l < n; ++l) {
@@ -350,16 +359,7 @@ void SelectAndWriteRowF32(const float* operand, int64_t first, const int64_t* of
   const __m128 fill = _mm_set1_ps(init);
   for (int64_t j = 0; j < inner; j += 4) {
     const int64_t n = std::min<int64_t>(4, inner - j);
-    __m128 best = LoadF32x4(operand + (first + offsets[0]) * inner + j, n);
-    __m128i chosen = _mm_setzero_si128();
-    for (int64_t k = 1; k < positions; ++k) {
-      const __m128 v = LoadF32x4(operand + (first + offsets[k]) * inner + j, n);
-      const __m128 take = NotCompareF32x4<kDir>(best, v);
-      best = _mm_or_ps(_mm_and_ps(take, v), _mm_andnot_ps(take, best));
-      const __m128i mask = _mm_castps_si128(take);
-      chosen = _mm_or_si128(_mm_and_si128(mask, _mm_set1_epi32(static_cast<int32_t>(k))),
-                            _mm_andnot_si128(mask, chosen));
-    }
+    const __m128i chosen = ChooseInWindowF32<kDir>(operand, first, offsets, positions, inner, j, n);
     const __m128 value = ApplyReducerOpF32x4<kOp>(fill, LoadF32x4(src + j, n));
     for (int64_t k = 0; k < positions; ++k) {
       const __m128 here =
