@@ -118,11 +118,13 @@ __attribute__((always_inline)) inline __m128 ApplyReducerOpF32x4(__m128 a, __m12
 // whose length is not a multiple of four end with one of these), loaded and
 // stored without touching memory past them.
 inline __m128 LoadF32x4(const float* p, int64_t n) {
+  // Pairs of floats move as one unaligned 64-bit integer (the double
+  // forms of these intrinsics assume 8-byte alignment).
   switch (n) {
     case 1: return _mm_load_ss(p);
-    case 2: return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
+    case 2: return _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     case 3:
-      return _mm_movelh_ps(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))),
+      return _mm_movelh_ps(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
                            _mm_load_ss(p + 2));
     default: return _mm_loadu_ps(p);
   }
@@ -130,9 +132,9 @@ inline __m128 LoadF32x4(const float* p, int64_t n) {
 inline void StoreF32x4(float* p, __m128 v, int64_t n) {
   switch (n) {
     case 1: return _mm_store_ss(p, v);
-    case 2: return _mm_store_sd(reinterpret_cast<double*>(p), _mm_castps_pd(v));
+    case 2: return _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_castps_si128(v));
     case 3:
-      _mm_store_sd(reinterpret_cast<double*>(p), _mm_castps_pd(v));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_castps_si128(v));
       return _mm_store_ss(p + 2, _mm_movehl_ps(v, v));
     default: return _mm_storeu_ps(p, v);
   }
