@@ -15,8 +15,11 @@ using ir::Opcode;
 // the program loads (GNU ifunc) by the CPU's features (never by CPU model
 // names, which an "arch=" clone would test). The loops are plain C++ that the compiler
 // vectorizes; this file is built with -O3, -fno-math-errno (sqrt becomes
-// the exact instruction) and -ffp-contract=off.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// the exact instruction) and -ffp-contract=off. Not under ThreadSanitizer:
+// the resolvers run while the program is relocated, before its runtime
+// exists, and their instrumentation crashes there.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__)
 #define KILN_VECTOR_CLONES \
   __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
