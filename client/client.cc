@@ -263,12 +263,28 @@ absl::StatusOr<std::shared_ptr<Executable>> Client::Compile(const ir::Module& mo
 
 namespace {
 
+// The arguments' handles; an argument without a buffer goes inline with
+// its value from `inline_values` (by index; null: none may).
 absl::Status AddArguments(const std::vector<std::shared_ptr<DeviceBuffer>>& args,
-                          google::protobuf::RepeatedPtrField<std::string>* handles) {
-  for (const auto& a : args) {
-    if (a == nullptr) {  // sent inline (AddInlineArguments checked it has a value)
+                          const std::vector<const ir::Literal*>* inline_values,
+                          google::protobuf::RepeatedPtrField<std::string>* handles,
+                          v1::ExecuteRequest* req) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::shared_ptr<DeviceBuffer>& a = args[i];
+    const ir::Literal* value = inline_values != nullptr && i < inline_values->size()
+                                   ? (*inline_values)[i]
+                                   : nullptr;
+    if (a == nullptr) {
+      if (value == nullptr) return absl::InvalidArgumentError("null argument buffer");
       handles->Add();
+      v1::InlineArgument* inline_arg = req->add_inline_arguments();
+      inline_arg->set_index(static_cast<int>(i));
+      ir::LiteralToProto(*value, inline_arg->mutable_value());
       continue;
+    }
+    if (value != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("argument ", i, " has both a buffer and an inline value"));
     }
     if (a->donated()) {
       return absl::FailedPreconditionError(
@@ -310,26 +326,6 @@ void MarkDonated(const ExecuteOptions& options,
   }
 }
 
-// Arguments without a buffer go inline (options.inline_values).
-absl::Status AddInlineArguments(const std::vector<std::shared_ptr<DeviceBuffer>>& args,
-                                const ExecuteOptions& options, v1::ExecuteRequest* req) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const ir::Literal* value = i < options.inline_values.size() ? options.inline_values[i] : nullptr;
-    if (args[i] != nullptr) {
-      if (value != nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("argument ", i, " has both a buffer and an inline value"));
-      }
-      continue;
-    }
-    if (value == nullptr) return absl::InvalidArgumentError("null argument buffer");
-    v1::InlineArgument* a = req->add_inline_arguments();
-    a->set_index(static_cast<int>(i));
-    ir::LiteralToProto(*value, a->mutable_value());
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<ExecuteResult> Client::Execute(
@@ -338,8 +334,7 @@ absl::StatusOr<ExecuteResult> Client::Execute(
   v1::ExecuteRequest req;
   req.set_session_id(core_->session_id());
   req.set_executable_handle(executable.handle());
-  RETURN_IF_ERROR(AddInlineArguments(args, options, &req));
-  RETURN_IF_ERROR(AddArguments(args, req.mutable_argument_handles()));
+  RETURN_IF_ERROR(AddArguments(args, &options.inline_values, req.mutable_argument_handles(), &req));
   FillRequest(options, &req);
   absl::StatusOr<v1::ExecuteResponse> executed = core_->transport().Execute(req, options.cancel);
   // The server takes donated arguments before the program runs, so they are
@@ -376,10 +371,7 @@ absl::StatusOr<ReplicatedResult> Client::ExecuteReplicated(
   for (const ReplicaArguments& replica : replicas) {
     v1::ReplicaArguments* r = req.add_replicas();
     r->set_device(replica.device);
-    for (const auto& a : replica.args) {
-      if (a == nullptr) return absl::InvalidArgumentError("null argument buffer");
-    }
-    RETURN_IF_ERROR(AddArguments(replica.args, r->mutable_argument_handles()));
+    RETURN_IF_ERROR(AddArguments(replica.args, nullptr, r->mutable_argument_handles(), &req));
   }
   FillRequest(options, &req);
   ASSIGN_OR_RETURN(v1::ExecuteResponse resp, core_->transport().Execute(req, options.cancel));

@@ -81,13 +81,11 @@ Tensor LazyContext::FromLiteral(ir::Literal&& value, const std::string& device) 
   node->shape = value.shape();
   node->device = device;
   node->context = shared_from_this();
-  bool known = false;
-  std::vector<std::string> names;
-  for (const DeviceDescription& d : client_->devices()) {
-    known = known || d.name == device;
-    names.push_back(d.name);
-  }
-  if (!known) {
+  const std::vector<DeviceDescription>& devices = client_->devices();
+  if (std::none_of(devices.begin(), devices.end(),
+                   [&](const DeviceDescription& d) { return d.name == device; })) {
+    std::vector<std::string> names;
+    for (const DeviceDescription& d : devices) names.push_back(d.name);
     node->status = absl::NotFoundError(absl::StrCat(
         "unknown device '", device, "' (the server has ", absl::StrJoin(names, ", "), ")"));
   } else {

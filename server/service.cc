@@ -412,15 +412,12 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     run.options.profile = &profiles[r];
   }
   std::vector<std::string> donated;
-  std::vector<bool> inline_donated(params.size(), false);
   for (int index : req.donated_arguments()) {
     if (index < 0 || index >= static_cast<int>(params.size())) {
       return absl::InvalidArgumentError(absl::StrCat("donated argument ", index, " out of range"));
     }
-    if (inline_values[index].has_value()) {
-      inline_donated[index] = true;  // never registered: the program takes it
-      continue;
-    }
+    // A donated inline value was never registered: the program takes it.
+    if (inline_values[index].has_value()) continue;
     for (const auto& [device, handles] : plan) donated.push_back(handles[index]);
   }
   inline_values.clear();  // the buffers hold the values now
@@ -456,11 +453,11 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     return results.status();
   }
   v1::ExecuteResponse resp;
+  // Kept inline values (not donated) become buffers of the session.
   for (const v1::InlineArgument& a : req.inline_arguments()) {
-    const int index = a.index();
-    resp.add_inline_argument_handles(
-        inline_donated[index] ? std::string()
-                              : session->AddBuffer({inline_buffers[index], exe.device}));
+    const runtime::BufferPtr& kept = inline_buffers[a.index()];
+    resp.add_inline_argument_handles(kept == nullptr ? std::string()
+                                                     : session->AddBuffer({kept, exe.device}));
   }
   inline_buffers.clear();
   const bool profiled = exe.executable->has_cost_model();

@@ -161,18 +161,9 @@ absl::StatusOr<Kernel> MakeReduceKernel(const ir::Instruction& instr,
         if (leading && !identity) {
 #if defined(__SSE2__)
           if constexpr (std::is_same_v<T, float>) {
-            switch (op) {
-              case Opcode::kAdd:
-                return ReduceLeadingF32<Opcode::kAdd>(in, init, run, rows, out->as<T>());
-              case Opcode::kMultiply:
-                return ReduceLeadingF32<Opcode::kMultiply>(in, init, run, rows, out->as<T>());
-              case Opcode::kMaximum:
-                return ReduceLeadingF32<Opcode::kMaximum>(in, init, run, rows, out->as<T>());
-              case Opcode::kMinimum:
-                return ReduceLeadingF32<Opcode::kMinimum>(in, init, run, rows, out->as<T>());
-              default:
-                break;
-            }
+            return WithReducer(op, [&](auto kOp) {
+              ReduceLeadingF32<decltype(kOp)::value>(in, init, run, rows, out->as<T>());
+            });
           }
 #endif
           ReduceLeading<T>(op, in, init, run, rows, out->as<T>());

@@ -102,6 +102,23 @@ __attribute__((always_inline)) inline A ApplyReducerOp(ir::Opcode op, A a, A b) 
   }
 }
 
+// f(std::integral_constant<Opcode, op>{}) for the reducer ops of the fast
+// paths (those MatchScalarBinary matches), so that loops over elements have
+// no switch inside.
+template <typename F>
+void WithReducer(ir::Opcode op, F&& f) {
+  using ir::Opcode;
+  switch (op) {
+    case Opcode::kAdd: return f(std::integral_constant<Opcode, Opcode::kAdd>{});
+    case Opcode::kMultiply: return f(std::integral_constant<Opcode, Opcode::kMultiply>{});
+    case Opcode::kMaximum: return f(std::integral_constant<Opcode, Opcode::kMaximum>{});
+    case Opcode::kMinimum: return f(std::integral_constant<Opcode, Opcode::kMinimum>{});
+    case Opcode::kAnd: return f(std::integral_constant<Opcode, Opcode::kAnd>{});
+    case Opcode::kOr: return f(std::integral_constant<Opcode, Opcode::kOr>{});
+    default: return f(std::integral_constant<Opcode, Opcode::kAdd>{});  // not matched
+  }
+}
+
 #if defined(__SSE2__)
 // ApplyReducerOp on four f32 lanes at once, for the ops fixed at compile
 // time; and/or leave `a`, as ApplyReducerOp does for floats.

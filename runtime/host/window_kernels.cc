@@ -251,21 +251,6 @@ void ForEachInsideWindow(const Geometry& g, bool parallel, F&& visit) {
   }
 }
 
-// f(std::integral_constant<Opcode, op>{}) for the reducer ops of the fast
-// paths, so that loops over elements have no switch inside.
-template <typename F>
-void WithReducer(Opcode op, F&& f) {
-  switch (op) {
-    case Opcode::kAdd: return f(std::integral_constant<Opcode, Opcode::kAdd>{});
-    case Opcode::kMultiply: return f(std::integral_constant<Opcode, Opcode::kMultiply>{});
-    case Opcode::kMaximum: return f(std::integral_constant<Opcode, Opcode::kMaximum>{});
-    case Opcode::kMinimum: return f(std::integral_constant<Opcode, Opcode::kMinimum>{});
-    case Opcode::kAnd: return f(std::integral_constant<Opcode, Opcode::kAnd>{});
-    case Opcode::kOr: return f(std::integral_constant<Opcode, Opcode::kOr>{});
-    default: return f(std::integral_constant<Opcode, Opcode::kAdd>{});  // not matched
-  }
-}
-
 template <typename F>
 void WithDirection(ir::ComparisonDirection dir, F&& f) {
   using D = ir::ComparisonDirection;
@@ -310,10 +295,6 @@ __m128 NotCompareF32x4(__m128 a, __m128 b) {
   else return _mm_cmpeq_ps(a, b);
 }
 
-// One source row of an f32 select-and-scatter whose windows lie inside the
-// operand: each column selects within its column of the window and adds its
-// source element there. Four columns at a time, without branches: which
-// position wins is unpredictable.
 // For columns j..j+n of a window (its rows at operand + (first +
 // offsets[k]) * inner), the position each column selects: the first, replaced
 // by each later one the select declines, as the scalar loop does.
@@ -333,6 +314,10 @@ __m128i ChooseInWindowF32(const float* operand, int64_t first, const int64_t* of
   return chosen;
 }
 
+// One source row of an f32 select-and-scatter whose windows lie inside the
+// operand: each column selects within its column of the window and adds its
+// source element there. Four columns at a time, without branches: which
+// position wins is unpredictable.
 template <ir::ComparisonDirection kDir, Opcode kOp>
 void SelectAndScatterRowF32(const float* operand, int64_t first, const int64_t* offsets,
                             int64_t positions, int64_t inner, const float* src, float* out) {
