@@ -10,15 +10,22 @@
 namespace kiln::runtime {
 namespace {
 
-TEST(ThrottledTest, AsksAtMostOncePerPeriodAndKeepsTheAnswer) {
-  std::atomic<int> asked{0};
-  std::atomic<bool> gave_up{false};
-  CancelCheck check = Throttled(
-      [&] {
+// A check that counts how often it is asked and answers `gave_up`,
+// throttled to `period`.
+CancelCheck Counting(std::atomic<int>& asked, std::atomic<bool>& gave_up,
+                     absl::Duration period) {
+  return Throttled(
+      [&asked, &gave_up] {
         asked.fetch_add(1);
         return gave_up.load();
       },
-      absl::Seconds(3600));
+      period);
+}
+
+TEST(ThrottledTest, AsksAtMostOncePerPeriodAndKeepsTheAnswer) {
+  std::atomic<int> asked{0};
+  std::atomic<bool> gave_up{false};
+  CancelCheck check = Counting(asked, gave_up, absl::Seconds(3600));
   EXPECT_FALSE(check());
   for (int i = 0; i < 1000; ++i) EXPECT_FALSE(check());
   EXPECT_EQ(asked.load(), 1);
@@ -31,12 +38,7 @@ TEST(ThrottledTest, AsksAtMostOncePerPeriodAndKeepsTheAnswer) {
 TEST(ThrottledTest, SeesACancellationAfterThePeriodAndStaysCancelled) {
   std::atomic<int> asked{0};
   std::atomic<bool> gave_up{false};
-  CancelCheck check = Throttled(
-      [&] {
-        asked.fetch_add(1);
-        return gave_up.load();
-      },
-      absl::Milliseconds(1));
+  CancelCheck check = Counting(asked, gave_up, absl::Milliseconds(1));
   EXPECT_FALSE(check());
   gave_up = true;
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -50,12 +52,8 @@ TEST(ThrottledTest, SeesACancellationAfterThePeriodAndStaysCancelled) {
 
 TEST(ThrottledTest, CopiesShareTheThrottleAcrossThreads) {
   std::atomic<int> asked{0};
-  CancelCheck check = Throttled(
-      [&] {
-        asked.fetch_add(1);
-        return false;
-      },
-      absl::Seconds(3600));
+  std::atomic<bool> gave_up{false};
+  CancelCheck check = Counting(asked, gave_up, absl::Seconds(3600));
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     CancelCheck copy = check;
