@@ -624,7 +624,8 @@ TEST_P(CpuWindowRowTest, RowsOfAnyWidthMatchPlainLoops) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Channels, CpuWindowRowTest, ::testing::Values(1, 2, 3, 4, 5, 6, 8, 9));
+INSTANTIATE_TEST_SUITE_P(Channels, CpuWindowRowTest,
+                         ::testing::Values(1, 2, 3, 4, 5, 6, 8, 9, 13, 16, 21, 35));
 
 // Reductions over the leading dimensions (a bias gradient over NHWC data)
 // fold each column's rows in order, bit for bit as a plain loop, for any

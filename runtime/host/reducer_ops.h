@@ -24,8 +24,12 @@ using Accumulator = std::conditional_t<ir::kIsHalf<T>, float, T>;
 #if defined(__SSE2__)
 // f32 maximum and minimum of four lanes as SSE2 masks and blends: the same
 // results as the generic rules below, with no branch for the compiler to
-// mispredict.
-inline __m128 MaxF32x4(__m128 x, __m128 y) {
+// mispredict. The Exact forms handle every lane; the others take them only
+// when a lane is unordered (a NaN), which is rare: for ordered lanes,
+// max_ps(x, y) and max_ps(y, x) differ only on +0 against -0 (each returns
+// its second operand when equal), and their bitwise and (or, for minimum)
+// picks +0 (-0).
+inline __m128 ExactMaxF32x4(__m128 x, __m128 y) {
   __m128 r = _mm_max_ps(x, y);  // x > y ? x : y (y when equal or unordered)
   const __m128 eq = _mm_cmpeq_ps(x, y);
   r = _mm_or_ps(_mm_and_ps(eq, _mm_and_ps(x, y)), _mm_andnot_ps(eq, r));  // +0 over -0
@@ -34,7 +38,7 @@ inline __m128 MaxF32x4(__m128 x, __m128 y) {
   const __m128 x_nan = _mm_cmpunord_ps(x, x);
   return _mm_or_ps(_mm_and_ps(x_nan, x), _mm_andnot_ps(x_nan, r));
 }
-inline __m128 MinF32x4(__m128 x, __m128 y) {
+inline __m128 ExactMinF32x4(__m128 x, __m128 y) {
   __m128 r = _mm_min_ps(x, y);
   const __m128 eq = _mm_cmpeq_ps(x, y);
   r = _mm_or_ps(_mm_and_ps(eq, _mm_or_ps(x, y)), _mm_andnot_ps(eq, r));  // -0 under +0
@@ -42,6 +46,18 @@ inline __m128 MinF32x4(__m128 x, __m128 y) {
   r = _mm_or_ps(_mm_and_ps(y_nan, y), _mm_andnot_ps(y_nan, r));
   const __m128 x_nan = _mm_cmpunord_ps(x, x);
   return _mm_or_ps(_mm_and_ps(x_nan, x), _mm_andnot_ps(x_nan, r));
+}
+__attribute__((always_inline)) inline __m128 MaxF32x4(__m128 x, __m128 y) {
+  if (__builtin_expect(_mm_movemask_ps(_mm_cmpunord_ps(x, y)) != 0, 0)) {
+    return ExactMaxF32x4(x, y);
+  }
+  return _mm_and_ps(_mm_max_ps(x, y), _mm_max_ps(y, x));
+}
+__attribute__((always_inline)) inline __m128 MinF32x4(__m128 x, __m128 y) {
+  if (__builtin_expect(_mm_movemask_ps(_mm_cmpunord_ps(x, y)) != 0, 0)) {
+    return ExactMinF32x4(x, y);
+  }
+  return _mm_or_ps(_mm_min_ps(x, y), _mm_min_ps(y, x));
 }
 inline float MaxF32(float a, float b) {
   return _mm_cvtss_f32(MaxF32x4(_mm_set_ss(a), _mm_set_ss(b)));

@@ -265,21 +265,62 @@ void WithDirection(ir::ComparisonDirection dir, F&& f) {
 }
 
 #if defined(__SSE2__)
+// Rows of at least four columns go in blocks of four, block b from column
+// min(4b, inner - 4): when inner is not a multiple of four the last block
+// overlaps the one before it, which suits rows whose columns are computed
+// independently (a column written twice gets the same value twice). Up to
+// four blocks go at once, so that their chains of dependent operations
+// (one per window position) interleave.
+inline int64_t BlockStart(int64_t inner, int64_t b) { return std::min(4 * b, inner - 4); }
+
+// f(std::integral_constant<int, count>{}, b) for the groups of `count`
+// blocks from block b that make up a row of inner >= 4 columns.
+template <typename F>
+__attribute__((always_inline)) inline void ForEachBlockGroup(int64_t inner, F&& f) {
+  const int64_t blocks = (inner + 3) / 4;
+  int64_t b = 0;
+  for (; b + 4 <= blocks; b += 4) f(std::integral_constant<int, 4>{}, b);
+  switch (blocks - b) {
+    case 1: return f(std::integral_constant<int, 1>{}, b);
+    case 2: return f(std::integral_constant<int, 2>{}, b);
+    case 3: return f(std::integral_constant<int, 3>{}, b);
+    default: return;
+  }
+}
+
 // One output row of an f32 reduce-window whose windows lie inside the input:
 // row[j] folds column j of the window's rows (at base + offsets[k] * inner)
-// in window order, as the scalar loop does (so the same bits), four columns
-// at a time.
+// in window order, as the scalar loop does (so the same bits).
 template <Opcode kOp>
 void ReduceWindowRowF32(const float* base, const int64_t* offsets, int64_t positions,
                         int64_t inner, float init, float* row) {
-  for (int64_t j = 0; j < inner; j += 4) {
-    const int64_t n = std::min<int64_t>(4, inner - j);
+  if (inner < 4) {
     __m128 a = _mm_set1_ps(init);
     for (int64_t k = 0; k < positions; ++k) {
-      a = ApplyReducerOpF32x4<kOp>(a, LoadF32x4(base + offsets[k] * inner + j, n));
+      a = ApplyReducerOpF32x4<kOp>(a, LoadF32x4(base + offsets[k] * inner, inner));
     }
-    StoreF32x4(row + j, a, n);
+    StoreF32x4(row, a, inner);
+    return;
   }
+  ForEachBlockGroup(inner, [&](auto count, int64_t b) {
+    constexpr int kCount = decltype(count)::value;
+    int64_t j[kCount];
+    __m128 a[kCount];
+    #pragma GCC unroll 4
+    for (int c = 0; c < kCount; ++c) {
+      j[c] = BlockStart(inner, b + c);
+      a[c] = _mm_set1_ps(init);
+    }
+    for (int64_t k = 0; k < positions; ++k) {
+      const float* p = base + offsets[k] * inner;
+      #pragma GCC unroll 4
+      for (int c = 0; c < kCount; ++c) {
+        a[c] = ApplyReducerOpF32x4<kOp>(a[c], _mm_loadu_ps(p + j[c]));
+      }
+    }
+    #pragma GCC unroll 4
+    for (int c = 0; c < kCount; ++c) _mm_storeu_ps(row + j[c], a[c]);
+  });
 }
 
 // !(a dir b) in each lane, NaN included (the select computation declines
@@ -295,23 +336,33 @@ __m128 NotCompareF32x4(__m128 a, __m128 b) {
   else return _mm_cmpeq_ps(a, b);
 }
 
-// For columns j..j+n of a window (its rows at operand + (first +
-// offsets[k]) * inner), the position each column selects: the first, replaced
-// by each later one the select declines, as the scalar loop does.
-template <ir::ComparisonDirection kDir>
-__m128i ChooseInWindowF32(const float* operand, int64_t first, const int64_t* offsets,
-                          int64_t positions, int64_t inner, int64_t j, int64_t n) {
-  __m128 best = LoadF32x4(operand + (first + offsets[0]) * inner + j, n);
-  __m128i chosen = _mm_setzero_si128();
-  for (int64_t k = 1; k < positions; ++k) {
-    const __m128 v = LoadF32x4(operand + (first + offsets[k]) * inner + j, n);
-    const __m128 take = NotCompareF32x4<kDir>(best, v);
-    best = _mm_or_ps(_mm_and_ps(take, v), _mm_andnot_ps(take, best));
-    const __m128i mask = _mm_castps_si128(take);
-    chosen = _mm_or_si128(_mm_and_si128(mask, _mm_set1_epi32(static_cast<int32_t>(k))),
-                          _mm_andnot_si128(mask, chosen));
+// For kCount blocks of n columns of a window (from columns j[c]; its rows
+// at operand + (first + offsets[k]) * inner), the position each column
+// selects: the first, replaced by each later one the select declines, as
+// the scalar loop does.
+template <ir::ComparisonDirection kDir, int kCount>
+__attribute__((always_inline)) inline void ChooseInWindowF32(
+    const float* operand, int64_t first, const int64_t* offsets, int64_t positions, int64_t inner,
+    const int64_t* j, int64_t n, __m128i* chosen) {
+  __m128 best[kCount];
+  const float* p = operand + (first + offsets[0]) * inner;
+  #pragma GCC unroll 4
+  for (int c = 0; c < kCount; ++c) {
+    best[c] = LoadF32x4(p + j[c], n);
+    chosen[c] = _mm_setzero_si128();
   }
-  return chosen;
+  for (int64_t k = 1; k < positions; ++k) {
+    p = operand + (first + offsets[k]) * inner;
+    const __m128i position = _mm_set1_epi32(static_cast<int32_t>(k));
+    #pragma GCC unroll 4
+    for (int c = 0; c < kCount; ++c) {
+      const __m128 v = LoadF32x4(p + j[c], n);
+      const __m128 take = NotCompareF32x4<kDir>(best[c], v);
+      best[c] = _mm_or_ps(_mm_and_ps(take, v), _mm_andnot_ps(take, best[c]));
+      const __m128i mask = _mm_castps_si128(take);
+      chosen[c] = _mm_or_si128(_mm_and_si128(mask, position), _mm_andnot_si128(mask, chosen[c]));
+    }
+  }
 }
 
 // One source row of an f32 select-and-scatter whose windows lie inside the
@@ -323,7 +374,8 @@ void SelectAndScatterRowF32(const float* operand, int64_t first, const int64_t* 
                             int64_t positions, int64_t inner, const float* src, float* out) {
   for (int64_t j = 0; j < inner; j += 4) {
     const int64_t n = std::min<int64_t>(4, inner - j);
-    const __m128i chosen = ChooseInWindowF32<kDir>(operand, first, offsets, positions, inner, j, n);
+    __m128i chosen;
+    ChooseInWindowF32<kDir, 1>(operand, first, offsets, positions, inner, &j, n, &chosen);
     alignas(16) int32_t at[4];
     _mm_store_si128(reinterpret_cast<__m128i*>(at), chosen);
     for (int64_t l = 0; l < n; ++l) {
@@ -342,17 +394,36 @@ void SelectAndWriteRowF32(const float* operand, int64_t first, const int64_t* of
                           int64_t positions, int64_t inner, const float* src, float init,
                           float* out) {
   const __m128 fill = _mm_set1_ps(init);
-  for (int64_t j = 0; j < inner; j += 4) {
-    const int64_t n = std::min<int64_t>(4, inner - j);
-    const __m128i chosen = ChooseInWindowF32<kDir>(operand, first, offsets, positions, inner, j, n);
-    const __m128 value = ApplyReducerOpF32x4<kOp>(fill, LoadF32x4(src + j, n));
-    for (int64_t k = 0; k < positions; ++k) {
-      const __m128 here =
-          _mm_castsi128_ps(_mm_cmpeq_epi32(chosen, _mm_set1_epi32(static_cast<int32_t>(k))));
-      StoreF32x4(out + (first + offsets[k]) * inner + j,
-                 _mm_or_ps(_mm_and_ps(here, value), _mm_andnot_ps(here, fill)), n);
+  auto write = [&](auto count, const int64_t* j, int64_t n) {
+    constexpr int kCount = decltype(count)::value;
+    __m128i chosen[kCount];
+    ChooseInWindowF32<kDir, kCount>(operand, first, offsets, positions, inner, j, n, chosen);
+    __m128 value[kCount];
+    #pragma GCC unroll 4
+    for (int c = 0; c < kCount; ++c) {
+      value[c] = ApplyReducerOpF32x4<kOp>(fill, LoadF32x4(src + j[c], n));
     }
+    for (int64_t k = 0; k < positions; ++k) {
+      float* p = out + (first + offsets[k]) * inner;
+      const __m128i position = _mm_set1_epi32(static_cast<int32_t>(k));
+      #pragma GCC unroll 4
+      for (int c = 0; c < kCount; ++c) {
+        const __m128 here = _mm_castsi128_ps(_mm_cmpeq_epi32(chosen[c], position));
+        StoreF32x4(p + j[c], _mm_or_ps(_mm_and_ps(here, value[c]), _mm_andnot_ps(here, fill)), n);
+      }
+    }
+  };
+  if (inner < 4) {
+    const int64_t j = 0;
+    write(std::integral_constant<int, 1>{}, &j, inner);
+    return;
   }
+  ForEachBlockGroup(inner, [&](auto count, int64_t b) {
+    int64_t j[decltype(count)::value];
+    #pragma GCC unroll 4
+    for (int c = 0; c < decltype(count)::value; ++c) j[c] = BlockStart(inner, b + c);
+    write(count, j, 4);
+  });
 }
 #endif
 
