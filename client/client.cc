@@ -1,5 +1,8 @@
 #include "client/client.h"
 
+#include <chrono>
+#include <deque>
+#include <functional>
 #include <limits>
 #include <thread>
 
@@ -37,6 +40,21 @@ class ClientCore {
     (executable ? pending_executables_ : pending_buffers_).push_back(handle);
   }
 
+  // Runs `work` on the dispatch thread after everything dispatched before
+  // it. Once the client shuts down, work not yet started finishes `pending`
+  // as CANCELLED instead, and the call in progress is cancelled.
+  void Dispatch(std::shared_ptr<PendingExecution> pending, std::function<void()> work) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!stopping_) {
+        if (!dispatcher_.joinable()) dispatcher_ = std::thread([this] { DispatchLoop(); });
+        dispatch_queue_.push_back({std::move(pending), std::move(work)});
+        return;
+      }
+    }
+    pending->Finish(absl::CancelledError("the client shut down"), 0);
+  }
+
   absl::Status Flush() {
     absl::MutexLock lock(&mu_);
     const uint64_t target = queued_generation();
@@ -58,7 +76,9 @@ class ClientCore {
       };
       mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(5));
       stopping_ = true;
+      if (dispatching_ != nullptr) dispatching_->canceller_.Cancel();
     }
+    if (dispatcher_.joinable()) dispatcher_.join();
     if (releaser_.joinable()) releaser_.join();
     if (keeper_.joinable()) keeper_.join();
     if (!session_id_.empty() && options_.keep_alive) {
@@ -99,6 +119,33 @@ class ClientCore {
     }
   }
 
+  void DispatchLoop() {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !dispatch_queue_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) break;
+      Dispatched next = std::move(dispatch_queue_.front());
+      dispatch_queue_.pop_front();
+      dispatching_ = next.pending;
+      mu_.Unlock();
+      next.work();
+      next = Dispatched();
+      mu_.Lock();
+      dispatching_ = nullptr;
+    }
+    // Outside the lock: dropping the work releases its buffers, which
+    // queues their handles under it.
+    std::deque<Dispatched> left = std::move(dispatch_queue_);
+    dispatch_queue_.clear();
+    mu_.Unlock();
+    for (Dispatched& d : left) d.pending->Finish(absl::CancelledError("the client shut down"), 0);
+    left.clear();
+    mu_.Lock();
+  }
+
   void KeepAliveLoop() {
     const absl::Duration period = std::max(absl::Milliseconds(100), lease_ / 3);
     absl::MutexLock lock(&mu_);
@@ -124,8 +171,15 @@ class ClientCore {
   uint64_t sent_generation_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status last_release_error_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  struct Dispatched {
+    std::shared_ptr<PendingExecution> pending;
+    std::function<void()> work;
+  };
+  std::deque<Dispatched> dispatch_queue_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<PendingExecution> dispatching_ ABSL_GUARDED_BY(mu_);
   std::thread releaser_;
   std::thread keeper_;
+  std::thread dispatcher_;  // started by the first Dispatch
 };
 
 DeviceBuffer::DeviceBuffer(std::shared_ptr<ClientCore> core, std::string handle,
@@ -326,23 +380,27 @@ void MarkDonated(const ExecuteOptions& options,
   }
 }
 
-}  // namespace
-
-absl::StatusOr<ExecuteResult> Client::Execute(
-    const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
-    const ExecuteOptions& options) {
+// The request of an execution of `executable` with `args`.
+absl::StatusOr<v1::ExecuteRequest> ExecuteRequestOf(const std::string& session_id,
+                                                    const Executable& executable,
+                                                    const std::vector<std::shared_ptr<DeviceBuffer>>& args,
+                                                    const ExecuteOptions& options) {
   v1::ExecuteRequest req;
-  req.set_session_id(core_->session_id());
+  req.set_session_id(session_id);
   req.set_executable_handle(executable.handle());
   RETURN_IF_ERROR(AddArguments(args, &options.inline_values, req.mutable_argument_handles(), &req));
   FillRequest(options, &req);
-  absl::StatusOr<v1::ExecuteResponse> executed = core_->transport().Execute(req, options.cancel);
-  // The server takes donated arguments before the program runs, so they are
-  // gone even when it fails: never reuse or release them again.
-  MarkDonated(options, args);
-  if (!executed.ok()) return executed.status();
-  const v1::ExecuteResponse& resp = *executed;
-  ASSIGN_OR_RETURN(ExecuteResult result, ReadOutputs(core_, resp.outputs(), executable.device()));
+  return req;
+}
+
+// The result of `req` from its reply; `inline_shapes` are the shapes of the
+// arguments sent inline, by argument index (`args` of them in all).
+absl::StatusOr<ExecuteResult> ExecuteResultOf(const std::shared_ptr<ClientCore>& core,
+                                              const v1::ExecuteRequest& req,
+                                              const v1::ExecuteResponse& resp,
+                                              const std::string& device, size_t args,
+                                              const std::vector<ir::Shape>& inline_shapes) {
+  ASSIGN_OR_RETURN(ExecuteResult result, ReadOutputs(core, resp.outputs(), device));
   result.execute_micros = resp.execute_micros();
   if (resp.has_profile()) result.profile = resp.profile();
   if (resp.inline_argument_handles_size() != req.inline_arguments_size()) {
@@ -350,15 +408,89 @@ absl::StatusOr<ExecuteResult> Client::Execute(
         "the server returned ", resp.inline_argument_handles_size(), " handles for ",
         req.inline_arguments_size(), " inline arguments (protocol version 4 needed)"));
   }
-  result.inline_argument_buffers.resize(args.size());
+  result.inline_argument_buffers.resize(args);
   for (int k = 0; k < req.inline_arguments_size(); ++k) {
     const std::string& handle = resp.inline_argument_handles(k);
     if (handle.empty()) continue;  // donated
     const int index = req.inline_arguments(k).index();
-    result.inline_argument_buffers[index] = std::make_shared<DeviceBuffer>(
-        core_, handle, options.inline_values[index]->shape(), executable.device());
+    result.inline_argument_buffers[index] =
+        std::make_shared<DeviceBuffer>(core, handle, inline_shapes[k], device);
   }
   return result;
+}
+
+std::vector<ir::Shape> InlineShapes(const v1::ExecuteRequest& req, const ExecuteOptions& options) {
+  std::vector<ir::Shape> shapes;
+  for (const v1::InlineArgument& a : req.inline_arguments()) {
+    shapes.push_back(options.inline_values[a.index()]->shape());
+  }
+  return shapes;
+}
+
+}  // namespace
+
+absl::StatusOr<ExecuteResult> Client::Execute(
+    const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
+    const ExecuteOptions& options) {
+  ASSIGN_OR_RETURN(v1::ExecuteRequest req,
+                   ExecuteRequestOf(core_->session_id(), executable, args, options));
+  absl::StatusOr<v1::ExecuteResponse> executed = core_->transport().Execute(req, options.cancel);
+  // The server takes donated arguments before the program runs, so they are
+  // gone even when it fails: never reuse or release them again.
+  MarkDonated(options, args);
+  if (!executed.ok()) return executed.status();
+  return ExecuteResultOf(core_, req, *executed, executable.device(), args.size(),
+                         InlineShapes(req, options));
+}
+
+absl::StatusOr<std::shared_ptr<PendingExecution>> Client::ExecuteAsync(
+    const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
+    const ExecuteOptions& options) {
+  ASSIGN_OR_RETURN(v1::ExecuteRequest req,
+                   ExecuteRequestOf(core_->session_id(), executable, args, options));
+  MarkDonated(options, args);
+  auto pending = std::make_shared<PendingExecution>();
+  std::vector<ir::Shape> shapes = InlineShapes(req, options);
+  // The work holds what the call needs (the arguments' buffers stay
+  // referenced until the reply), never the caller's objects.
+  auto work = [core = core_, pending, req = std::move(req), args, shapes = std::move(shapes),
+               device = executable.device()]() {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<v1::ExecuteResponse> executed =
+        core->transport().Execute(req, &pending->canceller_);
+    absl::StatusOr<ExecuteResult> result =
+        executed.ok() ? ExecuteResultOf(core, req, *executed, device, args.size(), shapes)
+                      : absl::StatusOr<ExecuteResult>(executed.status());
+    pending->Finish(std::move(result),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  };
+  core_->Dispatch(pending, std::move(work));
+  return pending;
+}
+
+absl::StatusOr<ExecuteResult> PendingExecution::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&done_));
+  if (taken_) return absl::FailedPreconditionError("the execution's result was taken already");
+  taken_ = true;
+  return std::move(result_);
+}
+
+bool PendingExecution::done() const {
+  absl::MutexLock lock(&mu_);
+  return done_;
+}
+
+double PendingExecution::round_trip_seconds() const {
+  absl::MutexLock lock(&mu_);
+  return seconds_;
+}
+
+void PendingExecution::Finish(absl::StatusOr<ExecuteResult> result, double seconds) {
+  absl::MutexLock lock(&mu_);
+  result_ = std::move(result);
+  seconds_ = seconds;
+  done_ = true;
 }
 
 absl::StatusOr<ReplicatedResult> Client::ExecuteReplicated(

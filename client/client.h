@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/transport.h"
 #include "compiler/ir/instruction.h"
@@ -144,6 +145,30 @@ struct ReplicatedResult {
   std::optional<v1::ExecutionProfileProto> profile;
 };
 
+// An execution sent with Client::ExecuteAsync. Thread-safe.
+class PendingExecution {
+ public:
+  // Blocks until the reply is in and returns it; the result is handed out
+  // once (later calls: FAILED_PRECONDITION).
+  absl::StatusOr<ExecuteResult> Wait();
+  bool done() const;
+  // Seconds from sending to the reply (0 until done).
+  double round_trip_seconds() const;
+
+ private:
+  friend class Client;
+  friend class ClientCore;
+  void Finish(absl::StatusOr<ExecuteResult> result, double seconds);
+
+  mutable absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool taken_ ABSL_GUARDED_BY(mu_) = false;
+  absl::StatusOr<ExecuteResult> result_ ABSL_GUARDED_BY(mu_);
+  double seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  // Stops the call when the client shuts down with it in flight.
+  CallCanceller canceller_;
+};
+
 // Thread-safe.
 class Client {
  public:
@@ -170,6 +195,16 @@ class Client {
                                                       const std::string& device,
                                                       uint64_t rng_seed = 0);
   absl::StatusOr<ExecuteResult> Execute(
+      const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
+      const ExecuteOptions& options = {});
+  // Sends the execution and returns at once; the call runs on the client's
+  // dispatch thread, one after another in the order sent (so a later
+  // execution may read what an earlier one returned once it has waited
+  // for it). The request is built before this returns: inline values and
+  // arguments may be released then, and donated arguments are marked.
+  // `options.cancel` is not used (PendingExecution cancels on shutdown).
+  // Destroying the client cancels executions still in flight.
+  absl::StatusOr<std::shared_ptr<PendingExecution>> ExecuteAsync(
       const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
       const ExecuteOptions& options = {});
   // Runs `executable` on every replica's device at once (protocol version

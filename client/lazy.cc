@@ -310,11 +310,79 @@ absl::Status LazyContext::Barrier(const std::string& device, std::source_locatio
   pending_ = std::move(still_pending);
   ++metrics_.barriers;
   if (live.empty()) return absl::OkStatus();
-  return Realize(live, where);
+  return RealizeNodes(live, where, nullptr, pipelined_);
 }
 
 absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::source_location where,
                                   CallCanceller* cancel) {
+  return RealizeNodes(tensors, where, cancel, /*dispatch=*/false);
+}
+
+absl::Status LazyContext::Sync() {
+  if (!in_flight_.has_value()) return absl::OkStatus();
+  InFlight flight = *std::move(in_flight_);
+  in_flight_.reset();
+  const auto wait_start = Clock::now();
+  absl::StatusOr<ExecuteResult> executed = flight.pending->Wait();
+  metrics_.pipeline_wait_seconds +=
+      std::chrono::duration<double>(Clock::now() - wait_start).count();
+  metrics_.step_seconds.push_back(flight.pending->round_trip_seconds());
+  if (metrics_.step_seconds.size() > kStepHistory) metrics_.step_seconds.pop_front();
+  std::vector<std::shared_ptr<Node>> outputs, params;
+  for (const auto& weak : flight.outputs) outputs.push_back(weak.lock());
+  for (const auto& weak : flight.params) params.push_back(weak.lock());
+  if (executed.ok() && executed->outputs.size() != outputs.size()) {
+    executed = absl::InternalError(absl::StrCat("program returned ", executed->outputs.size(),
+                                                " values for ", outputs.size(), " outputs"));
+  }
+  if (!executed.ok()) {
+    // The outputs' graphs are gone: they keep the error whatever it was.
+    for (const auto& node : outputs) {
+      if (node != nullptr) node->status = executed.status();
+    }
+    return executed.status();
+  }
+  ++metrics_.executions;
+  Settle(*executed, outputs, params, {});
+  return absl::OkStatus();
+}
+
+void LazyContext::Settle(ExecuteResult& result, const std::vector<std::shared_ptr<Node>>& outputs,
+                         const std::vector<std::shared_ptr<Node>>& params,
+                         const std::vector<ExecuteResult>& replica_results) {
+  // Values sent along are on the device now (unless donated).
+  for (size_t i = 0; i < params.size() && i < result.inline_argument_buffers.size(); ++i) {
+    if (params[i] == nullptr || !params[i]->host_only()) continue;
+    metrics_.bytes_to_device += params[i]->shape.ByteSize();
+    if (result.inline_argument_buffers[i] != nullptr) {
+      params[i]->data = std::move(result.inline_argument_buffers[i]);
+    }
+  }
+  if (result.profile.has_value()) {
+    metrics_.last_profile = result.profile;
+    metrics_.simulated_seconds += result.profile->simulated_seconds();
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i] == nullptr) continue;
+    Node& node = *outputs[i];
+    node.data = result.outputs[i];
+    for (const ExecuteResult& replica : replica_results) {
+      node.replicas.push_back(replica.outputs[i]);
+    }
+    if (result.inline_values[i].has_value()) {
+      metrics_.bytes_from_device += node.shape.ByteSize();
+      node.host_value = std::move(result.inline_values[i]);
+    }
+    // The value exists now: the graph that produced it can go.
+    node.operands.clear();
+  }
+}
+
+absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
+                                       std::source_location where, CallCanceller* cancel,
+                                       bool dispatch) {
+  // What is in flight may be what these tensors read.
+  RETURN_IF_ERROR(Sync());
   std::vector<std::shared_ptr<Node>> outputs;
   std::string device;
   for (const Tensor& t : tensors) {
@@ -398,12 +466,40 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
     params = std::move(lowered.params);
   }
   trace_key.params.clear();  // `params` is now the one list of them
+  for (const auto& p : params) {
+    // A value whose pipelined execution failed: nothing can compute it.
+    if (!p->status.ok()) {
+      for (const auto& node : outputs) node->status = p->status;
+      return p->status;
+    }
+  }
   ASSIGN_OR_RETURN(std::vector<ReplicaArguments> replica_args, ReplicaInputs(params));
   ExecuteOptions options;
   options.inline_result_max_bytes = kInlineBytes;
   if (replica_args.empty()) options.donate = DonatableParams(outputs, params);
   metrics_.donated_arguments += static_cast<int64_t>(options.donate.size());
   options.cancel = cancel;
+  std::vector<std::shared_ptr<DeviceBuffer>> args;
+  if (replica_args.empty()) {
+    for (const auto& p : params) {
+      args.push_back(p->data);
+      options.inline_values.push_back(p->host_only() ? &*p->host_value : nullptr);
+    }
+  }
+  if (dispatch && replica_args.empty() && cancel == nullptr) {
+    ASSIGN_OR_RETURN(std::shared_ptr<PendingExecution> pending,
+                     client_->ExecuteAsync(*exe, args, options));
+    InFlight flight{std::move(pending), {}, {}};
+    for (const auto& node : outputs) {
+      node->dispatched = true;
+      node->operands.clear();
+      flight.outputs.push_back(node);
+    }
+    for (const auto& p : params) flight.params.push_back(p);
+    in_flight_ = std::move(flight);
+    ++metrics_.pipelined_executions;
+    return absl::OkStatus();
+  }
   const auto exec_start = Clock::now();
   ExecuteResult result;
   std::vector<ExecuteResult> replica_results;
@@ -419,11 +515,6 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
     return error;
   };
   if (replica_args.empty()) {
-    std::vector<std::shared_ptr<DeviceBuffer>> args;
-    for (const auto& p : params) {
-      args.push_back(p->data);
-      options.inline_values.push_back(p->host_only() ? &*p->host_value : nullptr);
-    }
     absl::StatusOr<ExecuteResult> executed = client_->Execute(*exe, args, options);
     if (!executed.ok() && !options.donate.empty()) {
       // The server took the donated arguments before the program failed
@@ -435,14 +526,6 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
     }
     if (!executed.ok()) return keep_error(executed.status());
     result = *std::move(executed);
-    // Values sent along are on the device now (unless donated).
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (!params[i]->host_only()) continue;
-      metrics_.bytes_to_device += params[i]->shape.ByteSize();
-      if (result.inline_argument_buffers[i] != nullptr) {
-        params[i]->data = std::move(result.inline_argument_buffers[i]);
-      }
-    }
   } else {
     absl::StatusOr<ReplicatedResult> replicated =
         client_->ExecuteReplicated(*exe, replica_args, options);
@@ -451,10 +534,6 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
     result = replica_results[0];
     result.profile = replicated->profile;
     ++metrics_.replicated_executions;
-  }
-  if (result.profile.has_value()) {
-    metrics_.last_profile = result.profile;
-    metrics_.simulated_seconds += result.profile->simulated_seconds();
   }
   metrics_.step_seconds.push_back(
       std::chrono::duration<double>(Clock::now() - exec_start).count());
@@ -466,19 +545,7 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
     return absl::InternalError(absl::StrCat("program returned ", result.outputs.size(),
                                             " values for ", outputs.size(), " outputs"));
   }
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    Node& node = *outputs[i];
-    node.data = result.outputs[i];
-    for (const ExecuteResult& replica : replica_results) {
-      node.replicas.push_back(replica.outputs[i]);
-    }
-    if (result.inline_values[i].has_value()) {
-      metrics_.bytes_from_device += node.shape.ByteSize();
-      node.host_value = std::move(result.inline_values[i]);
-    }
-    // The value exists now: the graph that produced it can go.
-    node.operands.clear();
-  }
+  Settle(result, outputs, params, replica_results);
   return absl::OkStatus();
 }
 
@@ -543,6 +610,11 @@ std::string LazyContext::Report() const {
                           metrics_.simulated_seconds * 1e3,
                           metrics_.last_profile->simulated_seconds() * 1e3);
   }
+  if (metrics_.pipelined_executions > 0) {
+    absl::StrAppendFormat(&out, "  pipelined executions %lld (%.3f s waiting for the device)\n",
+                          (long long)metrics_.pipelined_executions,
+                          metrics_.pipeline_wait_seconds);
+  }
   if (!metrics_.step_seconds.empty()) {
     std::vector<double> s(metrics_.step_seconds.begin(), metrics_.step_seconds.end());
     std::sort(s.begin(), s.end());
@@ -558,6 +630,7 @@ std::string LazyContext::Report() const {
 }
 
 absl::StatusOr<ir::Literal> Tensor::ToHost(std::source_location where) const {
+  if (node_ != nullptr && node_->in_flight()) RETURN_IF_ERROR(context()->Sync());
   RETURN_IF_ERROR(status());
   if (!node_->realized()) RETURN_IF_ERROR(context()->Realize({*this}, where));
   if (node_->host_value.has_value()) return *node_->host_value;

@@ -46,6 +46,10 @@ struct LazyMetrics {
   // Arguments given to their execution because nothing could read them
   // afterwards (the server may reuse their memory for results).
   int64_t donated_arguments = 0;
+  // Pipelined barriers: executions sent without waiting, and how long the
+  // tracing thread then waited for one to finish (seconds, in all).
+  int64_t pipelined_executions = 0;
+  double pipeline_wait_seconds = 0;
   // On tpu devices: the simulated cost of the latest execution and the sum
   // of all simulated times.
   std::optional<v1::ExecutionProfileProto> last_profile;
@@ -99,6 +103,19 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
                        std::source_location where = std::source_location::current(),
                        CallCanceller* cancel = nullptr);
 
+  // Pipelined barriers: Barrier sends the program and returns at once, so
+  // the caller traces its next step while the device runs this one. The
+  // tensors it realizes are in flight until their execution's reply is in;
+  // reading one, and the next execution, wait for it. An execution that
+  // fails leaves its error on its outputs (every use of them reports it),
+  // and the next Barrier, Realize or Sync returns it. Replicated programs
+  // and Realize always run synchronously. Off by default.
+  void set_pipelined(bool pipelined) { pipelined_ = pipelined; }
+  bool pipelined() const { return pipelined_; }
+  // Waits for the execution in flight, if any, settles its outputs, and
+  // returns its error (each error is returned once).
+  absl::Status Sync();
+
   // Eager mode executes every op as soon as it is recorded.
   void set_eager(bool eager) { eager_ = eager; }
   bool eager() const { return eager_; }
@@ -129,6 +146,23 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   absl::Status UploadHostValue(Node& node);
 
   explicit LazyContext(Client* client) : client_(client) {}
+  // Realize; with `dispatch`, a program that may run without waiting is
+  // sent and left in flight.
+  absl::Status RealizeNodes(const std::vector<Tensor>& tensors, std::source_location where,
+                            CallCanceller* cancel, bool dispatch);
+  // Gives `outputs` (and the parameters that went inline, which become
+  // device buffers) the values of a successful execution. Null entries
+  // (nodes gone meanwhile) are skipped.
+  void Settle(ExecuteResult& result, const std::vector<std::shared_ptr<Node>>& outputs,
+              const std::vector<std::shared_ptr<Node>>& params,
+              const std::vector<ExecuteResult>& replica_results);
+  // The execution sent by a pipelined barrier; nodes by weak reference, so
+  // that nothing here keeps a trace (or this context) alive.
+  struct InFlight {
+    std::shared_ptr<PendingExecution> pending;
+    std::vector<std::weak_ptr<Node>> outputs;
+    std::vector<std::weak_ptr<Node>> params;
+  };
   // The buffers of replicated program inputs, per replica; empty when no
   // parameter is replicated. Copies lead-device values to the replicas.
   absl::StatusOr<std::vector<ReplicaArguments>> ReplicaInputs(
@@ -142,6 +176,8 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
 
   Client* client_;
   bool eager_ = false;
+  bool pipelined_ = false;
+  std::optional<InFlight> in_flight_;
   std::vector<std::weak_ptr<Node>> pending_;
   size_t prune_pending_at_ = 1024;
   std::vector<absl::flat_hash_set<const Node*>> loop_bodies_;

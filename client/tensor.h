@@ -78,7 +78,14 @@ struct Node {
   // trace of many thousands of ops would overflow the stack).
   ~Node();
 
-  bool realized() const { return data != nullptr || host_value.has_value(); }
+  // Set when an execution that computes this node was sent: the node is a
+  // leaf of later traces from then on (its operands are gone), in flight
+  // until the execution's result settles it (data, or the error in status).
+  bool dispatched = false;
+
+  bool realized() const { return data != nullptr || host_value.has_value() || dispatched; }
+  // Sent to the device, result not yet known (LazyContext::set_pipelined).
+  bool in_flight() const { return dispatched && data == nullptr && !host_value && status.ok(); }
   // A value only on the host so far (see host_value).
   bool host_only() const { return data == nullptr && host_value.has_value(); }
 };

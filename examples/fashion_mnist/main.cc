@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "absl/flags/flag.h"
@@ -39,6 +40,9 @@ ABSL_FLAG(double, momentum, 0.9, "SGD momentum (0 for plain SGD)");
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd or adam");
 ABSL_FLAG(std::string, server, "", "kiln-server address; empty runs the service embedded");
 ABSL_FLAG(std::string, mode, "lazy", "lazy (one barrier per step) or eager (every op runs at once)");
+ABSL_FLAG(bool, pipeline, true,
+          "lazy mode: send each step and trace the next while the device runs it (a step's "
+          "loss is read once the next step is sent)");
 ABSL_FLAG(std::string, data_dir, kiln::examples::kDefaultDataDir, "folder of the idx files");
 ABSL_FLAG(int64_t, train_limit, 0, "use only this many training examples (0: all)");
 ABSL_FLAG(int64_t, test_limit, 0, "use only this many test examples (0: all)");
@@ -130,6 +134,7 @@ int main(int argc, char** argv) {
                                          absl::GetFlag(FLAGS_seed));
   if (!model.ok()) return Fail(model.status());
   ctx->set_eager(mode == "eager");
+  ctx->set_pipelined(mode == "lazy" && absl::GetFlag(FLAGS_pipeline));
   kiln::examples::TrainerOptions options;
   options.optimizer = absl::GetFlag(FLAGS_optimizer);
   options.learning_rate = base_lr;
@@ -162,19 +167,13 @@ int main(int argc, char** argv) {
     std::shuffle(order.begin(), order.end(), rng);
     double loss_sum = 0, correct = 0, window_loss = 0, window_correct = 0;
     double first_step_seconds = 0;  // with the compile of the step's program
-    for (int64_t step = 0; step < steps; ++step) {
-      for (int i = 0; i < batch; ++i) {
-        const int64_t k = order[step * batch + i];
-        std::copy_n(train->images.begin() + k * 784, 784, images.begin() + size_t(i) * 784);
-        labels[i] = train->labels[k];
-      }
-      absl::StatusOr<StepResult> r = trainer.TrainStep(images.data(), labels.data(), batch);
-      if (!r.ok()) return Fail(r.status());
+    // Accounts for step `step`'s result and prints progress.
+    auto account = [&](int64_t step, const StepResult& r) {
       if (step == 0) first_step_seconds = Seconds(epoch_start);
-      loss_sum += r->loss;
-      correct += r->correct;
-      window_loss += r->loss;
-      window_correct += r->correct;
+      loss_sum += r.loss;
+      correct += r.correct;
+      window_loss += r.loss;
+      window_correct += r.correct;
       if ((step + 1) % log_every == 0 || step + 1 == steps) {
         const int64_t n = (step % log_every) + 1;
         std::printf("  epoch %d step %lld/%lld: loss %.4f, accuracy %.4f, %.1f steps/s",
@@ -191,6 +190,31 @@ int main(int argc, char** argv) {
         std::printf("\n");
         std::fflush(stdout);
         window_loss = window_correct = 0;
+      }
+    };
+    // Pipelined, a step's loss is read once the next step is sent, so the
+    // device runs one step while this thread prepares the next.
+    std::optional<kiln::examples::PendingStep> previous;
+    for (int64_t step = 0; step < steps; ++step) {
+      for (int i = 0; i < batch; ++i) {
+        const int64_t k = order[step * batch + i];
+        std::copy_n(train->images.begin() + k * 784, 784, images.begin() + size_t(i) * 784);
+        labels[i] = train->labels[k];
+      }
+      absl::StatusOr<kiln::examples::PendingStep> sent =
+          trainer.StartStep(images.data(), labels.data(), batch);
+      if (!sent.ok()) return Fail(sent.status());
+      if (previous.has_value()) {
+        absl::StatusOr<StepResult> r = kiln::examples::Trainer::ReadStep(*previous);
+        if (!r.ok()) return Fail(r.status());
+        account(step - 1, *r);
+      }
+      previous = *std::move(sent);
+      if (!ctx->pipelined() || step + 1 == steps) {
+        absl::StatusOr<StepResult> r = kiln::examples::Trainer::ReadStep(*previous);
+        if (!r.ok()) return Fail(r.status());
+        account(step, *r);
+        previous.reset();
       }
     }
     const double train_seconds = Seconds(epoch_start);

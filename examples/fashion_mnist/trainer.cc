@@ -167,6 +167,18 @@ void Trainer::SumOverReplicas(Tensor& loss, Tensor& correct) const {
 
 absl::StatusOr<StepResult> Trainer::TrainStep(const float* images, const int32_t* labels,
                                               int batch) {
+  ASSIGN_OR_RETURN(PendingStep step, StartStep(images, labels, batch));
+  return ReadStep(step);
+}
+
+absl::StatusOr<StepResult> Trainer::ReadStep(const PendingStep& step) {
+  ASSIGN_OR_RETURN(double l, step.loss.Item());
+  ASSIGN_OR_RETURN(double c, step.correct.Item());
+  return StepResult{l, c};
+}
+
+absl::StatusOr<PendingStep> Trainer::StartStep(const float* images, const int32_t* labels,
+                                               int batch) {
   RETURN_IF_ERROR(ReplicateModel());
   Tensor loss, correct;
   {
@@ -186,9 +198,7 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const float* images, const int32_t
   // Everything else of the step is out of scope: the barrier's outputs are
   // the new weights, the optimizer state, the loss and the count.
   RETURN_IF_ERROR(ctx_->Barrier(device_));
-  ASSIGN_OR_RETURN(double l, loss.Item());
-  ASSIGN_OR_RETURN(double c, correct.Item());
-  return StepResult{l, c};
+  return PendingStep{std::move(loss), std::move(correct)};
 }
 
 absl::Status Trainer::TrainLoop(int64_t steps, int batch, client::CallCanceller* cancel) {

@@ -55,6 +55,11 @@ struct StepResult {
   double correct = 0;  // examples classified right
 };
 
+// A training step sent to the device whose loss and count are not read yet.
+struct PendingStep {
+  client::Tensor loss, correct;
+};
+
 struct TrainerOptions {
   std::string optimizer = "sgd";  // sgd or adam
   double learning_rate = 0.05;
@@ -73,6 +78,10 @@ class Trainer {
   Trainer(client::LazyContext* ctx, Model* model, std::string device,
           const TrainerOptions& options);
   absl::StatusOr<StepResult> TrainStep(const float* images, const int32_t* labels, int batch);
+  // The step without reading its loss: with a pipelined context the device
+  // runs it while the caller prepares the next one. Read it with ReadStep.
+  absl::StatusOr<PendingStep> StartStep(const float* images, const int32_t* labels, int batch);
+  static absl::StatusOr<StepResult> ReadStep(const PendingStep& step);
   absl::StatusOr<StepResult> EvalStep(const float* images, const int32_t* labels, int batch);
   // Loop mode: `steps` training steps as one device program. Each
   // iteration reads images f32[batch,784] then labels s32[batch] from the

@@ -1,0 +1,163 @@
+// Executions sent without waiting: Client::ExecuteAsync and pipelined
+// barriers of the lazy context, over the embedded service.
+
+#include "client/lazy.h"
+#include "client/tensor.h"
+#include "compiler/ir/hlo_parser.h"
+#include "embedded/embedded.h"
+#include "gtest/gtest.h"
+
+namespace kiln::client {
+namespace {
+
+using ir::ElementType;
+
+std::unique_ptr<Client> Connect(const std::string& backend_config = "") {
+  embedded::Options options;
+  options.devices = "cpu:1";
+  options.backend_config = backend_config;
+  auto client = embedded::Connect(options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+std::vector<double> Values(const Tensor& t) {
+  auto lit = t.ToHost();
+  EXPECT_TRUE(lit.ok()) << lit.status();
+  std::vector<double> out;
+  for (int64_t i = 0; lit.ok() && i < lit->element_count(); ++i) out.push_back(lit->GetAsDouble(i));
+  return out;
+}
+
+// A few steps of w <- w * 2 + x with a fresh x per step, read one step
+// late as a pipelined trainer does; returns every loss read and w.
+std::pair<std::vector<double>, std::vector<double>> Train(Client* client, bool pipelined) {
+  auto ctx = LazyContext::Create(client);
+  ctx->set_pipelined(pipelined);
+  Tensor w = ctx->FromVector<float>(ElementType::kF32, {3}, {1, 2, 3}, "cpu:0");
+  std::vector<double> losses;
+  Tensor previous;
+  for (int step = 0; step < 5; ++step) {
+    Tensor x = ctx->FromVector<float>(ElementType::kF32, {3}, {float(step), 1, -1}, "cpu:0");
+    w = w * 2.0 + x;
+    Tensor loss = Sum(w * w, {});
+    EXPECT_TRUE(ctx->Barrier("cpu:0").ok());
+    if (pipelined) EXPECT_TRUE(w.node()->in_flight());
+    if (previous.defined()) {
+      auto l = previous.Item();
+      EXPECT_TRUE(l.ok()) << l.status();
+      losses.push_back(l.value_or(-1));
+    }
+    previous = loss;
+  }
+  losses.push_back(previous.Item().value_or(-1));
+  EXPECT_EQ(ctx->metrics().pipelined_executions, pipelined ? 5 : 0);
+  EXPECT_EQ(ctx->metrics().executions, 5);
+  return {losses, Values(w)};
+}
+
+TEST(PipelineTest, PipelinedStepsComputeWhatSynchronousOnesDo) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto sync = Train(client.get(), false);
+  auto pipelined = Train(client.get(), true);
+  EXPECT_EQ(pipelined.first, sync.first);
+  EXPECT_EQ(pipelined.second, sync.second);
+  // w = 2w + x over steps 0..4 from {1,2,3}: {32+(0*16+1*8+2*4+3*2+4), 64+31, 96-31}.
+  EXPECT_EQ(sync.second, (std::vector<double>{58, 95, 65}));
+  ASSERT_EQ(sync.first.size(), 5u);
+}
+
+TEST(PipelineTest, AFailedPipelinedExecutionReportsAtTheNextCallAndStaysOnItsTensors) {
+  auto client = Connect("cpu.memory_bytes=4096");
+  ASSERT_NE(client, nullptr);
+  auto ctx = LazyContext::Create(client.get());
+  ctx->set_pipelined(true);
+  Tensor x = ctx->FromVector<float>(ElementType::kF32, {4}, {1, 2, 3, 4}, "cpu:0");
+  // 4096 bytes of device memory cannot hold the 64 KiB broadcast.
+  Tensor big = Sum(BroadcastTo(x, {4096, 4}) * 2.0, {});
+  ASSERT_TRUE(ctx->Barrier("cpu:0").ok());  // sent, not waited for
+  EXPECT_TRUE(big.node()->in_flight());
+  // Traced on the value in flight; it cannot be computed.
+  Tensor later = big + 1.0;
+  absl::Status next = ctx->Barrier("cpu:0");
+  EXPECT_EQ(next.code(), absl::StatusCode::kResourceExhausted) << next;
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  auto read = big.Item();
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kResourceExhausted) << read.status();
+  auto read_later = later.Item();
+  EXPECT_EQ(read_later.status().code(), absl::StatusCode::kResourceExhausted)
+      << read_later.status();
+  // Each error is returned once by the calls that wait; the context goes on.
+  EXPECT_TRUE(ctx->Sync().ok());
+  Tensor small = Sum(x * 3.0, {});
+  ASSERT_TRUE(ctx->Barrier("cpu:0").ok());
+  EXPECT_EQ(small.Item().value_or(-1), 30);
+}
+
+TEST(PipelineTest, ExecuteAsyncRunsInOrderAndHandsTheResultOutOnce) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto module = ir::ParseModule(R"(HloModule m
+ENTRY e {
+  x = f32[2] parameter(0)
+  ROOT y = f32[2] add(x, x)
+})");
+  ASSERT_TRUE(module.ok()) << module.status();
+  auto exe = client->Compile(**module, "cpu:0");
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto in = client->TransferToDevice(ir::Literal::FromVector<float>(ElementType::kF32, {2}, {1, 2}),
+                                     "cpu:0");
+  ASSERT_TRUE(in.ok()) << in.status();
+  std::vector<std::shared_ptr<PendingExecution>> sent;
+  for (int i = 0; i < 3; ++i) {
+    auto p = client->ExecuteAsync(**exe, {*in});
+    ASSERT_TRUE(p.ok()) << p.status();
+    sent.push_back(*p);
+  }
+  for (auto& p : sent) {
+    auto r = p->Wait();
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->outputs.size(), 1u);
+    auto v = client->TransferFromDevice(*r->outputs[0]);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(v->GetAsDouble(1), 4);
+    EXPECT_TRUE(p->done());
+    EXPECT_GT(p->round_trip_seconds(), 0);
+    EXPECT_EQ(p->Wait().status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  // A null argument is refused before anything is sent.
+  EXPECT_EQ(client->ExecuteAsync(**exe, {nullptr}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PipelineTest, DestroyingTheClientEndsExecutionsInFlight) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto module = ir::ParseModule(R"(HloModule m
+ENTRY e {
+  x = f32[64,64] parameter(0)
+  ROOT y = f32[64,64] dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+})");
+  ASSERT_TRUE(module.ok()) << module.status();
+  auto exe = client->Compile(**module, "cpu:0");
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto in = client->TransferToDevice(ir::Literal(ir::Shape(ElementType::kF32, {64, 64})), "cpu:0");
+  ASSERT_TRUE(in.ok()) << in.status();
+  std::vector<std::shared_ptr<PendingExecution>> sent;
+  for (int i = 0; i < 20; ++i) sent.push_back(*client->ExecuteAsync(**exe, {*in}));
+  *exe = nullptr;
+  *in = nullptr;
+  client.reset();
+  // Each ended one way or the other, and none waits forever.
+  int finished = 0, cancelled = 0;
+  for (auto& p : sent) {
+    auto r = p->Wait();
+    if (r.ok()) ++finished;
+    if (r.status().code() == absl::StatusCode::kCancelled) ++cancelled;
+  }
+  EXPECT_EQ(finished + cancelled, 20);
+}
+
+}  // namespace
+}  // namespace kiln::client
