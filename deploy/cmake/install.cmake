@@ -48,7 +48,7 @@ configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/KilnConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/KilnConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/KilnConfig.cmake ${PROJECT_BINARY_DIR}/KilnConfigVersion.cmake
-  DESTINATION ${kiln_cmake_dir})
+  ${CMAKE_CURRENT_LIST_DIR}/openblas.cmake DESTINATION ${kiln_cmake_dir})
 
 # The .pc file finds the prefix from its own place, so it stays right for
 # any --prefix given at install time.
