@@ -132,9 +132,14 @@ class ClientCore {
       dispatching_ = next.pending;
       mu_.Unlock();
       next.work();
-      next = Dispatched();
       mu_.Lock();
-      dispatching_ = nullptr;
+      // Dropped outside the lock: the last reference to a result nobody
+      // waited for releases its buffers, which queues their handles under it.
+      std::shared_ptr<PendingExecution> done = std::move(dispatching_);
+      mu_.Unlock();
+      next = Dispatched();
+      done.reset();
+      mu_.Lock();
     }
     // Outside the lock: dropping the work releases its buffers, which
     // queues their handles under it.
@@ -373,9 +378,9 @@ void FillRequest(const ExecuteOptions& options, v1::ExecuteRequest* req) {
   req->set_infeed_timeout_millis(absl::ToInt64Milliseconds(options.infeed_timeout));
 }
 
-void MarkDonated(const ExecuteOptions& options,
+void MarkDonated(const std::vector<int>& donate,
                  const std::vector<std::shared_ptr<DeviceBuffer>>& args) {
-  for (int d : options.donate) {
+  for (int d : donate) {
     if (d >= 0 && d < static_cast<int>(args.size()) && args[d] != nullptr) args[d]->MarkDonated();
   }
 }
@@ -437,30 +442,36 @@ absl::StatusOr<ExecuteResult> Client::Execute(
   absl::StatusOr<v1::ExecuteResponse> executed = core_->transport().Execute(req, options.cancel);
   // The server takes donated arguments before the program runs, so they are
   // gone even when it fails: never reuse or release them again.
-  MarkDonated(options, args);
+  MarkDonated(options.donate, args);
   if (!executed.ok()) return executed.status();
   return ExecuteResultOf(core_, req, *executed, executable.device(), args.size(),
                          InlineShapes(req, options));
 }
 
 absl::StatusOr<std::shared_ptr<PendingExecution>> Client::ExecuteAsync(
-    const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
-    const ExecuteOptions& options) {
+    std::shared_ptr<const Executable> executable,
+    const std::vector<std::shared_ptr<DeviceBuffer>>& args, const ExecuteOptions& options) {
+  if (executable == nullptr) return absl::InvalidArgumentError("null executable");
   ASSIGN_OR_RETURN(v1::ExecuteRequest req,
-                   ExecuteRequestOf(core_->session_id(), executable, args, options));
-  MarkDonated(options, args);
+                   ExecuteRequestOf(core_->session_id(), *executable, args, options));
   auto pending = std::make_shared<PendingExecution>();
   std::vector<ir::Shape> shapes = InlineShapes(req, options);
-  // The work holds what the call needs (the arguments' buffers stay
-  // referenced until the reply), never the caller's objects.
-  auto work = [core = core_, pending, req = std::move(req), args, shapes = std::move(shapes),
-               device = executable.device()]() {
+  // The work holds what the call needs (the executable and the arguments'
+  // buffers stay referenced until the reply), never the caller's objects.
+  auto work = [core = core_, pending, req = std::move(req), executable = std::move(executable),
+               args = args, donate = options.donate, shapes = std::move(shapes)]() mutable {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<v1::ExecuteResponse> executed =
         core->transport().Execute(req, &pending->canceller_);
+    MarkDonated(donate, args);
     absl::StatusOr<ExecuteResult> result =
-        executed.ok() ? ExecuteResultOf(core, req, *executed, device, args.size(), shapes)
-                      : absl::StatusOr<ExecuteResult>(executed.status());
+        executed.ok()
+            ? ExecuteResultOf(core, req, *executed, executable->device(), args.size(), shapes)
+            : absl::StatusOr<ExecuteResult>(executed.status());
+    // Before the result is handed out, so that the caller's next step sees
+    // the arguments referenced only where it holds them (donation).
+    args.clear();
+    executable.reset();
     pending->Finish(std::move(result),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   };
@@ -507,7 +518,7 @@ absl::StatusOr<ReplicatedResult> Client::ExecuteReplicated(
   }
   FillRequest(options, &req);
   ASSIGN_OR_RETURN(v1::ExecuteResponse resp, core_->transport().Execute(req, options.cancel));
-  for (const ReplicaArguments& replica : replicas) MarkDonated(options, replica.args);
+  for (const ReplicaArguments& replica : replicas) MarkDonated(options.donate, replica.args);
   if (resp.replicas_size() != static_cast<int>(replicas.size())) {
     return absl::InternalError(absl::StrCat("the server returned ", resp.replicas_size(),
                                             " replica results for ", replicas.size(),

@@ -200,13 +200,15 @@ class Client {
   // Sends the execution and returns at once; the call runs on the client's
   // dispatch thread, one after another in the order sent (so a later
   // execution may read what an earlier one returned once it has waited
-  // for it). The request is built before this returns: inline values and
-  // arguments may be released then, and donated arguments are marked.
+  // for it). The request is built before this returns: inline values may
+  // be released then; the executable and the arguments are held until the
+  // call ends, and donated arguments are marked once it is sent.
   // `options.cancel` is not used (PendingExecution cancels on shutdown).
-  // Destroying the client cancels executions still in flight.
+  // Destroying the client cancels executions still in flight; one never
+  // sent keeps its arguments (none is donated).
   absl::StatusOr<std::shared_ptr<PendingExecution>> ExecuteAsync(
-      const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
-      const ExecuteOptions& options = {});
+      std::shared_ptr<const Executable> executable,
+      const std::vector<std::shared_ptr<DeviceBuffer>>& args, const ExecuteOptions& options = {});
   // Runs `executable` on every replica's device at once (protocol version
   // 3); replica i has replica-id i and all-reduce sums across them. The
   // devices must be of the kind the program was compiled for; `donate`

@@ -336,9 +336,21 @@ absl::Status LazyContext::Sync() {
                                                 " values for ", outputs.size(), " outputs"));
   }
   if (!executed.ok()) {
-    // The outputs' graphs are gone: they keep the error whatever it was.
+    // As a synchronous execution's: an error that may pass (a cancelled
+    // call, a server out of reach) leaves the outputs to be computed again
+    // from their graphs, unless the step gave up arguments they read.
+    const absl::StatusCode code = executed.status().code();
+    const bool may_pass = code == absl::StatusCode::kCancelled ||
+                          code == absl::StatusCode::kUnavailable ||
+                          code == absl::StatusCode::kDeadlineExceeded;
     for (const auto& node : outputs) {
-      if (node != nullptr) node->status = executed.status();
+      if (node == nullptr) continue;
+      if (may_pass && !flight.donated) {
+        node->dispatched = false;
+      } else {
+        node->status = executed.status();
+        node->operands.clear();
+      }
     }
     return executed.status();
   }
@@ -467,6 +479,11 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
   }
   trace_key.params.clear();  // `params` is now the one list of them
   for (const auto& p : params) {
+    // A value another context sent and has not settled yet (its error, if
+    // any, stays on the value and is checked below).
+    if (p->in_flight() && p->context.get() != this) p->context->Sync().IgnoreError();
+  }
+  for (const auto& p : params) {
     // A value whose pipelined execution failed: nothing can compute it.
     if (!p->status.ok()) {
       for (const auto& node : outputs) node->status = p->status;
@@ -488,11 +505,12 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
   }
   if (dispatch && replica_args.empty() && cancel == nullptr) {
     ASSIGN_OR_RETURN(std::shared_ptr<PendingExecution> pending,
-                     client_->ExecuteAsync(*exe, args, options));
-    InFlight flight{std::move(pending), {}, {}};
+                     client_->ExecuteAsync(exe, args, options));
+    InFlight flight{std::move(pending), {}, {}, !options.donate.empty()};
     for (const auto& node : outputs) {
+      // A leaf of later traces from now on; its graph stays until the
+      // reply settles it, in case the call fails in a way worth retrying.
       node->dispatched = true;
-      node->operands.clear();
       flight.outputs.push_back(node);
     }
     for (const auto& p : params) flight.params.push_back(p);

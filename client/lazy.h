@@ -107,9 +107,12 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   // the caller traces its next step while the device runs this one. The
   // tensors it realizes are in flight until their execution's reply is in;
   // reading one, and the next execution, wait for it. An execution that
-  // fails leaves its error on its outputs (every use of them reports it),
-  // and the next Barrier, Realize or Sync returns it. Replicated programs
-  // and Realize always run synchronously. Off by default.
+  // fails leaves its error on its outputs as a synchronous one does (every
+  // use of them reports it; a cancelled call or a server out of reach
+  // leaves them to be computed again unless the step donated arguments),
+  // and the next call that waits (Realize, a Barrier that sends a program,
+  // a read of an output, Sync) returns it. Replicated programs and Realize
+  // always run synchronously. Off by default.
   void set_pipelined(bool pipelined) { pipelined_ = pipelined; }
   bool pipelined() const { return pipelined_; }
   // Waits for the execution in flight, if any, settles its outputs, and
@@ -162,6 +165,8 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
     std::shared_ptr<PendingExecution> pending;
     std::vector<std::weak_ptr<Node>> outputs;
     std::vector<std::weak_ptr<Node>> params;
+    // Whether it donated arguments (then no failure can be retried).
+    bool donated = false;
   };
   // The buffers of replicated program inputs, per replica; empty when no
   // parameter is replicated. Copies lead-device values to the replicas.

@@ -111,7 +111,7 @@ ENTRY e {
   ASSERT_TRUE(in.ok()) << in.status();
   std::vector<std::shared_ptr<PendingExecution>> sent;
   for (int i = 0; i < 3; ++i) {
-    auto p = client->ExecuteAsync(**exe, {*in});
+    auto p = client->ExecuteAsync(*exe, {*in});
     ASSERT_TRUE(p.ok()) << p.status();
     sent.push_back(*p);
   }
@@ -127,8 +127,36 @@ ENTRY e {
     EXPECT_EQ(p->Wait().status().code(), absl::StatusCode::kFailedPrecondition);
   }
   // A null argument is refused before anything is sent.
-  EXPECT_EQ(client->ExecuteAsync(**exe, {nullptr}).status().code(),
+  EXPECT_EQ(client->ExecuteAsync(*exe, {nullptr}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A result nobody waits for is dropped on the dispatch thread: its buffers'
+// releases must not deadlock it (they queue under the lock it uses).
+TEST(PipelineTest, ResultsNobodyWaitsForAreReleased) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto module = ir::ParseModule(R"(HloModule m
+ENTRY e {
+  x = f32[2] parameter(0)
+  ROOT y = f32[2] add(x, x)
+})");
+  ASSERT_TRUE(module.ok()) << module.status();
+  auto exe = client->Compile(**module, "cpu:0");
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto in = client->TransferToDevice(ir::Literal::FromVector<float>(ElementType::kF32, {2}, {1, 2}),
+                                     "cpu:0");
+  ASSERT_TRUE(in.ok()) << in.status();
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(client->ExecuteAsync(*exe, {*in}).ok());
+  auto last = client->ExecuteAsync(*exe, {*in});
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_TRUE((*last)->Wait().ok());
+  last->reset();
+  ASSERT_TRUE(client->FlushReleases().ok());
+  // Only the input is left on the device: every output was released.
+  auto info = client->MemoryInfo("cpu:0");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->live_buffers(), 1);
 }
 
 TEST(PipelineTest, DestroyingTheClientEndsExecutionsInFlight) {
@@ -145,7 +173,7 @@ ENTRY e {
   auto in = client->TransferToDevice(ir::Literal(ir::Shape(ElementType::kF32, {64, 64})), "cpu:0");
   ASSERT_TRUE(in.ok()) << in.status();
   std::vector<std::shared_ptr<PendingExecution>> sent;
-  for (int i = 0; i < 20; ++i) sent.push_back(*client->ExecuteAsync(**exe, {*in}));
+  for (int i = 0; i < 20; ++i) sent.push_back(*client->ExecuteAsync(*exe, {*in}));
   *exe = nullptr;
   *in = nullptr;
   client.reset();

@@ -79,8 +79,9 @@ struct Node {
   ~Node();
 
   // Set when an execution that computes this node was sent: the node is a
-  // leaf of later traces from then on (its operands are gone), in flight
-  // until the execution's result settles it (data, or the error in status).
+  // leaf of later traces from then on, in flight until the execution's
+  // result settles it (data, or the error in status; an error worth
+  // retrying clears it again).
   bool dispatched = false;
 
   bool realized() const { return data != nullptr || host_value.has_value() || dispatched; }
