@@ -27,7 +27,7 @@ case "$mode" in
     dir=build-tsan
     flags="-fsanitize=thread -fno-omit-frame-pointer"
     select=(-R "Service|Server|Session|Client|Feed|Infeed|Outfeed|Tensor|Loop" -LE "bundle|sdk|fuzz|gpu")
-    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/deploy/tsan.supp"
     ;;
   *)
     echo "usage: bash deploy/sanitize.sh [address|thread]" >&2

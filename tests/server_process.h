@@ -5,6 +5,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,12 +16,18 @@
 
 namespace kiln::testing {
 
-// Spawns `argv` with stdout on a pipe; returns the pid (or -1).
+// Spawns `argv` with stdout on a pipe; returns the pid (or -1). The child
+// is killed when the thread that spawned it ends, so that a test that dies
+// abruptly (a crash, a sanitizer stopping it) leaves no server behind
+// holding its output open.
 inline pid_t SpawnWithStdout(const std::vector<std::string>& argv, int* stdout_fd) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // the parent is already gone
     dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
     close(fds[1]);
