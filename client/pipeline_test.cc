@@ -95,23 +95,36 @@ TEST(PipelineTest, AFailedPipelinedExecutionReportsAtTheNextCallAndStaysOnItsTen
   EXPECT_EQ(small.Item().value_or(-1), 30);
 }
 
+// y = x + x compiled on cpu:0, and x = {1, 2} there (null on failure).
+struct Doubling {
+  std::shared_ptr<Executable> exe;
+  std::shared_ptr<DeviceBuffer> in;
+};
+Doubling MakeDoubling(Client* client) {
+  Doubling d;
+  auto module = ir::ParseModule("HloModule m\nENTRY e {\n x = f32[2] parameter(0)\n"
+                                " ROOT y = f32[2] add(x, x)\n}");
+  EXPECT_TRUE(module.ok()) << module.status();
+  if (!module.ok()) return d;
+  auto exe = client->Compile(**module, "cpu:0");
+  EXPECT_TRUE(exe.ok()) << exe.status();
+  auto in = client->TransferToDevice(
+      ir::Literal::FromVector<float>(ElementType::kF32, {2}, {1, 2}), "cpu:0");
+  EXPECT_TRUE(in.ok()) << in.status();
+  if (exe.ok()) d.exe = *exe;
+  if (in.ok()) d.in = *in;
+  return d;
+}
+
 TEST(PipelineTest, ExecuteAsyncRunsInOrderAndHandsTheResultOutOnce) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  auto module = ir::ParseModule(R"(HloModule m
-ENTRY e {
-  x = f32[2] parameter(0)
-  ROOT y = f32[2] add(x, x)
-})");
-  ASSERT_TRUE(module.ok()) << module.status();
-  auto exe = client->Compile(**module, "cpu:0");
-  ASSERT_TRUE(exe.ok()) << exe.status();
-  auto in = client->TransferToDevice(ir::Literal::FromVector<float>(ElementType::kF32, {2}, {1, 2}),
-                                     "cpu:0");
-  ASSERT_TRUE(in.ok()) << in.status();
+  Doubling d = MakeDoubling(client.get());
+  ASSERT_NE(d.exe, nullptr);
+  ASSERT_NE(d.in, nullptr);
   std::vector<std::shared_ptr<PendingExecution>> sent;
   for (int i = 0; i < 3; ++i) {
-    auto p = client->ExecuteAsync(*exe, {*in});
+    auto p = client->ExecuteAsync(d.exe, {d.in});
     ASSERT_TRUE(p.ok()) << p.status();
     sent.push_back(*p);
   }
@@ -127,7 +140,7 @@ ENTRY e {
     EXPECT_EQ(p->Wait().status().code(), absl::StatusCode::kFailedPrecondition);
   }
   // A null argument is refused before anything is sent.
-  EXPECT_EQ(client->ExecuteAsync(*exe, {nullptr}).status().code(),
+  EXPECT_EQ(client->ExecuteAsync(d.exe, {nullptr}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -136,19 +149,11 @@ ENTRY e {
 TEST(PipelineTest, ResultsNobodyWaitsForAreReleased) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  auto module = ir::ParseModule(R"(HloModule m
-ENTRY e {
-  x = f32[2] parameter(0)
-  ROOT y = f32[2] add(x, x)
-})");
-  ASSERT_TRUE(module.ok()) << module.status();
-  auto exe = client->Compile(**module, "cpu:0");
-  ASSERT_TRUE(exe.ok()) << exe.status();
-  auto in = client->TransferToDevice(ir::Literal::FromVector<float>(ElementType::kF32, {2}, {1, 2}),
-                                     "cpu:0");
-  ASSERT_TRUE(in.ok()) << in.status();
-  for (int i = 0; i < 8; ++i) ASSERT_TRUE(client->ExecuteAsync(*exe, {*in}).ok());
-  auto last = client->ExecuteAsync(*exe, {*in});
+  Doubling d = MakeDoubling(client.get());
+  ASSERT_NE(d.exe, nullptr);
+  ASSERT_NE(d.in, nullptr);
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(client->ExecuteAsync(d.exe, {d.in}).ok());
+  auto last = client->ExecuteAsync(d.exe, {d.in});
   ASSERT_TRUE(last.ok()) << last.status();
   ASSERT_TRUE((*last)->Wait().ok());
   last->reset();
