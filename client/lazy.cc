@@ -29,6 +29,21 @@ std::string CallSite(const std::source_location& where) {
   return absl::StrCat(where.file_name(), ":", where.line());
 }
 
+// Errors that may pass (a cancelled call, a server out of reach): a program
+// that failed with one may run again.
+bool MayPass(const absl::Status& error) {
+  const absl::StatusCode code = error.code();
+  return code == absl::StatusCode::kCancelled || code == absl::StatusCode::kUnavailable ||
+         code == absl::StatusCode::kDeadlineExceeded;
+}
+
+// A program must return one value per output of the trace.
+absl::Status CheckOutputCount(size_t returned, size_t outputs) {
+  if (returned == outputs) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("program returned ", returned, " values for ", outputs, " outputs"));
+}
+
 }  // namespace
 
 std::shared_ptr<LazyContext> LazyContext::Create(Client* client) {
@@ -326,26 +341,24 @@ absl::Status LazyContext::Sync() {
   absl::StatusOr<ExecuteResult> executed = flight.pending->Wait();
   metrics_.pipeline_wait_seconds +=
       std::chrono::duration<double>(Clock::now() - wait_start).count();
-  metrics_.step_seconds.push_back(flight.pending->round_trip_seconds());
-  if (metrics_.step_seconds.size() > kStepHistory) metrics_.step_seconds.pop_front();
+  RecordStep(flight.pending->round_trip_seconds());
   std::vector<std::shared_ptr<Node>> outputs, params;
   for (const auto& weak : flight.outputs) outputs.push_back(weak.lock());
   for (const auto& weak : flight.params) params.push_back(weak.lock());
-  if (executed.ok() && executed->outputs.size() != outputs.size()) {
-    executed = absl::InternalError(absl::StrCat("program returned ", executed->outputs.size(),
-                                                " values for ", outputs.size(), " outputs"));
+  if (executed.ok()) {
+    if (absl::Status count = CheckOutputCount(executed->outputs.size(), outputs.size());
+        !count.ok()) {
+      executed = count;
+    }
   }
   if (!executed.ok()) {
-    // As a synchronous execution's: an error that may pass (a cancelled
-    // call, a server out of reach) leaves the outputs to be computed again
-    // from their graphs, unless the step gave up arguments they read.
-    const absl::StatusCode code = executed.status().code();
-    const bool may_pass = code == absl::StatusCode::kCancelled ||
-                          code == absl::StatusCode::kUnavailable ||
-                          code == absl::StatusCode::kDeadlineExceeded;
+    // As a synchronous execution's: an error that may pass leaves the
+    // outputs to be computed again from their graphs, unless the step gave
+    // up arguments they read.
+    const bool retry = MayPass(executed.status()) && !flight.donated;
     for (const auto& node : outputs) {
       if (node == nullptr) continue;
-      if (may_pass && !flight.donated) {
+      if (retry) {
         node->dispatched = false;
       } else {
         node->status = executed.status();
@@ -357,6 +370,11 @@ absl::Status LazyContext::Sync() {
   ++metrics_.executions;
   Settle(*executed, outputs, params, {});
   return absl::OkStatus();
+}
+
+void LazyContext::RecordStep(double seconds) {
+  metrics_.step_seconds.push_back(seconds);
+  if (metrics_.step_seconds.size() > kStepHistory) metrics_.step_seconds.pop_front();
 }
 
 void LazyContext::Settle(ExecuteResult& result, const std::vector<std::shared_ptr<Node>>& outputs,
@@ -480,10 +498,8 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
   trace_key.params.clear();  // `params` is now the one list of them
   for (const auto& p : params) {
     // A value another context sent and has not settled yet (its error, if
-    // any, stays on the value and is checked below).
+    // any, stays on the value).
     if (p->in_flight() && p->context.get() != this) p->context->Sync().IgnoreError();
-  }
-  for (const auto& p : params) {
     // A value whose pipelined execution failed: nothing can compute it.
     if (!p->status.ok()) {
       for (const auto& node : outputs) node->status = p->status;
@@ -525,9 +541,7 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
   // error, so reading them later does not run it a second time. Errors that
   // may pass (a cancelled call, a server out of reach) are not kept.
   auto keep_error = [&](const absl::Status& error) {
-    const absl::StatusCode code = error.code();
-    if (code != absl::StatusCode::kCancelled && code != absl::StatusCode::kUnavailable &&
-        code != absl::StatusCode::kDeadlineExceeded) {
+    if (!MayPass(error)) {
       for (const auto& node : outputs) node->status = error;
     }
     return error;
@@ -553,16 +567,9 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
     result.profile = replicated->profile;
     ++metrics_.replicated_executions;
   }
-  metrics_.step_seconds.push_back(
-      std::chrono::duration<double>(Clock::now() - exec_start).count());
-  if (metrics_.step_seconds.size() > kStepHistory) {
-    metrics_.step_seconds.pop_front();
-  }
+  RecordStep(std::chrono::duration<double>(Clock::now() - exec_start).count());
   ++metrics_.executions;
-  if (result.outputs.size() != outputs.size()) {
-    return absl::InternalError(absl::StrCat("program returned ", result.outputs.size(),
-                                            " values for ", outputs.size(), " outputs"));
-  }
+  RETURN_IF_ERROR(CheckOutputCount(result.outputs.size(), outputs.size()));
   Settle(result, outputs, params, replica_results);
   return absl::OkStatus();
 }

@@ -153,6 +153,8 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   // sent and left in flight.
   absl::Status RealizeNodes(const std::vector<Tensor>& tensors, std::source_location where,
                             CallCanceller* cancel, bool dispatch);
+  // Adds an execution's round trip to metrics_.step_seconds (bounded).
+  void RecordStep(double seconds);
   // Gives `outputs` (and the parameters that went inline, which become
   // device buffers) the values of a successful execution. Null entries
   // (nodes gone meanwhile) are skipped.

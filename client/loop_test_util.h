@@ -1,5 +1,6 @@
-// Helpers shared by the device-loop tests (client/loop_test.cc over the
-// embedded service, tests/feed_e2e_test.cc against kiln-server).
+// Helpers shared by the lazy-tensor tests (client/loop_test.cc,
+// client/tensor_test.cc and client/pipeline_test.cc over the embedded
+// service, tests/feed_e2e_test.cc against kiln-server).
 #ifndef KILN_CLIENT_LOOP_TEST_UTIL_H_
 #define KILN_CLIENT_LOOP_TEST_UTIL_H_
 
@@ -7,6 +8,7 @@
 
 #include "client/lazy.h"
 #include "client/loop.h"
+#include "gtest/gtest.h"
 
 namespace kiln::client::testing {
 
@@ -22,6 +24,14 @@ inline std::vector<double> Values(const ir::Literal& lit) {
   std::vector<double> out;
   for (int64_t i = 0; i < lit.element_count(); ++i) out.push_back(lit.GetAsDouble(i));
   return out;
+}
+
+// The values of `t`, computed as needed; none (and a test failure) if that
+// fails.
+inline std::vector<double> Values(const Tensor& t) {
+  absl::StatusOr<ir::Literal> lit = t.ToHost();
+  EXPECT_TRUE(lit.ok()) << lit.status();
+  return lit.ok() ? Values(*lit) : std::vector<double>{};
 }
 
 // A running sum of f32[2] infeed values; each iteration outfeeds the sum.

@@ -2,6 +2,7 @@
 // barriers of the lazy context, over the embedded service.
 
 #include "client/lazy.h"
+#include "client/loop_test_util.h"
 #include "client/tensor.h"
 #include "compiler/ir/hlo_parser.h"
 #include "embedded/embedded.h"
@@ -11,6 +12,7 @@ namespace kiln::client {
 namespace {
 
 using ir::ElementType;
+using testing::Values;
 
 std::unique_ptr<Client> Connect(const std::string& backend_config = "") {
   embedded::Options options;
@@ -21,13 +23,6 @@ std::unique_ptr<Client> Connect(const std::string& backend_config = "") {
   return client.ok() ? *std::move(client) : nullptr;
 }
 
-std::vector<double> Values(const Tensor& t) {
-  auto lit = t.ToHost();
-  EXPECT_TRUE(lit.ok()) << lit.status();
-  std::vector<double> out;
-  for (int64_t i = 0; lit.ok() && i < lit->element_count(); ++i) out.push_back(lit->GetAsDouble(i));
-  return out;
-}
 
 // A few steps of w <- w * 2 + x with a fresh x per step, read one step
 // late as a pipelined trainer does; returns every loss read and w.
@@ -116,12 +111,20 @@ Doubling MakeDoubling(Client* client) {
   return d;
 }
 
-TEST(PipelineTest, ExecuteAsyncRunsInOrderAndHandsTheResultOutOnce) {
-  auto client = Connect();
-  ASSERT_NE(client, nullptr);
-  Doubling d = MakeDoubling(client.get());
-  ASSERT_NE(d.exe, nullptr);
-  ASSERT_NE(d.in, nullptr);
+// A client of an embedded service with y = x + x compiled and x uploaded.
+class ExecuteAsyncTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    client = Connect();
+    if (client != nullptr) d = MakeDoubling(client.get());
+  }
+  std::unique_ptr<Client> client;
+  Doubling d;
+};
+
+TEST_F(ExecuteAsyncTest, EachResultIsHandedOutOnce) {
+  ASSERT_NE(d.exe, nullptr) << "no program to run";
+  ASSERT_NE(d.in, nullptr) << "no input to run it on";
   std::vector<std::shared_ptr<PendingExecution>> sent;
   for (int i = 0; i < 3; ++i) {
     auto p = client->ExecuteAsync(d.exe, {d.in});
@@ -146,12 +149,9 @@ TEST(PipelineTest, ExecuteAsyncRunsInOrderAndHandsTheResultOutOnce) {
 
 // A result nobody waits for is dropped on the dispatch thread: its buffers'
 // releases must not deadlock it (they queue under the lock it uses).
-TEST(PipelineTest, ResultsNobodyWaitsForAreReleased) {
-  auto client = Connect();
-  ASSERT_NE(client, nullptr);
-  Doubling d = MakeDoubling(client.get());
-  ASSERT_NE(d.exe, nullptr);
-  ASSERT_NE(d.in, nullptr);
+TEST_F(ExecuteAsyncTest, ResultsNobodyWaitsForAreReleased) {
+  ASSERT_NE(d.exe, nullptr) << "no program to run";
+  ASSERT_NE(d.in, nullptr) << "no input to run it on";
   for (int i = 0; i < 8; ++i) ASSERT_TRUE(client->ExecuteAsync(d.exe, {d.in}).ok());
   auto last = client->ExecuteAsync(d.exe, {d.in});
   ASSERT_TRUE(last.ok()) << last.status();

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "client/lazy.h"
+#include "client/loop_test_util.h"
 #include "embedded/embedded.h"
 #include "gtest/gtest.h"
 
@@ -12,6 +13,7 @@ namespace kiln::client {
 namespace {
 
 using ir::ElementType;
+using testing::Values;
 
 class TensorTest : public ::testing::Test {
  protected:
@@ -23,13 +25,6 @@ class TensorTest : public ::testing::Test {
   }
   Tensor Vec(std::vector<float> v, const std::string& device = "cpu:0") {
     return ctx_->FromVector<float>(ElementType::kF32, {int64_t(v.size())}, v, device);
-  }
-  std::vector<double> Values(const Tensor& t) {
-    auto lit = t.ToHost();
-    EXPECT_TRUE(lit.ok()) << lit.status();
-    std::vector<double> out;
-    for (int64_t i = 0; lit.ok() && i < lit->element_count(); ++i) out.push_back(lit->GetAsDouble(i));
-    return out;
   }
 
   std::unique_ptr<Client> client_;

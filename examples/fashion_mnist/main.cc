@@ -195,6 +195,14 @@ int main(int argc, char** argv) {
     // Pipelined, a step's loss is read once the next step is sent, so the
     // device runs one step while this thread prepares the next.
     std::optional<kiln::examples::PendingStep> previous;
+    // Reads `previous`, the step numbered `step`, and accounts for it.
+    auto read_previous = [&](int64_t step) -> absl::Status {
+      absl::StatusOr<StepResult> r = kiln::examples::Trainer::ReadStep(*previous);
+      previous.reset();
+      if (!r.ok()) return r.status();
+      account(step, *r);
+      return absl::OkStatus();
+    };
     for (int64_t step = 0; step < steps; ++step) {
       for (int i = 0; i < batch; ++i) {
         const int64_t k = order[step * batch + i];
@@ -205,16 +213,11 @@ int main(int argc, char** argv) {
           trainer.StartStep(images.data(), labels.data(), batch);
       if (!sent.ok()) return Fail(sent.status());
       if (previous.has_value()) {
-        absl::StatusOr<StepResult> r = kiln::examples::Trainer::ReadStep(*previous);
-        if (!r.ok()) return Fail(r.status());
-        account(step - 1, *r);
+        if (absl::Status st = read_previous(step - 1); !st.ok()) return Fail(st);
       }
       previous = *std::move(sent);
       if (!ctx->pipelined() || step + 1 == steps) {
-        absl::StatusOr<StepResult> r = kiln::examples::Trainer::ReadStep(*previous);
-        if (!r.ok()) return Fail(r.status());
-        account(step, *r);
-        previous.reset();
+        if (absl::Status st = read_previous(step); !st.ok()) return Fail(st);
       }
     }
     const double train_seconds = Seconds(epoch_start);

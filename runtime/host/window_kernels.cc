@@ -273,17 +273,29 @@ void WithDirection(ir::ComparisonDirection dir, F&& f) {
 // (one per window position) interleave.
 inline int64_t BlockStart(int64_t inner, int64_t b) { return std::min(4 * b, inner - 4); }
 
-// f(std::integral_constant<int, count>{}, b) for the groups of `count`
-// blocks from block b that make up a row of inner >= 4 columns.
+// f(std::integral_constant<int, count>{}, j, n) for the groups of `count`
+// blocks that make up a row of `inner` columns, block c of a group at
+// column j[c], n columns each: 4, or a lone block of n = inner < 4.
 template <typename F>
 __attribute__((always_inline)) inline void ForEachBlockGroup(int64_t inner, F&& f) {
+  if (inner < 4) {
+    const int64_t j = 0;
+    f(std::integral_constant<int, 1>{}, &j, inner);
+    return;
+  }
+  auto group = [&](auto count, int64_t b) {
+    int64_t j[decltype(count)::value];
+    #pragma GCC unroll 4
+    for (int c = 0; c < decltype(count)::value; ++c) j[c] = BlockStart(inner, b + c);
+    f(count, static_cast<const int64_t*>(j), int64_t{4});
+  };
   const int64_t blocks = (inner + 3) / 4;
   int64_t b = 0;
-  for (; b + 4 <= blocks; b += 4) f(std::integral_constant<int, 4>{}, b);
+  for (; b + 4 <= blocks; b += 4) group(std::integral_constant<int, 4>{}, b);
   switch (blocks - b) {
-    case 1: return f(std::integral_constant<int, 1>{}, b);
-    case 2: return f(std::integral_constant<int, 2>{}, b);
-    case 3: return f(std::integral_constant<int, 3>{}, b);
+    case 1: return group(std::integral_constant<int, 1>{}, b);
+    case 2: return group(std::integral_constant<int, 2>{}, b);
+    case 3: return group(std::integral_constant<int, 3>{}, b);
     default: return;
   }
 }
@@ -294,32 +306,20 @@ __attribute__((always_inline)) inline void ForEachBlockGroup(int64_t inner, F&& 
 template <Opcode kOp>
 void ReduceWindowRowF32(const float* base, const int64_t* offsets, int64_t positions,
                         int64_t inner, float init, float* row) {
-  if (inner < 4) {
-    __m128 a = _mm_set1_ps(init);
-    for (int64_t k = 0; k < positions; ++k) {
-      a = ApplyReducerOpF32x4<kOp>(a, LoadF32x4(base + offsets[k] * inner, inner));
-    }
-    StoreF32x4(row, a, inner);
-    return;
-  }
-  ForEachBlockGroup(inner, [&](auto count, int64_t b) {
+  ForEachBlockGroup(inner, [&](auto count, const int64_t* j, int64_t n) {
     constexpr int kCount = decltype(count)::value;
-    int64_t j[kCount];
     __m128 a[kCount];
     #pragma GCC unroll 4
-    for (int c = 0; c < kCount; ++c) {
-      j[c] = BlockStart(inner, b + c);
-      a[c] = _mm_set1_ps(init);
-    }
+    for (int c = 0; c < kCount; ++c) a[c] = _mm_set1_ps(init);
     for (int64_t k = 0; k < positions; ++k) {
       const float* p = base + offsets[k] * inner;
       #pragma GCC unroll 4
       for (int c = 0; c < kCount; ++c) {
-        a[c] = ApplyReducerOpF32x4<kOp>(a[c], _mm_loadu_ps(p + j[c]));
+        a[c] = ApplyReducerOpF32x4<kOp>(a[c], LoadF32x4(p + j[c], n));
       }
     }
     #pragma GCC unroll 4
-    for (int c = 0; c < kCount; ++c) _mm_storeu_ps(row + j[c], a[c]);
+    for (int c = 0; c < kCount; ++c) StoreF32x4(row + j[c], a[c], n);
   });
 }
 
@@ -394,7 +394,7 @@ void SelectAndWriteRowF32(const float* operand, int64_t first, const int64_t* of
                           int64_t positions, int64_t inner, const float* src, float init,
                           float* out) {
   const __m128 fill = _mm_set1_ps(init);
-  auto write = [&](auto count, const int64_t* j, int64_t n) {
+  ForEachBlockGroup(inner, [&](auto count, const int64_t* j, int64_t n) {
     constexpr int kCount = decltype(count)::value;
     __m128i chosen[kCount];
     ChooseInWindowF32<kDir, kCount>(operand, first, offsets, positions, inner, j, n, chosen);
@@ -412,17 +412,6 @@ void SelectAndWriteRowF32(const float* operand, int64_t first, const int64_t* of
         StoreF32x4(p + j[c], _mm_or_ps(_mm_and_ps(here, value[c]), _mm_andnot_ps(here, fill)), n);
       }
     }
-  };
-  if (inner < 4) {
-    const int64_t j = 0;
-    write(std::integral_constant<int, 1>{}, &j, inner);
-    return;
-  }
-  ForEachBlockGroup(inner, [&](auto count, int64_t b) {
-    int64_t j[decltype(count)::value];
-    #pragma GCC unroll 4
-    for (int c = 0; c < decltype(count)::value; ++c) j[c] = BlockStart(inner, b + c);
-    write(count, j, 4);
   });
 }
 #endif
