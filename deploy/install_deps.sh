@@ -5,7 +5,7 @@ packages=(
   cmake ninja-build g++ ccache pkg-config
   libabsl-dev libprotobuf-dev protobuf-compiler
   libgrpc++-dev protobuf-compiler-grpc
-  libeigen3-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev libspdlog-dev libssl-dev
+  libeigen3-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev ocl-icd-opencl-dev libspdlog-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev dataset-fashion-mnist python3 patchelf xz-utils
   clang-14 libclang-rt-14-dev libomp-14-dev
