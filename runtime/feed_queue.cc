@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace kiln::runtime {
 namespace {
@@ -34,7 +35,16 @@ absl::Status FeedQueue::Await(const absl::Condition& ready, uint64_t generation,
 }
 
 absl::Status FeedQueue::Push(ir::Literal value, absl::Duration timeout,
-                             const CancelCheck& cancelled, std::optional<uint64_t> since) {
+                             const CancelCheck& cancelled, std::optional<uint64_t> since,
+                             MemoryCharge charge) {
+  if (account_ != nullptr) {
+    // Charged before waiting for room: the value is held while it waits.
+    if (charge.account() != account_) charge = MemoryCharge(account_);
+    const int64_t rest = value.shape().ByteSize() - charge.bytes();
+    if (rest > 0) {
+      RETURN_IF_ERROR(charge.Grow(rest, absl::StrCat("the feed value ", value.shape().ToString())));
+    }
+  }
   absl::MutexLock lock(&mu_);
   if (FailedSince(since)) return failure_;
   const uint64_t generation = generation_;
@@ -45,27 +55,31 @@ absl::Status FeedQueue::Push(ir::Literal value, absl::Duration timeout,
                           "the feed queue stayed full");
   if (!st.ok()) return st;
   if (FailedSince(since)) return failure_;
-  items_.push_back(std::move(value));
+  items_.push_back({std::move(value), std::move(charge)});
   return absl::OkStatus();
 }
 
 absl::StatusOr<ir::Literal> FeedQueue::Pop(absl::Duration timeout, const CancelCheck& cancelled,
-                                           std::optional<uint64_t> since) {
-  absl::MutexLock lock(&mu_);
-  const uint64_t generation = generation_;
-  // A failed queue still hands out what it holds, then the failure.
-  auto ready = [this, generation, since]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return generation_ != generation || !items_.empty() || FailedSince(since);
-  };
-  ++waiting_pops_;
-  absl::Status st = Await(absl::Condition(&ready), generation, timeout, cancelled,
-                          "no value arrived in the feed queue");
-  --waiting_pops_;
-  if (!st.ok()) return st;
-  if (items_.empty()) return failure_;
-  ir::Literal value = std::move(items_.front());
-  items_.pop_front();
-  return value;
+                                           std::optional<uint64_t> since, MemoryCharge* charge) {
+  Item item;
+  {
+    absl::MutexLock lock(&mu_);
+    const uint64_t generation = generation_;
+    // A failed queue still hands out what it holds, then the failure.
+    auto ready = [this, generation, since]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return generation_ != generation || !items_.empty() || FailedSince(since);
+    };
+    ++waiting_pops_;
+    absl::Status st = Await(absl::Condition(&ready), generation, timeout, cancelled,
+                            "no value arrived in the feed queue");
+    --waiting_pops_;
+    if (!st.ok()) return st;
+    if (items_.empty()) return failure_;
+    item = std::move(items_.front());
+    items_.pop_front();
+  }
+  if (charge != nullptr) *charge = std::move(item.charge);
+  return std::move(item.value);
 }
 
 void FeedQueue::Fail(absl::Status reason, bool drop_values) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include "absl/status/statusor.h"
@@ -12,6 +13,7 @@
 #include "absl/time/time.h"
 #include "compiler/ir/literal.h"
 #include "runtime/cancel_check.h"
+#include "runtime/memory.h"
 
 namespace kiln::runtime {
 
@@ -19,18 +21,28 @@ namespace kiln::runtime {
 // blocks while it is empty. Both give up at their deadline with
 // DEADLINE_EXCEEDED, with CANCELLED when `cancelled` turns true (polled a
 // few times a second), and with CANCELLED when Abort() runs while they wait.
+// A queue with an account (a session's host memory) charges each value's
+// bytes to it from the moment it is pushed until it is popped or dropped.
 class FeedQueue {
  public:
-  explicit FeedQueue(size_t capacity) : capacity_(capacity) {}
+  explicit FeedQueue(size_t capacity, std::shared_ptr<MemoryAccount> account = nullptr)
+      : capacity_(capacity), account_(std::move(account)) {}
 
   // `since`: the failures() count when the caller began (opened its stream);
   // a Fail after that ends its waits and calls. Null: failures do not
   // concern the caller (the program that reads and writes the queue).
+  // `charge`: what the caller has already charged for the value to the
+  // queue's account (a value assembled from a stream); the queue charges
+  // the rest, and a charge past the account's limit is RESOURCE_EXHAUSTED
+  // (the value is dropped).
   absl::Status Push(ir::Literal value, absl::Duration timeout,
                     const CancelCheck& cancelled = nullptr,
-                    std::optional<uint64_t> since = std::nullopt);
+                    std::optional<uint64_t> since = std::nullopt, MemoryCharge charge = {});
+  // `charge`, when given, takes over the value's charge (the caller still
+  // holds the value's memory, a reply being sent); otherwise it ends here.
   absl::StatusOr<ir::Literal> Pop(absl::Duration timeout, const CancelCheck& cancelled = nullptr,
-                                  std::optional<uint64_t> since = std::nullopt);
+                                  std::optional<uint64_t> since = std::nullopt,
+                                  MemoryCharge* charge = nullptr);
   // Wakes every current waiter with CANCELLED and drops the queued values.
   // Later calls work as before.
   void Abort();
@@ -60,9 +72,14 @@ class FeedQueue {
                      const CancelCheck& cancelled, absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  struct Item {
+    ir::Literal value;
+    MemoryCharge charge;
+  };
   const size_t capacity_;
+  const std::shared_ptr<MemoryAccount> account_;
   mutable absl::Mutex mu_;
-  std::deque<ir::Literal> items_ ABSL_GUARDED_BY(mu_);
+  std::deque<Item> items_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   size_t waiting_pops_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t failures_ ABSL_GUARDED_BY(mu_) = 0;

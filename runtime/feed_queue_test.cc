@@ -42,5 +42,39 @@ TEST(FeedQueueTest, AFailureReachesOnlyCallersThatBeganBeforeIt) {
   EXPECT_EQ(queue.failures(), now + 1);
 }
 
+TEST(FeedQueueTest, QueuedValuesAreChargedToTheAccountUntilTheyLeave) {
+  auto account = std::make_shared<MemoryAccount>("session s (host memory)", 12, "--quota");
+  FeedQueue queue(8, account);
+  ASSERT_TRUE(queue.Push(Scalar(1), absl::Milliseconds(10)).ok());
+  ASSERT_TRUE(queue.Push(Scalar(2), absl::Milliseconds(10)).ok());
+  EXPECT_EQ(account->bytes_in_use(), 8);
+  // A value the caller charged already in part is charged only the rest.
+  MemoryCharge part(account);
+  ASSERT_TRUE(part.Grow(2, "x").ok());
+  ASSERT_TRUE(queue.Push(Scalar(3), absl::Milliseconds(10), nullptr, std::nullopt,
+                         std::move(part)).ok());
+  EXPECT_EQ(account->bytes_in_use(), 12);
+  // Past the quota: refused, naming it, and nothing queued.
+  absl::Status over = queue.Push(Scalar(4), absl::Milliseconds(10));
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  EXPECT_THAT(over.message(), ::testing::HasSubstr("--quota"));
+  EXPECT_EQ(queue.size(), 3u);
+  // A popped value's charge ends, or passes to the caller that asks for it.
+  ASSERT_TRUE(queue.Pop(absl::Milliseconds(10)).ok());
+  EXPECT_EQ(account->bytes_in_use(), 8);
+  MemoryCharge taken;
+  ASSERT_TRUE(queue.Pop(absl::Milliseconds(10), nullptr, std::nullopt, &taken).ok());
+  EXPECT_EQ(taken.bytes(), 4);
+  EXPECT_EQ(account->bytes_in_use(), 8);
+  taken.Reset();
+  EXPECT_EQ(account->bytes_in_use(), 4);
+  // Dropped values are uncharged.
+  queue.Abort();
+  EXPECT_EQ(account->bytes_in_use(), 0);
+  ASSERT_TRUE(queue.Push(Scalar(5), absl::Milliseconds(10)).ok());
+  queue.Fail(absl::InternalError("failed"), /*drop_values=*/true);
+  EXPECT_EQ(account->bytes_in_use(), 0);
+}
+
 }  // namespace
 }  // namespace kiln::runtime

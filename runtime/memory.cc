@@ -1,6 +1,7 @@
 #include "runtime/memory.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -39,8 +40,12 @@ void ReleaseCachedMemory() {
   for (const auto& release : releasers) release();
 }
 
-MemoryAccount::MemoryAccount(std::string name, int64_t limit_bytes, std::string limit_name)
-    : name_(std::move(name)), limit_(limit_bytes), limit_name_(std::move(limit_name)) {}
+MemoryAccount::MemoryAccount(std::string name, int64_t limit_bytes, std::string limit_name,
+                             std::shared_ptr<MemoryAccount> parent)
+    : name_(std::move(name)),
+      limit_(limit_bytes),
+      limit_name_(std::move(limit_name)),
+      parent_(std::move(parent)) {}
 
 absl::Status MemoryAccount::Charge(int64_t bytes, const std::string& what) {
   int64_t used = in_use_.load();
@@ -51,13 +56,43 @@ absl::Status MemoryAccount::Charge(int64_t bytes, const std::string& what) {
           used, " of its ", limit_, " bytes (", limit_name_, ")"));
     }
   } while (!in_use_.compare_exchange_weak(used, used + bytes));
+  if (parent_ != nullptr) {
+    if (absl::Status st = parent_->Charge(bytes, what); !st.ok()) {
+      in_use_ -= bytes;
+      return st;
+    }
+  }
   int64_t peak = peak_.load();
   while (used + bytes > peak && !peak_.compare_exchange_weak(peak, used + bytes)) {
   }
   return absl::OkStatus();
 }
 
-void MemoryAccount::Uncharge(int64_t bytes) { in_use_ -= bytes; }
+void MemoryAccount::Uncharge(int64_t bytes) {
+  in_use_ -= bytes;
+  if (parent_ != nullptr) parent_->Uncharge(bytes);
+}
+
+MemoryCharge& MemoryCharge::operator=(MemoryCharge&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    account_ = std::move(other.account_);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+absl::Status MemoryCharge::Grow(int64_t bytes, const std::string& what) {
+  if (account_ == nullptr || bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(account_->Charge(bytes, what));
+  bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+void MemoryCharge::Reset() {
+  if (account_ != nullptr && bytes_ != 0) account_->Uncharge(bytes_);
+  bytes_ = 0;
+}
 
 AccountScope::AccountScope(std::shared_ptr<MemoryAccount> account)
     : previous_(std::move(g_account)) {

@@ -30,11 +30,15 @@ struct MemoryStats {
 // AccountScope is current on a thread, every buffer a MemoryTracker charges
 // on that thread is charged to the account too; a charge past the account's
 // limit fails with RESOURCE_EXHAUSTED naming the limit. The charge stays
-// with the buffer until it is freed, on whatever thread. Thread-safe.
+// with the buffer until it is freed, on whatever thread. An account may have
+// a parent (the server's budget that every session's account draws on): a
+// charge is made to both or to neither. Thread-safe.
 class MemoryAccount {
  public:
   // `limit_name` is how the error names the limit (a server flag).
-  MemoryAccount(std::string name, int64_t limit_bytes, std::string limit_name);
+  // `parent` (may be null) is charged with every charge to this account.
+  MemoryAccount(std::string name, int64_t limit_bytes, std::string limit_name,
+                std::shared_ptr<MemoryAccount> parent = nullptr);
 
   const std::string& name() const { return name_; }
   int64_t limit_bytes() const { return limit_; }
@@ -50,8 +54,37 @@ class MemoryAccount {
   const std::string name_;
   const int64_t limit_;
   const std::string limit_name_;
+  const std::shared_ptr<MemoryAccount> parent_;
   std::atomic<int64_t> in_use_{0};
   std::atomic<int64_t> peak_{0};
+};
+
+// Host memory that is no buffer (a value waiting in a feed queue, a value
+// being assembled from a stream, a reply on its way to the client), charged
+// to an account for as long as this object lives. Move-only; not
+// thread-safe (one owner at a time).
+class MemoryCharge {
+ public:
+  MemoryCharge() = default;
+  // Charges nothing yet; `account` null: Grow charges nothing.
+  explicit MemoryCharge(std::shared_ptr<MemoryAccount> account) : account_(std::move(account)) {}
+  MemoryCharge(MemoryCharge&& other) noexcept { *this = std::move(other); }
+  MemoryCharge& operator=(MemoryCharge&& other) noexcept;
+  MemoryCharge(const MemoryCharge&) = delete;
+  MemoryCharge& operator=(const MemoryCharge&) = delete;
+  ~MemoryCharge() { Reset(); }
+
+  // Charges `bytes` more for `what`; RESOURCE_EXHAUSTED from the account
+  // (nothing more charged) when that passes its limit or its parent's.
+  absl::Status Grow(int64_t bytes, const std::string& what);
+  // Returns everything charged so far.
+  void Reset();
+  int64_t bytes() const { return bytes_; }
+  const std::shared_ptr<MemoryAccount>& account() const { return account_; }
+
+ private:
+  std::shared_ptr<MemoryAccount> account_;
+  int64_t bytes_ = 0;
 };
 
 // Makes `account` current on the calling thread until the scope ends

@@ -47,5 +47,47 @@ TEST(MemoryTrackerTest, RefusalNamesTheLargestBuffers) {
   memory.Release(&big, 800);
 }
 
+TEST(MemoryAccountTest, AChargeIsMadeToTheParentToo) {
+  auto all = std::make_shared<MemoryAccount>("all", 1000, "--all");
+  MemoryAccount one("one", 800, "--one", all);
+  MemoryAccount two("two", 800, "--two", all);
+  ASSERT_TRUE(one.Charge(600, "x").ok());
+  EXPECT_EQ(all->bytes_in_use(), 600);
+  // Within its own limit but not within the parent's: neither is charged.
+  absl::Status refused = two.Charge(500, "y");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("--all"));
+  EXPECT_EQ(two.bytes_in_use(), 0);
+  EXPECT_EQ(all->bytes_in_use(), 600);
+  // Its own limit comes first.
+  EXPECT_THAT(one.Charge(300, "z").message(), ::testing::HasSubstr("--one"));
+  one.Uncharge(600);
+  EXPECT_EQ(all->bytes_in_use(), 0);
+}
+
+TEST(MemoryChargeTest, HoldsWhatItGrewByUntilResetMovedOrDestroyed) {
+  auto account = std::make_shared<MemoryAccount>("a", 100, "--a");
+  {
+    MemoryCharge charge(account);
+    ASSERT_TRUE(charge.Grow(40, "x").ok());
+    ASSERT_TRUE(charge.Grow(50, "x").ok());
+    absl::Status over = charge.Grow(20, "the value");
+    EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(over.message(), ::testing::HasSubstr("the value"));
+    EXPECT_EQ(charge.bytes(), 90);
+    EXPECT_EQ(account->bytes_in_use(), 90);
+    MemoryCharge moved = std::move(charge);
+    EXPECT_EQ(charge.bytes(), 0);  // NOLINT: a moved-from charge holds nothing
+    EXPECT_EQ(account->bytes_in_use(), 90);
+    moved.Reset();
+    EXPECT_EQ(account->bytes_in_use(), 0);
+    ASSERT_TRUE(moved.Grow(10, "x").ok());
+  }
+  EXPECT_EQ(account->bytes_in_use(), 0);
+  MemoryCharge none;  // no account: charges nothing
+  EXPECT_TRUE(none.Grow(1 << 30, "x").ok());
+  EXPECT_EQ(none.bytes(), 0);
+}
+
 }  // namespace
 }  // namespace kiln::runtime

@@ -1,6 +1,7 @@
 #include "server/grpc_service.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/proto_convert.h"
@@ -94,7 +95,10 @@ grpc::Status GrpcService::Compile(grpc::ServerContext*, const v1::CompileRequest
 grpc::Status GrpcService::Execute(grpc::ServerContext* ctx, const v1::ExecuteRequest* req,
                                   v1::ExecuteResponse* resp) {
   // A client that cancels or passes its deadline stops the program.
-  return Reply(service_->Execute(*req, CancelledBy(ctx)), resp);
+  // The inline results stay charged to the session until the reply is
+  // handed to gRPC.
+  runtime::MemoryCharge reply_charge;
+  return Reply(service_->Execute(*req, CancelledBy(ctx), &reply_charge), resp);
 }
 grpc::Status GrpcService::MemoryInfo(grpc::ServerContext*, const v1::MemoryInfoRequest* req,
                                      v1::MemoryInfoResponse* resp) {
@@ -127,18 +131,23 @@ grpc::Status GrpcService::Infeed(grpc::ServerContext* ctx,
   if (!feed.ok()) return ToGrpcStatus(feed.status());
   const runtime::CancelCheck cancelled = CancelledBy(ctx);
   ir::ChunkedValue value;
+  // The bytes of the value being assembled are the session's host memory.
+  runtime::MemoryCharge charge(feed->session->host_account());
   int64_t values = 0, bytes = 0;
   while (true) {
     if (chunk.has_shape()) {
       absl::Status st = value.Start(chunk.shape(), chunk.total_bytes(), feed->max_value_bytes);
       if (!st.ok()) return ToGrpcStatus(WithContext(st, absl::StrCat("infeed value ", values)));
     }
-    absl::Status st = value.Append(chunk.data());
+    absl::Status st = charge.Grow(static_cast<int64_t>(chunk.data().size()),
+                                  absl::StrCat("infeed value ", values));
+    if (st.ok()) st = value.Append(chunk.data());
     if (!st.ok()) return ToGrpcStatus(WithContext(st, absl::StrCat("infeed value ", values)));
     if (value.complete()) {
       ir::Literal literal = value.Take();
       bytes += literal.shape().ByteSize();
-      st = service_->Infeed(*feed, std::move(literal), cancelled);
+      st = service_->Infeed(*feed, std::move(literal), cancelled,
+                            std::exchange(charge, runtime::MemoryCharge(charge.account())));
       if (!st.ok()) return ToGrpcStatus(st);
       ++values;
     }
@@ -170,8 +179,9 @@ grpc::Status GrpcService::Outfeed(grpc::ServerContext* ctx, const v1::OutfeedReq
   const int64_t chunk = std::clamp<int64_t>(req->chunk_bytes() > 0 ? req->chunk_bytes() : 1 << 20,
                                             1024, int64_t{16} << 20);
   for (int64_t n = 0; req->max_values() <= 0 || n < req->max_values(); ++n) {
+    runtime::MemoryCharge charge;  // the value's, until it is sent
     absl::StatusOr<ir::Literal> value =
-        service_->Outfeed(*feed, timeout, CancelledBy(ctx));
+        service_->Outfeed(*feed, timeout, CancelledBy(ctx), &charge);
     if (!value.ok()) return ToGrpcStatus(value.status());
     const auto& bytes = value->bytes();
     const int64_t total = static_cast<int64_t>(bytes.size());

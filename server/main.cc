@@ -29,6 +29,13 @@ ABSL_FLAG(std::string, compile_cache_bytes, "1G",
 ABSL_FLAG(std::string, session_memory_bytes, "unlimited",
           "device memory one session may hold, its buffers and its executions' temporaries "
           "over all devices (e.g. 4G; unlimited: only the devices' capacity bounds it)");
+ABSL_FLAG(std::string, session_host_memory_bytes, "unlimited",
+          "host memory one session may hold outside its buffers: values waiting in its feed "
+          "queues or being streamed in, replies on their way out, inline arguments being "
+          "decoded (e.g. 1G; unlimited: only --host_memory_bytes bounds it)");
+ABSL_FLAG(std::string, host_memory_bytes, "4G",
+          "host memory all sessions together may hold outside their buffers (see "
+          "--session_host_memory_bytes)");
 ABSL_FLAG(int32_t, session_executions, 64, "executions one session may run or queue at once");
 ABSL_FLAG(std::string, max_module_bytes, "64M", "largest module a client may compile, as sent");
 ABSL_FLAG(int64_t, max_instructions, 1000000, "most instructions in a module");
@@ -126,15 +133,27 @@ int main(int argc, char** argv) {
     }
     options.compile_cache_bytes = *bytes;
   }
-  if (const std::string quota = absl::GetFlag(FLAGS_session_memory_bytes); quota != "unlimited") {
-    absl::StatusOr<int64_t> bytes = kiln::runtime::ParseBytes(quota, "--session_memory_bytes");
+  // A quota flag: "unlimited" or a positive size; false after saying why.
+  auto parse_quota = [](const std::string& value, const std::string& flag, int64_t* out) {
+    if (value == "unlimited") return true;
+    absl::StatusOr<int64_t> bytes = kiln::runtime::ParseBytes(value, flag);
     if (!bytes.ok() || *bytes <= 0) {
       std::fprintf(stderr, "kiln-server: %s\n",
-                   bytes.ok() ? "--session_memory_bytes must be positive"
+                   bytes.ok() ? (flag + " must be positive").c_str()
                               : std::string(bytes.status().message()).c_str());
-      return 2;
+      return false;
     }
-    options.session_limits.memory_bytes = *bytes;
+    *out = *bytes;
+    return true;
+  };
+  kiln::server::SessionLimits& quotas = options.session_limits;
+  if (!parse_quota(absl::GetFlag(FLAGS_session_memory_bytes), "--session_memory_bytes",
+                   &quotas.memory_bytes) ||
+      !parse_quota(absl::GetFlag(FLAGS_session_host_memory_bytes), "--session_host_memory_bytes",
+                   &quotas.host_memory_bytes) ||
+      !parse_quota(absl::GetFlag(FLAGS_host_memory_bytes), "--host_memory_bytes",
+                   &quotas.all_sessions_host_memory_bytes)) {
+    return 2;
   }
   if (absl::GetFlag(FLAGS_session_executions) < 1) {
     std::fprintf(stderr, "kiln-server: --session_executions must be at least 1\n");

@@ -291,7 +291,8 @@ void Service::DumpModule(const ir::Module& module, const std::string& fingerprin
 }
 
 absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& req,
-                                                     const runtime::CancelCheck& cancelled) {
+                                                     const runtime::CancelCheck& cancelled,
+                                                     runtime::MemoryCharge* reply_charge) {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
   ASSIGN_OR_RETURN(ExecutableEntry exe, session->GetExecutable(req.executable_handle()));
@@ -333,6 +334,7 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     return absl::InvalidArgumentError("a replicated execution takes no inline arguments");
   }
   std::vector<std::optional<ir::Literal>> inline_values(params.size());
+  runtime::MemoryCharge inline_charge(session->host_account());
   for (int k = 0; k < req.inline_arguments_size(); ++k) {
     const v1::InlineArgument& a = req.inline_arguments(k);
     const int index = a.index();
@@ -347,6 +349,9 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
       return absl::InvalidArgumentError(
           absl::StrCat("argument ", index, " has both a handle and an inline value"));
     }
+    // Held on the host until it is on the device.
+    RETURN_IF_ERROR(inline_charge.Grow(a.value().ByteSizeLong(),
+                                       absl::StrCat("inline argument ", index)));
     absl::StatusOr<ir::Literal> value = ir::LiteralFromProto(a.value());
     if (!value.ok()) return WithContext(value.status(), absl::StrCat("inline argument ", index));
     if (value->shape() != params[index]) {
@@ -421,6 +426,7 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     for (const auto& [device, handles] : plan) donated.push_back(handles[index]);
   }
   inline_values.clear();  // the buffers hold the values now
+  inline_charge.Reset();
   if (!donated.empty()) RETURN_IF_ERROR(session->TakeBuffers(donated).status());
   absl::StatusOr<std::vector<runtime::BufferPtr>> results =
       runtime::ExecuteReplicated(*exe.executable, runs, options_.collective_timeout);
@@ -453,6 +459,7 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     return results.status();
   }
   v1::ExecuteResponse resp;
+  runtime::MemoryCharge reply(session->host_account());
   // Kept inline values (not donated) become buffers of the session.
   for (const v1::InlineArgument& a : req.inline_arguments()) {
     const runtime::BufferPtr& kept = inline_buffers[a.index()];
@@ -472,6 +479,9 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
       ir::ShapeToProto(leaf->shape(), out->mutable_shape());
       out->set_buffer_handle(session->AddBuffer({leaf, device}));
       if (leaf->size_bytes() <= req.inline_result_max_bytes()) {
+        // The reply holds a copy until it is sent: host memory of the
+        // session. Past its quota the result stays on the device only.
+        if (!reply.Grow(leaf->size_bytes(), "an inline result").ok()) continue;
         ASSIGN_OR_RETURN(ir::Literal value, device->TransferFromDevice(*leaf));
         ir::LiteralToProto(value, out->mutable_inline_value());
       }
@@ -493,6 +503,7 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
   const absl::Duration took = absl::Now() - start;
   resp.set_execute_micros(absl::ToInt64Microseconds(took));
   metrics_.Record("execute", took);
+  if (reply_charge != nullptr) *reply_charge = std::move(reply);
   return resp;
 }
 
@@ -582,12 +593,13 @@ absl::StatusOr<Service::FeedEndpoint> Service::OpenFeed(const v1::FeedTarget& ta
 }
 
 absl::Status Service::Infeed(const FeedEndpoint& feed, ir::Literal value,
-                             const runtime::CancelCheck& cancelled) {
+                             const runtime::CancelCheck& cancelled,
+                             runtime::MemoryCharge charge) {
   RETURN_IF_ERROR(ir::CheckArrayValue(value.shape(), feed.max_value_bytes));
   const int64_t bytes = value.shape().ByteSize();
   absl::Status pushed = feed.queues->infeed.Push(std::move(value), absl::InfiniteDuration(),
                                                  UntilSessionEnds(feed.session, cancelled),
-                                                 feed.infeed_since);
+                                                 feed.infeed_since, std::move(charge));
   if (!pushed.ok()) {
     if (feed.session->closed()) return absl::CancelledError("the session has ended");
     return WithContext(pushed, "infeed");
@@ -598,10 +610,11 @@ absl::Status Service::Infeed(const FeedEndpoint& feed, ir::Literal value,
 }
 
 absl::StatusOr<ir::Literal> Service::Outfeed(const FeedEndpoint& feed, absl::Duration timeout,
-                                             const runtime::CancelCheck& cancelled) {
+                                             const runtime::CancelCheck& cancelled,
+                                             runtime::MemoryCharge* charge) {
   absl::StatusOr<ir::Literal> value =
       feed.queues->outfeed.Pop(timeout, UntilSessionEnds(feed.session, cancelled),
-                               feed.outfeed_since);
+                               feed.outfeed_since, charge);
   if (!value.ok()) {
     if (feed.session->closed()) return absl::CancelledError("the session has ended");
     return WithContext(value.status(), "outfeed");
@@ -613,6 +626,7 @@ absl::StatusOr<ir::Literal> Service::Outfeed(const FeedEndpoint& feed, absl::Dur
 
 void Service::RefreshGauges() {
   metrics_.Set("sessions_live", static_cast<int64_t>(sessions_->size()));
+  metrics_.Set("sessions_host_bytes", sessions_->host_memory().bytes_in_use());
   metrics_.Set("compile_cache_entries", static_cast<int64_t>(cache_.size()));
   metrics_.Set("compile_cache_bytes", cache_.bytes());
   metrics_.Set("compile_cache_collisions", static_cast<int64_t>(cache_.collisions()));

@@ -81,8 +81,13 @@ class Service {
   // session's queues on that device are aborted. With `replicas`, runs the
   // program on each replica's device at once; a replica that fails stops
   // the others. On tpu devices the reply carries the simulated profile.
+  // Inline results are host memory of the session until the reply is sent:
+  // `reply_charge`, when given, takes their charge (the caller keeps it
+  // until the reply is gone); a result that would pass the session's host
+  // quota is not inlined (its handle still is in the reply).
   absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& request,
-                                              const runtime::CancelCheck& cancelled = nullptr);
+                                              const runtime::CancelCheck& cancelled = nullptr,
+                                              runtime::MemoryCharge* reply_charge = nullptr);
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& request);
   v1::MetricsResponse GetMetrics();
 
@@ -105,12 +110,16 @@ class Service {
   // not issue (or whose session has ended).
   absl::StatusOr<FeedEndpoint> OpenFeed(const v1::FeedTarget& target);
   // Queues one value, waiting while the queue is full until `cancelled`
-  // or the session ends.
+  // or the session ends. The value is charged to the session's host memory
+  // while it waits (`charge`: what the caller charged for it already, on
+  // the session's host account); RESOURCE_EXHAUSTED past the quota.
   absl::Status Infeed(const FeedEndpoint& feed, ir::Literal value,
-                      const runtime::CancelCheck& cancelled);
-  // The next outfeed value; waits at most `timeout`.
+                      const runtime::CancelCheck& cancelled, runtime::MemoryCharge charge = {});
+  // The next outfeed value; waits at most `timeout`. `charge`, when given,
+  // takes over the value's charge to the session (held while it is sent).
   absl::StatusOr<ir::Literal> Outfeed(const FeedEndpoint& feed, absl::Duration timeout,
-                                      const runtime::CancelCheck& cancelled);
+                                      const runtime::CancelCheck& cancelled,
+                                      runtime::MemoryCharge* charge = nullptr);
 
   // Every device of every backend, in the order of the specs; borrowed.
   const std::vector<runtime::Device*>& devices() const { return devices_; }

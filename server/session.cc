@@ -27,13 +27,16 @@ std::string NewHandle(absl::string_view prefix) {
 }
 
 Session::Session(std::string id, std::string client_name, size_t feed_capacity,
-                 const SessionLimits& limits)
+                 const SessionLimits& limits, std::shared_ptr<runtime::MemoryAccount> host_budget)
     : id_(std::move(id)),
       client_name_(std::move(client_name)),
       feed_capacity_(feed_capacity),
       max_executions_(limits.executions),
       account_(std::make_shared<runtime::MemoryAccount>(
-          absl::StrCat("session ", id_), limits.memory_bytes, "--session_memory_bytes")) {}
+          absl::StrCat("session ", id_), limits.memory_bytes, "--session_memory_bytes")),
+      host_account_(std::make_shared<runtime::MemoryAccount>(
+          absl::StrCat("session ", id_, " (host memory)"), limits.host_memory_bytes,
+          "--session_host_memory_bytes", std::move(host_budget))) {}
 
 absl::StatusOr<std::shared_ptr<void>> Session::BeginExecution() {
   if (executions_.fetch_add(1) >= max_executions_) {
@@ -132,7 +135,7 @@ absl::StatusOr<std::vector<BufferEntry>> Session::TakeBuffers(
 std::shared_ptr<FeedQueues> Session::Feeds(const std::string& device) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<FeedQueues>& feeds = feeds_[device];
-  if (feeds == nullptr) feeds = std::make_shared<FeedQueues>(feed_capacity_);
+  if (feeds == nullptr) feeds = std::make_shared<FeedQueues>(feed_capacity_, host_account_);
   return feeds;
 }
 
@@ -167,7 +170,12 @@ int64_t Session::buffer_count() const {
 
 SessionManager::SessionManager(absl::Duration lease, size_t feed_capacity,
                                const SessionLimits& limits)
-    : lease_(lease), feed_capacity_(feed_capacity), limits_(limits) {
+    : lease_(lease),
+      feed_capacity_(feed_capacity),
+      limits_(limits),
+      host_budget_(std::make_shared<runtime::MemoryAccount>(
+          "the server's sessions (host memory)", limits.all_sessions_host_memory_bytes,
+          "--host_memory_bytes")) {
   reaper_ = std::thread([this] {
     const absl::Duration period =
         std::min(absl::Seconds(1), std::max(absl::Milliseconds(50), lease_ / 4));
@@ -220,7 +228,7 @@ std::shared_ptr<Session> SessionManager::Create(const std::string& client_name) 
   // The name is the client's to choose: logs get it escaped and bounded, so
   // it cannot forge log lines.
   auto session = std::make_shared<Session>(NewHandle("s-"), SafeClientName(client_name),
-                                           feed_capacity_, limits_);
+                                           feed_capacity_, limits_, host_budget_);
   absl::MutexLock lock(&mu_);
   sessions_[session->id()] = Entry{session, absl::Now() + lease_};
   return session;

@@ -33,8 +33,11 @@ struct BufferEntry {
 
 // The infeed and outfeed of one device as one session sees them: sessions
 // sharing a device never see each other's values.
+// Values waiting in them are charged to `account` (the session's host
+// memory).
 struct FeedQueues {
-  explicit FeedQueues(size_t capacity) : infeed(capacity), outfeed(capacity) {}
+  FeedQueues(size_t capacity, const std::shared_ptr<runtime::MemoryAccount>& account)
+      : infeed(capacity, account), outfeed(capacity, account) {}
   runtime::FeedQueue infeed, outfeed;
 };
 
@@ -43,6 +46,12 @@ struct SessionLimits {
   // Bytes of device memory its buffers and its executions' temporaries may
   // hold, over all devices (--session_memory_bytes).
   int64_t memory_bytes = int64_t{1} << 62;
+  // Bytes of host memory that is no buffer (values waiting in its feed
+  // queues or being streamed in, replies on their way out, inline arguments
+  // being decoded) it may hold (--session_host_memory_bytes).
+  int64_t host_memory_bytes = int64_t{1} << 62;
+  // The same for all sessions together (--host_memory_bytes).
+  int64_t all_sessions_host_memory_bytes = int64_t{1} << 62;
   // Executions running or waiting at once (--session_executions).
   int executions = 64;
 };
@@ -53,9 +62,12 @@ std::string NewHandle(absl::string_view prefix);
 // Thread-safe.
 class Session {
  public:
-  // Feed queues hold at most `feed_capacity` values each.
+  // Feed queues hold at most `feed_capacity` values each. `host_budget`
+  // (may be null) is the account of all sessions' host memory, charged with
+  // this one's.
   Session(std::string id, std::string client_name, size_t feed_capacity = 16,
-          const SessionLimits& limits = {});
+          const SessionLimits& limits = {},
+          std::shared_ptr<runtime::MemoryAccount> host_budget = nullptr);
 
   const std::string& id() const { return id_; }
   const std::string& client_name() const { return client_name_; }
@@ -85,6 +97,10 @@ class Session {
   // Charged for every buffer allocated on the session's behalf (current
   // on the threads that serve its calls, see runtime::AccountScope).
   const std::shared_ptr<runtime::MemoryAccount>& memory_account() const { return account_; }
+  // Charged for the host memory held on the session's behalf that is no
+  // buffer (runtime::MemoryCharge): feed values, replies, decoded inline
+  // arguments.
+  const std::shared_ptr<runtime::MemoryAccount>& host_account() const { return host_account_; }
   // Counts an execution as running until the returned token is destroyed;
   // RESOURCE_EXHAUSTED naming --session_executions when that many run.
   absl::StatusOr<std::shared_ptr<void>> BeginExecution();
@@ -95,6 +111,7 @@ class Session {
   const size_t feed_capacity_;
   const int max_executions_;
   const std::shared_ptr<runtime::MemoryAccount> account_;
+  const std::shared_ptr<runtime::MemoryAccount> host_account_;
   std::atomic<int> executions_{0};
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, BufferEntry> buffers_ ABSL_GUARDED_BY(mu_);
@@ -126,6 +143,8 @@ class SessionManager {
   bool Alive(const std::string& id) const;
   absl::Duration lease() const { return lease_; }
   size_t size() const;
+  // Host memory held by all sessions (see Session::host_account).
+  const runtime::MemoryAccount& host_memory() const { return *host_budget_; }
   // Drops expired sessions now; returns how many (the reaper calls this).
   int ReapExpired();
 
@@ -137,6 +156,7 @@ class SessionManager {
   const absl::Duration lease_;
   const size_t feed_capacity_;
   const SessionLimits limits_;
+  const std::shared_ptr<runtime::MemoryAccount> host_budget_;
   // Sessions closed or expired so far (the reaper trims the heap after).
   std::atomic<uint64_t> ended_{0};
   mutable absl::Mutex mu_;

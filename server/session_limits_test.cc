@@ -18,6 +18,8 @@ class SessionLimitsTest : public ::testing::Test {
     options.backends = {{"cpu", 1, {{"memory_bytes", "1M"}}}};
     options.session_limits.memory_bytes = 4096;
     options.session_limits.executions = 1;
+    options.session_limits.host_memory_bytes = 64;
+    options.session_limits.all_sessions_host_memory_bytes = 100;
     service_ = *Service::Create(options);
   }
   std::string Open() {
@@ -56,6 +58,29 @@ class SessionLimitsTest : public ::testing::Test {
   }
   int64_t Held(const std::string& session) {
     return (*service_->sessions().Get(session))->memory_account()->bytes_in_use();
+  }
+  int64_t HostHeld(const std::string& session) {
+    return (*service_->sessions().Get(session))->host_account()->bytes_in_use();
+  }
+  Service::FeedEndpoint Feed(const std::string& session) {
+    v1::FeedTarget target;
+    target.set_session_id(session);
+    target.set_device("cpu:0");
+    return *service_->OpenFeed(target);
+  }
+  static ir::Literal Floats(int64_t n) {
+    return ir::Literal::FromVector<float>(ir::ElementType::kF32, {n}, std::vector<float>(n, 1));
+  }
+  absl::StatusOr<v1::ExecuteResponse> Run(const std::string& session, const std::string& text,
+                                          int64_t inline_max = 0,
+                                          runtime::MemoryCharge* reply_charge = nullptr) {
+    auto exe = Compile(session, text);
+    if (!exe.ok()) return exe.status();
+    v1::ExecuteRequest req;
+    req.set_session_id(session);
+    req.set_executable_handle(exe->executable_handle());
+    req.set_inline_result_max_bytes(inline_max);
+    return service_->Execute(req, nullptr, reply_charge);
   }
 
   std::unique_ptr<Service> service_;
@@ -165,6 +190,91 @@ TEST_F(SessionLimitsTest, ExecutionsPastTheLimitAreRefused) {
   ASSERT_TRUE(service_->CloseSession(close).ok());
   runner.join();
   EXPECT_EQ(first.code(), absl::StatusCode::kCancelled) << first;
+}
+
+// Values waiting in a session's infeed are its host memory: charged while
+// queued, refused past the session's quota and past the quota of all
+// sessions together, each naming its flag, and given back when the session
+// ends.
+TEST_F(SessionLimitsTest, QueuedInfeedValuesAreChargedToTheSessionsHostMemory) {
+  const std::string a = Open(), b = Open();
+  const Service::FeedEndpoint fa = Feed(a), fb = Feed(b);
+  ASSERT_TRUE(service_->Infeed(fa, Floats(8), nullptr).ok());
+  ASSERT_TRUE(service_->Infeed(fa, Floats(8), nullptr).ok());
+  EXPECT_EQ(HostHeld(a), 64);
+  absl::Status over = service_->Infeed(fa, Floats(1), nullptr);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  EXPECT_NE(over.message().find("--session_host_memory_bytes"), std::string::npos) << over;
+  EXPECT_EQ(fa.queues->infeed.size(), 2u);  // what was queued stays
+  ASSERT_TRUE(service_->Infeed(fb, Floats(8), nullptr).ok());
+  absl::Status all = service_->Infeed(fb, Floats(4), nullptr);
+  EXPECT_EQ(all.code(), absl::StatusCode::kResourceExhausted) << all;
+  EXPECT_NE(all.message().find("--host_memory_bytes"), std::string::npos) << all;
+  EXPECT_EQ(HostHeld(b), 32);
+  EXPECT_EQ(service_->sessions().host_memory().bytes_in_use(), 96);
+  // A program that takes a value gives its charge back.
+  ASSERT_TRUE(Run(a, R"(ENTRY e {
+  tok = token[] after-all()
+  in = (f32[8], token[]) infeed(tok)
+  ROOT v = f32[8] get-tuple-element(in), index=0
+})").ok());
+  EXPECT_EQ(HostHeld(a), 32);
+  v1::CloseSessionRequest close;
+  close.set_session_id(a);
+  ASSERT_TRUE(service_->CloseSession(close).ok());
+  EXPECT_EQ(service_->sessions().host_memory().bytes_in_use(), 32);
+}
+
+// What a program writes to its outfeed waits there as the session's host
+// memory; past the quota the program fails naming it.
+TEST_F(SessionLimitsTest, OutfeedValuesAreChargedUntilRead) {
+  const std::string a = Open();
+  constexpr char kWrites[] = R"(ENTRY e {
+  x = f32[] constant(1)
+  v = f32[SIZE] broadcast(x), dimensions={}
+  t = token[] after-all()
+  ROOT o = token[] outfeed(v, t)
+})";
+  auto program = [&](int n) {
+    std::string text = kWrites;
+    text.replace(text.find("SIZE"), 4, std::to_string(n));
+    return text;
+  };
+  ASSERT_TRUE(Run(a, program(8)).ok());
+  EXPECT_EQ(HostHeld(a), 32);
+  absl::Status over = Run(a, program(16)).status();
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  EXPECT_NE(over.message().find("--session_host_memory_bytes"), std::string::npos) << over;
+  // The reader takes the charge over while it sends the value.
+  runtime::MemoryCharge sending;
+  auto value = service_->Outfeed(Feed(a), absl::Seconds(10), nullptr, &sending);
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(value->shape().ByteSize(), 32);
+  EXPECT_EQ(HostHeld(a), 32);
+  sending.Reset();
+  EXPECT_EQ(HostHeld(a), 0);
+}
+
+// An inline result is a copy in the reply, charged until the reply is sent;
+// one that would pass the quota stays on the device, reachable by handle.
+TEST_F(SessionLimitsTest, InlineResultsPastTheHostQuotaStayOnTheDevice) {
+  const std::string a = Open();
+  constexpr char kTwo[] = R"(ENTRY e {
+  x = f32[] constant(2)
+  s = f32[8] broadcast(x), dimensions={}
+  l = f32[32] broadcast(x), dimensions={}
+  ROOT t = (f32[8], f32[32]) tuple(s, l)
+})";
+  runtime::MemoryCharge reply;
+  auto run = Run(a, kTwo, /*inline_max=*/1024, &reply);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(run->outputs_size(), 2);
+  EXPECT_TRUE(run->outputs(0).has_inline_value());
+  EXPECT_FALSE(run->outputs(1).has_inline_value());
+  EXPECT_FALSE(run->outputs(1).buffer_handle().empty());
+  EXPECT_EQ(HostHeld(a), 32);
+  reply.Reset();
+  EXPECT_EQ(HostHeld(a), 0);
 }
 
 }  // namespace
