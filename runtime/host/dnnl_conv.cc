@@ -1,5 +1,6 @@
 #include "runtime/host/dnnl_conv.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "dnnl.hpp"
+#include "runtime/host/cancel.h"
 #include "runtime/host/threads.h"
 
 namespace kiln::host {
@@ -44,10 +46,19 @@ memory::desc Any(const memory::desc& md) {
 // layout the primitive chose when that differs.
 struct Plan {
   struct Operand {
-    memory::desc lies;    // the Kiln buffer's layout
+    memory::desc lies;    // the Kiln buffer's layout (of one piece, see Split)
     memory::desc wanted;  // the primitive's layout
     int arg = 0;
     std::optional<dnnl::reorder> reorder;
+    // Elements between neighbouring pieces along the split dimension; 0:
+    // every piece reads the whole operand.
+    int64_t piece_stride = 0;
+
+    // The layout the primitive chose for this operand and its argument.
+    void Want(const memory::desc& md, int argument) {
+      wanted = md;
+      arg = argument;
+    }
   };
   Operand in, ker, out;
   // Set when the HLO kernel must first be copied into a dense array of
@@ -58,6 +69,19 @@ struct Plan {
   memory::desc scratchpad;
   dnnl::primitive primitive;
   std::string name;
+
+  // Makes `op` (its `lies` the whole operand) one piece of `piece`
+  // positions along its logical dimension `dim`: the plan then runs on
+  // each piece in turn, at an offset of piece_stride per position.
+  static void Split(Operand& op, int dim, int64_t piece) {
+    const dnnl_memory_desc_t& whole = op.lies.data;
+    memory::dims dims = op.lies.dims();
+    memory::dims strides(whole.format_desc.blocking.strides,
+                         whole.format_desc.blocking.strides + whole.ndims);
+    op.piece_stride = strides[dim];
+    dims[dim] = piece;
+    op.lies = memory::desc(dims, memory::data_type::f32, strides);
+  }
 
   // Adds the reorders where the primitive wants another layout.
   void Connect() {
@@ -107,7 +131,8 @@ dnnl::primitive_attr UserScratchpad() {
 }
 
 // out = conv(in, ker) as oneDNN's forward convolution.
-std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& g) {
+std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& g,
+                                  int64_t piece) {
   const Shape& ker = instr.operand(1)->shape();
   const ir::ConvDims& c = instr.attrs().conv;
   auto plan = std::make_shared<Plan>();
@@ -119,6 +144,9 @@ std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& 
   }
   plan->in.lies = Strided(instr.operand(0)->shape(), src_order);
   plan->out.lies = Strided(instr.shape(), dst_order);
+  // Pieces of the batch.
+  Plan::Split(plan->in, 0, piece);
+  Plan::Split(plan->out, 0, piece);
   // Weights: [O, I, spatial...], or [G, O/G, I/G, spatial...] with groups
   // (the output features are group-major).
   const int64_t groups = instr.attrs().feature_group_count;
@@ -141,9 +169,9 @@ std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& 
       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, Any(plan->in.lies),
       Any(plan->ker.lies), Any(plan->out.lies), g.strides, g.dilates, g.pad_l, g.pad_r);
   dnnl::convolution_forward::primitive_desc pd(desc, UserScratchpad(), Engine());
-  plan->in = {plan->in.lies, pd.src_desc(), DNNL_ARG_SRC, std::nullopt};
-  plan->ker = {plan->ker.lies, pd.weights_desc(), DNNL_ARG_WEIGHTS, std::nullopt};
-  plan->out = {plan->out.lies, pd.dst_desc(), DNNL_ARG_DST, std::nullopt};
+  plan->in.Want(pd.src_desc(), DNNL_ARG_SRC);
+  plan->ker.Want(pd.weights_desc(), DNNL_ARG_WEIGHTS);
+  plan->out.Want(pd.dst_desc(), DNNL_ARG_DST);
   plan->scratchpad = pd.scratchpad_desc();
   plan->primitive = dnnl::convolution_forward(pd);
   plan->name = absl::StrCat("onednn forward ", pd.impl_info_str());
@@ -157,7 +185,8 @@ std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& 
 // minibatch, the input's batch as the channels, the HLO kernel as the
 // gradient of the result, the window dilation as the stride and the window
 // stride as the dilation.
-std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& g) {
+std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& g,
+                                  int64_t piece) {
   if (instr.attrs().feature_group_count != 1) return nullptr;
   const ir::ConvDims& c = instr.attrs().conv;
   std::vector<int64_t> src_order = {c.input_feature, c.input_batch};
@@ -175,6 +204,10 @@ std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& 
   plan->in.lies = Strided(instr.operand(0)->shape(), src_order);
   plan->ker.lies = Strided(instr.operand(1)->shape(), diff_dst_order);
   plan->out.lies = Strided(instr.shape(), diff_w_order);
+  // Pieces of the output features (oneDNN's output channels): the batch
+  // is contracted here, the output features are not.
+  Plan::Split(plan->ker, 1, piece);
+  Plan::Split(plan->out, 0, piece);
   const memory::desc src = Any(plan->in.lies), diff_dst = Any(plan->ker.lies),
                      diff_w = Any(plan->out.lies);
   dnnl::convolution_forward::desc hint_desc(dnnl::prop_kind::forward_training,
@@ -184,9 +217,9 @@ std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& 
   dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, src, diff_w,
                                                 diff_dst, strides, dilates, g.pad_l, g.pad_r);
   dnnl::convolution_backward_weights::primitive_desc pd(desc, UserScratchpad(), Engine(), hint);
-  plan->in = {plan->in.lies, pd.src_desc(), DNNL_ARG_SRC, std::nullopt};
-  plan->ker = {plan->ker.lies, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST, std::nullopt};
-  plan->out = {plan->out.lies, pd.diff_weights_desc(), DNNL_ARG_DIFF_WEIGHTS, std::nullopt};
+  plan->in.Want(pd.src_desc(), DNNL_ARG_SRC);
+  plan->ker.Want(pd.diff_dst_desc(), DNNL_ARG_DIFF_DST);
+  plan->out.Want(pd.diff_weights_desc(), DNNL_ARG_DIFF_WEIGHTS);
   plan->scratchpad = pd.scratchpad_desc();
   plan->primitive = dnnl::convolution_backward_weights(pd);
   plan->name = absl::StrCat("onednn weights ", pd.impl_info_str());
@@ -199,7 +232,8 @@ std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& 
 // in[b, f, y + k*d - p] * ker[f, o, k] is oneDNN's data gradient of a
 // convolution whose weights are ker with its spatial dimensions reversed,
 // whose result gradient is the HLO input and whose padding is (K-1)*d - p.
-std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g) {
+std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g,
+                               int64_t piece) {
   if (instr.attrs().feature_group_count != 1) return nullptr;
   const Shape& ker = instr.operand(1)->shape();
   const ir::ConvDims& c = instr.attrs().conv;
@@ -223,6 +257,9 @@ std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g) 
   auto plan = std::make_shared<Plan>();
   plan->in.lies = Strided(instr.operand(0)->shape(), diff_dst_order);
   plan->out.lies = Strided(instr.shape(), diff_src_order);
+  // Pieces of the batch.
+  Plan::Split(plan->in, 0, piece);
+  Plan::Split(plan->out, 0, piece);
   const std::vector<int64_t> row_major = ir::RowMajorStrides(ker.dims());
   for (int64_t p : weights_order) {
     plan->flip_dims.push_back(ker.dim(p));
@@ -239,9 +276,9 @@ std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g) 
   dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, diff_src,
                                              weights, diff_dst, ones, g.dilates, pad_l, pad_r);
   dnnl::convolution_backward_data::primitive_desc pd(desc, UserScratchpad(), Engine(), hint);
-  plan->in = {plan->in.lies, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST, std::nullopt};
-  plan->ker = {plan->ker.lies, pd.weights_desc(), DNNL_ARG_WEIGHTS, std::nullopt};
-  plan->out = {plan->out.lies, pd.diff_src_desc(), DNNL_ARG_DIFF_SRC, std::nullopt};
+  plan->in.Want(pd.diff_dst_desc(), DNNL_ARG_DIFF_DST);
+  plan->ker.Want(pd.weights_desc(), DNNL_ARG_WEIGHTS);
+  plan->out.Want(pd.diff_src_desc(), DNNL_ARG_DIFF_SRC);
   plan->scratchpad = pd.scratchpad_desc();
   plan->primitive = dnnl::convolution_backward_data(pd);
   plan->name = absl::StrCat("onednn data ", pd.impl_info_str());
@@ -267,11 +304,21 @@ void FlipKernel(const Plan& plan, const float* from, float* to) {
   }
 }
 
-absl::StatusOr<BufferPtr> Run(const Plan& plan, const Shape& out_shape, ExecState& st,
-                              const std::vector<BufferPtr>& ops) {
-  ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
+// A plan cut into pieces along the dimension its Split calls name: `piece`
+// runs on each full piece, `rest` (null when the pieces divide `extent`)
+// on the last, smaller one.
+struct Pieces {
+  std::shared_ptr<const Plan> piece, rest;
+  int64_t extent = 0, piece_extent = 0;
+};
+
+// Runs `plan` on the piece that starts at position `start`: binds the
+// operands there (reordered into scratch where the primitive wants another
+// layout) and waits for the result.
+absl::Status RunPiece(const Plan& plan, int64_t start, const uint8_t* in, const uint8_t* ker,
+                      uint8_t* out, dnnl::stream& stream, ExecState& st) {
   // Scratch for reordered operands and the primitive, charged like any
-  // other buffer of the execution.
+  // other buffer of the execution and freed with the piece.
   std::vector<BufferPtr> scratch;
   auto temp = [&](const memory::desc& md) -> absl::StatusOr<memory> {
     const int64_t bytes = static_cast<int64_t>(md.get_size());
@@ -279,38 +326,56 @@ absl::StatusOr<BufferPtr> Run(const Plan& plan, const Shape& out_shape, ExecStat
     scratch.push_back(b);
     return memory(md, Engine(), b->data());
   };
+  auto at = [start](const Plan::Operand& op, const uint8_t* data) {
+    return const_cast<uint8_t*>(data) + start * op.piece_stride * int64_t{sizeof(float)};
+  };
+  std::unordered_map<int, memory> args;
+  auto bind = [&](const Plan::Operand& op, uint8_t* data, bool input) -> absl::Status {
+    memory lies(op.lies, Engine(), data);
+    if (!op.reorder) {
+      args.emplace(op.arg, lies);
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(memory wanted, temp(op.wanted));
+    if (input) op.reorder->execute(stream, lies, wanted);
+    args.emplace(op.arg, wanted);
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(bind(plan.in, at(plan.in, in), true));
+  RETURN_IF_ERROR(bind(plan.ker, at(plan.ker, ker), true));
+  RETURN_IF_ERROR(bind(plan.out, at(plan.out, out), false));
+  ASSIGN_OR_RETURN(memory pad, temp(plan.scratchpad));
+  args.emplace(DNNL_ARG_SCRATCHPAD, pad);
+  plan.primitive.execute(stream, args);
+  if (plan.out.reorder) {
+    memory lies(plan.out.lies, Engine(), at(plan.out, out));
+    plan.out.reorder->execute(stream, args.at(plan.out.arg), lies);
+  }
+  stream.wait();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BufferPtr> Run(const Pieces& pieces, const Shape& out_shape, ExecState& st,
+                              const std::vector<BufferPtr>& ops) {
+  ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
+  const Plan& first = *pieces.piece;
   UseComputeThreads();
   try {
     dnnl::stream stream(Engine());
-    std::unordered_map<int, memory> args;
-    auto bind = [&](const Plan::Operand& op, uint8_t* data, bool input) -> absl::Status {
-      memory lies(op.lies, Engine(), data);
-      if (!op.reorder) {
-        args.emplace(op.arg, lies);
-        return absl::OkStatus();
-      }
-      ASSIGN_OR_RETURN(memory wanted, temp(op.wanted));
-      if (input) op.reorder->execute(stream, lies, wanted);
-      args.emplace(op.arg, wanted);
-      return absl::OkStatus();
-    };
-    RETURN_IF_ERROR(bind(plan.in, const_cast<uint8_t*>(ops[0]->data()), true));
-    uint8_t* ker = const_cast<uint8_t*>(ops[1]->data());
-    if (!plan.flip_dims.empty()) {
-      ASSIGN_OR_RETURN(memory flipped, temp(plan.ker.lies));
-      FlipKernel(plan, ops[1]->as<float>(), static_cast<float*>(flipped.get_data_handle()));
-      ker = static_cast<uint8_t*>(flipped.get_data_handle());
+    const uint8_t* ker = ops[1]->data();
+    BufferPtr flipped;  // the kernel reversed, shared by every piece
+    if (!first.flip_dims.empty()) {
+      ASSIGN_OR_RETURN(flipped, st.Allocate(Shape(ElementType::kF32, first.flip_dims)));
+      FlipKernel(first, ops[1]->as<float>(), flipped->as<float>());
+      ker = flipped->data();
     }
-    RETURN_IF_ERROR(bind(plan.ker, ker, true));
-    RETURN_IF_ERROR(bind(plan.out, out->data(), false));
-    ASSIGN_OR_RETURN(memory pad, temp(plan.scratchpad));
-    args.emplace(DNNL_ARG_SCRATCHPAD, pad);
-    plan.primitive.execute(stream, args);
-    if (plan.out.reorder) {
-      memory lies(plan.out.lies, Engine(), out->data());
-      plan.out.reorder->execute(stream, args.at(plan.out.arg), lies);
+    for (int64_t start = 0; start < pieces.extent; start += pieces.piece_extent) {
+      // Between pieces: the program stops at its next step.
+      if (start > 0 && Cancelled()) break;
+      const bool last_short = pieces.extent - start < pieces.piece_extent;
+      RETURN_IF_ERROR(RunPiece(last_short ? *pieces.rest : first, start, ops[0]->data(), ker,
+                               out->data(), stream, st));
     }
-    stream.wait();
   } catch (const dnnl::error& e) {
     return absl::InternalError(absl::StrCat("oneDNN convolution failed: ", e.what()));
   }
@@ -319,22 +384,50 @@ absl::StatusOr<BufferPtr> Run(const Plan& plan, const Shape& out_shape, ExecStat
 
 }  // namespace
 
-std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr) {
+std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
+                                                int64_t piece_macs) {
   std::vector<NamedKernel> kernels;
   const std::optional<Geometry> g = Covered(instr);
   if (!g.has_value()) return kernels;
   const Shape out_shape = instr.shape();
-  for (auto make : {ForwardPlan, WeightsPlan, DataPlan}) {
-    std::shared_ptr<const Plan> plan;
+  const ir::ConvDims& c = instr.attrs().conv;
+  const Shape& ker = instr.operand(1)->shape();
+  // Multiply-adds of the whole convolution: every output element takes one
+  // per kernel element of its output feature.
+  const int64_t macs =
+      out_shape.ElementCount() * (ker.ElementCount() / ker.dim(c.kernel_output_feature));
+  struct Kind {
+    std::shared_ptr<Plan> (*make)(const ir::Instruction&, const Geometry&, int64_t);
+    int64_t extent;  // of the dimension its pieces divide
+  };
+  const int64_t batch = out_shape.dim(c.output_batch);
+  for (const Kind& kind : {Kind{ForwardPlan, batch}, Kind{WeightsPlan, out_shape.dim(c.output_feature)},
+                           Kind{DataPlan, batch}}) {
+    const int64_t per_position = macs / kind.extent;
+    // A single position above the budget cannot be cut: left to im2col,
+    // whose matrix products poll for cancellation between bands.
+    if (per_position > 2 * piece_macs) continue;
+    int64_t piece =
+        std::clamp<int64_t>(piece_macs / std::max<int64_t>(1, per_position), 1, kind.extent);
+    // oneDNN blocks channels by 16: pieces of whole blocks where they can be.
+    if (piece < kind.extent && piece >= 16) piece -= piece % 16;
+    auto pieces = std::make_shared<Pieces>();
+    pieces->extent = kind.extent;
+    pieces->piece_extent = piece;
     try {
-      plan = make(instr, *g);
+      pieces->piece = kind.make(instr, *g, piece);
+      if (pieces->piece != nullptr && kind.extent % piece != 0) {
+        pieces->rest = kind.make(instr, *g, kind.extent % piece);
+      }
     } catch (const dnnl::error&) {
       continue;  // a shape this primitive refuses
     }
-    if (plan == nullptr) continue;
-    kernels.push_back({plan->name, Kernel([plan, out_shape](ExecState& st,
-                                                           const std::vector<BufferPtr>& ops) {
-                         return Run(*plan, out_shape, st, ops);
+    if (pieces->piece == nullptr) continue;
+    std::string name = pieces->piece->name;
+    if (piece < kind.extent) absl::StrAppend(&name, " in pieces of ", piece);
+    kernels.push_back({std::move(name),
+                       Kernel([pieces, out_shape](ExecState& st, const std::vector<BufferPtr>& ops) {
+                         return Run(*pieces, out_shape, st, ops);
                        })});
   }
   return kernels;

@@ -26,7 +26,16 @@ struct NamedKernel {
 //    one (input features contracted like a batch, a kernel as large as the
 //    data); the HLO input plays the source and the HLO kernel the gradient
 //    of the result.
-std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr);
+//
+// A kernel runs its convolution in pieces of about `piece_macs`
+// multiply-adds (pieces of the batch, or of the output features for
+// "weights"), polling for cancellation between them, so that a cancelled
+// execution stops within one piece (kDnnlPieceMacs: about 50 ms on one
+// core). A plan whose single batch element (or output feature) is more
+// than twice that is not offered.
+inline constexpr int64_t kDnnlPieceMacs = int64_t{1} << 30;
+std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
+                                                int64_t piece_macs = kDnnlPieceMacs);
 
 }  // namespace kiln::host
 

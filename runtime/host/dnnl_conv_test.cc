@@ -2,6 +2,7 @@
 // gives, over dim_labels, strides, padding, dilations and groups.
 #include "runtime/host/dnnl_conv.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -9,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/verifier.h"
+#include "runtime/host/cancel.h"
 #include "runtime/host/conv_kernels.h"
 
 namespace kiln::host {
@@ -87,22 +89,86 @@ TEST_P(DnnlConvTest, EveryOneDnnKernelMatchesIm2col) {
   ASSERT_TRUE(reference.ok()) << reference.status();
   const float* want = (*reference)->as<float>();
 
-  const std::vector<NamedKernel> kernels = DnnlConvolutionKernels(conv);
-  ASSERT_FALSE(kernels.empty());
-  bool weights = false, data = false;
-  for (const NamedKernel& k : kernels) {
-    weights |= k.name.rfind("onednn weights", 0) == 0;
-    data |= k.name.rfind("onednn data", 0) == 0;
-    auto got = k.kernel(st, ops);
-    ASSERT_TRUE(got.ok()) << k.name << ": " << got.status();
-    ASSERT_EQ((*got)->shape(), conv.shape()) << k.name;
-    const float* v = (*got)->as<float>();
-    for (int64_t i = 0; i < conv.shape().ElementCount(); ++i) {
-      ASSERT_NEAR(v[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << k.name << " at " << i;
+  // Whole, in pieces of three quarters of the work (pieces and a shorter
+  // last one), and in pieces of one batch element or output feature
+  // (whichever is fewer).
+  const ir::Shape& ker = conv.operand(1)->shape();
+  const ir::ConvDims& dims = conv.attrs().conv;
+  const int64_t macs = conv.shape().ElementCount() *
+                       (ker.ElementCount() / ker.dim(dims.kernel_output_feature));
+  const int64_t fewer =
+      std::min(conv.shape().dim(dims.output_batch), conv.shape().dim(dims.output_feature));
+  int pieces_run = 0;
+  for (const int64_t piece_macs : {kDnnlPieceMacs, macs * 3 / 4, macs / fewer}) {
+    const std::vector<NamedKernel> kernels = DnnlConvolutionKernels(conv, piece_macs);
+    ASSERT_FALSE(kernels.empty());
+    bool weights = false, data = false;
+    for (const NamedKernel& k : kernels) {
+      weights |= k.name.rfind("onednn weights", 0) == 0;
+      data |= k.name.rfind("onednn data", 0) == 0;
+      pieces_run += k.name.find(" in pieces of ") != std::string::npos;
+      auto got = k.kernel(st, ops);
+      ASSERT_TRUE(got.ok()) << k.name << ": " << got.status();
+      ASSERT_EQ((*got)->shape(), conv.shape()) << k.name;
+      const float* v = (*got)->as<float>();
+      for (int64_t i = 0; i < conv.shape().ElementCount(); ++i) {
+        ASSERT_NEAR(v[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << k.name << " at " << i;
+      }
     }
+    EXPECT_EQ(weights, c.gradient_plans) << piece_macs;
+    EXPECT_EQ(data, c.gradient_plans) << piece_macs;
   }
-  EXPECT_EQ(weights, c.gradient_plans);
-  EXPECT_EQ(data, c.gradient_plans);
+  EXPECT_GT(pieces_run, 0);
+}
+
+// A convolution in pieces asks for cancellation between them and stops
+// there: the pieces after the first are never written.
+TEST(DnnlConvPiecesTest, ACancelledConvolutionStopsAfterAPiece) {
+  auto module = ir::ParseModule(
+      "ENTRY e {\n a = f32[6,5,5,2] parameter(0)\n b = f32[3,3,2,4] parameter(1)\n"
+      " ROOT c = f32[6,5,5,4] convolution(a, b), window={size=3x3 pad=1_1x1_1}, "
+      "dim_labels=b01f_01io->b01f\n}\n");
+  ASSERT_TRUE(module.ok()) << module.status();
+  const ir::Instruction& conv = *(*module)->entry()->root();
+  std::vector<BufferPtr> ops;
+  for (int i = 0; i < 2; ++i) {
+    auto b = Buffer::FromLiteral(Random(conv.operand(i)->shape(), 3 + i), nullptr);
+    ASSERT_TRUE(b.ok());
+    ops.push_back(*b);
+  }
+  // Pieces of one batch element (6x5x5x4 outputs of 18 multiply-adds).
+  const std::vector<NamedKernel> kernels = DnnlConvolutionKernels(conv, 5 * 5 * 4 * 18);
+  ASSERT_FALSE(kernels.empty());
+  ExecState st;
+  auto whole = kernels[0].kernel(st, ops);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  int polls = 0;
+  const runtime::CancelCheck cancel = [&polls] { return ++polls > 0; };
+  absl::StatusOr<BufferPtr> stopped;
+  {
+    CancelScope scope(&cancel);
+    stopped = kernels[0].kernel(st, ops);
+  }
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(polls, 1) << kernels[0].name;
+  // The first batch element is computed, as it was whole.
+  const int64_t per_element = 5 * 5 * 4;
+  for (int64_t i = 0; i < per_element; ++i) {
+    ASSERT_EQ((*stopped)->as<float>()[i], (*whole)->as<float>()[i]) << i;
+  }
+}
+
+// A convolution whose single batch element is more work than a piece
+// may be is left to im2col, which polls inside.
+TEST(DnnlConvPiecesTest, APositionLargerThanAPieceIsLeftToIm2col) {
+  auto module = ir::ParseModule(
+      "ENTRY e {\n a = f32[1,9,9,3] parameter(0)\n b = f32[3,3,3,5] parameter(1)\n"
+      " ROOT c = f32[1,9,9,5] convolution(a, b), window={size=3x3 pad=1_1x1_1}, "
+      "dim_labels=b01f_01io->b01f\n}\n");
+  ASSERT_TRUE(module.ok()) << module.status();
+  const ir::Instruction& conv = *(*module)->entry()->root();
+  EXPECT_FALSE(DnnlConvolutionKernels(conv, /*piece_macs=*/1 << 20).empty());
+  EXPECT_TRUE(DnnlConvolutionKernels(conv, /*piece_macs=*/100).empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, DnnlConvTest, ::testing::ValuesIn(Cases()),
