@@ -52,6 +52,19 @@ TEST(CancelTest, ALargeDotStopsBetweenBands) {
   EXPECT_EQ(calls, 4);
 }
 
+// 3.6 billion multiply-adds: oneDNN runs it in pieces of 7 batch elements
+// and polls between them.
+TEST(CancelTest, ALargeConvolutionStopsBetweenPieces) {
+  int calls = 0;
+  absl::Status st = RunUntilCancelled(R"(ENTRY e {
+  x = f32[24,64,64,64] parameter(0)
+  k = f32[3,3,64,64] parameter(1)
+  ROOT c = f32[24,64,64,64] convolution(x, k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+})", 3, &calls);
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+  EXPECT_EQ(calls, 4);
+}
+
 TEST(CancelTest, ALongElementwiseChainStopsBetweenBlocks) {
   int calls = 0;
   absl::Status st = RunUntilCancelled(R"(ENTRY e {
