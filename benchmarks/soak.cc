@@ -3,15 +3,17 @@
 // server must give back what they held once their leases run out.
 //
 //   soak_benchmark [--clients=64] [--steps=1000] [--lease_seconds=3]
-//                  [--time_limit_seconds=300] [--rounds=1]
+//                  [--time_limit_seconds=300] [--rounds=1] [--warmup_steps=20]
 //
 // The driver starts kiln-server and runs this same binary once per client
 // in worker mode (--worker, benchmarks/soak_worker.h). Each worker trains a
 // small MLP on random batches: every step uploads a batch, executes the
-// cached step program and reads the loss back. The driver reports errors
-// (goal 0), the server's RSS at start, peak and end (goal: end within 10%
-// of start) and what the server still holds after the killed clients'
-// leases (goal: nothing). With --rounds=N the same server serves N such
+// cached step program and reads the loss back. A warm-up round of the same
+// clients (a few steps each, none killed) comes first. The driver reports
+// errors (goal 0), the server's RSS before the warm-up (cold), after it
+// (start), at its peak and at the end (goal: end within 10% of start), and
+// what the server still holds after the killed clients' leases, buffers
+// and host memory (goal: nothing). With --rounds=N the same server serves N such
 // rounds, and its RSS after each shows whether memory keeps growing. The
 // program exits 1 when a client saw an error, the server did not stop
 // cleanly, or memory or sessions stayed behind.
@@ -57,6 +59,12 @@ ABSL_FLAG(int, rounds, 1,
           "runs of all the clients against the same server; RSS after each "
           "round shows whether memory grows with use or stays at a plateau");
 ABSL_FLAG(int64_t, progress_seconds, 5, "print a progress line this often");
+ABSL_FLAG(int, warmup_steps, 20,
+          "steps of every client, none killed, before the start RSS is taken: "
+          "the start then counts what a server has paged in and set up to "
+          "serve that many clients at once (code, threads, arenas), and the "
+          "run shows whether anything grows past it (the RSS before the "
+          "warm-up is printed too); 0: none");
 ABSL_FLAG(std::string, server_binary, "",
           "kiln-server to start; empty: the one beside this program");
 ABSL_FLAG(std::string, server_log, "",
@@ -198,6 +206,7 @@ class ServerUnderTest {
   // The part of the RSS that no file backs (heap, stacks).
   int64_t AnonymousRss() const { return ReadRss(child_.pid, "RssAnon:"); }
   int64_t PeakRss() const { return ReadRss(child_.pid, "VmHWM:"); }
+  int64_t Threads() const { return ReadRss(child_.pid, "Threads:") / 1024; }
   // The wait status if the server has ended (before Stop), else nullopt.
   std::optional<int> Ended() {
     int status = 0;
@@ -236,9 +245,12 @@ class ServerUnderTest {
 
 // What the server holds, as a client of its own sees it.
 struct Holdings {
-  int64_t bytes = 0;     // charged to buffers, all devices
-  int64_t buffers = 0;   // live buffers, all devices
-  int64_t sessions = 0;  // open sessions, the observer's own excluded
+  int64_t bytes = 0;       // charged to buffers, all devices
+  int64_t buffers = 0;     // live buffers, all devices
+  int64_t host_bytes = 0;  // host memory charged to sessions (feeds, replies)
+  int64_t sessions = 0;    // open sessions, the observer's own excluded
+
+  bool Empty() const { return bytes == 0 && host_bytes == 0 && sessions == 0; }
 };
 
 absl::StatusOr<Holdings> ReadHoldings(kiln::client::Client& observer) {
@@ -252,6 +264,7 @@ absl::StatusOr<Holdings> ReadHoldings(kiln::client::Client& observer) {
   ASSIGN_OR_RETURN(kiln::v1::MetricsResponse metrics, observer.Metrics());
   for (const kiln::v1::CounterProto& c : metrics.counters()) {
     if (c.name() == "sessions_live") h.sessions = c.value() - 1;
+    if (c.name() == "sessions_host_bytes") h.host_bytes = c.value();
   }
   return h;
 }
@@ -483,8 +496,7 @@ RoundResult RunRound(const RoundOptions& o, ServerUnderTest& server,
   const auto give_up =
       kill_time + std::chrono::seconds(2 * o.lease_seconds + 10);
   r.after = ReadHoldings(observer);
-  while (r.after.ok() && (r.after->bytes != 0 || r.after->sessions != 0) &&
-         Clock::now() < give_up) {
+  while (r.after.ok() && !r.after->Empty() && Clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     r.after = ReadHoldings(observer);
   }
@@ -543,15 +555,34 @@ int RunDriver() {
     return 1;
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const int64_t rss_start = (*server)->Rss();
-  const int64_t anonymous_start = (*server)->AnonymousRss();
+  const int64_t rss_cold = (*server)->Rss();
   std::printf(
       "soak: kiln-server %s (pid %d), lease %ld s, RSS %.1f MiB; %d round(s) "
       "of %d clients x %d steps, %d killed per round, time limit %ld s\n",
       (*server)->address().c_str(), (*server)->pid(),
-      static_cast<long>(o.lease_seconds), MiB(rss_start), rounds, o.clients,
+      static_cast<long>(o.lease_seconds), MiB(rss_cold), rounds, o.clients,
       o.steps, o.to_kill, static_cast<long>(o.time_limit_seconds));
   std::fflush(stdout);
+  // A short round of the same clients first: the start RSS then counts
+  // what a server has paged in and set up to serve them at once (the
+  // compiler and kernels, the serving threads, the allocator's arenas), and
+  // the end is compared with a server that has served the same load.
+  if (const int warmup = absl::GetFlag(FLAGS_warmup_steps); warmup > 0) {
+    RoundOptions w = o;
+    w.steps = warmup;
+    w.to_kill = 0;
+    const RoundResult r = RunRound(w, **server, **observer);
+    if (r.errors != 0 || !r.after.ok() || !r.after->Empty()) {
+      std::fprintf(stderr, "soak_benchmark: the warm-up round failed: %s\n",
+                   r.first_error.c_str());
+      return 1;
+    }
+    std::printf("soak: warm-up: %d clients x %d steps, none killed; server RSS %.1f MiB\n",
+                w.clients, warmup, MiB((*server)->Rss()));
+  }
+  const int64_t rss_start = (*server)->Rss();
+  const int64_t anonymous_start = (*server)->AnonymousRss();
+  const int64_t threads_start = (*server)->Threads();
 
   int64_t errors = 0, rss_peak = rss_start, first_round_end = 0;
   bool holds_nothing = true;
@@ -578,10 +609,10 @@ int RunDriver() {
         r.first_error.empty() ? "" : "; first: ", r.first_error.c_str());
     if (r.after.ok()) {
       std::printf(
-          "%safter the leases: %ld bytes charged in %ld buffers, %ld sessions "
-          "open (peak charged %.2f MiB%s)\n",
+          "%safter the leases: %ld bytes charged in %ld buffers, %ld bytes of "
+          "host memory, %ld sessions open (peak charged %.2f MiB%s)\n",
           tag.c_str(), static_cast<long>(r.after->bytes),
-          static_cast<long>(r.after->buffers),
+          static_cast<long>(r.after->buffers), static_cast<long>(r.after->host_bytes),
           static_cast<long>(r.after->sessions), MiB(r.charged_peak),
           r.reaped_seconds < 0
               ? ""
@@ -596,12 +627,13 @@ int RunDriver() {
         "%sserver RSS peak %.1f MiB, end %.1f MiB (anonymous %.1f MiB)\n",
         tag.c_str(), MiB(r.rss_peak), MiB(r.rss_end), MiB(r.anonymous_end));
     std::fflush(stdout);
-    holds_nothing = holds_nothing && r.after.ok() && r.after->bytes == 0 &&
-                    r.after->sessions == 0;
+    holds_nothing = holds_nothing && r.after.ok() && r.after->Empty();
     last = std::move(r);
     if ((*server)->Ended()) break;
   }
   rss_peak = std::max(rss_peak, (*server)->PeakRss());
+  std::printf("soak: server threads at start %ld, at end %ld\n", static_cast<long>(threads_start),
+              static_cast<long>((*server)->Threads()));
   observer->reset();
   const bool died = (*server)->Ended().has_value();
   const int server_status = (*server)->Stop();
@@ -611,10 +643,11 @@ int RunDriver() {
   const double ratio =
       static_cast<double>(last.rss_end) / static_cast<double>(rss_start);
   std::printf(
-      "soak: server RSS start %.1f MiB (anonymous %.1f), peak %.1f MiB, end "
-      "%.1f MiB (anonymous %.1f), end/start %.3f",
-      MiB(rss_start), MiB(anonymous_start), MiB(rss_peak), MiB(last.rss_end),
-      MiB(last.anonymous_end), ratio);
+      "soak: server RSS cold %.1f MiB, start %.1f MiB (anonymous %.1f), peak "
+      "%.1f MiB, end %.1f MiB (anonymous %.1f), end/start %.3f, end/cold %.3f",
+      MiB(rss_cold), MiB(rss_start), MiB(anonymous_start), MiB(rss_peak),
+      MiB(last.rss_end), MiB(last.anonymous_end), ratio,
+      static_cast<double>(last.rss_end) / static_cast<double>(rss_cold));
   if (rounds > 1) {
     std::printf(", end/end of round 1 %.3f",
                 static_cast<double>(last.rss_end) /
