@@ -31,7 +31,10 @@ for f in "${fuzzers[@]}"; do
   [[ $f == module_proto_fuzzer ]] && corpus="$out/corpus/proto"
   [[ $f == service_fuzzer ]] && corpus="$out/corpus/service"
   echo "[fuzz] $f for ${seconds}s"
-  if ! "$out/bin/$f" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
+  # The wire-form fuzzer starts from the same modules as ModuleProtos.
+  seeds=""
+  [[ $f == module_proto_fuzzer ]] && seeds="$out/corpus/text:$out/corpus/proto"
+  if ! KILN_PROTO_SEEDS="$seeds" "$out/bin/$f" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
       -max_len=16384 -print_final_stats=1 -artifact_prefix="$out/findings/$f-" \
       "$corpus" > "$out/$f.log" 2>&1; then
     echo "[fuzz] $f FOUND A PROBLEM (input in $out/findings/):"
