@@ -199,7 +199,9 @@ absl::StatusOr<ir::Literal> AdaptToParameter(const ir::Literal& value,
       return out;
     }
     if (got.type() == ElementType::kU16) {
-      std::memcpy(out.mutable_bytes().data(), value.bytes().data(), value.bytes().size());
+      if (!value.bytes().empty()) {
+        std::memcpy(out.mutable_bytes().data(), value.bytes().data(), value.bytes().size());
+      }
       return out;
     }
   }

@@ -248,8 +248,10 @@ absl::StatusOr<Literal> LiteralFromProtoAt(const v1::LiteralProto& proto, int de
                      shape.ByteSize(), " bytes, got ", proto.data().size()));
   }
   Literal lit(shape);
-  std::memcpy(lit.mutable_bytes().data(), proto.data().data(),
-              proto.data().size());
+  // An array of no elements has no storage to copy into (a null pointer).
+  if (!proto.data().empty()) {
+    std::memcpy(lit.mutable_bytes().data(), proto.data().data(), proto.data().size());
+  }
   return lit;
 }
 

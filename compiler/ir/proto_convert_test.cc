@@ -75,6 +75,20 @@ TEST(ProtoConvertTest, LiteralSizeChecked) {
   EXPECT_NE(l.status().message().find("needs 16 bytes, got 8"), std::string::npos);
 }
 
+// An array of no elements has no bytes to copy: decoding it copies
+// nothing (module_proto_fuzzer found a copy from a null pointer, which the
+// sanitizer build of this test reports).
+TEST(ProtoConvertTest, AnArrayOfNoElementsDecodes) {
+  v1::LiteralProto lit;
+  lit.mutable_shape()->set_element_type(v1::F32);
+  lit.mutable_shape()->add_dims(0);
+  lit.mutable_shape()->add_dims(3);
+  auto l = LiteralFromProto(lit);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->shape().ToString(), "f32[0,3]");
+  EXPECT_TRUE(l->bytes().empty());
+}
+
 // Resident memory of this process, in bytes.
 int64_t ResidentBytes() {
   std::ifstream statm("/proc/self/statm");
