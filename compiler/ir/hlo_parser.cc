@@ -13,9 +13,23 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
+#include "compiler/ir/hlo_lowering.h"
+#include "compiler/ir/hlo_values.h"
+#include "compiler/ir/shape_inference.h"
+#include "compiler/ir/verifier.h"
 
 namespace kiln::ir {
 namespace {
+
+using hlo_text::ParseDimLabels;
+using hlo_text::ParseInt;
+using hlo_text::ParseIntList;
+using hlo_text::ParseLiteral;
+using hlo_text::ParsePadding;
+using hlo_text::ParseReplicaGroups;
+using hlo_text::ParseSlice;
+using hlo_text::ParseWindow;
+using hlo_text::Unquote;
 
 // Attributes that carry nothing we execute; accepted and dropped.
 const absl::flat_hash_set<absl::string_view>& IgnoredAttributes() {
@@ -27,7 +41,11 @@ const absl::flat_hash_set<absl::string_view>& IgnoredAttributes() {
       "custom_call_has_side_effect", "output_to_operand_aliasing",
       "operand_layout_constraints", "custom_call_schedule", "type",
       "statistics_viz", "algorithm", "origin", "result_accuracy",
-      "control-predecessors", "schedule", "execution_thread"};
+      "control-predecessors", "schedule", "execution_thread",
+      // Newer XLA: how parameters are replicated, composite calls (a call
+      // whose frontend attributes name a composite op), the role of a
+      // convolution; none changes what the instruction computes.
+      "parameter_replication", "is_composite", "convolution_kind"};
   return *kSet;
 }
 
@@ -37,16 +55,41 @@ bool IsNameChar(char c) {
 }
 
 struct PendingInstr {
+  PendingInstr(Instruction* instr, std::vector<std::string> operand_names, int line)
+      : instr(instr), operand_names(std::move(operand_names)), line(line) {}
+
   Instruction* instr;
   std::vector<std::string> operand_names;
   // (attribute, computation name) to resolve once all computations exist.
   std::vector<std::pair<std::string, std::string>> called_names;
   int line;
+  // The text gave no result shape: inferred once the operands are known.
+  bool infer_shape = false;
+  // A `map`: calls its computation made elementwise over the result's dims.
+  bool map = false;
+  // A `fusion`: a call, with a `kind`.
+  bool fusion = false;
+  // A convolution's window dimensions whose kernel is read reversed
+  // (rhs_reversal): the kernel goes through a `reverse` first.
+  std::vector<int64_t> rhs_reversal;
+};
+
+// The layout (minor to major) a shape was written with; empty: none.
+using Layout = std::vector<int64_t>;
+
+// What the text said of an instruction: its shape, when written, and the
+// layout of that shape.
+struct Declared {
+  Shape shape;
+  Layout layout;
 };
 
 class Parser {
  public:
   explicit Parser(absl::string_view text) : text_(text) {}
+  // A parser of a part of `owner`'s text (an operand list) whose
+  // instructions join the owner's.
+  Parser(absl::string_view text, Parser* owner) : text_(text), owner_(owner) {}
 
   absl::StatusOr<std::unique_ptr<Module>> Parse();
   absl::StatusOr<Shape> ParseShapeOnly() {
@@ -158,21 +201,47 @@ class Parser {
            ElementTypeFromName(text_.substr(pos_, p - pos_)).has_value();
   }
 
-  absl::StatusOr<Shape> ParseShapeText();
+  // `layout`, when given, receives the array's layout ({1,0}: {1, 0};
+  // empty when none is written).
+  absl::StatusOr<Shape> ParseShapeText(Layout* layout = nullptr);
   absl::Status ParseComputation(Module* module);
   absl::Status ParseInstruction(Computation* comp, bool* is_root);
+  // "[shape] opcode(operands)" and, with `attributes`, ", key=value"...:
+  // adds the instruction named `name` to `comp` (with `map`, `bitcast` and
+  // inline operands, the instructions it stands for).
+  absl::Status ParseExpression(Computation* comp, const std::string& name, int line,
+                               bool attributes);
+  absl::Status ParseOperands(Computation* comp, absl::string_view args, const std::string& user,
+                             int line, PendingInstr& pending,
+                             std::vector<std::optional<Declared>>* declared);
+  absl::Status ParseAttributes(PendingInstr& pending, int line);
   absl::Status ParseAttribute(PendingInstr& pending, absl::string_view key,
                               absl::string_view value);
+  // A bitcast as a reshape between the transposes its layouts need.
+  absl::Status AddBitcast(Computation* comp, const std::string& name, const Declared& result,
+                          const std::string& operand, const std::optional<Declared>& written,
+                          int line);
+  // Skips the stack-frame tables newer dumps put after the header.
+  void SkipStackFrameTables();
   absl::Status ResolveAll(Module* module);
+  absl::Status Resolve(Module* module, PendingInstr& p,
+                       const absl::flat_hash_map<absl::string_view, Instruction*>& names);
+  Parser& Root() { return owner_ != nullptr ? owner_->Root() : *this; }
 
   absl::string_view text_;
+  Parser* owner_ = nullptr;
   size_t pos_ = 0;
   int shape_depth_ = 0;  // tuple shapes being parsed, nested
+  int inline_depth_ = 0;  // operands written inline, nested
   std::vector<PendingInstr> pending_;
-  std::vector<std::pair<Computation*, std::string>> roots_;
+  // What the text declared of each instruction of the computation being
+  // parsed, by name (a bitcast needs its operand's shape and layout).
+  absl::flat_hash_map<std::string, Declared> declared_;
+  // Instructions whose shape is still to be inferred.
+  absl::flat_hash_set<const Instruction*> unknown_shape_;
 };
 
-absl::StatusOr<Shape> Parser::ParseShapeText() {
+absl::StatusOr<Shape> Parser::ParseShapeText(Layout* layout) {
   SkipWs();
   if (Peek() == '(') {
     // The nesting is the text's choice: bounded before recursing.
@@ -216,349 +285,25 @@ absl::StatusOr<Shape> Parser::ParseShapeText() {
       dims.push_back(v);
     }
   }
-  // Layouts ({1,0} or {1,0:T(8,128)}) are accepted and dropped: Kiln arrays
-  // are row-major.
+  // Layouts ({1,0} or {1,0:T(8,128)}): Kiln arrays are row-major, so a
+  // layout only matters to a bitcast, which reads it here.
   if (!AtEnd() && text_[pos_] == '{') {
-    RETURN_IF_ERROR(ReadBalanced('{', '}').status());
+    ASSIGN_OR_RETURN(absl::string_view written, ReadBalanced('{', '}'));
+    if (layout != nullptr) {
+      absl::string_view dims_part = written.substr(0, written.find(':'));
+      for (absl::string_view d : absl::StrSplit(dims_part, ',', absl::SkipWhitespace())) {
+        int64_t v;
+        if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(d), &v)) {
+          return Error(absl::StrCat("bad layout '{", written, "}'"));
+        }
+        layout->push_back(v);
+      }
+    }
   }
   Shape shape(*type, std::move(dims));
   if (shape.IsToken() && shape.rank() != 0) return Error("token has no dims");
   if (absl::Status st = ValidateShape(shape); !st.ok()) return Error(st.message());
   return shape;
-}
-
-// The values of an array literal: number tokens, in order, ignoring
-// braces. They are counted before the literal is allocated, so a declared
-// shape far larger than the text allocates nothing.
-absl::StatusOr<Literal> ParseLiteralValues(absl::string_view text, const Shape& shape,
-                                           int line) {
-  const int64_t n = shape.ElementCount();
-  auto err = [&](absl::string_view msg) {
-    return absl::InvalidArgumentError(absl::StrCat("line ", line, ": ", msg));
-  };
-  std::vector<absl::string_view> tokens;
-  size_t p = 0;
-  while (p < text.size()) {
-    char c = text[p];
-    if (c == '{' || c == '}' || c == ',' ||
-        std::isspace(static_cast<unsigned char>(c))) {
-      ++p;
-      continue;
-    }
-    size_t start = p;
-    while (p < text.size() && text[p] != ',' && text[p] != '}' &&
-           text[p] != '{' && !std::isspace(static_cast<unsigned char>(text[p]))) {
-      ++p;
-    }
-    if (static_cast<int64_t>(tokens.size()) >= n) {
-      return err(absl::StrCat("constant has more than ", n, " values for ",
-                              shape.ToString()));
-    }
-    tokens.push_back(text.substr(start, p - start));
-  }
-  if (static_cast<int64_t>(tokens.size()) != n) {
-    return err(absl::StrCat("constant has ", tokens.size(), " values, ", shape.ToString(),
-                            " needs ", n));
-  }
-  Literal literal(shape);
-  Literal* lit = &literal;
-  for (int64_t i = 0; i < n; ++i) {
-    const absl::string_view tok = tokens[i];
-    if (shape.type() == ElementType::kPred) {
-      if (tok == "true" || tok == "1") lit->data<bool>()[i] = true;
-      else if (tok == "false" || tok == "0") lit->data<bool>()[i] = false;
-      else return err(absl::StrCat("bad pred value '", tok, "'"));
-    } else if (IsFloatType(shape.type())) {
-      double v;
-      std::string s(tok);
-      if (s == "inf" || s == "+inf") v = INFINITY;
-      else if (s == "-inf") v = -INFINITY;
-      else if (s == "nan" || s == "-nan" || s == "+nan") v = NAN;
-      else {
-        char* end = nullptr;
-        v = std::strtod(s.c_str(), &end);
-        if (end == s.c_str() || *end != '\0') {
-          return err(absl::StrCat("bad number '", tok, "'"));
-        }
-      }
-      lit->SetFromDouble(i, v);
-    } else if (IsUnsignedIntType(shape.type())) {
-      uint64_t v;
-      if (!absl::SimpleAtoi(tok, &v)) return err(absl::StrCat("bad integer '", tok, "'"));
-      DispatchType(shape.type(), [&](auto tag) {
-        using T = decltype(tag);
-        lit->data<T>()[i] = ConvertValue<T>(v);
-      });
-    } else {
-      int64_t v;
-      if (!absl::SimpleAtoi(tok, &v)) return err(absl::StrCat("bad integer '", tok, "'"));
-      DispatchType(shape.type(), [&](auto tag) {
-        using T = decltype(tag);
-        lit->data<T>()[i] = ConvertValue<T>(v);
-      });
-    }
-  }
-  return literal;
-}
-
-absl::StatusOr<Literal> ParseLiteral(absl::string_view text, const Shape& shape,
-                                     int line) {
-  text = absl::StripAsciiWhitespace(text);
-  if (shape.IsTuple()) {
-    // "(a, b)" with each element a literal of the element shape.
-    if (!absl::ConsumePrefix(&text, "(") || !absl::ConsumeSuffix(&text, ")")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("line ", line, ": tuple constant needs parentheses"));
-    }
-    std::vector<absl::string_view> parts;
-    int depth = 0;
-    size_t start = 0;
-    for (size_t i = 0; i <= text.size(); ++i) {
-      if (i == text.size() || (text[i] == ',' && depth == 0)) {
-        parts.push_back(text.substr(start, i - start));
-        start = i + 1;
-      } else if (text[i] == '{' || text[i] == '(') {
-        ++depth;
-      } else if (text[i] == '}' || text[i] == ')') {
-        --depth;
-      }
-    }
-    if (parts.size() != shape.tuple_shapes().size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "line ", line, ": tuple constant has ", parts.size(),
-          " elements, shape has ", shape.tuple_shapes().size()));
-    }
-    std::vector<Literal> elements;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      ASSIGN_OR_RETURN(Literal e, ParseLiteral(parts[i], shape.tuple_shape(i), line));
-      elements.push_back(std::move(e));
-    }
-    return Literal::Tuple(std::move(elements));
-  }
-  // Old style repeats the shape (and maybe a layout) before the values:
-  // "f32[2]{0} {1, 2}".
-  size_t type_end = 0;
-  while (type_end < text.size() &&
-         std::isalnum(static_cast<unsigned char>(text[type_end]))) {
-    ++type_end;
-  }
-  if (type_end > 0 && type_end < text.size() && text[type_end] == '[' &&
-      ElementTypeFromName(text.substr(0, type_end)).has_value()) {
-    size_t close = text.find(']', type_end);
-    text = absl::StripAsciiWhitespace(
-        text.substr(close == absl::string_view::npos ? text.size() : close + 1));
-    if (!text.empty() && text[0] == '{') {
-      int depth = 0;
-      size_t i = 0;
-      for (; i < text.size(); ++i) {
-        if (text[i] == '{') ++depth;
-        if (text[i] == '}' && --depth == 0) break;
-      }
-      if (i < text.size()) {
-        absl::string_view rest = absl::StripAsciiWhitespace(text.substr(i + 1));
-        if (!rest.empty()) text = rest;  // the first group was a layout
-      }
-    }
-  }
-  return ParseLiteralValues(text, shape, line);
-}
-
-absl::StatusOr<std::vector<int64_t>> ParseIntList(absl::string_view v) {
-  v = absl::StripAsciiWhitespace(v);
-  if (!absl::ConsumePrefix(&v, "{") || !absl::ConsumeSuffix(&v, "}")) {
-    return absl::InvalidArgumentError(absl::StrCat("expected {list}, got '", v, "'"));
-  }
-  std::vector<int64_t> out;
-  if (absl::StripAsciiWhitespace(v).empty()) return out;
-  for (absl::string_view part : absl::StrSplit(v, ',')) {
-    int64_t x;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &x)) {
-      return absl::InvalidArgumentError(absl::StrCat("bad integer '", part, "'"));
-    }
-    out.push_back(x);
-  }
-  return out;
-}
-
-absl::StatusOr<int64_t> ParseInt(absl::string_view v) {
-  int64_t x;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &x)) {
-    return absl::InvalidArgumentError(absl::StrCat("bad integer '", v, "'"));
-  }
-  return x;
-}
-
-// "2x2" style lists of `per`-parsed fields.
-absl::StatusOr<std::vector<std::vector<int64_t>>> ParseXList(absl::string_view v,
-                                                             char sep) {
-  std::vector<std::vector<int64_t>> out;
-  for (absl::string_view dim : absl::StrSplit(v, 'x')) {
-    std::vector<int64_t> fields;
-    for (absl::string_view f : absl::StrSplit(dim, sep)) {
-      ASSIGN_OR_RETURN(int64_t x, ParseInt(f));
-      fields.push_back(x);
-    }
-    out.push_back(fields);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<WindowDim>> ParseWindow(absl::string_view v) {
-  v = absl::StripAsciiWhitespace(v);
-  if (!absl::ConsumePrefix(&v, "{") || !absl::ConsumeSuffix(&v, "}")) {
-    return absl::InvalidArgumentError("window must be {size=...}");
-  }
-  std::vector<WindowDim> dims;
-  std::vector<std::pair<absl::string_view, absl::string_view>> fields;
-  for (absl::string_view f : absl::StrSplit(v, ' ', absl::SkipEmpty())) {
-    std::pair<absl::string_view, absl::string_view> kv =
-        absl::StrSplit(f, absl::MaxSplits('=', 1));
-    fields.push_back(kv);
-    if (kv.first == "size") {
-      ASSIGN_OR_RETURN(auto sizes, ParseXList(kv.second, '_'));
-      dims.resize(sizes.size());
-      for (size_t i = 0; i < sizes.size(); ++i) dims[i].size = sizes[i][0];
-    }
-  }
-  if (dims.empty()) return absl::InvalidArgumentError("window without size");
-  for (auto [key, val] : fields) {
-    if (key == "size") continue;
-    ASSIGN_OR_RETURN(auto parts, ParseXList(val, '_'));
-    if (parts.size() != dims.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("window field ", key, " has ", parts.size(),
-                       " dims, size has ", dims.size()));
-    }
-    for (size_t i = 0; i < dims.size(); ++i) {
-      const auto& p = parts[i];
-      if (key == "stride") dims[i].stride = p[0];
-      else if (key == "pad") {
-        if (p.size() != 2) return absl::InvalidArgumentError("pad needs lo_hi");
-        dims[i].pad_lo = p[0];
-        dims[i].pad_hi = p[1];
-      } else if (key == "lhs_dilate") dims[i].base_dilation = p[0];
-      else if (key == "rhs_dilate") dims[i].window_dilation = p[0];
-      else {
-        return absl::InvalidArgumentError(
-            absl::StrCat("unsupported window field '", key, "'"));
-      }
-    }
-  }
-  return dims;
-}
-
-absl::StatusOr<ConvDims> ParseDimLabels(absl::string_view v) {
-  std::pair<absl::string_view, absl::string_view> io =
-      absl::StrSplit(v, absl::MaxSplits("->", 1));
-  std::pair<absl::string_view, absl::string_view> ik =
-      absl::StrSplit(io.first, absl::MaxSplits('_', 1));
-  absl::string_view in = ik.first, k = ik.second, out = io.second;
-  if (in.empty() || in.size() != k.size() || in.size() != out.size() ||
-      in.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("bad dim_labels '", v, "'"));
-  }
-  const size_t n = in.size() - 2;
-  ConvDims c;
-  c.input_spatial.assign(n, -1);
-  c.kernel_spatial.assign(n, -1);
-  c.output_spatial.assign(n, -1);
-  int seen_b = 0, seen_f = 0, seen_i = 0, seen_o = 0, seen_b2 = 0, seen_f2 = 0;
-  auto spatial = [&](char ch, std::vector<int64_t>& dst, size_t pos) -> bool {
-    if (ch < '0' || ch > '9' || size_t(ch - '0') >= n || dst[ch - '0'] != -1) {
-      return false;
-    }
-    dst[ch - '0'] = static_cast<int64_t>(pos);
-    return true;
-  };
-  for (size_t i = 0; i < in.size(); ++i) {
-    bool ok = true;
-    if (in[i] == 'b') { c.input_batch = i; ++seen_b; }
-    else if (in[i] == 'f') { c.input_feature = i; ++seen_f; }
-    else ok = spatial(in[i], c.input_spatial, i);
-    if (k[i] == 'i') { c.kernel_input_feature = i; ++seen_i; }
-    else if (k[i] == 'o') { c.kernel_output_feature = i; ++seen_o; }
-    else ok = ok && spatial(k[i], c.kernel_spatial, i);
-    if (out[i] == 'b') { c.output_batch = i; ++seen_b2; }
-    else if (out[i] == 'f') { c.output_feature = i; ++seen_f2; }
-    else ok = ok && spatial(out[i], c.output_spatial, i);
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat("bad dim_labels '", v, "'"));
-    }
-  }
-  if (seen_b != 1 || seen_f != 1 || seen_i != 1 || seen_o != 1 ||
-      seen_b2 != 1 || seen_f2 != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("bad dim_labels '", v, "'"));
-  }
-  return c;
-}
-
-absl::StatusOr<std::vector<SliceDim>> ParseSlice(absl::string_view v) {
-  v = absl::StripAsciiWhitespace(v);
-  if (!absl::ConsumePrefix(&v, "{") || !absl::ConsumeSuffix(&v, "}")) {
-    return absl::InvalidArgumentError("slice must be {[a:b], ...}");
-  }
-  std::vector<SliceDim> out;
-  for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
-    part = absl::StripAsciiWhitespace(part);
-    if (!absl::ConsumePrefix(&part, "[") || !absl::ConsumeSuffix(&part, "]")) {
-      return absl::InvalidArgumentError(absl::StrCat("bad slice '", part, "'"));
-    }
-    std::vector<absl::string_view> f = absl::StrSplit(part, ':');
-    if (f.size() < 2 || f.size() > 3) {
-      return absl::InvalidArgumentError(absl::StrCat("bad slice '", part, "'"));
-    }
-    SliceDim s;
-    ASSIGN_OR_RETURN(s.start, ParseInt(f[0]));
-    ASSIGN_OR_RETURN(s.limit, ParseInt(f[1]));
-    if (f.size() == 3) {
-      ASSIGN_OR_RETURN(s.stride, ParseInt(f[2]));
-    }
-    out.push_back(s);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<PadDim>> ParsePadding(absl::string_view v) {
-  std::vector<PadDim> out;
-  ASSIGN_OR_RETURN(auto parts, ParseXList(v, '_'));
-  for (const auto& p : parts) {
-    if (p.size() < 2 || p.size() > 3) {
-      return absl::InvalidArgumentError(absl::StrCat("bad padding '", v, "'"));
-    }
-    out.push_back({p[0], p[1], p.size() == 3 ? p[2] : 0});
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<std::vector<int64_t>>> ParseReplicaGroups(
-    absl::string_view v) {
-  v = absl::StripAsciiWhitespace(v);
-  if (!absl::ConsumePrefix(&v, "{") || !absl::ConsumeSuffix(&v, "}")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unsupported replica_groups form '", v, "'"));
-  }
-  std::vector<std::vector<int64_t>> groups;
-  size_t p = 0;
-  while (true) {
-    size_t open = v.find('{', p);
-    if (open == absl::string_view::npos) break;
-    size_t close = v.find('}', open);
-    if (close == absl::string_view::npos) {
-      return absl::InvalidArgumentError("unbalanced replica_groups");
-    }
-    ASSIGN_OR_RETURN(auto g, ParseIntList(v.substr(open, close - open + 1)));
-    groups.push_back(g);
-    p = close + 1;
-  }
-  return groups;
-}
-
-absl::string_view Unquote(absl::string_view v) {
-  v = absl::StripAsciiWhitespace(v);
-  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') {
-    return v.substr(1, v.size() - 2);
-  }
-  return v;
 }
 
 absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key,
@@ -580,7 +325,7 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
   } else if (key == "padding") {
     ASSIGN_OR_RETURN(a.padding, ParsePadding(value));
   } else if (key == "window") {
-    ASSIGN_OR_RETURN(a.window, ParseWindow(value));
+    ASSIGN_OR_RETURN(a.window, ParseWindow(value, &pending.rhs_reversal));
   } else if (key == "dim_labels") {
     ASSIGN_OR_RETURN(a.conv, ParseDimLabels(value));
   } else if (key == "feature_group_count") {
@@ -654,6 +399,13 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
     for (absl::string_view name : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
       computation_ref(name);
     }
+  } else if (key == "kind" && pending.fusion) {
+    // How XLA grouped the fused ops; the fused computation says what they
+    // compute.
+    absl::string_view kind = absl::StripAsciiWhitespace(value);
+    if (kind != "kLoop" && kind != "kInput" && kind != "kOutput" && kind != "kCustom") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown fusion kind '", kind, "'"));
+    }
   } else if (IgnoredAttributes().contains(key)) {
     // Carries nothing the IR needs.
   } else {
@@ -669,52 +421,157 @@ absl::Status Parser::ParseInstruction(Computation* comp, bool* is_root) {
   absl::string_view name = ReadName();
   if (name.empty()) return Error("expected an instruction name");
   RETURN_IF_ERROR(Expect("="));
-  ASSIGN_OR_RETURN(Shape shape, ParseShapeText());
+  return ParseExpression(comp, std::string(name), line, /*attributes=*/true);
+}
+
+// Ops whose result shape does not follow from their operands: the text
+// must give it.
+bool NeedsWrittenShape(absl::string_view op_name, Opcode op) {
+  switch (op) {
+    case Opcode::kParameter: case Opcode::kConstant: case Opcode::kIota:
+    case Opcode::kConvert: case Opcode::kBitcastConvert: case Opcode::kBroadcast:
+    case Opcode::kReshape: case Opcode::kRng: case Opcode::kInfeed:
+    case Opcode::kCustomCall: case Opcode::kDot:
+      return true;
+    default:
+      return op_name == "bitcast" || op_name == "map";
+  }
+}
+
+absl::Status Parser::ParseExpression(Computation* comp, const std::string& name, int line,
+                                     bool attributes) {
+  std::optional<Declared> declared;
+  if (LooksLikeShape()) {
+    Layout layout;
+    absl::StatusOr<Shape> shape = ParseShapeText(&layout);
+    if (!shape.ok()) return ErrorAt(line, shape.status().message());
+    declared = Declared{*std::move(shape), std::move(layout)};
+  }
   SkipWs();
   size_t op_start = pos_;
   while (!AtEnd() && IsNameChar(text_[pos_])) ++pos_;
-  absl::string_view op_name = text_.substr(op_start, pos_ - op_start);
+  const absl::string_view op_name = text_.substr(op_start, pos_ - op_start);
+  // XLA's spellings of a call (fusion, map) and of a reshape (bitcast).
   std::optional<Opcode> op = OpcodeFromName(op_name);
+  if (op_name == "fusion" || op_name == "map") op = Opcode::kCall;
+  if (op_name == "bitcast") op = Opcode::kReshape;
   if (!op.has_value()) {
     return ErrorAt(line, absl::StrCat("unknown or unsupported opcode '", op_name, "'"));
   }
-  ASSIGN_OR_RETURN(absl::string_view args, ReadBalanced('(', ')'));
-  auto instr = std::make_unique<Instruction>(*op, shape, std::string(name));
-  PendingInstr pending{nullptr, {}, {}, line};
+  if (!declared.has_value() && NeedsWrittenShape(op_name, *op)) {
+    return ErrorAt(line, absl::StrCat("%", name, ": the result shape of ", op_name,
+                                      " does not follow from its operands; write it"));
+  }
+  absl::StatusOr<absl::string_view> args = ReadBalanced('(', ')');
+  if (!args.ok()) return ErrorAt(line, args.status().message());
+  PendingInstr pending(nullptr, {}, line);
+  pending.infer_shape = !declared.has_value();
+  pending.map = op_name == "map";
+  pending.fusion = op_name == "fusion";
+  auto instr = std::make_unique<Instruction>(
+      *op, declared.has_value() ? declared->shape : Shape::Tuple({}), name);
+  std::vector<std::optional<Declared>> operands_declared;
   if (*op == Opcode::kConstant) {
-    absl::StatusOr<Literal> lit = ParseLiteral(args, shape, line);
+    absl::StatusOr<Literal> lit = ParseLiteral(*args, declared->shape, line);
     if (!lit.ok()) return lit.status();
     instr->mutable_attrs().literal = *std::move(lit);
   } else if (*op == Opcode::kParameter) {
-    absl::StatusOr<int64_t> n = ParseInt(args);
+    absl::StatusOr<int64_t> n = ParseInt(*args);
     if (!n.ok()) return ErrorAt(line, n.status().message());
     instr->mutable_attrs().parameter_number = *n;
   } else {
-    // Operands, each optionally preceded by its shape.
-    Parser sub(args);
-    while (true) {
-      sub.SkipWs();
-      if (sub.AtEnd()) break;
-      if (sub.LooksLikeShape()) {
-        absl::StatusOr<Shape> s = sub.ParseShapeText();
-        if (!s.ok()) return ErrorAt(line, s.status().message());
-      }
-      absl::string_view operand = sub.ReadName();
-      if (operand.empty()) {
-        return ErrorAt(line, absl::StrCat("bad operand list '", args, "'"));
-      }
-      pending.operand_names.emplace_back(operand);
-      if (!sub.Consume(",")) {
-        sub.SkipWs();
-        if (!sub.AtEnd()) {
-          return ErrorAt(line, absl::StrCat("bad operand list '", args, "'"));
-        }
-        break;
-      }
+    RETURN_IF_ERROR(ParseOperands(comp, *args, name, line, pending, &operands_declared));
+  }
+  Parser& root = Root();
+  if (op_name == "bitcast") {
+    if (pending.operand_names.size() != 1) {
+      return ErrorAt(line, absl::StrCat("bitcast takes one operand, got ",
+                                        pending.operand_names.size()));
     }
+    if (attributes) {
+      PendingInstr ignored(nullptr, {}, line);
+      ignored.instr = instr.get();
+      RETURN_IF_ERROR(ParseAttributes(ignored, line));
+    }
+    root.declared_[name] = *declared;
+    return AddBitcast(comp, name, *declared, pending.operand_names[0], operands_declared[0], line);
   }
   pending.instr = comp->AddInstruction(std::move(instr));
-  // Attributes: ", key=value" repeated.
+  if (declared.has_value()) {
+    root.declared_[name] = *declared;
+  } else {
+    root.unknown_shape_.insert(pending.instr);
+  }
+  if (attributes) RETURN_IF_ERROR(ParseAttributes(pending, line));
+  if (pending.map) {
+    // Applied to every element: a call needs none of map's dimensions,
+    // which must be all of them, in order.
+    std::vector<int64_t>& dims = pending.instr->mutable_attrs().dimensions;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (dims[i] != static_cast<int64_t>(i) || dims.size() != declared->shape.dims().size()) {
+        return ErrorAt(line, "map's dimensions must be every dimension of its result, in order");
+      }
+    }
+    dims.clear();
+  }
+  root.pending_.push_back(std::move(pending));
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseOperands(Computation* comp, absl::string_view args,
+                                   const std::string& user, int line, PendingInstr& pending,
+                                   std::vector<std::optional<Declared>>* declared) {
+  // Each operand: a name, optionally preceded by its shape, or an
+  // instruction written inline ("exponential(f32[] parameter(0))").
+  Parser sub(args, this);
+  while (true) {
+    sub.SkipWs();
+    if (sub.AtEnd()) break;
+    const size_t start = sub.pos_;
+    std::optional<Declared> written;
+    if (sub.LooksLikeShape()) {
+      Layout layout;
+      absl::StatusOr<Shape> s = sub.ParseShapeText(&layout);
+      if (!s.ok()) return ErrorAt(line, s.status().message());
+      written = Declared{*std::move(s), std::move(layout)};
+    }
+    absl::string_view operand = sub.ReadName();
+    if (operand.empty()) {
+      return ErrorAt(line, absl::StrCat("bad operand list '", args, "'"));
+    }
+    sub.SkipWs();
+    if (sub.Peek() == '(') {
+      // The nesting is the text's choice: bounded before recursing.
+      Parser& root = Root();
+      if (++root.inline_depth_ > kMaxCallDepth) {
+        return ErrorAt(line, absl::StrCat("operands written inline more than ", kMaxCallDepth,
+                                          " deep"));
+      }
+      absl::Cleanup leave = [&root] { --root.inline_depth_; };
+      const std::string inline_name =
+          absl::StrCat(user, ".operand", pending.operand_names.size());
+      sub.pos_ = start;
+      RETURN_IF_ERROR(sub.ParseExpression(comp, inline_name, line, /*attributes=*/false));
+      pending.operand_names.push_back(inline_name);
+      auto it = root.declared_.find(inline_name);
+      written = it == root.declared_.end() ? std::nullopt : std::optional<Declared>(it->second);
+    } else {
+      pending.operand_names.emplace_back(operand);
+    }
+    declared->push_back(std::move(written));
+    if (!sub.Consume(",")) {
+      sub.SkipWs();
+      if (!sub.AtEnd()) {
+        return ErrorAt(line, absl::StrCat("bad operand list '", args, "'"));
+      }
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseAttributes(PendingInstr& pending, int line) {
+  // ", key=value" repeated.
   while (true) {
     size_t save = pos_;
     if (!Consume(",")) break;
@@ -752,9 +609,66 @@ absl::Status Parser::ParseInstruction(Computation* comp, bool* is_root) {
     absl::Status st = ParseAttribute(pending, key, value);
     if (!st.ok()) return ErrorAt(line, st.message());
   }
-  pending_.push_back(std::move(pending));
-  if (*is_root) roots_.push_back({comp, std::string(name)});
   return absl::OkStatus();
+}
+
+absl::Status Parser::AddBitcast(Computation* comp, const std::string& name,
+                                const Declared& result, const std::string& operand,
+                                const std::optional<Declared>& written, int line) {
+  Parser& root = Root();
+  std::optional<Declared> from = written;
+  if (!from.has_value()) {
+    auto it = root.declared_.find(operand);
+    if (it != root.declared_.end()) from = it->second;
+  }
+  if (!from.has_value()) {
+    return ErrorAt(line, absl::StrCat("bitcast %", name, ": the shape of its operand %", operand,
+                                      " is not written before it"));
+  }
+  if (from->shape.IsArray() && result.shape.IsArray() &&
+      from->shape.type() != result.shape.type()) {
+    return ErrorAt(line, absl::StrCat("bitcast %", name, " from ", from->shape.ToString(), " to ",
+                                      result.shape.ToString(),
+                                      " changes the element type; that is bitcast-convert"));
+  }
+  absl::StatusOr<BitcastSteps> steps =
+      PlanBitcast(from->shape, from->layout, result.shape, result.layout);
+  if (!steps.ok()) return ErrorAt(line, steps.status().message());
+  // Each step names its operand; the last takes the bitcast's name.
+  std::string input = operand;
+  auto add = [&](Opcode op, Shape shape, std::vector<int64_t> dims, const std::string& step) {
+    auto instr = std::make_unique<Instruction>(op, std::move(shape), step);
+    instr->mutable_attrs().dimensions = std::move(dims);
+    PendingInstr pending(comp->AddInstruction(std::move(instr)), {input}, line);
+    root.pending_.push_back(std::move(pending));
+    input = step;
+  };
+  const Shape& in = from->shape;
+  if (!steps->to_physical.empty()) {
+    std::vector<int64_t> dims;
+    for (int64_t d : steps->to_physical) dims.push_back(in.dim(d));
+    add(Opcode::kTranspose, Shape(in.type(), dims), steps->to_physical, name + ".physical");
+  }
+  if (steps->from_physical.empty()) {
+    add(Opcode::kReshape, result.shape, {}, name);
+    return absl::OkStatus();
+  }
+  add(Opcode::kReshape, Shape(in.type(), steps->physical_dims), {}, name + ".reshaped");
+  add(Opcode::kTranspose, result.shape, steps->from_physical, name);
+  return absl::OkStatus();
+}
+
+void Parser::SkipStackFrameTables() {
+  // FileNames, FunctionNames, FileLocations, StackFrames: each a keyword
+  // line, then one line per entry, each starting with its id.
+  while (ConsumeKeyword("FileNames") || ConsumeKeyword("FunctionNames") ||
+         ConsumeKeyword("FileLocations") || ConsumeKeyword("StackFrames")) {
+    while (true) {
+      SkipWs();
+      if (!std::isdigit(static_cast<unsigned char>(Peek()))) break;
+      while (!AtEnd() && text_[pos_] != '\n') ++pos_;
+    }
+  }
 }
 
 absl::Status Parser::ParseComputation(Module* module) {
@@ -768,6 +682,7 @@ absl::Status Parser::ParseComputation(Module* module) {
   if (Peek() == '(') RETURN_IF_ERROR(ReadBalanced('(', ')').status());
   if (Consume("->")) RETURN_IF_ERROR(ParseShapeText().status());
   RETURN_IF_ERROR(Expect("{"));
+  declared_.clear();  // names are the computation's own
   Computation* comp =
       module->AddComputation(std::make_unique<Computation>(std::string(name)));
   if (is_entry) {
@@ -808,29 +723,88 @@ absl::Status Parser::ResolveAll(Module* module) {
     }
   }
   for (PendingInstr& p : pending_) {
-    const auto& names = by_name[p.instr->parent()];
-    for (const std::string& operand : p.operand_names) {
-      auto it = names.find(operand);
-      if (it == names.end()) {
-        return ErrorAt(p.line, absl::StrCat("unknown operand %", operand,
-                                            " of %", p.instr->name()));
-      }
-      p.instr->AddOperand(it->second);
+    RETURN_IF_ERROR(Resolve(module, p, by_name[p.instr->parent()]));
+  }
+  // A map's computation is made elementwise once every computation is
+  // whole.
+  for (PendingInstr& p : pending_) {
+    if (!p.map) continue;
+    for (const auto& [key, cname] : p.called_names) {
+      Computation* c = module->FindComputation(cname);
+      if (c == nullptr) return ErrorAt(p.line, absl::StrCat("unknown computation %", cname));
+      absl::StatusOr<Computation*> array = ElementwiseComputation(module, *c, p.instr->shape().dims());
+      if (!array.ok()) return ErrorAt(p.line, array.status().message());
+      p.instr->AddCalled(*array);
     }
-    // Called computations in the order the op expects.
-    static const char* const kOrder[] = {
-        "condition", "body", "select", "scatter", "true_computation",
-        "false_computation", "to_apply", "calls", "branch_computations"};
-    for (const char* key : kOrder) {
-      for (const auto& [k, cname] : p.called_names) {
-        if (k != key) continue;
-        Computation* c = module->FindComputation(cname);
-        if (c == nullptr) {
-          return ErrorAt(p.line, absl::StrCat("unknown computation %", cname));
-        }
-        p.instr->AddCalled(c);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::Resolve(Module* module, PendingInstr& p,
+                             const absl::flat_hash_map<absl::string_view, Instruction*>& names) {
+  Instruction* instr = p.instr;
+  for (const std::string& operand : p.operand_names) {
+    auto it = names.find(operand);
+    if (it == names.end()) {
+      return ErrorAt(p.line, absl::StrCat("unknown operand %", operand, " of %", instr->name()));
+    }
+    instr->AddOperand(it->second);
+  }
+  // Called computations in the order the op expects.
+  static const char* const kOrder[] = {
+      "condition", "body", "select", "scatter", "true_computation",
+      "false_computation", "to_apply", "calls", "branch_computations"};
+  for (const char* key : kOrder) {
+    for (const auto& [k, cname] : p.called_names) {
+      if (k != key || p.map) continue;
+      Computation* c = module->FindComputation(cname);
+      if (c == nullptr) {
+        return ErrorAt(p.line, absl::StrCat("unknown computation %", cname));
+      }
+      instr->AddCalled(c);
+    }
+  }
+  if (!p.rhs_reversal.empty()) {
+    // The kernel read reversed along those window dimensions is a reverse
+    // of the kernel.
+    const ConvDims& conv = instr->attrs().conv;
+    if (instr->opcode() != Opcode::kConvolution || instr->operand_count() != 2) {
+      return ErrorAt(p.line, "rhs_reversal applies to a convolution's kernel only");
+    }
+    Instruction* kernel = instr->operand(1);
+    auto reverse = std::make_unique<Instruction>(Opcode::kReverse, kernel->shape(),
+                                                 instr->name() + ".reversed_kernel");
+    for (int64_t d : p.rhs_reversal) {
+      if (d >= static_cast<int64_t>(conv.kernel_spatial.size())) {
+        return ErrorAt(p.line, "rhs_reversal names more dimensions than dim_labels has");
+      }
+      reverse->mutable_attrs().dimensions.push_back(conv.kernel_spatial[d]);
+    }
+    reverse->AddOperand(kernel);
+    Computation* comp = module->FindComputation(instr->parent()->name());
+    instr->ReplaceOperand(1, comp->AddInstruction(std::move(reverse)));
+  }
+  if (p.infer_shape) {
+    for (const Instruction* operand : instr->operands()) {
+      if (unknown_shape_.contains(operand)) {
+        return ErrorAt(p.line, absl::StrCat("cannot infer the shape of %", instr->name(),
+                                            ": its operand %", operand->name(),
+                                            " has no shape yet; write one"));
       }
     }
+    for (const Computation* c : instr->called()) {
+      if (c->root() == nullptr || unknown_shape_.contains(c->root())) {
+        return ErrorAt(p.line, absl::StrCat("cannot infer the shape of %", instr->name(),
+                                            ": the result of ", c->name(),
+                                            " has no shape yet; write one"));
+      }
+    }
+    absl::StatusOr<Shape> shape = InferShape(*instr);
+    if (!shape.ok()) {
+      return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": ", shape.status().message()));
+    }
+    instr->set_shape(*std::move(shape));
+    unknown_shape_.erase(instr);
   }
   return absl::OkStatus();
 }
@@ -855,6 +829,7 @@ absl::StatusOr<std::unique_ptr<Module>> Parser::Parse() {
     }
   }
   auto module = std::make_unique<Module>(module_name);
+  SkipStackFrameTables();
   SkipWs();
   while (!AtEnd()) {
     RETURN_IF_ERROR(ParseComputation(module.get()));

@@ -234,6 +234,21 @@ def case_misc():
                  f32([[1.5, -2], [np.inf, 0.25]])]
 
 
+def case_xla_syntax():
+    # Drawn after every older module's data (cases run in name order), so
+    # theirs stays as it was.
+    a = f32(rng.uniform(-1, 1, (2, 3)))
+    b = f32(rng.uniform(-1, 1, (2, 3)))
+    img = f32(rng.uniform(-1, 1, (1, 5, 5, 2)))
+    ker = f32(rng.uniform(-1, 1, (3, 3, 2, 2)))
+    fused = a * b + a
+    # transpose(a) laid out column-major holds a's values in a's row-major
+    # order: the bitcast to a vector reads them so.
+    return [a, b, img, ker], [fused.reshape(3, 2), a.reshape(6), f32(2 * a - b), f32(np.exp(b)),
+                              f32(-np.exp(a)), f32(np.tanh(a)),
+                              conv_nhwc(img, ker[::-1, ::-1], pad=((1, 1), (1, 1)))]
+
+
 # Edge-value modules: every binary op on every element type that accepts it,
 # over the values where implementations differ (NaN, infinities, signed
 # zeros, subnormals, extreme magnitudes, integer min/max). Expectations come

@@ -1,0 +1,44 @@
+// XLA constructs that Kiln's IR spells with other ops, as the HLO text
+// parser rewrites them: `map` becomes a call of its computation applied to
+// whole arrays, and `bitcast` a reshape (with transposes around it where
+// the layouts are not the default row-major ones).
+#ifndef KILN_COMPILER_IR_HLO_LOWERING_H_
+#define KILN_COMPILER_IR_HLO_LOWERING_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/instruction.h"
+
+namespace kiln::ir {
+
+// The computation that applies the scalar computation `scalar` element by
+// element to arrays of `dims`: each scalar parameter becomes an array
+// parameter of its type, each scalar constant a broadcast of it, each
+// elementwise op the same op on arrays, each call a call of its callee
+// made the same way. Made once per (computation, dims) and added to
+// `module` (named "<scalar>.map.<d0>x<d1>..."). InvalidArgument naming the
+// instruction when `scalar` holds anything else (a reduce, a non-scalar
+// shape), which has no elementwise meaning.
+absl::StatusOr<Computation*> ElementwiseComputation(Module* module, const Computation& scalar,
+                                                    const std::vector<int64_t>& dims);
+
+// How a bitcast from `from` laid out as `from_layout` to `to` laid out as
+// `to_layout` (minor-to-major dimension lists; empty: row-major) moves
+// values: transpose by `to_physical` (empty: none needed), reshape to
+// `physical_dims`, transpose by `from_physical` (empty: none needed).
+// Under row-major layouts on both sides it is a plain reshape.
+struct BitcastSteps {
+  std::vector<int64_t> to_physical;
+  std::vector<int64_t> physical_dims;
+  std::vector<int64_t> from_physical;
+};
+// InvalidArgument when a layout is not a permutation of its shape's
+// dimensions or the element counts differ.
+absl::StatusOr<BitcastSteps> PlanBitcast(const Shape& from, const std::vector<int64_t>& from_layout,
+                                         const Shape& to, const std::vector<int64_t>& to_layout);
+
+}  // namespace kiln::ir
+
+#endif  // KILN_COMPILER_IR_HLO_LOWERING_H_

@@ -1,0 +1,242 @@
+// What XLA and JAX dumps hold beyond the core syntax: each construct parses
+// to the ops Kiln spells it with (values are checked against NumPy by the
+// corpus module tests/data/hlo/xla_syntax.hlo), prints back to a fixed
+// point, and what Kiln cannot read is an error naming it and its line.
+#include "compiler/ir/hlo_lowering.h"
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/ir/hlo_printer.h"
+#include "compiler/ir/verifier.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kiln::ir {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Parses, verifies, and checks that printing and parsing again prints the
+// same; returns the printed module.
+std::string Canonical(absl::string_view text) {
+  auto m = ParseModule(text);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return "";
+  EXPECT_TRUE(Verify(**m).ok()) << Verify(**m);
+  const std::string once = PrintModule(**m);
+  auto again = ParseModule(once);
+  EXPECT_TRUE(again.ok()) << again.status() << "\n" << once;
+  if (again.ok()) {
+    EXPECT_EQ(PrintModule(**again), once);
+  }
+  return once;
+}
+
+std::string ErrorOf(absl::string_view text) {
+  auto m = ParseModule(text);
+  EXPECT_FALSE(m.ok()) << text;
+  return m.ok() ? "" : std::string(m.status().message());
+}
+
+TEST(XlaSyntaxTest, AFusionIsACallOfItsComputation) {
+  const std::string printed = Canonical(R"(
+fused {
+  p = f32[4] parameter(0)
+  ROOT n = f32[4] negate(p)
+}
+ENTRY e {
+  x = f32[4] parameter(0)
+  ROOT f = f32[4] fusion(x), kind=kInput, calls=fused
+})");
+  EXPECT_THAT(printed, HasSubstr("%f = f32[4] call(%x), to_apply=%fused"));
+  EXPECT_THAT(ErrorOf(R"(
+fused {
+  ROOT p = f32[4] parameter(0)
+}
+ENTRY e {
+  x = f32[4] parameter(0)
+  ROOT f = f32[4] fusion(x), kind=kSideways, calls=fused
+})"), HasSubstr("line 7: unknown fusion kind 'kSideways'"));
+}
+
+TEST(XlaSyntaxTest, ResultShapesLeftOutAreInferred) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  a = f32[2,3] parameter(0)
+  b = f32[2,3] parameter(1)
+  s = add(a, b)
+  c = compare(s, a), direction=GT
+  ROOT t = tuple(s, c)
+})");
+  EXPECT_THAT(printed, HasSubstr("%s = f32[2,3] add(%a, %b)"));
+  EXPECT_THAT(printed, HasSubstr("%c = pred[2,3] compare(%s, %a), direction=GT"));
+  EXPECT_THAT(printed, HasSubstr("ROOT %t = (f32[2,3], pred[2,3]) tuple(%s, %c)"));
+  // Where the operands do not decide the result, the text must.
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  a = f32[2] parameter(0)\n  ROOT b = broadcast(a), "
+                      "dimensions={0}\n}"),
+              HasSubstr("line 3: %b: the result shape of broadcast does not follow from its "
+                        "operands; write it"));
+}
+
+TEST(XlaSyntaxTest, OperandsWrittenInlineBecomeInstructions) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  ROOT n = f32[3] negate(f32[3] exponential(f32[3] parameter(0)))
+})");
+  EXPECT_THAT(printed, HasSubstr("%n.operand0.operand0 = f32[3] parameter(0)"));
+  EXPECT_THAT(printed, HasSubstr("%n.operand0 = f32[3] exponential(%n.operand0.operand0)"));
+  // Nesting is bounded, not a stack overflow.
+  std::string deep = "ENTRY e {\n  ROOT n = ";
+  for (int i = 0; i < 200; ++i) deep += "negate(";
+  deep += "f32[] parameter(0)";
+  for (int i = 0; i < 200; ++i) deep += ")";
+  deep += "\n}";
+  EXPECT_THAT(ErrorOf(deep), HasSubstr("operands written inline more than 64 deep"));
+}
+
+TEST(XlaSyntaxTest, StackFrameTablesAfterTheHeaderAreSkipped) {
+  Canonical(R"(HloModule m
+
+FileNames
+1 "a.py"
+2 "b.py"
+FunctionNames
+1 "f"
+FileLocations
+1 {file_name_id=1 function_name_id=1 line=1 end_line=1 column=1 end_column=2}
+StackFrames
+1 {file_location_id=1 parent_frame_id=0}
+2 {file_location_id=1 parent_frame_id=1}
+
+ENTRY e {
+  ROOT p = f32[] parameter(0), metadata={op_name="p" stack_frame_id=2}
+})");
+}
+
+TEST(XlaSyntaxTest, ABitcastIsAReshapeUnderDefaultLayouts) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  p = f32[2,6]{1,0} parameter(0)
+  ROOT b = f32[3,4]{1,0} bitcast(p)
+})");
+  EXPECT_THAT(printed, HasSubstr("ROOT %b = f32[3,4] reshape(%p)"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT b = s32[4] bitcast(p)\n}"),
+              HasSubstr("line 3: bitcast %b from f32[4] to s32[4] changes the element type"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT b = f32[5] bitcast(p)\n}"),
+              HasSubstr("changes the element count"));
+}
+
+// A bitcast moves memory, not logical positions: with other layouts it is
+// a transpose to memory order, a reshape and a transpose back.
+TEST(XlaSyntaxTest, ABitcastFollowsTheLayouts) {
+  auto steps = PlanBitcast(Shape(ElementType::kF32, {2, 3}), {0, 1},
+                           Shape(ElementType::kF32, {3, 2}), {1, 0});
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  EXPECT_EQ(steps->to_physical, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(steps->physical_dims, (std::vector<int64_t>{3, 2}));
+  EXPECT_TRUE(steps->from_physical.empty());
+  steps = PlanBitcast(Shape(ElementType::kF32, {6}), {}, Shape(ElementType::kF32, {2, 3}),
+                      {0, 1});
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  EXPECT_TRUE(steps->to_physical.empty());
+  EXPECT_EQ(steps->physical_dims, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(steps->from_physical, (std::vector<int64_t>{1, 0}));
+  EXPECT_THAT(PlanBitcast(Shape(ElementType::kF32, {6}), {}, Shape(ElementType::kF32, {2, 3}),
+                          {0, 0})
+                  .status()
+                  .message(),
+              HasSubstr("layout {0,0} is not a permutation"));
+}
+
+TEST(XlaSyntaxTest, AMapCallsItsComputationAppliedToArrays) {
+  const std::string printed = Canonical(R"(
+clamp01 {
+  x = f32[] parameter(0)
+  zero = f32[] constant(0)
+  one = f32[] constant(1)
+  ROOT c = f32[] clamp(zero, x, one)
+}
+ENTRY e {
+  p = f32[5] parameter(0)
+  ROOT m = f32[5] map(p), dimensions={0}, to_apply=clamp01
+})");
+  EXPECT_THAT(printed, HasSubstr("ROOT %m = f32[5] call(%p), to_apply=%clamp01.map.5"));
+  EXPECT_THAT(printed, HasSubstr("%zero = f32[5] broadcast(%zero.scalar), dimensions={}"));
+  EXPECT_THAT(printed, HasSubstr("ROOT %c = f32[5] clamp(%zero, %x, %one)"));
+}
+
+TEST(XlaSyntaxTest, AMapOfWhatIsNotElementwiseIsRefused) {
+  EXPECT_THAT(ErrorOf(R"(
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+odd {
+  x = f32[] parameter(0)
+  z = f32[] constant(0)
+  v = f32[2] broadcast(x), dimensions={}
+  ROOT r = f32[] reduce(v, z), dimensions={0}, to_apply=sum
+}
+ENTRY e {
+  p = f32[3] parameter(0)
+  ROOT m = f32[3] map(p), dimensions={0}, to_apply=odd
+})"), HasSubstr("line 15: map's computation odd cannot be applied elementwise: %v has shape "
+                "f32[2], not a scalar"));
+  EXPECT_THAT(ErrorOf(R"(
+self {
+  x = f32[] parameter(0)
+  ROOT c = f32[] call(x), to_apply=self
+}
+ENTRY e {
+  p = f32[3] parameter(0)
+  ROOT m = f32[3] map(p), dimensions={0}, to_apply=self
+})"), HasSubstr("call each other more than 64 deep"));
+  EXPECT_THAT(ErrorOf(R"(
+neg {
+  x = f32[] parameter(0)
+  ROOT n = f32[] negate(x)
+}
+ENTRY e {
+  p = f32[3,2] parameter(0)
+  ROOT m = f32[3,2] map(p), dimensions={1}, to_apply=neg
+})"), HasSubstr("map's dimensions must be every dimension of its result"));
+}
+
+TEST(XlaSyntaxTest, AReversedKernelIsAReverseOfTheKernel) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  x = f32[1,4,4,1] parameter(0)
+  k = f32[2,3,1,1] parameter(1)
+  ROOT c = f32[1,3,2,1] convolution(x, k), window={size=2x3 rhs_reversal=0x1}, dim_labels=b01f_01io->b01f
+})");
+  EXPECT_THAT(printed, HasSubstr("%c.reversed_kernel = f32[2,3,1,1] reverse(%k), dimensions={1}"));
+  EXPECT_THAT(printed, HasSubstr("convolution(%x, %c.reversed_kernel)"));
+  EXPECT_THAT(ErrorOf(R"(
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[4] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[3] reduce-window(x, z), window={size=2 rhs_reversal=1}, to_apply=add
+})"), HasSubstr("line 10: rhs_reversal applies to a convolution's kernel only"));
+}
+
+TEST(XlaSyntaxTest, AttributesThatChangeNothingAreAcceptedOthersNamed) {
+  Canonical(R"(
+tanh_impl {
+  x = f32[2] parameter(0)
+  ROOT t = f32[2] tanh(x)
+}
+ENTRY e {
+  p = f32[2] parameter(0), parameter_replication={false}
+  ROOT c = f32[2] call(p), to_apply=tanh_impl, is_composite=true, frontend_attributes={composite.name="my.tanh",composite.version="1"}
+})");
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  p = f32[2] parameter(0)\n  ROOT n = f32[2] negate(p), "
+                      "novel_attribute=3\n}"),
+              HasSubstr("line 3: unsupported attribute 'novel_attribute' on negate"));
+}
+
+}  // namespace
+}  // namespace kiln::ir
