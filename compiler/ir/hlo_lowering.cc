@@ -128,4 +128,84 @@ absl::StatusOr<BitcastSteps> PlanBitcast(const Shape& from, const std::vector<in
   return steps;
 }
 
+absl::Status LowerBatchingDims(Computation* comp, Instruction* instr,
+                               const std::vector<int64_t>& operand_batching,
+                               const std::vector<int64_t>& indices_batching) {
+  const bool gather = instr->opcode() == Opcode::kGather;
+  if (!gather && instr->opcode() != Opcode::kScatter) {
+    return absl::InvalidArgumentError("batching dimensions belong to gather and scatter");
+  }
+  if (operand_batching.size() != indices_batching.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the operand has ", operand_batching.size(), " batching dimensions, the indices ",
+        indices_batching.size()));
+  }
+  if (instr->operand_count() != (gather ? 2 : 3)) {
+    return absl::InvalidArgumentError(absl::StrCat(OpcodeName(instr->opcode()), " takes ",
+                                                   gather ? 2 : 3, " operands"));
+  }
+  const Shape& operand = instr->operand(0)->shape();
+  Instruction* indices = instr->operand(1);
+  if (!operand.IsArray() || !indices->shape().IsArray()) {
+    return absl::InvalidArgumentError("batching dimensions need array operands");
+  }
+  Attributes& a = instr->mutable_attrs();
+  const int64_t vector_dim = gather ? a.gather.index_vector_dim : a.scatter.index_vector_dim;
+  const int64_t rank = indices->shape().rank();
+  if (vector_dim < 0 || vector_dim > rank) {
+    return absl::InvalidArgumentError(absl::StrCat("index_vector_dim ", vector_dim,
+                                                   " is out of range"));
+  }
+  for (size_t k = 0; k < operand_batching.size(); ++k) {
+    const int64_t od = operand_batching[k], id = indices_batching[k];
+    if (od < 0 || od >= operand.rank() || id < 0 || id >= rank || id == vector_dim) {
+      return absl::InvalidArgumentError(absl::StrCat("batching dimensions ", od, " and ", id,
+                                                     " are out of range"));
+    }
+    if (operand.dim(od) != indices->shape().dim(id)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "operand batching dimension ", od, " has ", operand.dim(od),
+          " elements but indices batching dimension ", id, " has ", indices->shape().dim(id)));
+    }
+  }
+  const std::string base = instr->name() + ".indices";
+  auto add = [&](Opcode op, Shape shape, const std::string& name) {
+    return comp->AddInstruction(std::make_unique<Instruction>(op, std::move(shape), name));
+  };
+  // Implicit index vectors of one component become explicit.
+  if (vector_dim == rank) {
+    std::vector<int64_t> dims = indices->shape().dims();
+    dims.push_back(1);
+    Instruction* reshaped = add(Opcode::kReshape, Shape(indices->shape().type(), dims),
+                                base + ".vectors");
+    reshaped->AddOperand(indices);
+    indices = reshaped;
+  }
+  std::vector<int64_t> position_dims = indices->shape().dims();
+  position_dims[vector_dim] = 1;
+  std::vector<int64_t> joined_dims = indices->shape().dims();
+  joined_dims[vector_dim] += static_cast<int64_t>(indices_batching.size());
+  Instruction* joined =
+      add(Opcode::kConcatenate, Shape(indices->shape().type(), joined_dims), base);
+  joined->mutable_attrs().dimensions = {vector_dim};
+  joined->AddOperand(indices);
+  for (size_t k = 0; k < indices_batching.size(); ++k) {
+    Instruction* position = add(Opcode::kIota, Shape(indices->shape().type(), position_dims),
+                                absl::StrCat(base, ".batch", k));
+    position->mutable_attrs().iota_dimension = indices_batching[k];
+    joined->AddOperand(position);
+  }
+  instr->ReplaceOperand(1, joined);
+  std::vector<int64_t>& collapsed =
+      gather ? a.gather.collapsed_slice_dims : a.scatter.inserted_window_dims;
+  std::vector<int64_t>& index_map =
+      gather ? a.gather.start_index_map : a.scatter.scatter_dims_to_operand_dims;
+  for (int64_t od : operand_batching) {
+    collapsed.push_back(od);
+    index_map.push_back(od);
+  }
+  std::sort(collapsed.begin(), collapsed.end());
+  return absl::OkStatus();
+}
+
 }  // namespace kiln::ir

@@ -39,6 +39,19 @@ struct BitcastSteps {
 absl::StatusOr<BitcastSteps> PlanBitcast(const Shape& from, const std::vector<int64_t>& from_layout,
                                          const Shape& to, const std::vector<int64_t>& to_layout);
 
+// Gives a gather (or scatter) with batching dimensions the same meaning
+// without them: operand dimension operand_batching[k] is indexed by the
+// position along dimension indices_batching[k] of its start indices. That
+// position joins each index vector (an iota concatenated to the indices
+// along index_vector_dim), and the operand dimension becomes a collapsed
+// (inserted) dimension that the new index component addresses. Adds the
+// instructions it needs to `comp` and replaces the indices operand.
+// InvalidArgument when the lists differ in length, name a dimension out of
+// range, or pair dimensions of different sizes.
+absl::Status LowerBatchingDims(Computation* comp, Instruction* instr,
+                               const std::vector<int64_t>& operand_batching,
+                               const std::vector<int64_t>& indices_batching);
+
 }  // namespace kiln::ir
 
 #endif  // KILN_COMPILER_IR_HLO_LOWERING_H_

@@ -72,6 +72,9 @@ struct PendingInstr {
   // A convolution's window dimensions whose kernel is read reversed
   // (rhs_reversal): the kernel goes through a `reverse` first.
   std::vector<int64_t> rhs_reversal;
+  // Batching dimensions of a gather or scatter, of the operand and of the
+  // indices (lowered to index components once the operands are known).
+  std::vector<int64_t> operand_batching, indices_batching;
 };
 
 // The layout (minor to major) a shape was written with; empty: none.
@@ -354,6 +357,10 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
     ASSIGN_OR_RETURN(int64_t d, ParseInt(value));
     a.gather.index_vector_dim = d;
     a.scatter.index_vector_dim = d;
+  } else if (key == "operand_batching_dims" || key == "input_batching_dims") {
+    ASSIGN_OR_RETURN(pending.operand_batching, ParseIntList(value));
+  } else if (key == "start_indices_batching_dims" || key == "scatter_indices_batching_dims") {
+    ASSIGN_OR_RETURN(pending.indices_batching, ParseIntList(value));
   } else if (key == "update_window_dims") {
     ASSIGN_OR_RETURN(a.scatter.update_window_dims, ParseIntList(value));
   } else if (key == "inserted_window_dims") {
@@ -783,6 +790,14 @@ absl::Status Parser::Resolve(Module* module, PendingInstr& p,
     reverse->AddOperand(kernel);
     Computation* comp = module->FindComputation(instr->parent()->name());
     instr->ReplaceOperand(1, comp->AddInstruction(std::move(reverse)));
+  }
+  if (!p.operand_batching.empty() || !p.indices_batching.empty()) {
+    Computation* comp = module->FindComputation(instr->parent()->name());
+    absl::Status lowered =
+        LowerBatchingDims(comp, instr, p.operand_batching, p.indices_batching);
+    if (!lowered.ok()) {
+      return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": ", lowered.message()));
+    }
   }
   if (p.infer_shape) {
     for (const Instruction* operand : instr->operands()) {

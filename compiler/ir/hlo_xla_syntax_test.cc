@@ -223,6 +223,27 @@ ENTRY e {
 })"), HasSubstr("line 10: rhs_reversal applies to a convolution's kernel only"));
 }
 
+// Values are checked by the corpus module xla_syntax_batching; here, the
+// lowering and its refusals.
+TEST(XlaSyntaxTest, BatchingDimensionsBecomeIndexComponents) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  t = f32[2,5,3] parameter(0)
+  i = s32[2,4] parameter(1)
+  ROOT g = f32[2,4,3] gather(t, i), offset_dims={2}, collapsed_slice_dims={1}, start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1,3}
+})");
+  EXPECT_THAT(printed, HasSubstr("%g.indices.vectors = s32[2,4,1] reshape(%i)"));
+  EXPECT_THAT(printed, HasSubstr("%g.indices.batch0 = s32[2,4,1] iota(), iota_dimension=0"));
+  EXPECT_THAT(printed, HasSubstr("collapsed_slice_dims={0,1}, start_index_map={1,0}"));
+  EXPECT_THAT(ErrorOf(R"(
+ENTRY e {
+  t = f32[2,5,3] parameter(0)
+  i = s32[3,4] parameter(1)
+  ROOT g = f32[3,4,3] gather(t, i), offset_dims={2}, collapsed_slice_dims={1}, start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1,3}
+})"), HasSubstr("line 5: %g: operand batching dimension 0 has 2 elements but indices batching "
+                "dimension 0 has 3"));
+}
+
 TEST(XlaSyntaxTest, AttributesThatChangeNothingAreAcceptedOthersNamed) {
   Canonical(R"(
 tanh_impl {

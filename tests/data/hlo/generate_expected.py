@@ -249,6 +249,25 @@ def case_xla_syntax():
                               conv_nhwc(img, ker[::-1, ::-1], pad=((1, 1), (1, 1)))]
 
 
+def case_xla_syntax_batching():
+    table = f32(rng.uniform(-1, 1, (2, 5, 3)))
+    ids = rng.integers(0, 5, (2, 4)).astype(np.int32)
+    ids[1, 3] = ids[1, 0]  # a repeated row: scatter adds both updates
+    updates = f32(rng.uniform(-1, 1, (2, 4, 3)))
+    rows = rng.integers(0, 5, (3, 2, 1)).astype(np.int32)
+    gathered = np.stack([table[b, ids[b]] for b in range(2)])
+    scattered = table.astype(np.float64)
+    for b in range(2):
+        np.add.at(scattered[b], ids[b], updates[b])
+    # The indices' batching dimension is their second: rows[i, b] reads
+    # batch b.
+    by_batch = np.zeros((3, 2, 3), dtype=np.float32)
+    for i in range(3):
+        for b in range(2):
+            by_batch[i, b] = table[b, rows[i, b, 0]]
+    return [table, ids, updates, rows], [gathered, f32(scattered), by_batch]
+
+
 # Edge-value modules: every binary op on every element type that accepts it,
 # over the values where implementations differ (NaN, infinities, signed
 # zeros, subnormals, extreme magnitudes, integer min/max). Expectations come
