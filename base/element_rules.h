@@ -113,6 +113,17 @@ template <typename C> inline C FMin(C a, C b) {
   return a < b ? a : b;
 }
 
+// clamp(lo, x, hi) = min(max(x, lo), hi) with the maximum and minimum
+// above: a NaN bound or operand gives NaN, and +0 counts as above -0.
+template <typename C> inline C Clamp(C lo, C x, C hi) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return FMin(FMax(x, lo), hi);
+  } else {
+    const C v = x < lo ? lo : x;
+    return v > hi ? hi : v;
+  }
+}
+
 }  // namespace kiln::element_rules
 
 #endif  // KILN_BASE_ELEMENT_RULES_H_

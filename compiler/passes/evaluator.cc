@@ -218,11 +218,7 @@ std::optional<Literal> EvaluateElementwise(
         using T = decltype(tag);
         T* o = out.data<T>();
         for (int64_t i = 0; i < n; ++i) {
-          auto v = Ld(At<T>(*ops[1], i));
-          const auto lo = Ld(At<T>(*ops[0], i)), hi = Ld(At<T>(*ops[2], i));
-          v = v < lo ? lo : v;
-          v = v > hi ? hi : v;
-          o[i] = St<T>(v);
+          o[i] = St<T>(Clamp(Ld(At<T>(*ops[0], i)), Ld(At<T>(*ops[1], i)), Ld(At<T>(*ops[2], i))));
         }
       });
       break;

@@ -287,13 +287,7 @@ void RunNode(const FusedNode& node, const std::vector<const uint8_t*>& args,
           const T* lo = reinterpret_cast<const T*>(args[0]);
           const T* x = reinterpret_cast<const T*>(args[1]);
           const T* hi = reinterpret_cast<const T*>(args[2]);
-          for (int64_t i = 0; i < n; ++i) {
-            auto v = Ld(x[i]);
-            auto l = Ld(lo[i]), h = Ld(hi[i]);
-            v = v < l ? l : v;
-            v = v > h ? h : v;
-            o[i] = St<T>(v);
-          }
+          for (int64_t i = 0; i < n; ++i) o[i] = St<T>(Clamp(Ld(lo[i]), Ld(x[i]), Ld(hi[i])));
         }
       });
       return;

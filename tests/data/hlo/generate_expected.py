@@ -315,6 +315,22 @@ def ieee_minimum(x, y):
     return np.where(np.isnan(x) | np.isnan(y), np.nan, out)
 
 
+def case_edges_clamp():
+    xs = [np.nan, -np.inf, -1.0, -0.0, 0.0, 0.5, 2.0, np.inf]
+    los = [np.nan, -0.0, 0.0, -1.0]
+    his = [np.nan, 0.0, 1.0, np.inf]
+    lo, x, hi = (np.array(v, dtype=np.float32) for v in zip(
+        *[(a, b, c) for a in los for b in xs for c in his]))
+    clamped = ieee_minimum(ieee_maximum(x, lo), hi).astype(np.float32)
+    scalar_bounds = ieee_minimum(ieee_maximum(x, np.float32(0)), np.float32(1)).astype(np.float32)
+    ixs = [-5, 0, 5, -(2**31), 2**31 - 1]
+    ibounds = [(-1, 2), (3, -3), (-(2**31), 2**31 - 1), (0, 0)]
+    ilo, ix, ihi = (np.array(v, dtype=np.int32) for v in zip(
+        *[(b[0], v, b[1]) for b in ibounds for v in ixs]))
+    iclamped = np.minimum(np.maximum(ix, ilo), ihi).astype(np.int32)
+    return [lo, x, hi, ilo, ix, ihi], [clamped, iclamped, scalar_bounds]
+
+
 def compare_all(x, y):
     return [x == y, x != y, x < y, x <= y, x > y, x >= y]
 
