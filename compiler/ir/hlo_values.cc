@@ -42,6 +42,12 @@ absl::StatusOr<Literal> ParseLiteralValues(absl::string_view text, const Shape& 
                               shape.ToString()));
     }
     tokens.push_back(text.substr(start, p - start));
+    if (tokens.back() == "...") {
+      // XLA prints large constants as {...} unless asked for their values.
+      return err(absl::StrCat("the values of this ", shape.ToString(),
+                              " constant are elided ({...}); dump the module with its large "
+                              "constants printed"));
+    }
   }
   if (static_cast<int64_t>(tokens.size()) != n) {
     return err(absl::StrCat("constant has ", tokens.size(), " values, ", shape.ToString(),

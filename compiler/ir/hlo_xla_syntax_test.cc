@@ -244,6 +244,12 @@ ENTRY e {
                 "dimension 0 has 3"));
 }
 
+TEST(XlaSyntaxTest, ElidedConstantsAreNamed) {
+  EXPECT_THAT(ErrorOf("HloModule m, alias_passthrough_params=true\n\nENTRY e {\n  ROOT c = "
+                      "f32[2,3]{1,0} constant({...}), metadata={op_type=\"Const\"}\n}"),
+              HasSubstr("line 4: the values of this f32[2,3] constant are elided ({...})"));
+}
+
 TEST(XlaSyntaxTest, AttributesThatChangeNothingAreAcceptedOthersNamed) {
   Canonical(R"(
 tanh_impl {
