@@ -331,6 +331,39 @@ def case_edges_clamp():
     return [lo, x, hi, ilo, ix, ihi], [clamped, iclamped, scalar_bounds]
 
 
+def select_and_scatter(x, src, size, stride, pad, select):
+    """XLA's select-and-scatter on [1,H,W,C] with the given 2-D window."""
+    out = np.zeros(x.shape, dtype=np.float64)
+    _, oh, ow, channels = src.shape
+    for i, j, c in np.ndindex(oh, ow, channels):
+        chosen = None
+        for r, s in np.ndindex(*size):
+            p, q = i * stride[0] - pad[0] + r, j * stride[1] - pad[1] + s
+            if not (0 <= p < x.shape[1] and 0 <= q < x.shape[2]):
+                continue  # padding is never chosen
+            if chosen is None or not select(x[0, chosen[0], chosen[1], c], x[0, p, q, c]):
+                chosen = (p, q)
+        out[0, chosen[0], chosen[1], c] += src[0, i, j, c]
+    return out.astype(np.float32)
+
+
+def case_edges_select_and_scatter():
+    hw = [[(h * 7 + w * 3) % 4 for w in range(6)] for h in range(5)]
+    x = np.array([[[[v, 3 - v] for v in row] for row in hw]], dtype=np.float32)
+    x[0, 0, 1, 0], x[0, 3, 4, 1] = np.nan, np.nan
+    x[0, 2, 2, 0], x[0, 2, 3, 0] = -0.0, 0.0
+    x[0, 4, 0, 1], x[0, 4, 1, 1] = 0.0, -0.0
+    padded = np.arange(1, 19, dtype=np.float32).reshape(1, 3, 3, 2)
+    overlapping = np.arange(1, 41, dtype=np.float32).reshape(1, 4, 5, 2) * 16
+    ge, gt, le = (lambda a, b: a >= b), (lambda a, b: a > b), (lambda a, b: a <= b)
+    return [x, padded, overlapping], [
+        select_and_scatter(x, padded, (3, 3), (2, 2), (1, 1), ge),
+        select_and_scatter(x, overlapping, (2, 2), (1, 1), (0, 0), gt),
+        select_and_scatter(x, padded, (3, 3), (2, 2), (1, 1), le),
+        select_and_scatter(x, overlapping, (2, 2), (1, 1), (0, 0), ge),
+    ]
+
+
 def compare_all(x, y):
     return [x == y, x != y, x < y, x <= y, x > y, x >= y]
 
