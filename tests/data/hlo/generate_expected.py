@@ -364,6 +364,42 @@ def case_edges_select_and_scatter():
     ]
 
 
+def case_edges_unary_f32():
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, 1e-40,
+                  -1e-40, 3e38, -3e38, 10.0, -10.0, 88.0, 89.0, -0.7], dtype=np.float32)
+    d = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        afz = np.where(np.isfinite(d), np.copysign(np.floor(np.abs(d) + 0.5), d), d)
+        sign = np.where(np.isnan(d), np.nan, np.where(d == 0, d, np.copysign(1.0, d)))
+        results = [np.abs(d), -d, sign, np.floor(d), np.ceil(d), afz, np.rint(d),
+                   np.sqrt(d), 1 / np.sqrt(d), np.cbrt(d), np.exp(d), np.expm1(d), np.log(d),
+                   np.log1p(d), 1 / (1 + np.exp(-d)), np.tanh(d), np.sin(d), np.cos(d),
+                   np.tan(d)]
+        rounded = [r.astype(np.float32) for r in results]  # overflow gives inf
+    return [x], rounded + [np.isfinite(x)]
+
+
+def case_edges_unary_int():
+    x = np.array([0, 1, -1, 7, -7, 2**31 - 1, -(2**31), 1 << 20], dtype=np.int64)
+    u = np.array([0, 1, 7, 2**31, 2**32 - 1, 1 << 20], dtype=np.int64)
+
+    def clz(v, bits):
+        v = int(v) & ((1 << bits) - 1)
+        return bits - v.bit_length()
+
+    def popcnt(v, bits):
+        return bin(int(v) & ((1 << bits) - 1)).count("1")
+
+    s32 = lambda a: np.array([wrap(int(v), np.int32) for v in a], dtype=np.int32)
+    u32 = lambda a: np.array([int(v) & 0xFFFFFFFF for v in a], dtype=np.uint32)
+    return [x.astype(np.int32), u.astype(np.uint32)], [
+        s32([abs(int(v)) for v in x]), s32([-int(v) for v in x]),
+        s32([int(v > 0) - int(v < 0) for v in x]), s32([~int(v) for v in x]),
+        s32([popcnt(v, 32) for v in x]), s32([clz(v, 32) for v in x]),
+        u32(u), u32([1 if v else 0 for v in u]), u32([~int(v) for v in u]),
+        u32([popcnt(v, 32) for v in u]), u32([clz(v, 32) for v in u])]
+
+
 def compare_all(x, y):
     return [x == y, x != y, x < y, x <= y, x > y, x >= y]
 
