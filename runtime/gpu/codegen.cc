@@ -930,10 +930,6 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(
         const ir::ConvDims& c = instr.attrs().conv;
         const Shape& in = instr.operand(0)->shape();
         const Shape& ker = instr.operand(1)->shape();
-        if (instr.attrs().batch_group_count != 1) {
-          return absl::UnimplementedError(absl::StrCat(
-              instr.name(), ": the GPU backend does not support batch_group_count > 1"));
-        }
         const ElementType lt = in.type();
         const ElementType acc_t = lt == ElementType::kF64   ? ElementType::kF64
                                   : IsFloatType(lt)         ? ElementType::kF32
@@ -953,6 +949,14 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(
         }
         std::vector<std::string> ii(in.rank()), ki(ker.rank());
         ii[c.input_batch] = o[c.output_batch];
+        if (const int64_t bgc = instr.attrs().batch_group_count; bgc > 1) {
+          // Batch group g (a block of the input batch) feeds the g-th block
+          // of output features; feature groups are then 1.
+          ii[c.input_batch] = absl::StrCat("(", o[c.output_feature], " / ",
+                                           ker.dim(c.kernel_output_feature) / bgc, "LL) * ",
+                                           in.dim(c.input_batch) / bgc, "LL + ",
+                                           o[c.output_batch]);
+        }
         ii[c.input_feature] = absl::StrCat("(", o[c.output_feature], " / ", og, "LL) * ", ig,
                                            "LL + ch");
         ki[c.kernel_input_feature] = "ch";

@@ -27,7 +27,10 @@ using ir::ElementType;
 using ir::Shape;
 
 struct ConvPlan {
-  int64_t batch, in_c, out_c, groups;
+  // `batch` is the result's: the input has batch * batch_groups. With
+  // batch_groups > 1 (feature groups are then 1), batch group g of the
+  // input (a block of `batch`) feeds output feature group g.
+  int64_t batch, in_c, out_c, groups, batch_groups = 1;
   std::vector<int64_t> in_sp, k_sp, out_sp;  // spatial sizes
   std::vector<ir::WindowDim> window;
   // Permutations from the operands' layouts to canonical ones.
@@ -142,16 +145,21 @@ void RunConv(const ConvPlan& p, const std::vector<C>& in, const std::vector<C>& 
     k_size *= p.k_sp[d];
     out_size *= p.out_sp[d];
   }
-  const int64_t ig = p.in_c / p.groups;   // input channels per group
-  const int64_t og = p.out_c / p.groups;  // output channels per group
+  const int64_t ig = p.in_c / p.groups;   // input channels per feature group
+  // Output channels per group, feature or batch (at most one kind has more
+  // than one).
+  const int64_t groups = p.groups * p.batch_groups;
+  const int64_t og = p.out_c / groups;
   const int64_t rows = ig * k_size;
   std::vector<C> col(rows * out_size);
   const std::vector<std::vector<ConvPlan::Run>>& runs = *p.runs;
   for (int64_t b = 0; b < p.batch; ++b) {
     if (b > 0 && Cancelled()) return;  // the program stops at the next step
-    for (int64_t g = 0; g < p.groups; ++g) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t in_b = p.batch_groups > 1 ? g * p.batch + b : b;
+      const int64_t feature_group = p.batch_groups > 1 ? 0 : g;
       for (int64_t c = 0; c < ig; ++c) {
-        const C* plane = in.data() + (b * p.in_c + g * ig + c) * in_size;
+        const C* plane = in.data() + (in_b * p.in_c + feature_group * ig + c) * in_size;
         for (int64_t kp = 0; kp < k_size; ++kp) {
           C* row = col.data() + (c * k_size + kp) * out_size;
           for (const ConvPlan::Run& r : runs[kp]) {
@@ -177,12 +185,9 @@ absl::StatusOr<Kernel> MakeIm2colConvolutionKernel(const ir::Instruction& instr)
   const Shape ker = instr.operand(1)->shape();
   const Shape out_shape = instr.shape();
   const ir::ConvDims& c = instr.attrs().conv;
-  if (instr.attrs().batch_group_count != 1) {
-    return absl::UnimplementedError(
-        "the CPU backend does not support batch_group_count > 1");
-  }
   ConvPlan p;
-  p.batch = in.dim(c.input_batch);
+  p.batch_groups = instr.attrs().batch_group_count;
+  p.batch = in.dim(c.input_batch) / p.batch_groups;
   p.in_c = in.dim(c.input_feature);
   p.out_c = ker.dim(c.kernel_output_feature);
   p.groups = instr.attrs().feature_group_count;

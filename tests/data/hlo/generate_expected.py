@@ -268,6 +268,22 @@ def case_xla_syntax_batching():
     return [table, ids, updates, rows], [gathered, f32(scattered), by_batch]
 
 
+def conv_batch_groups(x, k, groups, **window):
+    """XLA's convolution with batch_group_count: x [N,H,W,C], k [KH,KW,C,O]."""
+    n, o = x.shape[0] // groups, k.shape[3] // groups
+    return np.concatenate([conv_nhwc(x[g * n:(g + 1) * n], k[..., g * o:(g + 1) * o], **window)
+                           for g in range(groups)], axis=3)
+
+
+def case_xla_syntax_conv_batch_groups():
+    x = f32(rng.uniform(-1, 1, (4, 5, 5, 3)))
+    k = f32(rng.uniform(-1, 1, (3, 3, 3, 4)))
+    y = f32(rng.uniform(-1, 1, (6, 4, 4, 2)))
+    w = f32(rng.uniform(-1, 1, (2, 2, 2, 6)))
+    return [x, k, y, w], [conv_batch_groups(x, k, 2, pad=((1, 1), (1, 1))),
+                          conv_batch_groups(y, w, 3, stride=(2, 2))]
+
+
 # Edge-value modules: every binary op on every element type that accepts it,
 # over the values where implementations differ (NaN, infinities, signed
 # zeros, subnormals, extreme magnitudes, integer min/max). Expectations come
