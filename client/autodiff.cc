@@ -160,6 +160,9 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
     case Opcode::kExpm1: return std::vector<Tensor>{g * (y + 1.0)};
     case Opcode::kLog: return std::vector<Tensor>{g / x[0]};
     case Opcode::kLog1p: return std::vector<Tensor>{g / (x[0] + 1.0)};
+    // d/dx erf(x) = 2/sqrt(pi) exp(-x^2).
+    case Opcode::kErf:
+      return std::vector<Tensor>{g * 1.1283791670955126 * Exp(-(x[0] * x[0]))};
     case Opcode::kTanh: return std::vector<Tensor>{g * (1.0 - y * y)};
     case Opcode::kLogistic: return std::vector<Tensor>{g * y * (1.0 - y)};
     case Opcode::kSqrt: return std::vector<Tensor>{g * 0.5 / y};

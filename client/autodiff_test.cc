@@ -111,6 +111,7 @@ TEST_F(GradTest, ElementwiseUnary) {
   CheckGradient([](auto& x) { return Relu(x[0]); }, {s});
   CheckGradient([](auto& x) { return Unary(ir::Opcode::kExpm1, x[0]); }, {s});
   CheckGradient([](auto& x) { return Unary(ir::Opcode::kLog1p, x[0]); }, {a});
+  CheckGradient([](auto& x) { return Erf(x[0]); }, {s});
   CheckGradient([](auto& x) { return Unary(ir::Opcode::kCopy, x[0]); }, {s});
 }
 

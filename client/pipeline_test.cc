@@ -37,7 +37,9 @@ std::pair<std::vector<double>, std::vector<double>> Train(Client* client, bool p
     w = w * 2.0 + x;
     Tensor loss = Sum(w * w, {});
     EXPECT_TRUE(ctx->Barrier("cpu:0").ok());
-    if (pipelined) EXPECT_TRUE(w.node()->in_flight());
+    if (pipelined) {
+      EXPECT_TRUE(w.node()->in_flight());
+    }
     if (previous.defined()) {
       auto l = previous.Item();
       EXPECT_TRUE(l.ok()) << l.status();

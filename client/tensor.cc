@@ -295,6 +295,7 @@ Tensor Rsqrt(const Tensor& x) { return Unary(Opcode::kRsqrt, x); }
 Tensor Abs(const Tensor& x) { return Unary(Opcode::kAbs, x); }
 Tensor Sign(const Tensor& x) { return Unary(Opcode::kSign, x); }
 Tensor Tanh(const Tensor& x) { return Unary(Opcode::kTanh, x); }
+Tensor Erf(const Tensor& x) { return Unary(Opcode::kErf, x); }
 Tensor Sigmoid(const Tensor& x) { return Unary(Opcode::kLogistic, x); }
 Tensor Sin(const Tensor& x) { return Unary(Opcode::kSin, x); }
 Tensor Cos(const Tensor& x) { return Unary(Opcode::kCos, x); }

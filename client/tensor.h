@@ -202,6 +202,8 @@ Tensor Rsqrt(const Tensor& x);
 Tensor Abs(const Tensor& x);
 Tensor Sign(const Tensor& x);
 Tensor Tanh(const Tensor& x);
+// The error function (as in an exact GELU).
+Tensor Erf(const Tensor& x);
 Tensor Sigmoid(const Tensor& x);
 Tensor Sin(const Tensor& x);
 Tensor Cos(const Tensor& x);

@@ -224,6 +224,10 @@ class Parser {
   absl::Status AddBitcast(Computation* comp, const std::string& name, const Declared& result,
                           const std::string& operand, const std::optional<Declared>& written,
                           int line);
+  // An optimization barrier as the value it passes through: `name` is a
+  // tuple of the elements of `operand` (a copy of it, for an array).
+  absl::Status AddBarrier(Computation* comp, const std::string& name, const Shape& shape,
+                          const std::string& operand, int line);
   // Skips the stack-frame tables newer dumps put after the header.
   void SkipStackFrameTables();
   absl::Status ResolveAll(Module* module);
@@ -441,7 +445,7 @@ bool NeedsWrittenShape(absl::string_view op_name, Opcode op) {
     case Opcode::kCustomCall: case Opcode::kDot:
       return true;
     default:
-      return op_name == "bitcast" || op_name == "map";
+      return op_name == "bitcast" || op_name == "map" || op_name == "opt-barrier";
   }
 }
 
@@ -462,6 +466,9 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
   std::optional<Opcode> op = OpcodeFromName(op_name);
   if (op_name == "fusion" || op_name == "map") op = Opcode::kCall;
   if (op_name == "bitcast") op = Opcode::kReshape;
+  // An optimization barrier only orders scheduling: its value is its
+  // operand's, rebuilt element by element (a copy of an array).
+  if (op_name == "opt-barrier") op = Opcode::kTuple;
   if (!op.has_value()) {
     return ErrorAt(line, absl::StrCat("unknown or unsupported opcode '", op_name, "'"));
   }
@@ -502,6 +509,18 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
     }
     root.declared_[name] = *declared;
     return AddBitcast(comp, name, *declared, pending.operand_names[0], operands_declared[0], line);
+  }
+  if (op_name == "opt-barrier") {
+    if (pending.operand_names.size() != 1) {
+      return ErrorAt(line, absl::StrCat("opt-barrier takes one operand, got ",
+                                        pending.operand_names.size()));
+    }
+    if (attributes) {
+      PendingInstr ignored(instr.get(), {}, line);
+      RETURN_IF_ERROR(ParseAttributes(ignored, line));
+    }
+    root.declared_[name] = *declared;
+    return AddBarrier(comp, name, declared->shape, pending.operand_names[0], line);
   }
   pending.instr = comp->AddInstruction(std::move(instr));
   if (declared.has_value()) {
@@ -662,6 +681,30 @@ absl::Status Parser::AddBitcast(Computation* comp, const std::string& name,
   }
   add(Opcode::kReshape, Shape(in.type(), steps->physical_dims), {}, name + ".reshaped");
   add(Opcode::kTranspose, result.shape, steps->from_physical, name);
+  return absl::OkStatus();
+}
+
+absl::Status Parser::AddBarrier(Computation* comp, const std::string& name, const Shape& shape,
+                                const std::string& operand, int line) {
+  Parser& root = Root();
+  auto add = [&](Opcode op, const Shape& s, std::vector<std::string> operands,
+                 const std::string& step) {
+    Instruction* added = comp->AddInstruction(std::make_unique<Instruction>(op, s, step));
+    root.pending_.push_back(PendingInstr(added, std::move(operands), line));
+    return added;
+  };
+  if (!shape.IsTuple()) {
+    add(Opcode::kCopy, shape, {operand}, name);
+    return absl::OkStatus();
+  }
+  std::vector<std::string> elements;
+  for (size_t i = 0; i < shape.tuple_shapes().size(); ++i) {
+    elements.push_back(absl::StrCat(name, ".", i));
+    add(Opcode::kGetTupleElement, shape.tuple_shape(i), {operand}, elements.back())
+        ->mutable_attrs()
+        .tuple_index = static_cast<int64_t>(i);
+  }
+  add(Opcode::kTuple, shape, elements, name);
   return absl::OkStatus();
 }
 

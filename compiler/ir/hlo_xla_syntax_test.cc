@@ -244,6 +244,19 @@ ENTRY e {
                 "dimension 0 has 3"));
 }
 
+TEST(XlaSyntaxTest, AnOptimizationBarrierPassesItsOperandThrough) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  a = f32[2] parameter(0)
+  b = s32[] parameter(1)
+  t = (f32[2], s32[]) tuple(a, b)
+  o = (f32[2], s32[]) opt-barrier(t)
+  ROOT x = f32[2] opt-barrier(a)
+})");
+  EXPECT_THAT(printed, HasSubstr("%o.0 = f32[2] get-tuple-element(%t), index=0"));
+  EXPECT_THAT(printed, HasSubstr("ROOT %x = f32[2] copy(%a)"));
+}
+
 TEST(XlaSyntaxTest, ElidedConstantsAreNamed) {
   EXPECT_THAT(ErrorOf("HloModule m, alias_passthrough_params=true\n\nENTRY e {\n  ROOT c = "
                       "f32[2,3]{1,0} constant({...}), metadata={op_type=\"Const\"}\n}"),

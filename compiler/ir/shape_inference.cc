@@ -131,7 +131,7 @@ absl::StatusOr<Shape> InferElementwise(const Instruction& instr) {
   };
   switch (op) {
     case Opcode::kCbrt: case Opcode::kCeil: case Opcode::kCos:
-    case Opcode::kExp: case Opcode::kExpm1: case Opcode::kFloor:
+    case Opcode::kExp: case Opcode::kExpm1: case Opcode::kErf: case Opcode::kFloor:
     case Opcode::kLog: case Opcode::kLog1p: case Opcode::kLogistic:
     case Opcode::kRoundAfz: case Opcode::kRoundEven: case Opcode::kRsqrt:
     case Opcode::kSin: case Opcode::kSqrt: case Opcode::kTan:

@@ -237,6 +237,7 @@ absl::StatusOr<std::string> ScalarExpr(const Instruction& instr,
       case Opcode::kFloor: e = Math(t, "floor", {x}); break;
       case Opcode::kLog: e = Math(t, "log", {x}); break;
       case Opcode::kLog1p: e = Math(t, "log1p", {x}); break;
+      case Opcode::kErf: e = Math(t, "erf", {x}); break;
       case Opcode::kLogistic:
         e = absl::StrCat("((", v, ")1 / ((", v, ")1 + ", Math(t, "exp", {"-(" + x + ")"}), "))");
         break;

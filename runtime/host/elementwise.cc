@@ -45,6 +45,7 @@ void UnaryLoop(Opcode op, const T* a, T* out, int64_t n) {
       KILN_FLOAT_UNARY(kCos, std::cos(x))
       KILN_FLOAT_UNARY(kExp, std::exp(x))
       KILN_FLOAT_UNARY(kExpm1, std::expm1(x))
+      KILN_FLOAT_UNARY(kErf, std::erf(x))
       KILN_FLOAT_UNARY(kFloor, std::floor(x))
       KILN_FLOAT_UNARY(kLog, std::log(x))
       KILN_FLOAT_UNARY(kLog1p, std::log1p(x))

@@ -16,7 +16,8 @@ int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 bool IsTranscendental(Opcode op) {
   switch (op) {
-    case Opcode::kExp: case Opcode::kExpm1: case Opcode::kLog: case Opcode::kLog1p:
+    case Opcode::kExp: case Opcode::kExpm1: case Opcode::kErf: case Opcode::kLog:
+    case Opcode::kLog1p:
     case Opcode::kLogistic: case Opcode::kTanh: case Opcode::kSin: case Opcode::kCos:
     case Opcode::kTan: case Opcode::kAtan2: case Opcode::kPower: case Opcode::kRsqrt:
     case Opcode::kSqrt: case Opcode::kCbrt: case Opcode::kDivide:

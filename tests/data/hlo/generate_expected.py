@@ -390,7 +390,7 @@ def case_edges_unary_f32():
         results = [np.abs(d), -d, sign, np.floor(d), np.ceil(d), afz, np.rint(d),
                    np.sqrt(d), 1 / np.sqrt(d), np.cbrt(d), np.exp(d), np.expm1(d), np.log(d),
                    np.log1p(d), 1 / (1 + np.exp(-d)), np.tanh(d), np.sin(d), np.cos(d),
-                   np.tan(d)]
+                   np.tan(d), np.array([math.erf(v) if not np.isnan(v) else np.nan for v in d])]
         rounded = [r.astype(np.float32) for r in results]  # overflow gives inf
     return [x], rounded + [np.isfinite(x)]
 
