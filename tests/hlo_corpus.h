@@ -53,7 +53,10 @@ inline Tolerance ToleranceFor(const std::string& module) {
   if (module == "edges_float_bf16") return {0, 0x1p-7, true};  // 1 ulp of bf16
   // libm's and the vector loops' transcendental functions are within a few
   // ulp; NaN, infinities and signed zeros still match exactly.
+  if (module == "edges_unary_f64") return {0, 8 * 0x1p-52, true};
   if (module == "edges_unary_f32") return {0, 8 * 0x1p-23, true};
+  if (module == "edges_unary_f16") return {0, 0x1p-10, true};  // 1 ulp of f16
+  if (module == "edges_unary_bf16") return {0, 0x1p-7, true};  // 1 ulp of bf16
   if (module.starts_with("edges_") || module.starts_with("types_"))
     return {0, 0, true};
   return {};

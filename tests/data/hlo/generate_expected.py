@@ -380,9 +380,21 @@ def case_edges_select_and_scatter():
     ]
 
 
-def case_edges_unary_f32():
-    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, 1e-40,
-                  -1e-40, 3e38, -3e38, 10.0, -10.0, 88.0, 89.0, -0.7], dtype=np.float32)
+UNARY_EDGES = {
+    # type: values besides NaN, +-inf, +-0, +-1, +-0.5, +-2.5 (subnormal,
+    # huge, where exp overflows, plain)
+    "f32": [1e-40, -1e-40, 3e38, -3e38, 10.0, -10.0, 88.0, 89.0, -0.7],
+    "f64": [5e-324, -1e-310, 1.7e308, -1.7e308, 10.0, -10.0, 709.0, 710.0, -0.7],
+    "f16": [1e-7, -1e-7, 65504.0, -65504.0, 4.0, -4.0, 11.0, 12.0, -0.7],
+    "bf16": [1e-39, -1e-39, 3e38, -3e38, 10.0, -10.0, 88.0, 89.0, -0.7],
+}
+
+
+def unary_edges(t):
+    """Every float unary op over the edge values of type t, in float64
+    rounded once to t."""
+    x = round_to([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5]
+                 + UNARY_EDGES[t], t)
     d = x.astype(np.float64)
     with np.errstate(all="ignore"):
         afz = np.where(np.isfinite(d), np.copysign(np.floor(np.abs(d) + 0.5), d), d)
@@ -391,8 +403,24 @@ def case_edges_unary_f32():
                    np.sqrt(d), 1 / np.sqrt(d), np.cbrt(d), np.exp(d), np.expm1(d), np.log(d),
                    np.log1p(d), 1 / (1 + np.exp(-d)), np.tanh(d), np.sin(d), np.cos(d),
                    np.tan(d), np.array([math.erf(v) if not np.isnan(v) else np.nan for v in d])]
-        rounded = [r.astype(np.float32) for r in results]  # overflow gives inf
-    return [x], rounded + [np.isfinite(x)]
+        rounded = [round_to(r, t) for r in results]  # overflow gives inf
+    return [x], rounded + [np.isfinite(d)]
+
+
+def case_edges_unary_f32():
+    return unary_edges("f32")
+
+
+def case_edges_unary_f64():
+    return unary_edges("f64")
+
+
+def case_edges_unary_f16():
+    return unary_edges("f16")
+
+
+def case_edges_unary_bf16():
+    return unary_edges("bf16")
 
 
 def case_edges_unary_int():
