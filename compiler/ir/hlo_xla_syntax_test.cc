@@ -257,6 +257,24 @@ ENTRY e {
   EXPECT_THAT(printed, HasSubstr("ROOT %x = f32[2] copy(%a)"));
 }
 
+// A computation attached to an op that calls none was kept by the parser,
+// dropped by the printer, and so moved the computation in the printed
+// order (hlo_text_fuzzer found it): the verifier refuses it.
+TEST(XlaSyntaxTest, AComputationOnAnOpThatCallsNoneIsRefused) {
+  auto m = ParseModule(R"(
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  x = f32[2,8] parameter(0)
+  ROOT s = f32[2,8] sqrt(x), dimensions={1}, to_apply=lt
+})");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_THAT(Verify(**m).message(), HasSubstr("sqrt calls no computation, got 1"));
+}
+
 TEST(XlaSyntaxTest, ElidedConstantsAreNamed) {
   EXPECT_THAT(ErrorOf("HloModule m, alias_passthrough_params=true\n\nENTRY e {\n  ROOT c = "
                       "f32[2,3]{1,0} constant({...}), metadata={op_type=\"Const\"}\n}"),

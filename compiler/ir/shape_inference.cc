@@ -482,12 +482,29 @@ absl::StatusOr<Shape> InferScatter(const Instruction& instr) {
   return operand;
 }
 
+// The ops that call computations; on any other a called computation is
+// read by no rule and written by no printer.
+bool CallsComputations(Opcode op) {
+  switch (op) {
+    case Opcode::kReduce: case Opcode::kReduceWindow: case Opcode::kSelectAndScatter:
+    case Opcode::kScatter: case Opcode::kSort: case Opcode::kCall: case Opcode::kWhile:
+    case Opcode::kConditional: case Opcode::kAllReduce:
+      return true;
+    default:
+      return false;
+  }
+}
+
 absl::StatusOr<Shape> InferUnchecked(const Instruction& instr) {
   const Opcode op = instr.opcode();
   const int arity = OpcodeArity(op);
   if (arity >= 0 && instr.operand_count() != arity) {
     return Err(absl::StrCat(OpcodeName(op), " takes ", arity,
                             " operands, got ", instr.operand_count()));
+  }
+  if (!CallsComputations(op) && !instr.called().empty()) {
+    return Err(absl::StrCat(OpcodeName(op), " calls no computation, got ",
+                            instr.called().size()));
   }
   if (IsElementwise(op)) return InferElementwise(instr);
   const Attributes& at = instr.attrs();
