@@ -121,7 +121,7 @@ absl::StatusOr<ir::Literal> ParseNpy(const std::string& bytes) {
     std::memcpy(lit.mutable_bytes().data(), bytes.data() + data_start, shape.ByteSize());
   }
   if (*type == ElementType::kPred) {
-    for (uint8_t& b : lit.mutable_bytes()) b = b != 0;
+    ir::NormalizePredBytes(lit.mutable_bytes().data(), static_cast<int64_t>(lit.bytes().size()));
   }
   return lit;
 }

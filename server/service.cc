@@ -170,7 +170,14 @@ absl::StatusOr<v1::TransferToDeviceResponse> Service::TransferToDevice(
       return absl::InvalidArgumentError(absl::StrCat(
           "transfer sent more than the declared ", total, " bytes"));
     }
-    if (!data.empty()) {
+    if (!data.empty() && shape->type() == ir::ElementType::kPred) {
+      // Any byte may arrive; the device holds pred values as 0 or 1.
+      std::string normalized = data;
+      ir::NormalizePredBytes(reinterpret_cast<uint8_t*>(normalized.data()),
+                             static_cast<int64_t>(normalized.size()));
+      RETURN_IF_ERROR(device->CopyToBuffer(**buffer, received, normalized.data(),
+                                           static_cast<int64_t>(normalized.size())));
+    } else if (!data.empty()) {
       RETURN_IF_ERROR(device->CopyToBuffer(**buffer, received, data.data(),
                                            static_cast<int64_t>(data.size())));
     }

@@ -259,6 +259,17 @@ TEST_F(ServiceTest, TransferRoundTripInChunks) {
   EXPECT_EQ(*back, bytes);
 }
 
+// A pred transfer may carry any byte; the device keeps 0 or 1 (reading
+// another byte as a bool is undefined).
+TEST_F(ServiceTest, PredBytesArriveAsZeroOrOne) {
+  ir::Literal lit(ir::Shape(ir::ElementType::kPred, {4}));
+  auto h = Upload(session_, lit, {std::string("\x00\x07", 2), std::string("\x01\xff", 2)});
+  ASSERT_TRUE(h.ok()) << h.status();
+  auto back = Download(session_, *h);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, std::string("\x00\x01\x01\x01", 4));
+}
+
 TEST_F(ServiceTest, TruncatedOversizedAndTooBigTransfersAreRefused) {
   ir::Literal lit = ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3});
   std::string bytes(lit.bytes().begin(), lit.bytes().end());

@@ -61,6 +61,10 @@ bool Literal::HoldsItsShape() const {
   return static_cast<int64_t>(bytes_.size()) == shape_.ByteSize();
 }
 
+void NormalizePredBytes(uint8_t* data, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) data[i] = data[i] != 0;
+}
+
 void Literal::SetFromDouble(int64_t i, double v) {
   DispatchType(shape_.type(), [&](auto tag) {
     using T = decltype(tag);

@@ -78,6 +78,11 @@ class Literal {
   std::vector<Literal> elements_;
 };
 
+// Makes every byte of a pred array 0 or 1 (nonzero is true, as in NumPy):
+// bytes from outside (the wire, a file) may hold any value, and reading
+// another value as a bool is undefined.
+void NormalizePredBytes(uint8_t* data, int64_t n);
+
 // Formats one element for text: shortest form that round-trips ("inf",
 // "-inf", "nan", "true"/"false" for pred).
 std::string FormatElement(const Literal& lit, int64_t i);

@@ -252,6 +252,9 @@ absl::StatusOr<Literal> LiteralFromProtoAt(const v1::LiteralProto& proto, int de
   if (!proto.data().empty()) {
     std::memcpy(lit.mutable_bytes().data(), proto.data().data(), proto.data().size());
   }
+  if (shape.type() == ElementType::kPred) {
+    NormalizePredBytes(lit.mutable_bytes().data(), static_cast<int64_t>(lit.bytes().size()));
+  }
   return lit;
 }
 
@@ -401,6 +404,9 @@ absl::Status ChunkedValue::Append(absl::string_view data) {
 }
 
 Literal ChunkedValue::Take() {
+  if (shape_->type() == ElementType::kPred) {
+    NormalizePredBytes(bytes_.data(), static_cast<int64_t>(bytes_.size()));
+  }
   Literal out = Literal::FromBytes(*shape_, std::move(bytes_));
   shape_.reset();
   bytes_ = {};

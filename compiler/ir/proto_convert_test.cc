@@ -89,6 +89,23 @@ TEST(ProtoConvertTest, AnArrayOfNoElementsDecodes) {
   EXPECT_TRUE(l->bytes().empty());
 }
 
+// Pred values from the wire may hold any byte (module_proto_fuzzer found
+// one read as a bool): they decode as 0 or 1, nonzero being true, in a
+// literal and in a value assembled from a stream.
+TEST(ProtoConvertTest, PredBytesDecodeAsZeroOrOne) {
+  v1::LiteralProto lit;
+  lit.mutable_shape()->set_element_type(v1::PRED);
+  lit.mutable_shape()->add_dims(3);
+  lit.set_data(std::string("\x00\x6b\x01", 3));
+  auto l = LiteralFromProto(lit);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->bytes(), (std::vector<uint8_t>{0, 1, 1}));
+  ChunkedValue value;
+  ASSERT_TRUE(value.Start(lit.shape(), 3, 1 << 20).ok());
+  ASSERT_TRUE(value.Append(std::string("\x02\x00\xff", 3)).ok());
+  EXPECT_EQ(value.Take().bytes(), (std::vector<uint8_t>{1, 0, 1}));
+}
+
 // Resident memory of this process, in bytes.
 int64_t ResidentBytes() {
   std::ifstream statm("/proc/self/statm");

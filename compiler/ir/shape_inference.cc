@@ -170,6 +170,12 @@ absl::StatusOr<Shape> InferElementwise(const Instruction& instr) {
                                 " to ", ElementTypeName(to),
                                 " needs equal bit widths"));
       }
+      // A pred is 0 or 1; other bytes have no meaning as one.
+      if (to == ElementType::kPred && t != ElementType::kPred) {
+        return Err(absl::StrCat("bitcast-convert from ", ElementTypeName(t),
+                                " to pred: a pred's bits are not defined; compare with "
+                                "zero instead"));
+      }
       return Shape(to, a.dims());
     }
     default:
