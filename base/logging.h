@@ -26,6 +26,10 @@ void Warn(spdlog::format_string_t<Args...> fmt, Args&&... args) {
   Logger().warn(fmt, std::forward<Args>(args)...);
 }
 template <typename... Args>
+void Error(spdlog::format_string_t<Args...> fmt, Args&&... args) {
+  Logger().error(fmt, std::forward<Args>(args)...);
+}
+template <typename... Args>
 void Debug(spdlog::format_string_t<Args...> fmt, Args&&... args) {
   Logger().debug(fmt, std::forward<Args>(args)...);
 }

@@ -206,6 +206,7 @@ Executable::Executable(std::shared_ptr<ClientCore> core, const v1::CompileRespon
       fingerprint_(r.fingerprint()),
       cache_hit_(r.cache_hit()),
       compile_micros_(r.compile_micros()) {
+  persistent_cache_hit_ = r.persistent_cache_hit();
   for (const auto& p : r.parameter_shapes()) {
     parameter_shapes_.push_back(ir::ShapeFromProto(p).value_or(ir::Shape()));
   }
@@ -226,6 +227,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::unique_ptr<Transport
   core->Start(resp->session_id(), absl::Seconds(std::max<int64_t>(1, resp->lease_seconds())));
   auto client = std::unique_ptr<Client>(new Client(core));
   client->protocol_version_ = resp->version();
+  client->security_warning_ = resp->security_warning();
   for (const auto& d : resp->devices()) {
     client->devices_.push_back({d.name(), d.kind(), d.ordinal(), d.memory_capacity_bytes()});
   }
@@ -242,6 +244,7 @@ GrpcOptions GrpcOptionsOf(const ConnectOptions& options) {
   grpc.compile_timeout = options.compile_timeout;
   grpc.execute_timeout = options.execute_timeout;
   grpc.keepalive_time = options.keepalive_time;
+  grpc.security = options.security;
   return grpc;
 }
 

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/security.h"
 #include "client/transport.h"
 #include "compiler/ir/instruction.h"
 #include "compiler/ir/literal.h"
@@ -42,6 +43,9 @@ struct ConnectOptions {
   absl::Duration execute_timeout = absl::ZeroDuration();
   absl::Duration keepalive_time = absl::Seconds(30);
   int64_t chunk_bytes = int64_t{1} << 20;
+  // TLS and bearer token; empty fields come from KILN_* environment
+  // variables (client/security.h).
+  SecurityOptions security;
   // Test hook: no keep-alives and no session close, like a client that
   // vanished.
   bool keep_alive = true;
@@ -87,6 +91,8 @@ class Executable {
   const std::string& device() const { return device_; }
   const std::string& fingerprint() const { return fingerprint_; }
   bool cache_hit() const { return cache_hit_; }
+  // Loaded from the server's persistent compile cache: no compile ran.
+  bool persistent_cache_hit() const { return persistent_cache_hit_; }
   int64_t compile_micros() const { return compile_micros_; }
   const std::vector<ir::Shape>& parameter_shapes() const { return parameter_shapes_; }
   const ir::Shape& result_shape() const { return result_shape_; }
@@ -95,6 +101,7 @@ class Executable {
   std::shared_ptr<ClientCore> core_;
   std::string handle_, device_, fingerprint_;
   bool cache_hit_;
+  bool persistent_cache_hit_ = false;
   int64_t compile_micros_;
   std::vector<ir::Shape> parameter_shapes_;
   ir::Shape result_shape_;
@@ -185,6 +192,9 @@ class Client {
   const std::vector<DeviceDescription>& devices() const { return devices_; }
   // The protocol version agreed with the server.
   uint32_t protocol_version() const { return protocol_version_; }
+  // Non-empty when the server runs exposed without TLS or authentication
+  // (kiln-server --insecure): show it to the user.
+  const std::string& security_warning() const { return security_warning_; }
   // The first accelerator, else the first CPU.
   const DeviceDescription& default_device() const;
 
@@ -237,6 +247,7 @@ class Client {
   std::shared_ptr<ClientCore> core_;
   std::vector<DeviceDescription> devices_;
   uint32_t protocol_version_ = 0;
+  std::string security_warning_;
 };
 
 }  // namespace kiln::client

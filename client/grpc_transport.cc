@@ -1,17 +1,26 @@
 #include "client/grpc_transport.h"
 
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/proto_convert.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "kiln/v1/service.grpc.pb.h"
 #include "base/chunks.h"
+#include "base/status_macros.h"
 
 namespace kiln::client {
 namespace {
 
 constexpr int kMaxMessageBytes = 256 << 20;
+
+// Every call carries the bearer token, if there is one.
+void Authorize(grpc::ClientContext* ctx, const std::string& token) {
+  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+}
 
 absl::Status FromGrpc(const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
@@ -32,6 +41,7 @@ class GrpcTransport : public Transport {
   absl::StatusOr<Resp> Unary(Method method, const Req& req, absl::Duration timeout,
                              CallCanceller* cancel = nullptr) {
     grpc::ClientContext ctx;
+    Authorize(&ctx, options_.security.token);
     if (timeout > absl::ZeroDuration() && timeout < absl::InfiniteDuration()) {
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     }
@@ -87,6 +97,7 @@ class GrpcTransport : public Transport {
   absl::StatusOr<v1::TransferToDeviceResponse> TransferToDevice(
       const v1::TransferHeader& header, absl::string_view data, int64_t chunk_bytes) override {
     grpc::ClientContext ctx;
+    Authorize(&ctx, options_.security.token);
     v1::TransferToDeviceResponse resp;
     auto writer = stub_->TransferToDevice(&ctx, &resp);
     v1::TransferToDeviceChunk first;
@@ -109,6 +120,7 @@ class GrpcTransport : public Transport {
       const v1::TransferFromDeviceRequest& r,
       const std::function<absl::Status(v1::TransferFromDeviceChunk&)>& on_chunk) override {
     grpc::ClientContext ctx;
+    Authorize(&ctx, options_.security.token);
     auto reader = stub_->TransferFromDevice(&ctx, r);
     v1::TransferFromDeviceChunk chunk;
     absl::Status local;
@@ -128,12 +140,18 @@ class GrpcTransport : public Transport {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::KilnService::Stub> stub_;
   const GrpcOptions options_;
+
+ public:
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  const GrpcOptions& options() const { return options_; }
 };
 
 class GrpcInfeedStream : public InfeedStream {
  public:
-  GrpcInfeedStream(v1::KilnService::Stub* stub, const v1::FeedTarget& target, int64_t chunk_bytes)
+  GrpcInfeedStream(v1::KilnService::Stub* stub, const v1::FeedTarget& target, int64_t chunk_bytes,
+                   const std::string& token)
       : chunk_bytes_(std::max<int64_t>(chunk_bytes, 1024)) {
+    Authorize(&ctx_, token);
     writer_ = stub->Infeed(&ctx_, &resp_);
     v1::InfeedChunk first;
     *first.mutable_target() = target;
@@ -186,8 +204,10 @@ class GrpcInfeedStream : public InfeedStream {
 
 class GrpcOutfeedStream : public OutfeedStream {
  public:
-  GrpcOutfeedStream(v1::KilnService::Stub* stub, const v1::OutfeedRequest& r)
+  GrpcOutfeedStream(v1::KilnService::Stub* stub, const v1::OutfeedRequest& r,
+                    const std::string& token)
       : max_values_(r.max_values()) {
+    Authorize(&ctx_, token);
     reader_ = stub->Outfeed(&ctx_, r);
   }
   ~GrpcOutfeedStream() override {
@@ -248,22 +268,77 @@ class GrpcOutfeedStream : public OutfeedStream {
 
 absl::StatusOr<std::unique_ptr<InfeedStream>> GrpcTransport::OpenInfeed(
     const v1::FeedTarget& target, int64_t chunk_bytes) {
-  return std::unique_ptr<InfeedStream>(new GrpcInfeedStream(stub_.get(), target, chunk_bytes));
+  return std::unique_ptr<InfeedStream>(new GrpcInfeedStream(stub_.get(), target, chunk_bytes, options_.security.token));
 }
 
 absl::StatusOr<std::unique_ptr<OutfeedStream>> GrpcTransport::OpenOutfeed(
     const v1::OutfeedRequest& r) {
-  return std::unique_ptr<OutfeedStream>(new GrpcOutfeedStream(stub_.get(), r));
+  return std::unique_ptr<OutfeedStream>(new GrpcOutfeedStream(stub_.get(), r, options_.security.token));
+}
+
+}  // namespace
+
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read the ", what, " ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
+    const SecurityOptions& security) {
+  if (!security.uses_tls()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  if (!security.tls_ca_file.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(security.tls_ca_file, "TLS CA file"));
+  }
+  if (!security.tls_cert_file.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_cert_chain,
+                     ReadFile(security.tls_cert_file, "TLS client certificate"));
+    ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFile(security.tls_key_file, "TLS client key"));
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+// A handshake that fails (wrong CA, no client certificate, plaintext
+// against TLS) will not succeed by retrying: such errors end the wait at
+// once. A call that fails fast tells why the channel is failing.
+std::string ConnectionError(grpc::Channel* channel) {
+  v1::KilnService::Stub stub(std::shared_ptr<grpc::Channel>(channel, [](grpc::Channel*) {}));
+  grpc::ClientContext ctx;
+  ctx.set_wait_for_ready(false);
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  v1::KeepAliveRequest req;
+  v1::KeepAliveResponse resp;
+  grpc::Status s = stub.KeepAlive(&ctx, req, &resp);
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ? s.error_message() : std::string();
+}
+
+bool IsHandshakeFailure(const std::string& error) {
+  for (const char* marker : {"andshake", "SSL", "TLS", "ertificate", "Socket closed"}) {
+    if (error.find(marker) != std::string::npos) return true;
+  }
+  return false;
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Transport>> ConnectGrpc(const std::string& address,
-                                                       const GrpcOptions& options) {
+                                                       const GrpcOptions& given) {
+  GrpcOptions options = given;
+  ASSIGN_OR_RETURN(options.security, ResolveSecurity(given.security));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   ChannelCredentials(options.security));
   const absl::Duration connect_timeout = options.connect_timeout;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
+  if (!options.security.tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(options.security.tls_server_name);
+  }
   if (options.keepalive_time > absl::ZeroDuration()) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
                 static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
@@ -272,13 +347,70 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGrpc(const std::string& addres
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   }
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  // WaitForConnected retries the connection until the deadline.
-  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + connect_timeout))) {
-    return absl::UnavailableError(absl::StrCat("cannot reach a Kiln server at ", address,
-                                               " within ", absl::FormatDuration(connect_timeout)));
+  auto channel = grpc::CreateCustomChannel(address, credentials, args);
+  const absl::Time deadline = absl::Now() + connect_timeout;
+  std::string last_error;
+  // WaitForConnected retries the connection until the deadline; a failing
+  // channel is asked why every half second.
+  while (!channel->WaitForConnected(
+      absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(500))))) {
+    if (channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      last_error = ConnectionError(channel.get());
+      if (IsHandshakeFailure(last_error)) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot connect to the Kiln server at ", address, " (",
+            options.security.uses_tls() ? "TLS" : "plaintext", "): ", last_error,
+            options.security.uses_tls()
+                ? "; check the CA (KILN_TLS_CA), the server name and, where the server "
+                  "requires one, the client certificate (KILN_TLS_CERT, KILN_TLS_KEY)"
+                : "; a server with TLS needs a CA (KILN_TLS_CA) or KILN_TLS=1"));
+      }
+    }
+    if (absl::Now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot reach a Kiln server at ", address, " within ",
+          absl::FormatDuration(connect_timeout), last_error.empty() ? "" : ": ", last_error));
+    }
   }
   return std::unique_ptr<Transport>(new GrpcTransport(std::move(channel), options));
+}
+
+absl::StatusOr<std::string> CheckHealth(const std::string& address, const GrpcOptions& given) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, ConnectGrpc(address, given));
+  auto* grpc_transport = static_cast<GrpcTransport*>(transport.get());
+  // The client library carries no grpc.health.v1 stubs: the request
+  // (service "") is the empty message, and the reply is one varint field.
+  grpc::GenericStub stub(grpc_transport->channel());
+  grpc::ClientContext ctx;
+  Authorize(&ctx, grpc_transport->options().security.token);
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + grpc_transport->options().control_timeout));
+  grpc::CompletionQueue cq;
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  auto call = stub.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", request, &cq);
+  call->StartCall();
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  if (!cq.Next(&tag, &ok) || !ok) return absl::UnavailableError("the health check did not finish");
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  if (!status.ok()) return FromGrpc(status);
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return absl::InternalError("unreadable health reply");
+  std::string bytes;
+  for (const grpc::Slice& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  int value = 0;  // absent field: UNKNOWN
+  if (bytes.size() == 2 && bytes[0] == 0x08) value = static_cast<unsigned char>(bytes[1]);
+  else if (!bytes.empty()) return absl::InternalError("unexpected health reply");
+  switch (value) {
+    case 1: return std::string("SERVING");
+    case 2: return std::string("NOT_SERVING");
+    default: return std::string("UNKNOWN");
+  }
 }
 
 }  // namespace kiln::client

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/security.h"
 #include "client/transport.h"
 
 namespace kiln::client {
@@ -26,12 +27,22 @@ struct GrpcOptions {
   // keepalive_time + keepalive_timeout instead of never.
   absl::Duration keepalive_time = absl::Seconds(30);
   absl::Duration keepalive_timeout = absl::Seconds(20);
+  // TLS and bearer token; empty fields are taken from KILN_* environment
+  // variables (client/security.h).
+  SecurityOptions security;
 };
 
 // Opens a channel to `address` and waits up to `options.connect_timeout`
-// for it to become ready. UNAVAILABLE when it does not.
+// for it to become ready. UNAVAILABLE when it does not (at once when a TLS
+// handshake fails, saying why); INVALID_ARGUMENT for unusable security
+// options.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectGrpc(const std::string& address,
                                                        const GrpcOptions& options = {});
+
+// Asks the server's grpc.health.v1 service (with the bearer token, if any)
+// and returns its status: "SERVING", "NOT_SERVING" or "UNKNOWN". An error
+// when the call fails (UNAUTHENTICATED without a valid token).
+absl::StatusOr<std::string> CheckHealth(const std::string& address, const GrpcOptions& options = {});
 
 }  // namespace kiln::client
 

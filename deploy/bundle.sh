@@ -265,6 +265,10 @@ copy_elves() {
 
 copy_share() {
   local dir rel
+  # What deploy/Containerfile and deploy/kiln-server.service expect.
+  mkdir -p "$bundle/share/kiln/deploy"
+  cp "$src/deploy/kiln-server.flags" "$src/deploy/kiln-server.service" \
+    "$src/deploy/tpu_v3_8.cfg" "$bundle/share/kiln/deploy/"
   if $with_tests; then
     for rel in "${kTestSources[@]}"; do
       mkdir -p "$bundle/share/kiln/$(dirname "$rel")"

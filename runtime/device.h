@@ -91,6 +91,31 @@ class Compiler {
   // the backend cannot run.
   virtual absl::StatusOr<std::shared_ptr<Executable>> Compile(const ir::Module& module,
                                                               const CompileOptions& options) = 0;
+
+  // For the persistent compile cache. A backend that can keep what makes
+  // recompiling cheap returns it as `artifact` beside the executable, and
+  // Load() turns an artifact back into an executable without the costly
+  // steps (passes, autotuning, code generation). The defaults keep nothing:
+  // an empty artifact, and Load() UNIMPLEMENTED.
+  struct Compiled {
+    std::shared_ptr<Executable> executable;
+    std::string artifact;  // empty: nothing to keep
+  };
+  virtual absl::StatusOr<Compiled> CompileForCache(const ir::Module& module,
+                                                   const CompileOptions& options) {
+    absl::StatusOr<std::shared_ptr<Executable>> exe = Compile(module, options);
+    if (!exe.ok()) return exe.status();
+    return Compiled{*std::move(exe), ""};
+  }
+  // INVALID_ARGUMENT for an artifact this build cannot read.
+  virtual absl::StatusOr<std::shared_ptr<Executable>> Load(const std::string& artifact,
+                                                           const CompileOptions& options) {
+    return absl::UnimplementedError("this backend keeps no compiled programs on disk");
+  }
+  // What else an artifact depends on, for the persistent cache's key: the
+  // versions of the libraries that generate code or choose kernels, and the
+  // processor they chose for.
+  virtual std::string ArtifactDependencies() const { return ""; }
 };
 
 // One device of a backend: its memory, buffers, transfers and the device's

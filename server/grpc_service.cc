@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/proto_convert.h"
 #include "base/status_macros.h"
-#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
 #include "base/chunks.h"
 #include "runtime/cancel_check.h"
 
@@ -32,6 +32,14 @@ runtime::CancelCheck CancelledBy(grpc::ServerContext* ctx) {
 
 }  // namespace
 
+// Every call is checked before it reads its request.
+#define RETURN_IF_UNAUTHENTICATED(ctx)                               \
+  do {                                                               \
+    if (grpc::Status auth_status = auth_->Check(ctx); !auth_status.ok()) { \
+      return auth_status;                                            \
+    }                                                                \
+  } while (false)
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   // absl and gRPC share the canonical code numbering.
@@ -39,22 +47,28 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-grpc::Status GrpcService::Handshake(grpc::ServerContext*, const v1::HandshakeRequest* req,
+grpc::Status GrpcService::Handshake(grpc::ServerContext* ctx, const v1::HandshakeRequest* req,
                                     v1::HandshakeResponse* resp) {
-  return Reply(service_->Handshake(*req), resp);
+  RETURN_IF_UNAUTHENTICATED(ctx);
+  grpc::Status status = Reply(service_->Handshake(*req), resp);
+  if (status.ok() && !security_warning_.empty()) resp->set_security_warning(security_warning_);
+  return status;
 }
-grpc::Status GrpcService::KeepAlive(grpc::ServerContext*, const v1::KeepAliveRequest* req,
+grpc::Status GrpcService::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliveRequest* req,
                                     v1::KeepAliveResponse* resp) {
+  RETURN_IF_UNAUTHENTICATED(ctx);
   return Reply(service_->KeepAlive(*req), resp);
 }
-grpc::Status GrpcService::CloseSession(grpc::ServerContext*, const v1::CloseSessionRequest* req,
+grpc::Status GrpcService::CloseSession(grpc::ServerContext* ctx, const v1::CloseSessionRequest* req,
                                        v1::CloseSessionResponse* resp) {
+  RETURN_IF_UNAUTHENTICATED(ctx);
   return Reply(service_->CloseSession(*req), resp);
 }
 
 grpc::Status GrpcService::TransferToDevice(grpc::ServerContext* ctx,
                                            grpc::ServerReader<v1::TransferToDeviceChunk>* reader,
                                            v1::TransferToDeviceResponse* resp) {
+  RETURN_IF_UNAUTHENTICATED(ctx);
   v1::TransferToDeviceChunk chunk;
   if (!reader->Read(&chunk)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty transfer stream");
@@ -78,47 +92,55 @@ grpc::Status GrpcService::TransferToDevice(grpc::ServerContext* ctx,
 }
 
 grpc::Status GrpcService::TransferFromDevice(
-    grpc::ServerContext*, const v1::TransferFromDeviceRequest* req,
+    grpc::ServerContext* ctx, const v1::TransferFromDeviceRequest* req,
     grpc::ServerWriter<v1::TransferFromDeviceChunk>* writer) {
+  RETURN_IF_UNAUTHENTICATED(ctx);
   return ToGrpcStatus(service_->TransferFromDevice(
       *req, [&](const v1::TransferFromDeviceChunk& c) { return writer->Write(c); }));
 }
 
-grpc::Status GrpcService::Release(grpc::ServerContext*, const v1::ReleaseRequest* req,
+grpc::Status GrpcService::Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
                                   v1::ReleaseResponse* resp) {
+  RETURN_IF_UNAUTHENTICATED(ctx);
   return Reply(service_->Release(*req), resp);
 }
-grpc::Status GrpcService::Compile(grpc::ServerContext*, const v1::CompileRequest* req,
+grpc::Status GrpcService::Compile(grpc::ServerContext* ctx, const v1::CompileRequest* req,
                                   v1::CompileResponse* resp) {
+  RETURN_IF_UNAUTHENTICATED(ctx);
   return Reply(service_->Compile(*req), resp);
 }
 grpc::Status GrpcService::Execute(grpc::ServerContext* ctx, const v1::ExecuteRequest* req,
                                   v1::ExecuteResponse* resp) {
+  RETURN_IF_UNAUTHENTICATED(ctx);
   // A client that cancels or passes its deadline stops the program.
   // The inline results stay charged to the session until the reply is
   // handed to gRPC.
   runtime::MemoryCharge reply_charge;
   return Reply(service_->Execute(*req, CancelledBy(ctx), &reply_charge), resp);
 }
-grpc::Status GrpcService::MemoryInfo(grpc::ServerContext*, const v1::MemoryInfoRequest* req,
+grpc::Status GrpcService::MemoryInfo(grpc::ServerContext* ctx, const v1::MemoryInfoRequest* req,
                                      v1::MemoryInfoResponse* resp) {
+  RETURN_IF_UNAUTHENTICATED(ctx);
   return Reply(service_->MemoryInfo(*req), resp);
 }
-grpc::Status GrpcService::GetMetrics(grpc::ServerContext*, const v1::MetricsRequest*,
+grpc::Status GrpcService::GetMetrics(grpc::ServerContext* ctx, const v1::MetricsRequest*,
                                      v1::MetricsResponse* resp) {
+  RETURN_IF_UNAUTHENTICATED(ctx);
   *resp = service_->GetMetrics();
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcService::CreateFeedToken(grpc::ServerContext*,
+grpc::Status GrpcService::CreateFeedToken(grpc::ServerContext* ctx,
                                           const v1::CreateFeedTokenRequest* req,
                                           v1::CreateFeedTokenResponse* resp) {
+  RETURN_IF_UNAUTHENTICATED(ctx);
   return Reply(service_->CreateFeedToken(*req), resp);
 }
 
 grpc::Status GrpcService::Infeed(grpc::ServerContext* ctx,
                                  grpc::ServerReader<v1::InfeedChunk>* reader,
                                  v1::InfeedResponse* resp) {
+  RETURN_IF_UNAUTHENTICATED(ctx);
   v1::InfeedChunk chunk;
   if (!reader->Read(&chunk)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty infeed stream");
@@ -171,6 +193,7 @@ grpc::Status GrpcService::Infeed(grpc::ServerContext* ctx,
 
 grpc::Status GrpcService::Outfeed(grpc::ServerContext* ctx, const v1::OutfeedRequest* req,
                                   grpc::ServerWriter<v1::OutfeedChunk>* writer) {
+  RETURN_IF_UNAUTHENTICATED(ctx);
   absl::StatusOr<kiln::server::Service::FeedEndpoint> feed = service_->OpenFeed(req->target());
   if (!feed.ok()) return ToGrpcStatus(feed.status());
   const absl::Duration timeout = req->timeout_millis() > 0
@@ -201,9 +224,25 @@ grpc::Status GrpcService::Outfeed(grpc::ServerContext* ctx, const v1::OutfeedReq
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(kiln::server::Service* service,
                                                              const std::string& address) {
+  GrpcServerOptions options;
+  options.address = address;
+  return Start(service, options);
+}
+
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(kiln::server::Service* service,
+                                                             const GrpcServerOptions& options) {
+  const std::string& address = options.address;
   auto server = std::unique_ptr<GrpcServer>(new GrpcServer());
-  server->handler_ = std::make_unique<GrpcService>(service);
-  grpc::EnableDefaultHealthCheckService(true);
+  server->auth_ = std::make_unique<CallAuth>(options.tokens, &service->metrics());
+  server->handler_ =
+      std::make_unique<GrpcService>(service, server->auth_.get(), options.security_warning);
+  server->health_ = std::make_unique<HealthService>(server->auth_.get());
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (options.tls.enabled()) {
+    ASSIGN_OR_RETURN(credentials, ServerTlsCredentials(options.tls));
+  } else {
+    credentials = grpc::InsecureServerCredentials();
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   // Without SO_REUSEPORT: a second server on a port in use must fail, not
@@ -214,10 +253,11 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(kiln::server::Serv
   // allow that instead of answering it with GOAWAY.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(address, credentials, &port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(server->handler_.get());
+  builder.RegisterService(server->health_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat(
@@ -229,6 +269,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(kiln::server::Serv
 }
 
 void GrpcServer::Shutdown(absl::Duration grace) {
+  health_->SetServing(false);
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
 }
 

@@ -9,16 +9,24 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "kiln/v1/service.grpc.pb.h"
+#include "server/grpc_auth.h"
+#include "server/grpc_health.h"
 #include "server/service.h"
+#include "server/grpc_tls.h"
+#include "server/tokens.h"
 
 namespace kiln::server {
 
 // The one mapping from internal status to gRPC status.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
+// Every call first passes `auth` (borrowed, must outlive it). A non-empty
+// `security_warning` goes to every client in its handshake.
 class GrpcService final : public v1::KilnService::Service {
  public:
-  explicit GrpcService(kiln::server::Service* service) : service_(service) {}
+  GrpcService(kiln::server::Service* service, const CallAuth* auth,
+              std::string security_warning = "")
+      : service_(service), auth_(auth), security_warning_(std::move(security_warning)) {}
 
   grpc::Status Handshake(grpc::ServerContext*, const v1::HandshakeRequest*,
                          v1::HandshakeResponse*) override;
@@ -50,14 +58,28 @@ class GrpcService final : public v1::KilnService::Service {
 
  private:
   kiln::server::Service* service_;  // borrowed
+  const CallAuth* auth_;            // borrowed
+  const std::string security_warning_;
+};
+
+struct GrpcServerOptions {
+  std::string address = "127.0.0.1:0";  // port 0 picks a free port
+  TlsFiles tls;                         // none: plaintext
+  const TokenStore* tokens = nullptr;   // borrowed, must outlive the server; null: no tokens
+  std::string security_warning;         // shown to every client (CheckExposure)
 };
 
 // A running gRPC server around a Service. Thread-safe.
 class GrpcServer {
  public:
-  // Listens on `address` ("127.0.0.1:0" picks a free port).
+  // Listens on `address` ("127.0.0.1:0" picks a free port), plaintext and
+  // without tokens.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(kiln::server::Service* service,
                                                            const std::string& address);
+  // INVALID_ARGUMENT for unusable TLS files, UNAVAILABLE when it cannot
+  // listen.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(kiln::server::Service* service,
+                                                           const GrpcServerOptions& options);
   // "127.0.0.1:PORT" as bound.
   const std::string& address() const { return address_; }
   // Stops accepting calls; in-flight calls get `grace` to finish, then are
@@ -66,7 +88,9 @@ class GrpcServer {
   void Wait();
 
  private:
+  std::unique_ptr<CallAuth> auth_;
   std::unique_ptr<GrpcService> handler_;
+  std::unique_ptr<HealthService> health_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

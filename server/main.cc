@@ -16,7 +16,10 @@
 #include "server/allocator.h"
 #include "server/grpc_service.h"
 #include "base/logging.h"
+#include "server/exposure.h"
+#include "server/metrics_http.h"
 #include "server/service.h"
+#include "server/tokens.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:8470",
           "host:port to listen on; port 0 picks a free port. Loopback by default.");
@@ -45,6 +48,11 @@ ABSL_FLAG(int32_t, max_call_depth, 64, "longest chain of nested calls in a modul
 ABSL_FLAG(int32_t, max_rank, 64, "highest rank of a shape in a module (at most 64)");
 ABSL_FLAG(int32_t, threads, 0,
           "threads the compute libraries use (BLAS and oneDNN on the CPU); 0: one per core");
+ABSL_FLAG(std::string, compile_cache_dir, "",
+          "directory where compiled programs are kept across restarts (created if missing; "
+          "several servers may share it); empty: memory only");
+ABSL_FLAG(std::string, compile_cache_dir_bytes, "4G",
+          "bytes --compile_cache_dir may hold; the least recently used entries go first");
 ABSL_FLAG(std::string, dump_dir, "",
           "write each newly compiled module here as HLO text, named by its fingerprint");
 ABSL_FLAG(std::string, log_level, "info",
@@ -63,6 +71,19 @@ ABSL_FLAG(int64_t, infeed_timeout_seconds, 30,
           "how long a program's infeed waits for data before failing");
 ABSL_FLAG(int64_t, collective_timeout_seconds, 60,
           "how long a replica waits for the others at an all-reduce");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the server: turns on TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificate(s): clients must present a certificate signed by one (mutual TLS)");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "file of bearer tokens, one 'NAME TOKEN' per line, mode 600: every call must carry "
+          "one (re-read on SIGHUP)");
+ABSL_FLAG(bool, insecure, false,
+          "allow listening on an address other machines can reach without TLS and client "
+          "authentication (warned at start and to every client)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port of a Prometheus endpoint (plain HTTP GET /metrics; port 0 picks a free "
+          "port); the bearer tokens apply; empty: none");
 ABSL_FLAG(int64_t, shutdown_grace_seconds, 5,
           "on SIGTERM/SIGINT, how long in-flight calls may take before they are cancelled");
 
@@ -97,6 +118,7 @@ int main(int argc, char** argv) {
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGHUP, &action, nullptr);
 
   if (absl::Status st = kiln::logging::SetLevel(absl::GetFlag(FLAGS_log_level)); !st.ok()) {
     std::fprintf(stderr, "kiln-server: %s\n", std::string(st.message()).c_str());
@@ -122,6 +144,18 @@ int main(int argc, char** argv) {
   options.feed_queue_capacity = static_cast<size_t>(absl::GetFlag(FLAGS_feed_queue_capacity));
   options.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_seconds));
   options.dump_dir = absl::GetFlag(FLAGS_dump_dir);
+  options.compile_cache_dir = absl::GetFlag(FLAGS_compile_cache_dir);
+  {
+    absl::StatusOr<int64_t> bytes = kiln::runtime::ParseBytes(
+        absl::GetFlag(FLAGS_compile_cache_dir_bytes), "--compile_cache_dir_bytes");
+    if (!bytes.ok() || *bytes <= 0) {
+      std::fprintf(stderr, "kiln-server: %s\n",
+                   bytes.ok() ? "--compile_cache_dir_bytes must be positive"
+                              : std::string(bytes.status().message()).c_str());
+      return 2;
+    }
+    options.compile_cache_dir_bytes = *bytes;
+  }
   {
     absl::StatusOr<int64_t> bytes =
         kiln::runtime::ParseBytes(absl::GetFlag(FLAGS_compile_cache_bytes), "--compile_cache_bytes");
@@ -198,21 +232,105 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kiln-server: %s\n", std::string(service.status().message()).c_str());
     return 1;
   }
-  auto server = kiln::server::GrpcServer::Start(service->get(), absl::GetFlag(FLAGS_listen));
+  kiln::server::GrpcServerOptions grpc_options;
+  grpc_options.address = absl::GetFlag(FLAGS_listen);
+  grpc_options.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                      absl::GetFlag(FLAGS_tls_client_ca)};
+  std::unique_ptr<kiln::server::TokenStore> tokens;
+  if (!absl::GetFlag(FLAGS_auth_tokens_file).empty()) {
+    auto loaded = kiln::server::TokenStore::Load(absl::GetFlag(FLAGS_auth_tokens_file));
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "kiln-server: --auth_tokens_file: %s\n",
+                   std::string(loaded.status().message()).c_str());
+      return 2;
+    }
+    tokens = *std::move(loaded);
+    grpc_options.tokens = tokens.get();
+  }
+  {
+    kiln::server::Exposure exposure;
+    exposure.tls = grpc_options.tls.enabled();
+    exposure.authenticated = tokens != nullptr || !grpc_options.tls.client_ca.empty();
+    exposure.insecure = absl::GetFlag(FLAGS_insecure);
+    absl::StatusOr<std::string> warning =
+        kiln::server::CheckExposure(grpc_options.address, exposure);
+    if (!warning.ok()) {
+      std::fprintf(stderr, "kiln-server: %s\n", std::string(warning.status().message()).c_str());
+      return 2;
+    }
+    grpc_options.security_warning = *warning;
+    if (!warning->empty()) {
+      std::fprintf(stderr, "kiln-server: %s\n", warning->c_str());
+      kiln::logging::Warn("{}", *warning);
+    }
+  }
+  auto server = kiln::server::GrpcServer::Start(service->get(), grpc_options);
   if (!server.ok()) {
     std::fprintf(stderr, "kiln-server: %s\n", std::string(server.status().message()).c_str());
-    return 1;
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   std::printf("listening on %s\n", (*server)->address().c_str());
-  std::fflush(stdout);
-  kiln::logging::Info("kiln-server listening on {} with {} device(s), lease {}s",
-                      (*server)->address(), (*service)->devices().size(),
-                      absl::GetFlag(FLAGS_lease_seconds));
-  std::thread waiter([&] {
-    unsigned char sig = 0;
-    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+  std::unique_ptr<kiln::server::MetricsHttpServer> metrics_http;
+  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
+    kiln::server::MetricsHttpOptions metrics_options;
+    metrics_options.address = absl::GetFlag(FLAGS_metrics_listen);
+    metrics_options.tokens = tokens.get();
+    metrics_options.metrics = &(*service)->metrics();
+    if (!kiln::server::IsLoopbackHost(kiln::server::HostOf(metrics_options.address))) {
+      if (!absl::GetFlag(FLAGS_insecure)) {
+        std::fprintf(stderr,
+                     "kiln-server: --metrics_listen=%s is reachable from other machines, and the "
+                     "metrics endpoint serves plain HTTP; listen on loopback, or pass --insecure "
+                     "(with --auth_tokens_file, scrapes still need a token)\n",
+                     metrics_options.address.c_str());
+        return 2;
+      }
+      std::fprintf(stderr, "kiln-server: INSECURE: metrics are served over plain HTTP on %s%s\n",
+                   metrics_options.address.c_str(),
+                   tokens == nullptr ? " to anyone who reaches it" : "");
     }
-    kiln::logging::Info("signal {} received; shutting down", static_cast<int>(sig));
+    kiln::server::Service* svc = service->get();
+    auto started = kiln::server::MetricsHttpServer::Start(
+        metrics_options, [svc] { return svc->PrometheusMetrics(); });
+    if (!started.ok()) {
+      std::fprintf(stderr, "kiln-server: %s\n", std::string(started.status().message()).c_str());
+      return started.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    metrics_http = *std::move(started);
+    std::printf("metrics on http://%s/metrics\n", metrics_http->address().c_str());
+  }
+  std::fflush(stdout);
+  kiln::logging::Info("kiln-server listening on {} with {} device(s), lease {}s{}{}",
+                      (*server)->address(), (*service)->devices().size(),
+                      absl::GetFlag(FLAGS_lease_seconds),
+                      grpc_options.tls.enabled()
+                          ? (grpc_options.tls.client_ca.empty() ? ", TLS" : ", mutual TLS")
+                          : "",
+                      tokens != nullptr ? ", bearer tokens" : "");
+  std::thread waiter([&] {
+    for (;;) {
+      unsigned char sig = 0;
+      if (read(g_signal_pipe[0], &sig, 1) < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      if (sig == SIGHUP) {
+        if (tokens == nullptr) {
+          kiln::logging::Info("SIGHUP: no --auth_tokens_file to re-read");
+          continue;
+        }
+        absl::StatusOr<size_t> n = tokens->Reload();
+        if (n.ok()) {
+          kiln::logging::Info("SIGHUP: {} bearer token(s) in force from {}", *n, tokens->path());
+        } else {
+          kiln::logging::Error("SIGHUP: {}; the previous tokens stay in force",
+                               std::string(n.status().message()));
+        }
+        continue;
+      }
+      kiln::logging::Info("signal {} received; shutting down", static_cast<int>(sig));
+      break;
+    }
     (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
   });
   (*server)->Wait();

@@ -28,6 +28,11 @@ void Metrics::Record(const std::string& timer, absl::Duration d) {
   ++t.count;
   t.total_micros += us;
   t.max_micros = std::max(t.max_micros, us);
+  const std::vector<double>& bounds = BucketSeconds();
+  if (t.buckets.empty()) t.buckets.assign(bounds.size(), 0);
+  const double seconds = us * 1e-6;
+  auto bound = std::lower_bound(bounds.begin(), bounds.end(), seconds);
+  if (bound != bounds.end()) ++t.buckets[bound - bounds.begin()];
   t.recent.push_back(us);
   if (t.recent.size() > kReservoir) t.recent.pop_front();
 }
@@ -56,6 +61,36 @@ v1::MetricsResponse Metrics::Snapshot() const {
     p->set_p50_micros(pct(0.5));
     p->set_p90_micros(pct(0.9));
     p->set_p99_micros(pct(0.99));
+  }
+  return out;
+}
+
+const std::vector<double>& Metrics::BucketSeconds() {
+  // From 10 us (a cached scalar step) to 10 minutes (a large compile).
+  static const std::vector<double> bounds = {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
+                                             2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1,  0.25,
+                                             0.5,    1,    2.5,  5,    10,   30,    60,
+                                             120,    300,  600};
+  return bounds;
+}
+
+std::map<std::string, int64_t> Metrics::Counters() const {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
+std::map<std::string, Metrics::Histogram> Metrics::Histograms() const {
+  std::map<std::string, Histogram> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, t] : timers_) {
+    Histogram& h = out[name];
+    h.count = t.count;
+    h.sum_seconds = t.total_micros * 1e-6;
+    int64_t running = 0;
+    for (size_t i = 0; i < BucketSeconds().size(); ++i) {
+      running += i < t.buckets.size() ? t.buckets[i] : 0;
+      h.cumulative.push_back(running);
+    }
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -26,6 +27,17 @@ class Metrics {
   void Set(const std::string& counter, int64_t value);
   v1::MetricsResponse Snapshot() const;
 
+  // A timer as a cumulative histogram (Prometheus' form): how many samples
+  // fell at or below each bound of kBucketSeconds, and their sum.
+  struct Histogram {
+    int64_t count = 0;
+    double sum_seconds = 0;
+    std::vector<int64_t> cumulative;  // one per bound of kBucketSeconds
+  };
+  static const std::vector<double>& BucketSeconds();
+  std::map<std::string, int64_t> Counters() const;
+  std::map<std::string, Histogram> Histograms() const;
+
   // Keeps the most recent samples of each timer for its percentiles.
   static constexpr size_t kReservoir = 4096;
 
@@ -35,6 +47,7 @@ class Metrics {
     double total_micros = 0;
     double max_micros = 0;
     std::deque<double> recent;
+    std::vector<int64_t> buckets;  // per bound of BucketSeconds(), not cumulative
   };
   mutable absl::Mutex mu_;
   std::map<std::string, int64_t> counters_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,7 @@
 #include "server/service.h"
 
+#include "server/prometheus.h"
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -79,6 +81,12 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Create(const ServiceOptions& o
     }
     logging::Info("{} backend: {}", backend->kind(), backend->Describe());
     service->backends_.push_back(std::move(backend));
+  }
+  if (!options.compile_cache_dir.empty()) {
+    ASSIGN_OR_RETURN(service->persistent_, PersistentCache::Open(options.compile_cache_dir,
+                                                                 options.compile_cache_dir_bytes));
+    logging::Info("persistent compile cache in {}: {} bytes", options.compile_cache_dir,
+                  service->persistent_->bytes());
   }
   return service;
 }
@@ -268,18 +276,20 @@ absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& r
   runtime::Backend& backend = BackendOf(device);
   const std::string key = absl::StrCat(fingerprint, "/", backend.kind(), "/",
                                        backend.config_key(), "/seed=", options.rng_seed);
+  bool loaded = false;
   ASSIGN_OR_RETURN(CompileCache::Result result, cache_.GetOrCompile(key, canonical, [&]() {
-    return backend.compiler().Compile(**module, options);
+    return CompileOrLoad(backend, **module, fingerprint, options, &loaded);
   }));
   const absl::Duration took = absl::Now() - start;
   metrics_.Add(result.hit ? "compile_cache_hits" : "compile_cache_misses");
-  if (!result.hit) {
+  if (!result.hit && !loaded) {
     metrics_.Record("compile", took);
     if (!options_.dump_dir.empty()) DumpModule(**module, fingerprint);
   }
   v1::CompileResponse resp;
   resp.set_executable_handle(session->AddExecutable({result.executable, device, fingerprint}));
   resp.set_cache_hit(result.hit);
+  resp.set_persistent_cache_hit(loaded);
   resp.set_compile_micros(result.hit ? 0 : absl::ToInt64Microseconds(took));
   resp.set_fingerprint(fingerprint);
   for (const ir::Shape& p : result.executable->parameter_shapes()) {
@@ -288,6 +298,45 @@ absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& r
   ir::ShapeToProto(result.executable->result_shape(), resp.mutable_result_shape());
   logging::Debug("compile {} on {}: {}", fingerprint, device->name(), result.hit ? "hit" : "miss");
   return resp;
+}
+
+absl::StatusOr<std::shared_ptr<runtime::Executable>> Service::CompileOrLoad(
+    runtime::Backend& backend, const ir::Module& module, const std::string& fingerprint,
+    const runtime::CompileOptions& options, bool* loaded) {
+  runtime::Compiler& compiler = backend.compiler();
+  if (persistent_ == nullptr) return compiler.Compile(module, options);
+  const PersistentKey key{fingerprint,
+                          backend.kind(),
+                          backend.config_key(),
+                          absl::StrCat("seed=", options.rng_seed),
+                          KILN_VERSION_STRING,
+                          compiler.ArtifactDependencies()};
+  PersistentCache::Lookup found = persistent_->Find(key);
+  if (found.artifact.has_value()) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::shared_ptr<runtime::Executable>> exe =
+        compiler.Load(*found.artifact, options);
+    if (exe.ok()) {
+      *loaded = true;
+      metrics_.Add("persistent_cache_hits");
+      metrics_.Record("persistent_cache_load", absl::Now() - start);
+      logging::Debug("persistent compile cache: {} loaded", fingerprint);
+      return exe;
+    }
+    found.reason = "unreadable";
+    found.explanation = absl::StrCat("the entry could not be loaded: ", exe.status().message());
+  }
+  metrics_.Add(absl::StrCat("persistent_cache_misses{", found.reason, "}"));
+  logging::Info("persistent compile cache miss for {} on {}: {}", fingerprint, backend.kind(),
+                found.explanation);
+  ASSIGN_OR_RETURN(runtime::Compiler::Compiled compiled, compiler.CompileForCache(module, options));
+  if (compiled.artifact.empty()) {
+    metrics_.Add("persistent_cache_unsupported");
+  } else if (absl::Status st = persistent_->Store(key, compiled.artifact); !st.ok()) {
+    metrics_.Add("persistent_cache_write_errors");
+    logging::Warn("persistent compile cache: {}", std::string(st.message()));
+  }
+  return compiled.executable;
 }
 
 void Service::DumpModule(const ir::Module& module, const std::string& fingerprint) const {
@@ -637,11 +686,18 @@ void Service::RefreshGauges() {
   metrics_.Set("compile_cache_entries", static_cast<int64_t>(cache_.size()));
   metrics_.Set("compile_cache_bytes", cache_.bytes());
   metrics_.Set("compile_cache_collisions", static_cast<int64_t>(cache_.collisions()));
+  if (persistent_ != nullptr) metrics_.Set("persistent_cache_bytes", persistent_->bytes());
   for (const auto& d : devices_) {
     runtime::MemoryStats s = d->memory_stats();
     metrics_.Set(absl::StrCat("live_buffers{", d->name(), "}"), s.live_buffers);
     metrics_.Set(absl::StrCat("live_bytes{", d->name(), "}"), s.bytes_in_use);
+    metrics_.Set(absl::StrCat("capacity_bytes{", d->name(), "}"), s.capacity_bytes);
   }
+}
+
+std::string Service::PrometheusMetrics() {
+  RefreshGauges();
+  return PrometheusText(metrics_.Counters(), metrics_.Histograms());
 }
 
 v1::MetricsResponse Service::GetMetrics() {

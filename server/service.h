@@ -17,6 +17,7 @@
 #include "runtime/device.h"
 #include "server/compile_cache.h"
 #include "server/metrics.h"
+#include "server/persistent_cache.h"
 #include "server/module_limits.h"
 #include "server/session.h"
 
@@ -48,6 +49,10 @@ struct ServiceOptions {
   // When set, each module compiled for the first time is written here as
   // HLO text, named by its fingerprint (for reading and for `kiln run`).
   std::string dump_dir;
+  // When set, compiled programs are also kept in this directory across
+  // restarts (server/persistent_cache.h), bounded by compile_cache_dir_bytes.
+  std::string compile_cache_dir;
+  int64_t compile_cache_dir_bytes = int64_t{4} << 30;
 };
 
 // Thread-safe: every method may be called from many threads at once.
@@ -90,6 +95,8 @@ class Service {
                                               runtime::MemoryCharge* reply_charge = nullptr);
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& request);
   v1::MetricsResponse GetMetrics();
+  // The same figures in Prometheus' text format (server/prometheus.h).
+  std::string PrometheusMetrics();
 
   // Feeds: a token lets another process use this session's queues on one
   // device.
@@ -135,6 +142,11 @@ class Service {
   runtime::Backend& BackendOf(const runtime::Device* device) const;
   void RefreshGauges();
   void RecordProfile(const runtime::ExecutionProfile& profile);
+  // Compiles through the persistent cache when there is one: loads a kept
+  // program, or compiles and keeps it. Sets `*loaded` on a load.
+  absl::StatusOr<std::shared_ptr<runtime::Executable>> CompileOrLoad(
+      runtime::Backend& backend, const ir::Module& module, const std::string& fingerprint,
+      const runtime::CompileOptions& options, bool* loaded);
 
   const ServiceOptions options_;
   std::vector<std::unique_ptr<runtime::Backend>> backends_;
@@ -142,6 +154,7 @@ class Service {
   absl::flat_hash_map<const runtime::Device*, runtime::Backend*> backend_of_;
   std::unique_ptr<SessionManager> sessions_;
   CompileCache cache_;
+  std::unique_ptr<PersistentCache> persistent_;  // null without compile_cache_dir
   Metrics metrics_;
   struct FeedGrant {
     std::string session_id;

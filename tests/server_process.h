@@ -89,6 +89,12 @@ class ServerProcess {
 
   // Empty when the server did not start.
   const std::string& address() const { return address_; }
+  // The next line the server prints after "listening on" (empty if none
+  // comes within `timeout_ms`).
+  std::string NextLine(int timeout_ms = 10000) {
+    std::string line;
+    return ReadLine(stdout_fd_, &line, timeout_ms) ? line : std::string();
+  }
   pid_t pid() const { return pid_; }
 
   // SIGTERM and wait; returns the exit code (-1 when it died by a signal).

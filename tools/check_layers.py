@@ -17,7 +17,7 @@ listed:
     embedded        base, compiler/ir, runtime (HAL), server, client, proto
     tools, examples base, compiler/ir, client, embedded, proto messages
 
-gRPC (grpcpp/, *.grpc.pb.h) appears only in server/grpc_service.* and
+gRPC (grpcpp/, *.grpc.pb.h) appears only in server/grpc_* (the server's gRPC layer) and
 client/grpc_transport.*. Tests (*_test.cc, *test_util.h), tests/ and
 benchmarks/ are harnesses that may drive their code through any layer.
 
@@ -32,7 +32,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 # Project folders: an include starting with one of these is ours.
 PROJECT_ROOTS = ("base/", "compiler/", "runtime/", "server/", "client/", "embedded/",
                  "tools/", "examples/", "tests/", "benchmarks/", "kiln/v1/", "proto/")
-GRPC_FILES = ("server/grpc_service.", "client/grpc_transport.")
+GRPC_FILES = ("server/grpc_", "client/grpc_transport.")
 HARNESS_DIRS = ("tests/", "benchmarks/")
 
 

@@ -5,6 +5,7 @@
 //            [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N] [--profile]
 //   kiln devices [--server=ADDR]
 //   kiln stats --server=ADDR
+//   kiln health --server=ADDR
 //
 // Without --server, programs run on a service embedded in this process.
 // Exit status 0 on success, 1 with a one-line message for invalid input.
@@ -29,6 +30,7 @@
 #include "base/status_macros.h"
 #include "compiler/ir/verifier.h"
 #include "client/client.h"
+#include "client/grpc_transport.h"
 #include "base/flags.h"
 #include "base/logging.h"
 #include "embedded/embedded.h"
@@ -43,6 +45,9 @@ constexpr char kUsage[] =
     "           [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N] [--profile]\n"
     "  kiln devices [--server=ADDR]\n"
     "  kiln stats --server=ADDR\n"
+    "  kiln health --server=ADDR   (exit 0 when the server is serving: a readiness probe)\n"
+    "TLS and the bearer token come from KILN_TLS_CA, KILN_TLS_CERT, KILN_TLS_KEY,\n"
+    "KILN_TLS_SERVER_NAME, KILN_TLS=1 and KILN_TOKEN or KILN_TOKEN_FILE.\n"
     "  (--connect_timeout=SECONDS bounds reaching a server; default 10)\n"
     "Without --server, modules run on a service in this process with cpu:0 and, when\n"
     "--device names another kind (tpu:3), the devices of that kind up to it.\n";
@@ -187,7 +192,12 @@ absl::StatusOr<std::unique_ptr<client::Client>> OpenClient(const Args& args) {
   client::ConnectOptions options;
   options.client_name = "kiln-cli";
   options.connect_timeout = absl::Seconds(args.connect_timeout_seconds);
-  return client::Client::Connect(args.server, options);
+  ASSIGN_OR_RETURN(std::unique_ptr<client::Client> client,
+                   client::Client::Connect(args.server, options));
+  if (!client->security_warning().empty()) {
+    std::fprintf(stderr, "kiln: server warns: %s\n", client->security_warning().c_str());
+  }
+  return client;
 }
 
 void PrintProfile(const std::string& device, const client::ExecuteResult& result) {
@@ -290,6 +300,16 @@ absl::Status Devices(const Args& args) {
   return absl::OkStatus();
 }
 
+absl::Status Health(const Args& args) {
+  if (args.server.empty()) return absl::InvalidArgumentError("health needs --server=ADDR");
+  client::GrpcOptions options;
+  options.connect_timeout = absl::Seconds(args.connect_timeout_seconds);
+  ASSIGN_OR_RETURN(std::string status, client::CheckHealth(args.server, options));
+  std::printf("%s\n", status.c_str());
+  if (status != "SERVING") return absl::UnavailableError(absl::StrCat("the server is ", status));
+  return absl::OkStatus();
+}
+
 absl::Status Stats(const Args& args) {
   if (args.server.empty()) return absl::InvalidArgumentError("stats needs --server=ADDR");
   ASSIGN_OR_RETURN(std::unique_ptr<client::Client> client, OpenClient(args));
@@ -321,6 +341,8 @@ int Main(int argc, char** argv) {
     status = Devices(*args);
   } else if (args->command == "stats") {
     status = Stats(*args);
+  } else if (args->command == "health") {
+    status = Health(*args);
   } else {
     status = absl::InvalidArgumentError(
         absl::StrCat("unknown command '", args->command, "'\n", kUsage));

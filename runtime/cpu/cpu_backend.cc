@@ -5,6 +5,7 @@
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/clone.h"
 #include "compiler/passes/cpu_pipeline.h"
+#include "runtime/host/artifact.h"
 #include "runtime/host/executable.h"
 #include "runtime/host/host_device.h"
 
@@ -13,10 +14,16 @@ namespace {
 
 class CpuCompiler : public runtime::Compiler {
  public:
-  // Optimizes a copy: the caller's module (from which the server computed
-  // the cache key) stays as it was.
   absl::StatusOr<std::shared_ptr<runtime::Executable>> Compile(
       const ir::Module& module, const runtime::CompileOptions& options) override {
+    ASSIGN_OR_RETURN(Compiled compiled, CompileForCache(module, options));
+    return compiled.executable;
+  }
+
+  // Optimizes a copy: the caller's module (from which the server computed
+  // the cache key) stays as it was.
+  absl::StatusOr<Compiled> CompileForCache(const ir::Module& module,
+                                           const runtime::CompileOptions& options) override {
     ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> optimized, passes::CloneModule(module));
     RETURN_IF_ERROR(WithContext(passes::CpuPipeline()->Run(optimized.get()).status(),
                                 "optimizing the module"));
@@ -26,8 +33,23 @@ class CpuCompiler : public runtime::Compiler {
       return absl::InternalError(
           absl::StrCat("the optimized module is invalid: ", st.message()));
     }
-    return host::CompileProgram("cpu", *optimized, options);
+    host::TuningRecord tuning;
+    std::shared_ptr<runtime::Executable> executable;
+    {
+      host::TuningScope scope(&tuning);
+      ASSIGN_OR_RETURN(executable, host::CompileProgram("cpu", *optimized, options));
+    }
+    return Compiled{std::move(executable), host::EncodeArtifact(*optimized, tuning)};
   }
+
+  absl::StatusOr<std::shared_ptr<runtime::Executable>> Load(
+      const std::string& artifact, const runtime::CompileOptions& options) override {
+    ASSIGN_OR_RETURN(host::DecodedArtifact decoded, host::DecodeArtifact(artifact));
+    host::TuningScope scope(&decoded.tuning);
+    return host::CompileProgram("cpu", *decoded.module, options);
+  }
+
+  std::string ArtifactDependencies() const override { return host::HostArtifactDependencies(); }
 };
 
 }  // namespace

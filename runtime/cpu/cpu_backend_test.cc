@@ -16,6 +16,7 @@
 #include "compiler/ir/hlo_printer.h"
 #include "compiler/ir/verifier.h"
 #include "gtest/gtest.h"
+#include "runtime/host/artifact.h"
 #include "runtime/host/executable.h"
 #include "runtime/host/host_buffer.h"
 #include "runtime/host/host_device.h"
@@ -189,6 +190,52 @@ ENTRY main {
                                                      {1, -0.0f, 3, 4})});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->ToText(), "{1, -0, 3, 4}");
+}
+
+// A compile keeps the optimized module and the kernels it chose by timing;
+// loading that artifact builds the same program without the pipeline and
+// without timing, and computes the same values bit for bit.
+TEST(CpuBackendTest, ArtifactsLoadIntoTheSameProgram) {
+  std::unique_ptr<ir::Module> module = Parse(R"(
+HloModule m
+ENTRY main {
+  x = f32[4,9,9,2] parameter(0)
+  k = f32[3,3,2,3] parameter(1)
+  c = f32[4,7,7,3] convolution(x, k), window={size=3x3}, dim_labels=b01f_01io->b01f
+  two = f32[] constant(2)
+  t = f32[4,7,7,3] broadcast(two), dimensions={}
+  ROOT r = f32[4,7,7,3] multiply(c, t)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  CpuBackend backend;
+  auto compiled = backend.compiler().CompileForCache(*module, {});
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  ASSERT_FALSE(compiled->artifact.empty());
+  auto decoded = host::DecodeArtifact(compiled->artifact);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  // The convolution had more than one kernel to choose from.
+  EXPECT_EQ(decoded->tuning.size(), 1u) << decoded->tuning.Serialize();
+  auto loaded = backend.compiler().Load(compiled->artifact, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->parameter_shapes(), module->entry()->ParameterShapes());
+  std::vector<float> x(4 * 9 * 9 * 2), k(3 * 3 * 2 * 3);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 17);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = 0.1f * static_cast<float>(i % 5) - 0.2f;
+  const std::vector<ir::Literal> inputs = {
+      ir::Literal::FromVector<float>(ir::ElementType::kF32, {4, 9, 9, 2}, x),
+      ir::Literal::FromVector<float>(ir::ElementType::kF32, {3, 3, 2, 3}, k)};
+  auto a = Execute(*compiled->executable, *backend.device(0), inputs);
+  auto b = Execute(**loaded, *backend.device(0), inputs);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->ToText(), b->ToText());
+
+  for (const std::string& bad : {std::string("junk"), compiled->artifact.substr(0, 40),
+                                 std::string("kiln-host-artifact 1\n99999\nxx")}) {
+    auto refused = backend.compiler().Load(bad, {});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  }
 }
 
 // What the pipeline removes is never run: a dead instruction larger than

@@ -15,6 +15,8 @@
 #include "base/type_dispatch.h"
 #include "runtime/host/cancel.h"
 #include "runtime/host/conv_kernels.h"
+
+#include "runtime/host/tuning.h"
 #include "runtime/host/dnnl_conv.h"
 #include "runtime/host/gemm.h"
 #include "runtime/host/kernel.h"
@@ -295,6 +297,17 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
   if (candidates.empty()) return im2col;
   if (im2col.ok()) candidates.push_back({"im2col", *std::move(im2col)});
   if (candidates.size() == 1) return std::move(candidates[0].kernel);
+  // A program loaded from a persistent cache builds what its first compile
+  // chose, where that kernel is still offered (the same library on the
+  // same CPU offers the same ones).
+  TuningRecord* record = TuningRecord::Current();
+  if (record != nullptr) {
+    if (std::optional<std::string> chosen = record->Find(instr)) {
+      for (NamedKernel& c : candidates) {
+        if (c.name == *chosen) return std::move(c.kernel);
+      }
+    }
+  }
   // Which is fastest depends on the shape (oneDNN's kernels are poor at one
   // input channel, its weight-gradient primitive wins on weight gradients):
   // measure, unless the convolution is too large to run at compile time.
@@ -326,6 +339,7 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
     }
   }
   logging::Debug("{}: runs {}", instr.name(), candidates[fastest].name);
+  if (record != nullptr) record->Set(instr, candidates[fastest].name);
   return std::move(candidates[fastest].kernel);
 }
 

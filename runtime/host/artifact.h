@@ -1,0 +1,34 @@
+// The persistent form of a host program (cpu and tpu backends): the module
+// as the passes left it, in its wire form so that every constant's bits
+// survive, and the kernels its compile chose by measuring. Loading one
+// skips the pass pipeline and the autotuning.
+#ifndef KILN_RUNTIME_HOST_ARTIFACT_H_
+#define KILN_RUNTIME_HOST_ARTIFACT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/instruction.h"
+#include "runtime/host/tuning.h"
+
+namespace kiln::host {
+
+std::string EncodeArtifact(const ir::Module& optimized, const TuningRecord& tuning);
+
+struct DecodedArtifact {
+  std::unique_ptr<ir::Module> module;  // verified
+  TuningRecord tuning;
+};
+// INVALID_ARGUMENT for bytes that are not an artifact of this format or
+// whose module does not verify.
+absl::StatusOr<DecodedArtifact> DecodeArtifact(const std::string& bytes);
+
+// What a host artifact depends on besides the module: oneDNN's version and
+// the instruction set it dispatches to, OpenBLAS's build and core, and the
+// processor's model.
+std::string HostArtifactDependencies();
+
+}  // namespace kiln::host
+
+#endif  // KILN_RUNTIME_HOST_ARTIFACT_H_

@@ -1,0 +1,249 @@
+#include "server/persistent_cache.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "compiler/ir/fingerprint.h"
+
+namespace kiln::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMagic[] = "kiln-compile-cache 1";
+constexpr char kSuffix[] = ".kca";
+
+// The parts in the order a miss is explained: the first that differs
+// names the miss.
+struct Part {
+  const char* field;   // in the entry's header
+  const char* reason;  // the miss reason
+  const char* what;    // in the explanation
+  std::string PersistentKey::*member;
+};
+const Part kParts[] = {
+    {"backend", "backend", "the backend kind", &PersistentKey::backend},
+    {"config", "config", "the backend config", &PersistentKey::config},
+    {"options", "options", "the compile options", &PersistentKey::options},
+    {"kiln", "kiln_version", "Kiln's version", &PersistentKey::kiln_version},
+    {"dependencies", "dependencies", "the backend's libraries or processor",
+     &PersistentKey::dependencies},
+};
+
+std::string OneLine(const std::string& s) { return absl::StrReplaceAll(s, {{"\n", " "}}); }
+
+std::string Header(const PersistentKey& key, const std::string& artifact) {
+  std::string h = absl::StrCat(kMagic, "\nmodule ", key.module, "\n");
+  for (const Part& p : kParts) absl::StrAppend(&h, p.field, " ", OneLine(key.*p.member), "\n");
+  absl::StrAppend(&h, "artifact ", artifact.size(), " ", ir::Sha256Hex(artifact), "\n");
+  return h;
+}
+
+struct Entry {
+  PersistentKey key;
+  size_t artifact_size = 0;
+  std::string artifact_hash;
+  size_t header_size = 0;
+};
+
+// The header of the entry at `path`; nullopt when it is not one.
+std::optional<Entry> ReadHeader(std::istream& in) {
+  Entry e;
+  std::string line;
+  if (!std::getline(in, line) || line != kMagic) return std::nullopt;
+  e.header_size = line.size() + 1;
+  auto field = [&](const std::string& name, std::string* value) {
+    if (!std::getline(in, line) || !absl::StartsWith(line, name + " ")) return false;
+    e.header_size += line.size() + 1;
+    *value = line.substr(name.size() + 1);
+    return true;
+  };
+  if (!field("module", &e.key.module)) return std::nullopt;
+  for (const Part& p : kParts) {
+    if (!field(p.field, &(e.key.*p.member))) return std::nullopt;
+  }
+  std::string artifact;
+  if (!field("artifact", &artifact)) return std::nullopt;
+  std::vector<std::string> parts = absl::StrSplit(artifact, ' ');
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &e.artifact_size)) return std::nullopt;
+  e.artifact_hash = parts[1];
+  return e;
+}
+
+std::string Shorten(const std::string& s) {
+  return s.size() <= 80 ? s : s.substr(0, 77) + "...";
+}
+
+}  // namespace
+
+std::string PersistentKey::Digest() const {
+  std::string all = module;
+  for (const Part& p : kParts) absl::StrAppend(&all, "\n", p.field, "=", OneLine(this->*p.member));
+  return ir::Sha256Hex(all);
+}
+
+absl::StatusOr<std::unique_ptr<PersistentCache>> PersistentCache::Open(const std::string& dir,
+                                                                       int64_t max_bytes) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--compile_cache_dir ", dir, ": cannot create it (", ec.message(), ")"));
+  }
+  if (access(dir.c_str(), W_OK | R_OK | X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--compile_cache_dir ", dir, ": not readable and writable by this user"));
+  }
+  std::unique_ptr<PersistentCache> cache(new PersistentCache(dir, max_bytes));
+  cache->Evict();
+  return cache;
+}
+
+std::string PersistentCache::PathOf(const PersistentKey& key) const {
+  return absl::StrCat(dir_, "/", key.module.substr(0, 32), "-", key.Digest().substr(0, 32),
+                      kSuffix);
+}
+
+int64_t PersistentCache::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+PersistentCache::Lookup PersistentCache::Find(const PersistentKey& key) {
+  Lookup out;
+  const std::string path = PathOf(key);
+  std::ifstream in(path, std::ios::binary);
+  if (in) {
+    std::optional<Entry> e = ReadHeader(in);
+    std::string artifact;
+    if (e.has_value()) {
+      artifact.resize(e->artifact_size);
+      in.read(artifact.data(), static_cast<std::streamsize>(artifact.size()));
+    }
+    const bool intact = e.has_value() && in.gcount() == static_cast<std::streamsize>(artifact.size()) &&
+                        in.peek() == std::char_traits<char>::eof() &&
+                        ir::Sha256Hex(artifact) == e->artifact_hash;
+    if (intact && e->key.Digest() == key.Digest()) {
+      // A use: recently used entries are evicted last.
+      utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+      out.artifact = std::move(artifact);
+      return out;
+    }
+    if (!intact) {
+      unlink(path.c_str());
+      out.reason = "corrupt";
+      out.explanation = absl::StrCat("the entry ", path, " was damaged and is removed");
+      return out;
+    }
+  }
+  // The nearest entry: one for the same module, whose first differing part
+  // names the miss.
+  out.reason = "absent";
+  out.explanation = "no entry for this module";
+  std::error_code ec;
+  const std::string prefix = key.module.substr(0, 32) + "-";
+  for (const fs::directory_entry& f : fs::directory_iterator(dir_, ec)) {
+    const std::string name = f.path().filename().string();
+    if (!absl::StartsWith(name, prefix) || !absl::EndsWith(name, kSuffix)) continue;
+    std::ifstream other(f.path(), std::ios::binary);
+    std::optional<Entry> e = ReadHeader(other);
+    if (!e.has_value() || e->key.module != key.module) continue;
+    for (const Part& p : kParts) {
+      if (e->key.*p.member != OneLine(key.*p.member)) {
+        out.reason = p.reason;
+        out.explanation = absl::StrCat(p.what, " differed: cached '", Shorten(e->key.*p.member),
+                                       "', now '", Shorten(OneLine(key.*p.member)), "'");
+        return out;
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status PersistentCache::Store(const PersistentKey& key, const std::string& artifact) {
+  const std::string header = Header(key, artifact);
+  if (static_cast<int64_t>(header.size() + artifact.size()) > max_bytes_) return absl::OkStatus();
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = absl::StrCat(dir_, "/.tmp-", getpid(), "-", counter++, "-",
+                                       key.Digest().substr(0, 8));
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  }
+  bool ok = true;
+  for (const std::string* part : {&header, &artifact}) {
+    size_t done = 0;
+    while (ok && done < part->size()) {
+      const ssize_t n = write(fd, part->data() + done, part->size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      ok = n > 0;
+      if (ok) done += static_cast<size_t>(n);
+    }
+  }
+  ok = ok && fsync(fd) == 0;
+  const int saved_errno = errno;
+  close(fd);
+  // rename() replaces atomically: a reader sees the old entry or the new.
+  if (!ok || rename(tmp.c_str(), PathOf(key).c_str()) != 0) {
+    const int e = ok ? errno : saved_errno;
+    unlink(tmp.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("cannot write the cache entry in ", dir_, ": ", std::strerror(e)));
+  }
+  Evict();
+  return absl::OkStatus();
+}
+
+void PersistentCache::Evict() {
+  struct File {
+    fs::path path;
+    int64_t bytes;
+    fs::file_time_type used;
+  };
+  std::vector<File> files;
+  int64_t total = 0;
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  for (const fs::directory_entry& f : fs::directory_iterator(dir_, ec)) {
+    std::error_code fe;
+    const std::string name = f.path().filename().string();
+    const auto used = f.last_write_time(fe);
+    if (fe) continue;
+    // A temporary file an hour old belongs to a writer that died.
+    if (absl::StartsWith(name, ".tmp-")) {
+      if (now - used > std::chrono::hours(1)) fs::remove(f.path(), fe);
+      continue;
+    }
+    if (!absl::EndsWith(name, kSuffix)) continue;
+    const auto size = f.file_size(fe);
+    if (fe) continue;
+    files.push_back({f.path(), static_cast<int64_t>(size), used});
+    total += static_cast<int64_t>(size);
+  }
+  std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.used < b.used; });
+  for (const File& f : files) {
+    if (total <= max_bytes_) break;
+    std::error_code fe;
+    fs::remove(f.path, fe);  // another server may have removed it first
+    total -= f.bytes;
+  }
+  absl::MutexLock lock(&mu_);
+  bytes_ = total;
+}
+
+}  // namespace kiln::server
