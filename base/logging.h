@@ -16,6 +16,9 @@ spdlog::logger& Logger();
 
 // Levels: trace, debug, info, warn, error, off. Unknown names are an error.
 absl::Status SetLevel(const std::string& level);
+// "text" (the default) or "json": one JSON object per line with time (UTC),
+// level, thread and message.
+absl::Status SetFormat(const std::string& format);
 
 template <typename... Args>
 void Info(spdlog::format_string_t<Args...> fmt, Args&&... args) {

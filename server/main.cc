@@ -20,6 +20,7 @@
 #include "server/metrics_http.h"
 #include "server/service.h"
 #include "server/tokens.h"
+#include "server/trace_writer.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:8470",
           "host:port to listen on; port 0 picks a free port. Loopback by default.");
@@ -55,6 +56,11 @@ ABSL_FLAG(std::string, compile_cache_dir_bytes, "4G",
           "bytes --compile_cache_dir may hold; the least recently used entries go first");
 ABSL_FLAG(std::string, dump_dir, "",
           "write each newly compiled module here as HLO text, named by its fingerprint");
+ABSL_FLAG(std::string, log_format, "text",
+          "text, or json: one JSON object per line (time, level, thread, message)");
+ABSL_FLAG(std::string, trace_file, "",
+          "write a Chrome trace-event JSON of compiles, transfers and executions here (opens "
+          "in ui.perfetto.dev); empty: none");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off (KILN_LOG_LEVEL sets it for embedded use)");
 ABSL_FLAG(std::string, devices, "auto",
@@ -120,6 +126,10 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGHUP, &action, nullptr);
 
+  if (absl::Status st = kiln::logging::SetFormat(absl::GetFlag(FLAGS_log_format)); !st.ok()) {
+    std::fprintf(stderr, "kiln-server: --log_format: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
   if (absl::Status st = kiln::logging::SetLevel(absl::GetFlag(FLAGS_log_level)); !st.ok()) {
     std::fprintf(stderr, "kiln-server: %s\n", std::string(st.message()).c_str());
     return 1;
@@ -226,6 +236,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kiln-server: --dump_dir %s is not a directory\n",
                  options.dump_dir.c_str());
     return 2;
+  }
+  std::unique_ptr<kiln::server::TraceWriter> trace;
+  if (!absl::GetFlag(FLAGS_trace_file).empty()) {
+    auto opened = kiln::server::TraceWriter::Open(absl::GetFlag(FLAGS_trace_file));
+    if (!opened.ok()) {
+      std::fprintf(stderr, "kiln-server: %s\n", std::string(opened.status().message()).c_str());
+      return 2;
+    }
+    trace = *std::move(opened);
+    options.trace = trace.get();
   }
   auto service = kiln::server::Service::Create(options);
   if (!service.ok()) {

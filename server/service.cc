@@ -209,11 +209,16 @@ absl::StatusOr<v1::TransferToDeviceResponse> Service::TransferToDevice(
   resp.set_bytes_received(received);
   metrics_.Add("transfers_to_device");
   metrics_.Record("transfer_to_device", absl::Now() - start);
+  if (options_.trace != nullptr) {
+    options_.trace->Complete("transfer to device", "transfer", start, absl::Now() - start,
+                             {{"device", device->name()}, {"bytes", absl::StrCat(received)}});
+  }
   return resp;
 }
 
 absl::Status Service::TransferFromDevice(const v1::TransferFromDeviceRequest& req,
                                          const ChunkWriter& write) {
+  const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
   ASSIGN_OR_RETURN(BufferEntry entry, session->GetBuffer(req.buffer_handle()));
   const runtime::Buffer& buffer = *entry.buffer;
@@ -236,6 +241,10 @@ absl::Status Service::TransferFromDevice(const v1::TransferFromDeviceRequest& re
   if (!sent) return absl::CancelledError("the client went away during a transfer");
   metrics_.Add("bytes_out", total);
   metrics_.Add("transfers_from_device");
+  if (options_.trace != nullptr) {
+    options_.trace->Complete("transfer from device", "transfer", start, absl::Now() - start,
+                             {{"device", entry.device->name()}, {"bytes", absl::StrCat(total)}});
+  }
   return absl::OkStatus();
 }
 
@@ -297,6 +306,13 @@ absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& r
   }
   ir::ShapeToProto(result.executable->result_shape(), resp.mutable_result_shape());
   logging::Debug("compile {} on {}: {}", fingerprint, device->name(), result.hit ? "hit" : "miss");
+  if (options_.trace != nullptr) {
+    options_.trace->Complete(
+        result.hit ? "compile (cache hit)" : loaded ? "compile (loaded)" : "compile", "compile",
+        start, took,
+        {{"device", device->name()}, {"fingerprint", fingerprint.substr(0, 16)},
+         {"entry_instructions", absl::StrCat((*module)->entry()->instruction_count())}});
+  }
   return resp;
 }
 
@@ -558,6 +574,12 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
   }
   const absl::Duration took = absl::Now() - start;
   resp.set_execute_micros(absl::ToInt64Microseconds(took));
+  if (options_.trace != nullptr) {
+    options_.trace->Complete("execute", "execute", start, took,
+                             {{"device", exe.device->name()},
+                              {"fingerprint", exe.fingerprint.substr(0, 16)},
+                              {"replicas", absl::StrCat(plan.size())}});
+  }
   metrics_.Record("execute", took);
   if (reply_charge != nullptr) *reply_charge = std::move(reply);
   return resp;

@@ -18,6 +18,7 @@
 #include "server/compile_cache.h"
 #include "server/metrics.h"
 #include "server/persistent_cache.h"
+#include "server/trace_writer.h"
 #include "server/module_limits.h"
 #include "server/session.h"
 
@@ -53,6 +54,8 @@ struct ServiceOptions {
   // restarts (server/persistent_cache.h), bounded by compile_cache_dir_bytes.
   std::string compile_cache_dir;
   int64_t compile_cache_dir_bytes = int64_t{4} << 30;
+  // Borrowed, must outlive the service; null: no trace (--trace_file).
+  TraceWriter* trace = nullptr;
 };
 
 // Thread-safe: every method may be called from many threads at once.

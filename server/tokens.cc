@@ -38,10 +38,12 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ReadTokensFile(
   if (stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat("cannot read the tokens file ", path));
   }
-  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+  // Group read is allowed (a Kubernetes secret mounted for an fsGroup is
+  // 0440); anything for others, and group write, is not.
+  if ((st.st_mode & (S_IRWXO | S_IWGRP)) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the tokens file ", path, " is readable or writable by others than its owner; ",
-        "chmod 600 it"));
+        "the tokens file ", path, " is readable or writable by others (or writable by its ",
+        "group); chmod 600 it"));
   }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read the tokens file ", path));

@@ -31,7 +31,7 @@ class TokenStore {
 
   // Reads `path`; INVALID_ARGUMENT naming the line when it does not parse,
   // NOT_FOUND when it cannot be read, FAILED_PRECONDITION when it holds no
-  // token or is readable by others than its owner.
+  // token, or others may read or write it, or its group may write it.
   static absl::StatusOr<std::unique_ptr<TokenStore>> Load(const std::string& path);
 
   // Parses the text of a tokens file (`origin` names it in errors).

@@ -89,6 +89,10 @@ TEST(TokenStoreTest, ParseNamesTheLineOfEachMistake) {
 }
 
 TEST(TokenStoreTest, RefusesFilesOthersCanRead) {
+  TokensFile group_readable("a aaaaaaaaaaaaaaaa1\n", 0440);
+  EXPECT_TRUE(TokenStore::Load(group_readable.path()).ok());
+  TokensFile group_writable("a aaaaaaaaaaaaaaaa1\n", 0660);
+  EXPECT_FALSE(TokenStore::Load(group_writable.path()).ok());
   TokensFile file("a aaaaaaaaaaaaaaaa1\n", 0644);
   auto store = TokenStore::Load(file.path());
   ASSERT_FALSE(store.ok());

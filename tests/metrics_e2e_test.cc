@@ -145,5 +145,53 @@ TEST(MetricsE2E, ScrapesNeedTheBearerTokenAndExposureNeedsInsecure) {
   EXPECT_NE(anonymous.output.find("HTTP 401"), std::string::npos) << anonymous.output;
 }
 
+TEST(MetricsE2E, TraceFileOpensAsChromeTraceEventsAndLogsCanBeJson) {
+  Pki pki;  // a private temporary directory
+  ASSERT_TRUE(pki.ok()) << pki.error();
+  const std::string trace = pki.Path("trace.json");
+  {
+    testing::ServerProcess server({"--trace_file=" + trace});
+    ASSERT_FALSE(server.address().empty());
+    auto c = Client::Connect(server.address());
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto kept = Work(**c, 3);
+    ASSERT_NE(kept, nullptr);
+    ASSERT_TRUE((*c)->TransferFromDevice(*kept).ok());
+    c->reset();
+    EXPECT_EQ(server.Stop(), 0);
+  }
+  // Every event is a complete event with a time, a duration and a thread;
+  // the program's compile, its three executions and both transfers are
+  // there.
+  Ran checked = RunShell(absl::StrCat(
+      "/usr/bin/python3 -c '\n"
+      "import collections, json, sys\n"
+      "events = json.load(open(sys.argv[1]))\n"
+      "names = collections.Counter(e[\"name\"] for e in events if e[\"ph\"] == \"X\")\n"
+      "assert all(isinstance(e[\"ts\"], int) and e[\"dur\"] >= 0 and e[\"tid\"] > 0\n"
+      "           for e in events if e[\"ph\"] == \"X\"), events\n"
+      "print(sorted(names.items()))\n' ",
+      trace));
+  ASSERT_EQ(checked.exit_code, 0) << checked.output;
+  EXPECT_NE(checked.output.find("('compile', 1)"), std::string::npos) << checked.output;
+  EXPECT_NE(checked.output.find("('execute', 3)"), std::string::npos) << checked.output;
+  EXPECT_NE(checked.output.find("('transfer to device', 1)"), std::string::npos) << checked.output;
+  EXPECT_NE(checked.output.find("('transfer from device', 1)"), std::string::npos)
+      << checked.output;
+
+  // JSON logs: every line an object with time, level and message.
+  Ran logs = RunShell(absl::StrCat(
+      "timeout -s TERM 2 ", KILN_BIN_DIR,
+      "/kiln-server --listen=127.0.0.1:0 --log_format=json --log_level=info 2>&1 >/dev/null | "
+      "/usr/bin/python3 -c 'import json, sys\n"
+      "lines = [json.loads(l) for l in sys.stdin]\n"
+      "assert lines and all(set(l) >= {\"time\", \"level\", \"message\"} for l in lines), lines\n"
+      "print(len(lines), lines[-1][\"message\"])'"));
+  EXPECT_EQ(logs.exit_code, 0) << logs.output;
+  EXPECT_NE(logs.output.find("kiln-server stopped"), std::string::npos) << logs.output;
+  Ran bad = RunShell(std::string(KILN_BIN_DIR) + "/kiln-server --log_format=xml");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+}
+
 }  // namespace
 }  // namespace kiln
