@@ -245,6 +245,7 @@ GrpcOptions GrpcOptionsOf(const ConnectOptions& options) {
   grpc.execute_timeout = options.execute_timeout;
   grpc.keepalive_time = options.keepalive_time;
   grpc.security = options.security;
+  grpc.reconnect_timeout = options.reconnect_timeout;
   return grpc;
 }
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "compiler/ir/proto_convert.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -40,6 +41,34 @@ class GrpcTransport : public Transport {
   template <typename Req, typename Resp, typename Method>
   absl::StatusOr<Resp> Unary(Method method, const Req& req, absl::Duration timeout,
                              CallCanceller* cancel = nullptr) {
+    AwaitConnection();
+    return UnaryOnce<Req, Resp>(method, req, timeout, cancel);
+  }
+  // For calls that change nothing on the server: one that failed because
+  // the connection broke under it goes out once more on the new one.
+  template <typename Req, typename Resp, typename Method>
+  absl::StatusOr<Resp> ReadOnly(Method method, const Req& req, absl::Duration timeout) {
+    for (int attempt = 0;; ++attempt) {
+      AwaitConnection();
+      absl::StatusOr<Resp> r = UnaryOnce<Req, Resp>(method, req, timeout, nullptr);
+      if (r.ok() || r.status().code() != absl::StatusCode::kUnavailable ||
+          !Backoff(attempt)) {
+        return r;
+      }
+    }
+  }
+  // After a call failed on a broken connection: waits a little longer each
+  // time (the channel may not have noticed the break yet); false once the
+  // retries are used up.
+  bool Backoff(int attempt) {
+    constexpr int kAttempts = 5;
+    if (attempt + 1 >= kAttempts) return false;
+    absl::SleepFor(absl::Milliseconds(25 << attempt));
+    return true;
+  }
+  template <typename Req, typename Resp, typename Method>
+  absl::StatusOr<Resp> UnaryOnce(Method method, const Req& req, absl::Duration timeout,
+                                 CallCanceller* cancel) {
     grpc::ClientContext ctx;
     Authorize(&ctx, options_.security.token);
     if (timeout > absl::ZeroDuration() && timeout < absl::InfiniteDuration()) {
@@ -58,7 +87,7 @@ class GrpcTransport : public Transport {
         &v1::KilnService::Stub::Handshake, r, options_.control_timeout);
   }
   absl::StatusOr<v1::KeepAliveResponse> KeepAlive(const v1::KeepAliveRequest& r) override {
-    return Unary<v1::KeepAliveRequest, v1::KeepAliveResponse>(
+    return ReadOnly<v1::KeepAliveRequest, v1::KeepAliveResponse>(
         &v1::KilnService::Stub::KeepAlive, r, options_.control_timeout);
   }
   absl::StatusOr<v1::CloseSessionResponse> CloseSession(
@@ -87,15 +116,17 @@ class GrpcTransport : public Transport {
   absl::StatusOr<std::unique_ptr<OutfeedStream>> OpenOutfeed(
       const v1::OutfeedRequest& r) override;
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& r) override {
-    return Unary<v1::MemoryInfoRequest, v1::MemoryInfoResponse>(
+    return ReadOnly<v1::MemoryInfoRequest, v1::MemoryInfoResponse>(
         &v1::KilnService::Stub::MemoryInfo, r, options_.control_timeout);
   }
   absl::StatusOr<v1::MetricsResponse> GetMetrics(const v1::MetricsRequest& r) override {
-    return Unary<v1::MetricsRequest, v1::MetricsResponse>(&v1::KilnService::Stub::GetMetrics, r, options_.control_timeout);
+    return ReadOnly<v1::MetricsRequest, v1::MetricsResponse>(
+        &v1::KilnService::Stub::GetMetrics, r, options_.control_timeout);
   }
 
   absl::StatusOr<v1::TransferToDeviceResponse> TransferToDevice(
       const v1::TransferHeader& header, absl::string_view data, int64_t chunk_bytes) override {
+    AwaitConnection();
     grpc::ClientContext ctx;
     Authorize(&ctx, options_.security.token);
     v1::TransferToDeviceResponse resp;
@@ -119,24 +150,47 @@ class GrpcTransport : public Transport {
   absl::Status TransferFromDevice(
       const v1::TransferFromDeviceRequest& r,
       const std::function<absl::Status(v1::TransferFromDeviceChunk&)>& on_chunk) override {
-    grpc::ClientContext ctx;
-    Authorize(&ctx, options_.security.token);
-    auto reader = stub_->TransferFromDevice(&ctx, r);
-    v1::TransferFromDeviceChunk chunk;
-    absl::Status local;
-    while (reader->Read(&chunk)) {
-      local = on_chunk(chunk);
-      if (!local.ok()) {
-        ctx.TryCancel();
-        break;
+    // A read changes nothing: when the connection broke before any of it
+    // arrived, it is asked once more on the new connection.
+    for (int attempt = 0;; ++attempt) {
+      AwaitConnection();
+      grpc::ClientContext ctx;
+      Authorize(&ctx, options_.security.token);
+      auto reader = stub_->TransferFromDevice(&ctx, r);
+      v1::TransferFromDeviceChunk chunk;
+      absl::Status local;
+      bool received = false;
+      while (reader->Read(&chunk)) {
+        received = true;
+        local = on_chunk(chunk);
+        if (!local.ok()) {
+          ctx.TryCancel();
+          break;
+        }
       }
+      grpc::Status s = reader->Finish();
+      if (!local.ok()) return local;
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && !received && Backoff(attempt)) {
+        continue;
+      }
+      return FromGrpc(s);
     }
-    grpc::Status s = reader->Finish();
-    if (!local.ok()) return local;
-    return FromGrpc(s);
   }
 
  private:
+  // A connection that broke (a restarted proxy, a network blip) is made
+  // again by the channel: a call waits up to reconnect_timeout for it
+  // instead of failing at once, and then goes out on the new connection
+  // with the same session. A call already sent when the connection broke
+  // fails with UNAVAILABLE (it may or may not have run); only the calls
+  // that change nothing (ReadOnly, TransferFromDevice) are sent again, up
+  // to five times.
+  void AwaitConnection() {
+    grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY || options_.reconnect_timeout <= absl::ZeroDuration()) return;
+    channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + options_.reconnect_timeout));
+  }
+
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::KilnService::Stub> stub_;
   const GrpcOptions options_;
@@ -268,11 +322,13 @@ class GrpcOutfeedStream : public OutfeedStream {
 
 absl::StatusOr<std::unique_ptr<InfeedStream>> GrpcTransport::OpenInfeed(
     const v1::FeedTarget& target, int64_t chunk_bytes) {
+  AwaitConnection();
   return std::unique_ptr<InfeedStream>(new GrpcInfeedStream(stub_.get(), target, chunk_bytes, options_.security.token));
 }
 
 absl::StatusOr<std::unique_ptr<OutfeedStream>> GrpcTransport::OpenOutfeed(
     const v1::OutfeedRequest& r) {
+  AwaitConnection();
   return std::unique_ptr<OutfeedStream>(new GrpcOutfeedStream(stub_.get(), r, options_.security.token));
 }
 

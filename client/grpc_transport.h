@@ -27,6 +27,11 @@ struct GrpcOptions {
   // keepalive_time + keepalive_timeout instead of never.
   absl::Duration keepalive_time = absl::Seconds(30);
   absl::Duration keepalive_timeout = absl::Seconds(20);
+  // A call made while the connection is down (it broke and the channel is
+  // making it again) waits this long for it before failing UNAVAILABLE.
+  // The session and its handles live on the server for the lease, so a
+  // client whose connection comes back within it carries on unchanged.
+  absl::Duration reconnect_timeout = absl::Seconds(10);
   // TLS and bearer token; empty fields are taken from KILN_* environment
   // variables (client/security.h).
   SecurityOptions security;

@@ -15,10 +15,10 @@ class CallAuth {
  public:
   CallAuth(const TokenStore* tokens, Metrics* metrics) : tokens_(tokens), metrics_(metrics) {}
 
-  // OK when the call carries a known token (or none is required);
-  // UNAUTHENTICATED saying what was wrong otherwise, counted in the
-  // `auth_failures` counter.
-  grpc::Status Check(const grpc::ServerContext* ctx) const;
+  // OK when the call carries a known token (or none is required), with
+  // the token's name in `caller` (if not null); UNAUTHENTICATED saying what
+  // was wrong otherwise, counted in the `auth_failures` counter.
+  grpc::Status Check(const grpc::ServerContext* ctx, std::string* caller = nullptr) const;
 
   bool required() const { return tokens_ != nullptr; }
 

@@ -32,13 +32,30 @@ runtime::CancelCheck CancelledBy(grpc::ServerContext* ctx) {
 
 }  // namespace
 
-// Every call is checked before it reads its request.
-#define RETURN_IF_UNAUTHENTICATED(ctx)                               \
-  do {                                                               \
-    if (grpc::Status auth_status = auth_->Check(ctx); !auth_status.ok()) { \
-      return auth_status;                                            \
-    }                                                                \
+// Every call is checked before it does anything: its token, and with
+// tokens on, that the session it names was opened with a token of the same
+// name.
+#define RETURN_IF_UNAUTHORIZED(ctx, session_id)                                        \
+  do {                                                                                 \
+    if (grpc::Status auth_status = Authorize(ctx, session_id); !auth_status.ok()) {     \
+      return auth_status;                                                              \
+    }                                                                                  \
   } while (false)
+
+grpc::Status GrpcService::Authorize(const grpc::ServerContext* ctx,
+                                    const std::string& session_id, std::string* caller_out) {
+  std::string caller;
+  if (grpc::Status st = auth_->Check(ctx, &caller); !st.ok()) return st;
+  if (caller_out != nullptr) *caller_out = caller;
+  if (!auth_->required() || session_id.empty()) return grpc::Status::OK;
+  absl::MutexLock lock(&owners_mu_);
+  auto it = owners_.find(session_id);
+  if (it != owners_.end() && it->second != caller) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "the session belongs to a client with another token");
+  }
+  return grpc::Status::OK;
+}
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -49,26 +66,42 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 grpc::Status GrpcService::Handshake(grpc::ServerContext* ctx, const v1::HandshakeRequest* req,
                                     v1::HandshakeResponse* resp) {
-  RETURN_IF_UNAUTHENTICATED(ctx);
+  std::string caller;
+  if (grpc::Status st = Authorize(ctx, "", &caller); !st.ok()) return st;
   grpc::Status status = Reply(service_->Handshake(*req), resp);
-  if (status.ok() && !security_warning_.empty()) resp->set_security_warning(security_warning_);
+  if (!status.ok()) return status;
+  if (!security_warning_.empty()) resp->set_security_warning(security_warning_);
+  if (auth_->required()) {
+    absl::MutexLock lock(&owners_mu_);
+    // Forget the sessions that have ended, now and then.
+    if (++handshakes_ % 64 == 0) {
+      for (auto it = owners_.begin(); it != owners_.end();) {
+        if (!service_->SessionAlive(it->first)) {
+          owners_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+    }
+    owners_[resp->session_id()] = caller;
+  }
   return status;
 }
 grpc::Status GrpcService::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliveRequest* req,
                                     v1::KeepAliveResponse* resp) {
-  RETURN_IF_UNAUTHENTICATED(ctx);
+  RETURN_IF_UNAUTHORIZED(ctx, req->session_id());
   return Reply(service_->KeepAlive(*req), resp);
 }
 grpc::Status GrpcService::CloseSession(grpc::ServerContext* ctx, const v1::CloseSessionRequest* req,
                                        v1::CloseSessionResponse* resp) {
-  RETURN_IF_UNAUTHENTICATED(ctx);
+  RETURN_IF_UNAUTHORIZED(ctx, req->session_id());
   return Reply(service_->CloseSession(*req), resp);
 }
 
 grpc::Status GrpcService::TransferToDevice(grpc::ServerContext* ctx,
                                            grpc::ServerReader<v1::TransferToDeviceChunk>* reader,
                                            v1::TransferToDeviceResponse* resp) {
-  RETURN_IF_UNAUTHENTICATED(ctx);
+  RETURN_IF_UNAUTHORIZED(ctx, "");
   v1::TransferToDeviceChunk chunk;
   if (!reader->Read(&chunk)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty transfer stream");
@@ -78,6 +111,7 @@ grpc::Status GrpcService::TransferToDevice(grpc::ServerContext* ctx,
                         "the first transfer message must carry the header");
   }
   const v1::TransferHeader header = chunk.header();
+  RETURN_IF_UNAUTHORIZED(ctx, header.session_id());
   auto next = [&](std::string* data) -> absl::StatusOr<bool> {
     v1::TransferToDeviceChunk c;
     if (!reader->Read(&c)) {
@@ -94,24 +128,24 @@ grpc::Status GrpcService::TransferToDevice(grpc::ServerContext* ctx,
 grpc::Status GrpcService::TransferFromDevice(
     grpc::ServerContext* ctx, const v1::TransferFromDeviceRequest* req,
     grpc::ServerWriter<v1::TransferFromDeviceChunk>* writer) {
-  RETURN_IF_UNAUTHENTICATED(ctx);
+  RETURN_IF_UNAUTHORIZED(ctx, req->session_id());
   return ToGrpcStatus(service_->TransferFromDevice(
       *req, [&](const v1::TransferFromDeviceChunk& c) { return writer->Write(c); }));
 }
 
 grpc::Status GrpcService::Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
                                   v1::ReleaseResponse* resp) {
-  RETURN_IF_UNAUTHENTICATED(ctx);
+  RETURN_IF_UNAUTHORIZED(ctx, req->session_id());
   return Reply(service_->Release(*req), resp);
 }
 grpc::Status GrpcService::Compile(grpc::ServerContext* ctx, const v1::CompileRequest* req,
                                   v1::CompileResponse* resp) {
-  RETURN_IF_UNAUTHENTICATED(ctx);
+  RETURN_IF_UNAUTHORIZED(ctx, req->session_id());
   return Reply(service_->Compile(*req), resp);
 }
 grpc::Status GrpcService::Execute(grpc::ServerContext* ctx, const v1::ExecuteRequest* req,
                                   v1::ExecuteResponse* resp) {
-  RETURN_IF_UNAUTHENTICATED(ctx);
+  RETURN_IF_UNAUTHORIZED(ctx, req->session_id());
   // A client that cancels or passes its deadline stops the program.
   // The inline results stay charged to the session until the reply is
   // handed to gRPC.
@@ -120,12 +154,12 @@ grpc::Status GrpcService::Execute(grpc::ServerContext* ctx, const v1::ExecuteReq
 }
 grpc::Status GrpcService::MemoryInfo(grpc::ServerContext* ctx, const v1::MemoryInfoRequest* req,
                                      v1::MemoryInfoResponse* resp) {
-  RETURN_IF_UNAUTHENTICATED(ctx);
+  RETURN_IF_UNAUTHORIZED(ctx, req->session_id());
   return Reply(service_->MemoryInfo(*req), resp);
 }
 grpc::Status GrpcService::GetMetrics(grpc::ServerContext* ctx, const v1::MetricsRequest*,
                                      v1::MetricsResponse* resp) {
-  RETURN_IF_UNAUTHENTICATED(ctx);
+  RETURN_IF_UNAUTHORIZED(ctx, "");
   *resp = service_->GetMetrics();
   return grpc::Status::OK;
 }
@@ -133,14 +167,14 @@ grpc::Status GrpcService::GetMetrics(grpc::ServerContext* ctx, const v1::Metrics
 grpc::Status GrpcService::CreateFeedToken(grpc::ServerContext* ctx,
                                           const v1::CreateFeedTokenRequest* req,
                                           v1::CreateFeedTokenResponse* resp) {
-  RETURN_IF_UNAUTHENTICATED(ctx);
+  RETURN_IF_UNAUTHORIZED(ctx, req->session_id());
   return Reply(service_->CreateFeedToken(*req), resp);
 }
 
 grpc::Status GrpcService::Infeed(grpc::ServerContext* ctx,
                                  grpc::ServerReader<v1::InfeedChunk>* reader,
                                  v1::InfeedResponse* resp) {
-  RETURN_IF_UNAUTHENTICATED(ctx);
+  RETURN_IF_UNAUTHORIZED(ctx, "");
   v1::InfeedChunk chunk;
   if (!reader->Read(&chunk)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty infeed stream");
@@ -149,6 +183,7 @@ grpc::Status GrpcService::Infeed(grpc::ServerContext* ctx,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the first infeed message must carry the target");
   }
+  RETURN_IF_UNAUTHORIZED(ctx, chunk.target().session_id());
   absl::StatusOr<kiln::server::Service::FeedEndpoint> feed = service_->OpenFeed(chunk.target());
   if (!feed.ok()) return ToGrpcStatus(feed.status());
   const runtime::CancelCheck cancelled = CancelledBy(ctx);
@@ -193,7 +228,7 @@ grpc::Status GrpcService::Infeed(grpc::ServerContext* ctx,
 
 grpc::Status GrpcService::Outfeed(grpc::ServerContext* ctx, const v1::OutfeedRequest* req,
                                   grpc::ServerWriter<v1::OutfeedChunk>* writer) {
-  RETURN_IF_UNAUTHENTICATED(ctx);
+  RETURN_IF_UNAUTHORIZED(ctx, req->target().session_id());
   absl::StatusOr<kiln::server::Service::FeedEndpoint> feed = service_->OpenFeed(req->target());
   if (!feed.ok()) return ToGrpcStatus(feed.status());
   const absl::Duration timeout = req->timeout_millis() > 0

@@ -6,7 +6,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "kiln/v1/service.grpc.pb.h"
 #include "server/grpc_auth.h"
@@ -57,9 +59,19 @@ class GrpcService final : public v1::KilnService::Service {
                        grpc::ServerWriter<v1::OutfeedChunk>*) override;
 
  private:
+  // The token check, and with tokens on, that `session_id` (if not empty)
+  // was opened with a token of the same name: PERMISSION_DENIED otherwise.
+  // The caller's token name goes to `caller` (empty without tokens).
+  grpc::Status Authorize(const grpc::ServerContext* ctx, const std::string& session_id,
+                         std::string* caller = nullptr);
+
   kiln::server::Service* service_;  // borrowed
   const CallAuth* auth_;            // borrowed
   const std::string security_warning_;
+  absl::Mutex owners_mu_;
+  // Session id -> the name of the token that opened it (with tokens on).
+  absl::flat_hash_map<std::string, std::string> owners_ ABSL_GUARDED_BY(owners_mu_);
+  uint64_t handshakes_ ABSL_GUARDED_BY(owners_mu_) = 0;
 };
 
 struct GrpcServerOptions {

@@ -717,6 +717,10 @@ void Service::RefreshGauges() {
   }
 }
 
+bool Service::SessionAlive(const std::string& session_id) const {
+  return sessions_->Alive(session_id);
+}
+
 std::string Service::PrometheusMetrics() {
   RefreshGauges();
   return PrometheusText(metrics_.Counters(), metrics_.Histograms());

@@ -98,6 +98,8 @@ class Service {
                                               runtime::MemoryCharge* reply_charge = nullptr);
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& request);
   v1::MetricsResponse GetMetrics();
+  // Whether the session is open (its lease has not run out).
+  bool SessionAlive(const std::string& session_id) const;
   // The same figures in Prometheus' text format (server/prometheus.h).
   std::string PrometheusMetrics();
 

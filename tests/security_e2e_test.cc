@@ -206,6 +206,43 @@ TEST_F(SecurityE2E, EveryCallWithoutAValidTokenIsUnauthenticated) {
             absl::StatusCode::kUnauthenticated);
 }
 
+TEST_F(SecurityE2E, ASessionServesOnlyTheTokenThatOpenedIt) {
+  const std::string tokens = WriteTokens(
+      pki_.Path("tokens"), "alice aaaaaaaaaaaaaaaaaaaa\nbob bbbbbbbbbbbbbbbbbbbb\n");
+  testing::ServerProcess server({"--auth_tokens_file=" + tokens});
+  ASSERT_FALSE(server.address().empty());
+  ConnectOptions alice = Quick();
+  alice.security.token = "aaaaaaaaaaaaaaaaaaaa";
+  auto c = Client::Connect(server.address(), alice);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto buffer = (*c)->TransferToDevice(
+      ir::Literal::FromVector<float>(ir::ElementType::kF32, {1}, {5}), "cpu:0");
+  ASSERT_TRUE(buffer.ok());
+
+  client::GrpcOptions bob;
+  bob.security.token = "bbbbbbbbbbbbbbbbbbbb";
+  auto transport = client::ConnectGrpc(server.address(), bob);
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  v1::KeepAliveRequest keep;
+  keep.set_session_id((*c)->session_id());
+  EXPECT_EQ((*transport)->KeepAlive(keep).status().code(), absl::StatusCode::kPermissionDenied);
+  v1::TransferFromDeviceRequest read;
+  read.set_session_id((*c)->session_id());
+  read.set_buffer_handle((*buffer)->handle());
+  absl::Status stolen = (*transport)->TransferFromDevice(
+      read, [](v1::TransferFromDeviceChunk&) { return absl::OkStatus(); });
+  EXPECT_EQ(stolen.code(), absl::StatusCode::kPermissionDenied) << stolen;
+  v1::CloseSessionRequest close;
+  close.set_session_id((*c)->session_id());
+  EXPECT_EQ((*transport)->CloseSession(close).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // Alice's session is untouched.
+  ExpectWorks(**c);
+  auto value = (*c)->TransferFromDevice(**buffer);
+  ASSERT_TRUE(value.ok());
+  EXPECT_EQ(value->data<float>()[0], 5.0f);
+}
+
 TEST_F(SecurityE2E, TokensAreReReadOnSighupAndABadFileKeepsTheOldOnes) {
   const std::string tokens =
       WriteTokens(pki_.Path("tokens"), "old aaaaaaaaaaaaaaaaaaaa\n");

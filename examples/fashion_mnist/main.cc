@@ -8,15 +8,19 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
 #include "base/flags.h"
+#include "base/status_macros.h"
 #include "client/client.h"
 #include "client/lazy.h"
 #include "embedded/embedded.h"
+#include "examples/fashion_mnist/checkpoint.h"
 #include "examples/fashion_mnist/mnist.h"
 #include "examples/fashion_mnist/trainer.h"
 #include "base/logging.h"
@@ -49,6 +53,13 @@ ABSL_FLAG(int64_t, test_limit, 0, "use only this many test examples (0: all)");
 ABSL_FLAG(int, log_every, 100, "print a progress line every this many steps");
 ABSL_FLAG(uint64_t, seed, 1, "seed of weight initialization and shuffling");
 ABSL_FLAG(bool, report, true, "print the lazy tensor metrics report at the end");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "save the weights and SGD's momentum here every --checkpoint_every steps, start from "
+          "the newest checkpoint found there, and when the server goes away (a restart), "
+          "reconnect and resume from it");
+ABSL_FLAG(int64_t, checkpoint_every, 100, "steps between checkpoints");
+ABSL_FLAG(int64_t, reconnect_seconds, 120,
+          "with --checkpoint_dir: how long to wait for a lost server to come back");
 
 namespace {
 
@@ -63,31 +74,29 @@ int Fail(const absl::Status& st) {
   return 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  kiln::ParseFlags(argc, argv,
-                   "fashion_mnist: trains a Fashion-MNIST classifier through Kiln. "
-                   "Usage: fashion_mnist [--flag=value ...]");
-  if (std::getenv("KILN_LOG_LEVEL") == nullptr) kiln::logging::SetLevel("warn").IgnoreError();
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode != "lazy" && mode != "eager") {
-    return Fail(absl::InvalidArgumentError("--mode must be lazy or eager"));
+// Errors after which a restarted server can take the run over from its
+// last checkpoint: the server went away, or it no longer knows the session.
+bool ServerLost(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kDeadlineExceeded:
+      return true;
+    case absl::StatusCode::kNotFound:
+      return absl::StrContains(st.message(), "session");
+    default:
+      return false;
   }
+}
+
+// Trains from the newest checkpoint (or from the start) to the end, on a
+// connection of its own.
+absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dataset& test) {
+  using kiln::examples::Checkpoint;
+  const std::string mode = absl::GetFlag(FLAGS_mode);
   const int batch = absl::GetFlag(FLAGS_batch_size);
   const int eval_batch = absl::GetFlag(FLAGS_eval_batch_size);
-  if (batch < 1 || eval_batch < 1) return Fail(absl::InvalidArgumentError("batch sizes must be positive"));
-
-  std::printf("loading Fashion-MNIST from %s\n", absl::GetFlag(FLAGS_data_dir).c_str());
-  auto train = kiln::examples::LoadFashionMnist(absl::GetFlag(FLAGS_data_dir), "train",
-                                                absl::GetFlag(FLAGS_train_limit));
-  if (!train.ok()) return Fail(train.status());
-  auto test = kiln::examples::LoadFashionMnist(absl::GetFlag(FLAGS_data_dir), "t10k",
-                                               absl::GetFlag(FLAGS_test_limit));
-  if (!test.ok()) return Fail(test.status());
-  std::printf("  %lld training and %lld test images\n", static_cast<long long>(train->count),
-              static_cast<long long>(test->count));
-
+  const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   absl::StatusOr<std::unique_ptr<kiln::client::Client>> client;
   if (absl::GetFlag(FLAGS_server).empty()) {
     kiln::embedded::Options embedded;
@@ -102,18 +111,21 @@ int main(int argc, char** argv) {
     options.client_name = "fashion_mnist";
     client = kiln::client::Client::Connect(absl::GetFlag(FLAGS_server), options);
   }
-  if (!client.ok()) return Fail(client.status());
+  if (!client.ok()) return client.status();
+  if (!(*client)->security_warning().empty()) {
+    std::printf("the server warns: %s\n", (*client)->security_warning().c_str());
+  }
   const int replicas = absl::GetFlag(FLAGS_replicas);
   std::vector<std::string> replica_devices;
   std::string device = kiln::examples::TrainingDevice(**client, absl::GetFlag(FLAGS_device));
   if (replicas > 1 || device.find(':') == std::string::npos) {
     auto devices = kiln::examples::ReplicaDevices(**client, absl::GetFlag(FLAGS_device), replicas);
-    if (!devices.ok()) return Fail(devices.status());
+    if (!devices.ok()) return devices.status();
     replica_devices = *devices;
     device = replica_devices[0];
   }
   if (batch % replicas != 0 || eval_batch % replicas != 0) {
-    return Fail(absl::InvalidArgumentError("batch sizes must be multiples of --replicas"));
+    return absl::InvalidArgumentError("batch sizes must be multiples of --replicas");
   }
   double base_lr = absl::GetFlag(FLAGS_lr);
   if (base_lr <= 0) {
@@ -132,7 +144,7 @@ int main(int argc, char** argv) {
   auto ctx = kiln::client::LazyContext::Create(client->get());
   auto model = kiln::examples::MakeModel(absl::GetFlag(FLAGS_model), ctx.get(), device,
                                          absl::GetFlag(FLAGS_seed));
-  if (!model.ok()) return Fail(model.status());
+  if (!model.ok()) return model.status();
   ctx->set_eager(mode == "eager");
   ctx->set_pipelined(mode == "lazy" && absl::GetFlag(FLAGS_pipeline));
   kiln::examples::TrainerOptions options;
@@ -143,20 +155,58 @@ int main(int argc, char** argv) {
   kiln::examples::Trainer trainer(ctx.get(), model->get(), device, options);
   const std::string schedule = absl::GetFlag(FLAGS_lr_schedule);
   if (schedule != "constant" && schedule != "cosine") {
-    return Fail(absl::InvalidArgumentError("--lr_schedule must be constant or cosine"));
+    return absl::InvalidArgumentError("--lr_schedule must be constant or cosine");
   }
   const bool cosine = schedule == "cosine";
 
+  // Where to start: the newest checkpoint, if there is one.
+  kiln::examples::RunPoint start;
+  start.model = absl::GetFlag(FLAGS_model);
+  if (!checkpoint_dir.empty()) {
+    absl::StatusOr<std::optional<Checkpoint>> found =
+        kiln::examples::LoadLatestCheckpoint(checkpoint_dir);
+    if (!found.ok()) return found.status();
+    if (found->has_value()) {
+      Checkpoint& c = **found;
+      std::vector<kiln::client::Tensor>& params = (*model)->params();
+      std::vector<kiln::client::Tensor>* velocity = trainer.sgd_velocity();
+      if (c.point.model != start.model || c.params.size() != params.size() ||
+          c.velocity.size() != velocity->size()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the checkpoint in ", checkpoint_dir, " is of another model or optimizer (",
+            c.point.model, ")"));
+      }
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (c.params[i].shape() != params[i].shape()) {
+          return absl::FailedPreconditionError("a checkpointed parameter has another shape");
+        }
+        params[i] = ctx->FromLiteral(std::move(c.params[i]), device);
+      }
+      for (size_t i = 0; i < velocity->size(); ++i) {
+        (*velocity)[i] = ctx->FromLiteral(std::move(c.velocity[i]), device);
+      }
+      start = c.point;
+      std::printf("resumed from the checkpoint of step %lld (epoch %d, step %lld)\n",
+                  static_cast<long long>(start.global_step), start.epoch,
+                  static_cast<long long>(start.step));
+    }
+  }
+
   // Whole batches only, so every step has the same shapes (one compile).
-  const int64_t steps = train->count / batch;
-  if (steps == 0) return Fail(absl::InvalidArgumentError("fewer training images than one batch"));
-  std::vector<int64_t> order(train->count);
+  const int64_t steps = train.count / batch;
+  if (steps == 0) return absl::InvalidArgumentError("fewer training images than one batch");
+  std::vector<int64_t> order(train.count);
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  // The epochs already done drew their orders from the same generator.
+  for (int epoch = 1; epoch < start.epoch; ++epoch) std::shuffle(order.begin(), order.end(), rng);
   std::vector<float> images(size_t(batch) * 784);
   std::vector<int32_t> labels(batch);
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
-  for (int epoch = 1; epoch <= absl::GetFlag(FLAGS_epochs); ++epoch) {
+  const int64_t checkpoint_every = std::max<int64_t>(1, absl::GetFlag(FLAGS_checkpoint_every));
+  for (int epoch = start.epoch; epoch <= absl::GetFlag(FLAGS_epochs); ++epoch) {
+    const bool resumed_epoch = epoch == start.epoch;
+    const int64_t first_step = resumed_epoch ? start.step : 0;
     const auto epoch_start = std::chrono::steady_clock::now();
     if (cosine) {
       const double lr =
@@ -165,27 +215,29 @@ int main(int argc, char** argv) {
       std::printf("epoch %d: learning rate %.5f\n", epoch, lr);
     }
     std::shuffle(order.begin(), order.end(), rng);
-    double loss_sum = 0, correct = 0, window_loss = 0, window_correct = 0;
-    double first_step_seconds = 0;  // with the compile of the step's program
+    double loss_sum = resumed_epoch ? start.loss_sum : 0;
+    double correct = resumed_epoch ? start.correct : 0;
+    double window_loss = 0, window_correct = 0;
+    double first_step_seconds = -1;  // with the compile of the step's program
     // Accounts for step `step`'s result and prints progress.
     auto account = [&](int64_t step, const StepResult& r) {
-      if (step == 0) first_step_seconds = Seconds(epoch_start);
+      if (first_step_seconds < 0) first_step_seconds = Seconds(epoch_start);
       loss_sum += r.loss;
       correct += r.correct;
       window_loss += r.loss;
       window_correct += r.correct;
       if ((step + 1) % log_every == 0 || step + 1 == steps) {
-        const int64_t n = (step % log_every) + 1;
+        const int64_t n = std::min<int64_t>((step % log_every) + 1, step + 1 - first_step);
         std::printf("  epoch %d step %lld/%lld: loss %.4f, accuracy %.4f, %.1f steps/s",
                     epoch, static_cast<long long>(step + 1), static_cast<long long>(steps),
                     window_loss / n, window_correct / (n * batch),
-                    (step + 1) / Seconds(epoch_start));
+                    (step + 1 - first_step) / Seconds(epoch_start));
         const auto& profile = ctx->metrics().last_profile;
         if (profile.has_value()) {
           // What the step would take on the chip, next to what it took here.
           std::printf(", step wall %.2f ms, simulated %.3f ms (matrix units %.1f%% busy)",
-                      1e3 * Seconds(epoch_start) / (step + 1), 1e3 * profile->simulated_seconds(),
-                      100 * profile->matrix_utilization());
+                      1e3 * Seconds(epoch_start) / (step + 1 - first_step),
+                      1e3 * profile->simulated_seconds(), 100 * profile->matrix_utilization());
         }
         std::printf("\n");
         std::fflush(stdout);
@@ -203,30 +255,48 @@ int main(int argc, char** argv) {
       account(step, *r);
       return absl::OkStatus();
     };
-    for (int64_t step = 0; step < steps; ++step) {
+    for (int64_t step = first_step; step < steps; ++step) {
       for (int i = 0; i < batch; ++i) {
         const int64_t k = order[step * batch + i];
-        std::copy_n(train->images.begin() + k * 784, 784, images.begin() + size_t(i) * 784);
-        labels[i] = train->labels[k];
+        std::copy_n(train.images.begin() + k * 784, 784, images.begin() + size_t(i) * 784);
+        labels[i] = train.labels[k];
       }
       absl::StatusOr<kiln::examples::PendingStep> sent =
           trainer.StartStep(images.data(), labels.data(), batch);
-      if (!sent.ok()) return Fail(sent.status());
-      if (previous.has_value()) {
-        if (absl::Status st = read_previous(step - 1); !st.ok()) return Fail(st);
-      }
+      if (!sent.ok()) return sent.status();
+      if (previous.has_value()) RETURN_IF_ERROR(read_previous(step - 1));
       previous = *std::move(sent);
-      if (!ctx->pipelined() || step + 1 == steps) {
-        if (absl::Status st = read_previous(step); !st.ok()) return Fail(st);
+      const int64_t global_step = (epoch - 1) * steps + step + 1;
+      const bool checkpoint = !checkpoint_dir.empty() && global_step % checkpoint_every == 0;
+      if (!ctx->pipelined() || step + 1 == steps || checkpoint) {
+        RETURN_IF_ERROR(read_previous(step));
+      }
+      if (checkpoint) {
+        // The weights after this step: nothing else is in flight.
+        Checkpoint c;
+        c.point = {start.model, epoch, step + 1, global_step, loss_sum, correct};
+        if (step + 1 == steps) c.point = {start.model, epoch + 1, 0, global_step, 0, 0};
+        for (const kiln::client::Tensor& p : (*model)->params()) {
+          ASSIGN_OR_RETURN(kiln::ir::Literal value, p.ToHost());
+          c.params.push_back(std::move(value));
+        }
+        for (const kiln::client::Tensor& v : *trainer.sgd_velocity()) {
+          ASSIGN_OR_RETURN(kiln::ir::Literal value, v.ToHost());
+          c.velocity.push_back(std::move(value));
+        }
+        RETURN_IF_ERROR(kiln::examples::SaveCheckpoint(checkpoint_dir, c));
+        std::printf("  checkpoint of step %lld saved in %s\n", static_cast<long long>(global_step),
+                    checkpoint_dir.c_str());
+        std::fflush(stdout);
       }
     }
     const double train_seconds = Seconds(epoch_start);
     double test_loss = 0, test_correct = 0;
     int64_t test_seen = 0;
-    for (int64_t start = 0; start + eval_batch <= test->count; start += eval_batch) {
+    for (int64_t from = 0; from + eval_batch <= test.count; from += eval_batch) {
       absl::StatusOr<StepResult> r = trainer.EvalStep(
-          test->images.data() + start * 784, test->labels.data() + start, eval_batch);
-      if (!r.ok()) return Fail(r.status());
+          test.images.data() + from * 784, test.labels.data() + from, eval_batch);
+      if (!r.ok()) return r.status();
       test_loss += r->loss * eval_batch;
       test_correct += r->correct;
       test_seen += eval_batch;
@@ -237,9 +307,67 @@ int main(int argc, char** argv) {
         epoch, loss_sum / steps, correct / (steps * batch),
         test_seen ? test_loss / test_seen : 0.0, test_seen ? test_correct / test_seen : 0.0,
         train_seconds, static_cast<long long>(ctx->metrics().uncached_compiles),
-        first_step_seconds);
+        std::max(0.0, first_step_seconds));
     std::fflush(stdout);
   }
   if (absl::GetFlag(FLAGS_report)) std::printf("%s", ctx->Report().c_str());
-  return 0;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kiln::ParseFlags(argc, argv,
+                   "fashion_mnist: trains a Fashion-MNIST classifier through Kiln. "
+                   "Usage: fashion_mnist [--flag=value ...]");
+  if (std::getenv("KILN_LOG_LEVEL") == nullptr) kiln::logging::SetLevel("warn").IgnoreError();
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "lazy" && mode != "eager") {
+    return Fail(absl::InvalidArgumentError("--mode must be lazy or eager"));
+  }
+  const int batch = absl::GetFlag(FLAGS_batch_size);
+  const int eval_batch = absl::GetFlag(FLAGS_eval_batch_size);
+  if (batch < 1 || eval_batch < 1) return Fail(absl::InvalidArgumentError("batch sizes must be positive"));
+  const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  if (!checkpoint_dir.empty() &&
+      (absl::GetFlag(FLAGS_optimizer) != "sgd" || absl::GetFlag(FLAGS_replicas) > 1)) {
+    return Fail(absl::InvalidArgumentError(
+        "--checkpoint_dir saves SGD's state on one device: use --optimizer=sgd and no "
+        "--replicas"));
+  }
+
+  std::printf("loading Fashion-MNIST from %s\n", absl::GetFlag(FLAGS_data_dir).c_str());
+  auto train = kiln::examples::LoadFashionMnist(absl::GetFlag(FLAGS_data_dir), "train",
+                                                absl::GetFlag(FLAGS_train_limit));
+  if (!train.ok()) return Fail(train.status());
+  auto test = kiln::examples::LoadFashionMnist(absl::GetFlag(FLAGS_data_dir), "t10k",
+                                               absl::GetFlag(FLAGS_test_limit));
+  if (!test.ok()) return Fail(test.status());
+  std::printf("  %lld training and %lld test images\n", static_cast<long long>(train->count),
+              static_cast<long long>(test->count));
+  while (true) {
+    const absl::Status st = Run(*train, *test);
+    if (st.ok()) return 0;
+    if (checkpoint_dir.empty() || absl::GetFlag(FLAGS_server).empty() || !ServerLost(st)) {
+      return Fail(st);
+    }
+    // The server went away (a crash, a restart): wait for it to come back,
+    // then go on from the last checkpoint.
+    std::printf("lost the server (%s); waiting up to %lld s for it to come back\n",
+                std::string(st.message()).c_str(),
+                static_cast<long long>(absl::GetFlag(FLAGS_reconnect_seconds)));
+    std::fflush(stdout);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::seconds(absl::GetFlag(FLAGS_reconnect_seconds));
+    bool back = false;
+    while (!back && std::chrono::steady_clock::now() < deadline) {
+      kiln::client::ConnectOptions probe;
+      probe.client_name = "fashion_mnist";
+      probe.connect_timeout = absl::Seconds(2);
+      back = kiln::client::Client::Connect(absl::GetFlag(FLAGS_server), probe).ok();
+      if (!back) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    if (!back) return Fail(st);
+    std::printf("the server is back\n");
+  }
 }

@@ -90,6 +90,14 @@ class Trainer {
   // SGD only.
   absl::Status TrainLoop(int64_t steps, int batch, client::CallCanceller* cancel = nullptr);
 
+  // SGD's momentum buffers, created if needed (empty without momentum);
+  // null with Adam. Checkpoints save and restore them.
+  std::vector<client::Tensor>* sgd_velocity() {
+    if (!sgd_) return nullptr;
+    sgd_->InitState(model_->params());
+    return &sgd_->velocity();
+  }
+
   // For schedules (SGD only: its rate is a device scalar, so no recompile).
   void SetLearningRate(double lr) {
     if (sgd_) sgd_->set_learning_rate(lr);
