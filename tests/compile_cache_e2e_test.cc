@@ -61,7 +61,8 @@ struct Outcome {
   std::string compile_log;
 };
 
-Outcome RunOnce(const std::vector<std::string>& flags, uint64_t seed = 0) {
+Outcome RunOnce(const std::vector<std::string>& flags, uint64_t seed = 0,
+                const std::string& device = "cpu:0") {
   Outcome out;
   testing::ServerProcess server(flags);
   EXPECT_FALSE(server.address().empty());
@@ -70,13 +71,13 @@ Outcome RunOnce(const std::vector<std::string>& flags, uint64_t seed = 0) {
   if (!c.ok()) return out;
   auto module = ir::ParseModule(kProgram);
   EXPECT_TRUE(module.ok()) << module.status();
-  auto exe = (*c)->Compile(**module, "cpu:0", seed);
+  auto exe = (*c)->Compile(**module, device, seed);
   EXPECT_TRUE(exe.ok()) << exe.status();
   if (!exe.ok()) return out;
   out.persistent_hit = (*exe)->persistent_cache_hit();
   out.memory_hit = (*exe)->cache_hit();
-  auto x = (*c)->TransferToDevice(Iota({8, 12, 12, 3}, 0.25f), "cpu:0");
-  auto k = (*c)->TransferToDevice(Iota({3, 3, 3, 4}, 0.5f), "cpu:0");
+  auto x = (*c)->TransferToDevice(Iota({8, 12, 12, 3}, 0.25f), device);
+  auto k = (*c)->TransferToDevice(Iota({3, 3, 3, 4}, 0.5f), device);
   EXPECT_TRUE(x.ok() && k.ok());
   auto r = (*c)->Execute(**exe, {*x, *k});
   EXPECT_TRUE(r.ok()) << r.status();
@@ -123,6 +124,21 @@ TEST_F(CompileCacheE2E, ARestartedServerLoadsAKnownProgramWithoutCompiling) {
   Outcome memory_only = RunOnce({});
   EXPECT_FALSE(memory_only.persistent_hit);
   EXPECT_EQ(memory_only.result, first.result);
+}
+
+TEST_F(CompileCacheE2E, SimulatedTpuProgramsAreKeptPerChip) {
+  const std::string flag = "--compile_cache_dir=" + dir_;
+  const std::string devices = "--devices=cpu:1,tpu:1";
+  Outcome first = RunOnce({flag, devices}, 0, "tpu:0");
+  EXPECT_FALSE(first.persistent_hit);
+  ASSERT_EQ(first.result.size(), 4u);
+  Outcome second = RunOnce({flag, devices}, 0, "tpu:0");
+  EXPECT_TRUE(second.persistent_hit);
+  EXPECT_EQ(second.result, first.result);
+  // Another chip is another key: compiled, not loaded.
+  Outcome other_chip =
+      RunOnce({flag, devices, "--backend_config=tpu.matrix_unit_size=256"}, 0, "tpu:0");
+  EXPECT_FALSE(other_chip.persistent_hit);
 }
 
 TEST_F(CompileCacheE2E, AMissIsCountedByThePartOfTheKeyThatDiffered) {

@@ -1,5 +1,8 @@
 #include "runtime/tpusim/tpusim_device.h"
 
+#include "runtime/host/artifact.h"
+#include "runtime/host/tuning.h"
+
 #include "absl/strings/str_cat.h"
 #include "base/half.h"
 #include "base/status_macros.h"
@@ -62,10 +65,39 @@ TpuSimCompiler::TpuSimCompiler(const ChipConfig& chip)
 
 absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimCompiler::Compile(
     const ir::Module& module, const runtime::CompileOptions& options) {
+  ASSIGN_OR_RETURN(Compiled compiled, CompileForCache(module, options));
+  return compiled.executable;
+}
+
+absl::StatusOr<runtime::Compiler::Compiled> TpuSimCompiler::CompileForCache(
+    const ir::Module& module, const runtime::CompileOptions& options) {
   if (module.entry() == nullptr) {
     return absl::InvalidArgumentError("module has no entry computation");
   }
   RETURN_IF_ERROR(CheckTpuTypes(module));
+  host::TuningRecord tuning;
+  std::shared_ptr<runtime::Executable> executable;
+  {
+    host::TuningScope scope(&tuning);
+    ASSIGN_OR_RETURN(executable, Build(module, options));
+  }
+  return Compiled{std::move(executable), host::EncodeArtifact(module, tuning)};
+}
+
+absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimCompiler::Load(
+    const std::string& artifact, const runtime::CompileOptions& options) {
+  ASSIGN_OR_RETURN(host::DecodedArtifact decoded, host::DecodeArtifact(artifact));
+  RETURN_IF_ERROR(CheckTpuTypes(*decoded.module));
+  host::TuningScope scope(&decoded.tuning);
+  return Build(*decoded.module, options);
+}
+
+std::string TpuSimCompiler::ArtifactDependencies() const {
+  return host::HostArtifactDependencies();
+}
+
+absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimCompiler::Build(
+    const ir::Module& module, const runtime::CompileOptions& options) const {
   std::shared_ptr<const CostModel> model = cost_model_;
   host::ProgramOptions program_options;
   program_options.wrap_kernel = RoundMatrixInputs;

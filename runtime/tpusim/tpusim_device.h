@@ -38,9 +38,20 @@ class TpuSimCompiler : public runtime::Compiler {
   explicit TpuSimCompiler(const ChipConfig& chip);
   absl::StatusOr<std::shared_ptr<runtime::Executable>> Compile(
       const ir::Module& module, const runtime::CompileOptions& options) override;
+  // The module (the simulator runs no passes) and the kernels chosen by
+  // timing (runtime/host/artifact.h). The chip config is part of the
+  // backend's config key, so an artifact never meets another chip.
+  absl::StatusOr<Compiled> CompileForCache(const ir::Module& module,
+                                           const runtime::CompileOptions& options) override;
+  absl::StatusOr<std::shared_ptr<runtime::Executable>> Load(
+      const std::string& artifact, const runtime::CompileOptions& options) override;
+  std::string ArtifactDependencies() const override;
   const CostModel& cost_model() const { return *cost_model_; }
 
  private:
+  absl::StatusOr<std::shared_ptr<runtime::Executable>> Build(
+      const ir::Module& module, const runtime::CompileOptions& options) const;
+
   std::shared_ptr<const CostModel> cost_model_;
 };
 
