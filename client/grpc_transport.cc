@@ -5,12 +5,14 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "compiler/ir/proto_convert.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "kiln/v1/service.grpc.pb.h"
 #include "base/chunks.h"
+#include "base/net_address.h"
 #include "base/status_macros.h"
 
 namespace kiln::client {
@@ -386,6 +388,16 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGrpc(const std::string& addres
                                                        const GrpcOptions& given) {
   GrpcOptions options = given;
   ASSIGN_OR_RETURN(options.security, ResolveSecurity(given.security));
+  // A bearer token on a plaintext channel is readable by anyone on the
+  // path: only to this machine.
+  absl::string_view target = address;
+  for (const char* scheme : {"dns:///", "ipv4:", "ipv6:"}) absl::ConsumePrefix(&target, scheme);
+  if (!options.security.token.empty() && !options.security.uses_tls() &&
+      !IsLoopbackHost(HostOf(target))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a bearer token would travel in clear to ", address,
+        ": connect with TLS (KILN_TLS_CA or KILN_TLS=1)"));
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    ChannelCredentials(options.security));
   const absl::Duration connect_timeout = options.connect_timeout;

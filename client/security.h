@@ -18,7 +18,8 @@ struct SecurityOptions {
   std::string tls_key_file;     // its private key
   std::string tls_server_name;  // the name to verify in the server's certificate
                                 // (empty: the host of the address)
-  std::string token;            // bearer token sent with every call (empty: none)
+  std::string token;            // bearer token sent with every call (empty: none);
+                                // without TLS only to a loopback address
 
   bool uses_tls() const {
     return tls || !tls_ca_file.empty() || !tls_cert_file.empty() || !tls_key_file.empty();

@@ -24,9 +24,22 @@ absl::StatusOr<CompileCache::Result> CompileCache::GetOrCompile(
     // Not cached (or a concurrent compile failed): compile it here.
     in_flight_[key] = 1;
   }
+  // Even if `compile` throws, the key must not stay in flight: every later
+  // call for it would wait forever.
+  struct InFlight {
+    CompileCache* cache;
+    const std::string& key;
+    bool done = false;
+    ~InFlight() {
+      if (done) return;
+      absl::MutexLock lock(&cache->mu_);
+      cache->in_flight_.erase(key);
+    }
+  } in_flight{this, key};
   absl::StatusOr<std::shared_ptr<runtime::Executable>> compiled = compile();
   absl::MutexLock lock(&mu_);
   in_flight_.erase(key);
+  in_flight.done = true;
   if (!compiled.ok()) return compiled.status();
   const int64_t bytes = static_cast<int64_t>(content.size()) + (*compiled)->held_bytes();
   if (bytes > max_bytes_ || capacity_ == 0) return Result{*compiled, false};

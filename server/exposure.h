@@ -9,16 +9,12 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "base/net_address.h"
 
 namespace kiln::server {
 
-// True when `host` (the part of host:port before the port) is reachable from
-// this machine only: localhost, 127.0.0.0/8, ::1, or a unix: socket path.
-// An empty host or a wildcard (0.0.0.0, ::) is every interface.
-bool IsLoopbackHost(absl::string_view host);
-
-// The host of "host:port", "[v6]:port" or "unix:PATH" (returned whole).
-absl::string_view HostOf(absl::string_view address);
+using ::kiln::HostOf;
+using ::kiln::IsLoopbackHost;
 
 struct Exposure {
   bool tls = false;             // the server presents a certificate

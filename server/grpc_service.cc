@@ -46,15 +46,34 @@ grpc::Status GrpcService::Authorize(const grpc::ServerContext* ctx,
                                     const std::string& session_id, std::string* caller_out) {
   std::string caller;
   if (grpc::Status st = auth_->Check(ctx, &caller); !st.ok()) return st;
-  if (caller_out != nullptr) *caller_out = caller;
-  if (!auth_->required() || session_id.empty()) return grpc::Status::OK;
-  absl::MutexLock lock(&owners_mu_);
-  auto it = owners_.find(session_id);
-  if (it != owners_.end() && it->second != caller) {
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        "the session belongs to a client with another token");
+  // Without tokens, a verified client certificate names the caller.
+  if (caller.empty()) {
+    std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+    if (auth != nullptr && auth->IsPeerAuthenticated()) {
+      caller = "certificate";
+      for (const grpc::string_ref& id : auth->GetPeerIdentity()) {
+        absl::StrAppend(&caller, ":", absl::string_view(id.data(), id.size()));
+      }
+    }
   }
-  return grpc::Status::OK;
+  if (caller_out != nullptr) *caller_out = caller;
+  if (caller.empty() || session_id.empty()) return grpc::Status::OK;
+  {
+    absl::MutexLock lock(&owners_mu_);
+    auto it = owners_.find(session_id);
+    if (it != owners_.end()) {
+      if (it->second == caller) return grpc::Status::OK;
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "the session belongs to another client identity");
+    }
+  }
+  // Every session opened by an identified caller is in the map: one that is
+  // not, and still open, is not this caller's.
+  if (service_->SessionAlive(session_id)) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "the session belongs to another client identity");
+  }
+  return grpc::Status::OK;  // unknown: the service says so
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -71,7 +90,7 @@ grpc::Status GrpcService::Handshake(grpc::ServerContext* ctx, const v1::Handshak
   grpc::Status status = Reply(service_->Handshake(*req), resp);
   if (!status.ok()) return status;
   if (!security_warning_.empty()) resp->set_security_warning(security_warning_);
-  if (auth_->required()) {
+  if (!caller.empty()) {
     absl::MutexLock lock(&owners_mu_);
     // Forget the sessions that have ended, now and then.
     if (++handshakes_ % 64 == 0) {

@@ -59,9 +59,11 @@ class GrpcService final : public v1::KilnService::Service {
                        grpc::ServerWriter<v1::OutfeedChunk>*) override;
 
  private:
-  // The token check, and with tokens on, that `session_id` (if not empty)
-  // was opened with a token of the same name: PERMISSION_DENIED otherwise.
-  // The caller's token name goes to `caller` (empty without tokens).
+  // The token check, and for an identified caller (a token's name, or
+  // without tokens a verified client certificate's identity) that
+  // `session_id` (if not empty) was opened by the same identity:
+  // PERMISSION_DENIED otherwise. The identity goes to `caller` (empty for
+  // an anonymous caller, whose sessions any anonymous caller may use).
   grpc::Status Authorize(const grpc::ServerContext* ctx, const std::string& session_id,
                          std::string* caller = nullptr);
 
@@ -69,7 +71,7 @@ class GrpcService final : public v1::KilnService::Service {
   const CallAuth* auth_;            // borrowed
   const std::string security_warning_;
   absl::Mutex owners_mu_;
-  // Session id -> the name of the token that opened it (with tokens on).
+  // Session id -> the identity that opened it (identified callers only).
   absl::flat_hash_map<std::string, std::string> owners_ ABSL_GUARDED_BY(owners_mu_);
   uint64_t handshakes_ ABSL_GUARDED_BY(owners_mu_) = 0;
 };

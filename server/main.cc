@@ -340,6 +340,7 @@ int main(int argc, char** argv) {
           continue;
         }
         absl::StatusOr<size_t> n = tokens->Reload();
+        (*service)->metrics().Add(n.ok() ? "token_reloads" : "token_reload_failures");
         if (n.ok()) {
           kiln::logging::Info("SIGHUP: {} bearer token(s) in force from {}", *n, tokens->path());
         } else {

@@ -61,15 +61,24 @@ struct Entry {
   size_t header_size = 0;
 };
 
-// The header of the entry at `path`; nullopt when it is not one.
-std::optional<Entry> ReadHeader(std::istream& in) {
+// An entry's header is a few short lines: anything longer is not one.
+constexpr size_t kMaxHeaderBytes = 64 << 10;
+
+// The header at the start of `bytes`; nullopt when it is not one.
+std::optional<Entry> ParseHeader(const std::string& bytes) {
   Entry e;
+  size_t pos = 0;
+  auto next_line = [&](std::string* line) {
+    const size_t end = bytes.find('\n', pos);
+    if (end == std::string::npos) return false;
+    *line = bytes.substr(pos, end - pos);
+    pos = end + 1;
+    return true;
+  };
   std::string line;
-  if (!std::getline(in, line) || line != kMagic) return std::nullopt;
-  e.header_size = line.size() + 1;
+  if (!next_line(&line) || line != kMagic) return std::nullopt;
   auto field = [&](const std::string& name, std::string* value) {
-    if (!std::getline(in, line) || !absl::StartsWith(line, name + " ")) return false;
-    e.header_size += line.size() + 1;
+    if (!next_line(&line) || !absl::StartsWith(line, name + " ")) return false;
     *value = line.substr(name.size() + 1);
     return true;
   };
@@ -82,7 +91,50 @@ std::optional<Entry> ReadHeader(std::istream& in) {
   std::vector<std::string> parts = absl::StrSplit(artifact, ' ');
   if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &e.artifact_size)) return std::nullopt;
   e.artifact_hash = parts[1];
+  e.header_size = pos;
   return e;
+}
+
+// Reads the regular file at `path` if it is at most `max_bytes` long:
+// nothing else (a link, a FIFO, a device, a larger file) is read. nullopt
+// when it is absent or not such a file.
+std::optional<std::string> ReadEntryFile(const std::string& path, int64_t max_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st;
+  std::optional<std::string> out;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= max_bytes) {
+    std::string bytes(static_cast<size_t>(st.st_size), '\0');
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = read(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    if (done == bytes.size()) out = std::move(bytes);
+  }
+  close(fd);
+  return out;
+}
+
+// The header of the entry file at `path`, reading at most its first
+// kMaxHeaderBytes.
+std::optional<Entry> ReadHeaderOf(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st;
+  std::optional<Entry> out;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    std::string bytes(kMaxHeaderBytes, '\0');
+    const ssize_t n = read(fd, bytes.data(), bytes.size());
+    if (n > 0) {
+      bytes.resize(static_cast<size_t>(n));
+      out = ParseHeader(bytes);
+    }
+  }
+  close(fd);
+  return out;
 }
 
 std::string Shorten(const std::string& s) {
@@ -100,8 +152,10 @@ std::string PersistentKey::Digest() const {
 absl::StatusOr<std::unique_ptr<PersistentCache>> PersistentCache::Open(const std::string& dir,
                                                                        int64_t max_bytes) {
   std::error_code ec;
+  const bool existed = fs::is_directory(dir, ec);
   fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) {
+  if (!existed && !ec) fs::permissions(dir, fs::perms::owner_all, ec);
+  if (ec || !fs::is_directory(dir, ec)) {
     return absl::FailedPreconditionError(
         absl::StrCat("--compile_cache_dir ", dir, ": cannot create it (", ec.message(), ")"));
   }
@@ -127,21 +181,21 @@ int64_t PersistentCache::bytes() const {
 PersistentCache::Lookup PersistentCache::Find(const PersistentKey& key) {
   Lookup out;
   const std::string path = PathOf(key);
-  std::ifstream in(path, std::ios::binary);
-  if (in) {
-    std::optional<Entry> e = ReadHeader(in);
-    std::string artifact;
-    if (e.has_value()) {
-      artifact.resize(e->artifact_size);
-      in.read(artifact.data(), static_cast<std::streamsize>(artifact.size()));
-    }
-    const bool intact = e.has_value() && in.gcount() == static_cast<std::streamsize>(artifact.size()) &&
-                        in.peek() == std::char_traits<char>::eof() &&
-                        ir::Sha256Hex(artifact) == e->artifact_hash;
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0) {
+    // Whatever is at the path, only a whole, intact entry of this key is
+    // used; anything else is removed so that it is not met again.
+    std::optional<std::string> bytes = ReadEntryFile(path, max_bytes_ + kMaxHeaderBytes);
+    std::optional<Entry> e;
+    if (bytes.has_value()) e = ParseHeader(*bytes);
+    const bool intact = e.has_value() && e->header_size <= bytes->size() &&
+                        e->artifact_size == bytes->size() - e->header_size &&
+                        ir::Sha256Hex(absl::string_view(*bytes).substr(e->header_size)) ==
+                            e->artifact_hash;
     if (intact && e->key.Digest() == key.Digest()) {
       // A use: recently used entries are evicted last.
-      utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
-      out.artifact = std::move(artifact);
+      utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+      out.artifact = bytes->substr(e->header_size);
       return out;
     }
     if (!intact) {
@@ -157,11 +211,11 @@ PersistentCache::Lookup PersistentCache::Find(const PersistentKey& key) {
   out.explanation = "no entry for this module";
   std::error_code ec;
   const std::string prefix = key.module.substr(0, 32) + "-";
-  for (const fs::directory_entry& f : fs::directory_iterator(dir_, ec)) {
-    const std::string name = f.path().filename().string();
+  fs::directory_iterator it(dir_, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (!absl::StartsWith(name, prefix) || !absl::EndsWith(name, kSuffix)) continue;
-    std::ifstream other(f.path(), std::ios::binary);
-    std::optional<Entry> e = ReadHeader(other);
+    std::optional<Entry> e = ReadHeaderOf(it->path().string());
     if (!e.has_value() || e->key.module != key.module) continue;
     for (const Part& p : kParts) {
       if (e->key.*p.member != OneLine(key.*p.member)) {
@@ -181,7 +235,9 @@ absl::Status PersistentCache::Store(const PersistentKey& key, const std::string&
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = absl::StrCat(dir_, "/.tmp-", getpid(), "-", counter++, "-",
                                        key.Digest().substr(0, 8));
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // Entries hold programs with their constants (model weights): for this
+  // user only.
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
   }
@@ -219,7 +275,9 @@ void PersistentCache::Evict() {
   int64_t total = 0;
   std::error_code ec;
   const auto now = fs::file_time_type::clock::now();
-  for (const fs::directory_entry& f : fs::directory_iterator(dir_, ec)) {
+  fs::directory_iterator it(dir_, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const fs::directory_entry& f = *it;
     std::error_code fe;
     const std::string name = f.path().filename().string();
     const auto used = f.last_write_time(fe);

@@ -10,6 +10,11 @@
 // may share a directory and a reader never sees half an entry; each carries
 // a checksum, and a damaged entry is removed. The directory is bounded in
 // bytes: the least recently used entries go first.
+//
+// The directory is trusted like the server's binaries: whoever can write
+// it can plant programs. It is created 0700 and entries are written 0600
+// (they hold programs with their constants); only regular files of at most
+// the bound are read.
 #ifndef KILN_SERVER_PERSISTENT_CACHE_H_
 #define KILN_SERVER_PERSISTENT_CACHE_H_
 

@@ -1,6 +1,9 @@
 #include "server/persistent_cache.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <functional>
 
 #include <filesystem>
 #include <fstream>
@@ -100,6 +103,54 @@ TEST_F(PersistentCacheTest, DamagedEntriesAreMissesAndRemoved) {
     EXPECT_EQ(miss.reason, "corrupt") << damage;
     EXPECT_FALSE(fs::exists(path));
   }
+}
+
+// What a hostile or broken writer of the directory could leave at an
+// entry's path: none of it crashes, hangs or allocates by its header.
+TEST_F(PersistentCacheTest, AnythingButAWholeEntryAtItsPathIsAMiss) {
+  auto cache = PersistentCache::Open(dir_, 1 << 20);
+  ASSERT_TRUE(cache.ok());
+  ASSERT_TRUE((*cache)->Store(Key(), "artifact").ok());
+  ASSERT_EQ(Files().size(), 1u);
+  const std::string path = dir_ + "/" + Files()[0];
+  std::string header;
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::getline(in, header, '\0');
+  }
+  const std::string good_header = header.substr(0, header.find("artifact 8 "));
+  struct Case {
+    std::string name;
+    std::function<void()> make;
+  } cases[] = {
+      {"a huge declared size",
+       [&] {
+         std::ofstream(path, std::ios::binary | std::ios::trunc)
+             << good_header << "artifact 18446744073709551615 abc\nxyz";
+       }},
+      {"a declared size past the bound",
+       [&] {
+         std::ofstream(path, std::ios::binary | std::ios::trunc)
+             << good_header << "artifact 999999999 abc\nxyz";
+       }},
+      {"no line end at all",
+       [&] { std::ofstream(path, std::ios::binary | std::ios::trunc) << std::string(200000, 'k'); }},
+      {"a link to /dev/zero", [&] { fs::create_symlink("/dev/zero", path); }},
+      {"a FIFO", [&] { ASSERT_EQ(mkfifo(path.c_str(), 0600), 0); }},
+      {"a directory", [&] { fs::create_directory(path); }},
+  };
+  for (const Case& c : cases) {
+    fs::remove_all(path);
+    c.make();
+    PersistentCache::Lookup miss = (*cache)->Find(Key());
+    EXPECT_FALSE(miss.artifact.has_value()) << c.name;
+    EXPECT_EQ(miss.reason, "corrupt") << c.name;
+    // A damaged entry is removed (a directory cannot be unlinked).
+    if (c.name != "a directory") EXPECT_FALSE(fs::exists(fs::symlink_status(path))) << c.name;
+  }
+  fs::remove_all(path);
+  ASSERT_TRUE((*cache)->Store(Key(), "artifact").ok());
+  EXPECT_TRUE((*cache)->Find(Key()).artifact.has_value());
 }
 
 TEST_F(PersistentCacheTest, TheDirectoryIsBoundedLeastRecentlyUsedFirst) {

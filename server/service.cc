@@ -332,6 +332,11 @@ absl::StatusOr<std::shared_ptr<runtime::Executable>> Service::CompileOrLoad(
     const absl::Time start = absl::Now();
     absl::StatusOr<std::shared_ptr<runtime::Executable>> exe =
         compiler.Load(*found.artifact, options);
+    // A loaded program must have the module's signature.
+    if (exe.ok() && ((*exe)->parameter_shapes() != module.entry()->ParameterShapes() ||
+                     (*exe)->result_shape() != module.entry()->root()->shape())) {
+      exe = absl::InvalidArgumentError("its signature is not the module's");
+    }
     if (exe.ok()) {
       *loaded = true;
       metrics_.Add("persistent_cache_hits");

@@ -1,16 +1,19 @@
 #include "server/tokens.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "compiler/ir/fingerprint.h"
 
 namespace kiln::server {
 namespace {
@@ -19,37 +22,53 @@ bool IsNameChar(char c) {
   return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
 }
 
-// Equal without an early exit, so that the time taken does not tell an
-// attacker how much of a guess was right.
+// Equal without an early exit, on digests of one length, so that the time
+// taken tells an attacker neither how much of a guess was right nor how
+// long the tokens are.
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const size_t n = std::max(a.size(), b.size());
+  const size_t n = std::min(a.size(), b.size());
   for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= x ^ y;
+    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
   }
   return diff == 0;
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ReadTokensFile(
     const std::string& path) {
+  // The mode is checked on the file that is read (no window between the
+  // check and the open).
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot read the tokens file ", path));
   struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat("cannot read the tokens file ", path));
-  }
-  // Group read is allowed (a Kubernetes secret mounted for an fsGroup is
-  // 0440); anything for others, and group write, is not.
-  if ((st.st_mode & (S_IRWXO | S_IWGRP)) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
+  std::string text;
+  absl::Status problem;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    problem = absl::FailedPreconditionError(
+        absl::StrCat("the tokens file ", path, " is not a regular file"));
+  } else if ((st.st_mode & (S_IRWXO | S_IWGRP)) != 0) {
+    // Group read is allowed (a Kubernetes secret mounted for an fsGroup is
+    // 0440); anything for others, and group write, is not.
+    problem = absl::FailedPreconditionError(absl::StrCat(
         "the tokens file ", path, " is readable or writable by others (or writable by its ",
         "group); chmod 600 it"));
+  } else if (st.st_size > (1 << 20)) {
+    problem = absl::FailedPreconditionError(
+        absl::StrCat("the tokens file ", path, " is larger than 1 MiB"));
+  } else {
+    text.resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = read(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    text.resize(done);
   }
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the tokens file ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return TokenStore::Parse(text.str(), path);
+  close(fd);
+  if (!problem.ok()) return problem;
+  return TokenStore::Parse(text, path);
 }
 
 }  // namespace
@@ -100,6 +119,8 @@ absl::StatusOr<std::unique_ptr<TokenStore>> TokenStore::Load(const std::string& 
 
 absl::StatusOr<size_t> TokenStore::Reload() {
   ASSIGN_OR_RETURN(auto tokens, ReadTokensFile(path_));
+  // Only digests are kept: what is compared, and what a core dump shows.
+  for (auto& [name, token] : tokens) token = ir::Sha256Hex(token);
   absl::MutexLock lock(&mu_);
   tokens_ = std::move(tokens);
   return tokens_.size();
@@ -115,11 +136,11 @@ absl::StatusOr<std::string> TokenStore::Authenticate(absl::string_view authoriza
       !absl::EqualsIgnoreCase(authorization.substr(0, kScheme.size()), kScheme)) {
     return absl::UnauthenticatedError("the authorization is not a bearer token");
   }
-  const absl::string_view token = authorization.substr(kScheme.size());
+  const std::string digest = ir::Sha256Hex(authorization.substr(kScheme.size()));
   absl::MutexLock lock(&mu_);
   const std::string* found = nullptr;
   for (const auto& [name, known] : tokens_) {
-    if (ConstantTimeEquals(token, known)) found = &name;
+    if (ConstantTimeEquals(digest, known)) found = &name;
   }
   if (found == nullptr) return absl::UnauthenticatedError("unknown bearer token");
   return *found;

@@ -54,7 +54,7 @@ class TokenStore {
 
   const std::string path_;
   mutable absl::Mutex mu_;
-  // (name, token)
+  // (name, SHA-256 of the token)
   std::vector<std::pair<std::string, std::string>> tokens_ ABSL_GUARDED_BY(mu_);
 };
 

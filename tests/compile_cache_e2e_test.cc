@@ -3,6 +3,7 @@
 // by timing.
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 
@@ -47,7 +48,9 @@ ir::Literal Iota(std::vector<int64_t> dims, float scale) {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
   std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(i % 13) - 1.0f;
+  // Values whose sums round differently in different orders, so that two
+  // kernels of the convolution give different last bits.
+  for (int64_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.37f * static_cast<float>(i)) + 0.1f;
   return ir::Literal::FromVector<float>(ir::ElementType::kF32, dims, v);
 }
 
@@ -76,8 +79,8 @@ Outcome RunOnce(const std::vector<std::string>& flags, uint64_t seed = 0,
   if (!exe.ok()) return out;
   out.persistent_hit = (*exe)->persistent_cache_hit();
   out.memory_hit = (*exe)->cache_hit();
-  auto x = (*c)->TransferToDevice(Iota({8, 12, 12, 3}, 0.25f), device);
-  auto k = (*c)->TransferToDevice(Iota({3, 3, 3, 4}, 0.5f), device);
+  auto x = (*c)->TransferToDevice(Iota({8, 12, 12, 3}, 0.3f), device);
+  auto k = (*c)->TransferToDevice(Iota({3, 3, 3, 4}, 0.7f), device);
   EXPECT_TRUE(x.ok() && k.ok());
   auto r = (*c)->Execute(**exe, {*x, *k});
   EXPECT_TRUE(r.ok()) << r.status();
@@ -117,13 +120,18 @@ TEST_F(CompileCacheE2E, ARestartedServerLoadsAKnownProgramWithoutCompiling) {
   EXPECT_TRUE(second.persistent_hit);
   EXPECT_FALSE(second.memory_hit);
   EXPECT_EQ(second.loaded, 1);
-  // The loaded program computes exactly what the compiled one did.
+  // The loaded program computes exactly what the compiled one did: the
+  // same kernels, chosen by the first compile's timing.
   EXPECT_EQ(second.result, first.result);
 
-  // Without the directory nothing is loaded.
+  // Without the directory nothing is loaded; the compile times the kernels
+  // again and may choose another, whose sums round differently.
   Outcome memory_only = RunOnce({});
   EXPECT_FALSE(memory_only.persistent_hit);
-  EXPECT_EQ(memory_only.result, first.result);
+  ASSERT_EQ(memory_only.result.size(), first.result.size());
+  for (size_t i = 0; i < first.result.size(); ++i) {
+    EXPECT_NEAR(memory_only.result[i], first.result[i], 1e-4 * std::abs(first.result[i]));
+  }
 }
 
 TEST_F(CompileCacheE2E, SimulatedTpuProgramsAreKeptPerChip) {

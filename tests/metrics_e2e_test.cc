@@ -180,13 +180,17 @@ TEST(MetricsE2E, TraceFileOpensAsChromeTraceEventsAndLogsCanBeJson) {
       << checked.output;
 
   // JSON logs: every line an object with time, level and message.
+  // The server is stopped once it says it listens (a signal before its
+  // handler is installed would kill it without its last line).
   Ran logs = RunShell(absl::StrCat(
-      "timeout -s TERM 2 ", KILN_BIN_DIR,
-      "/kiln-server --listen=127.0.0.1:0 --log_format=json --log_level=info 2>&1 >/dev/null | "
+      "cd ", pki.Path(""), " && (", KILN_BIN_DIR,
+      "/kiln-server --listen=127.0.0.1:0 --log_format=json --log_level=info "
+      "> out.txt 2> err.txt & pid=$!; for i in $(seq 100); do grep -q listening out.txt && "
+      "break; sleep 0.1; done; kill -TERM $pid; wait $pid) && "
       "/usr/bin/python3 -c 'import json, sys\n"
       "lines = [json.loads(l) for l in sys.stdin]\n"
       "assert lines and all(set(l) >= {\"time\", \"level\", \"message\"} for l in lines), lines\n"
-      "print(len(lines), lines[-1][\"message\"])'"));
+      "print(len(lines), lines[-1][\"message\"])' < err.txt"));
   EXPECT_EQ(logs.exit_code, 0) << logs.output;
   EXPECT_NE(logs.output.find("kiln-server stopped"), std::string::npos) << logs.output;
   Ran bad = RunShell(std::string(KILN_BIN_DIR) + "/kiln-server --log_format=xml");

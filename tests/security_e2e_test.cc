@@ -179,6 +179,15 @@ TEST_F(SecurityE2E, EveryCallWithoutAValidTokenIsUnauthenticated) {
   EXPECT_NE(handshake.error_code(), grpc::StatusCode::UNAUTHENTICATED)
       << handshake.error_message();
 
+  // A token is never sent in clear to another machine: refused before any
+  // connection is made.
+  ConnectOptions cleartext = Quick();
+  cleartext.security.token = "aaaaaaaaaaaaaaaaaaaa";
+  auto refused_token = Client::Connect("10.255.255.1:8470", cleartext);
+  ASSERT_FALSE(refused_token.ok());
+  EXPECT_EQ(refused_token.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused_token.status().message().find("in clear"), std::string::npos);
+
   // The client library sends it with every call, streams included.
   auto anonymous = Client::Connect(server.address(), Quick());
   ASSERT_FALSE(anonymous.ok());
@@ -266,9 +275,28 @@ TEST_F(SecurityE2E, TokensAreReReadOnSighupAndABadFileKeepsTheOldOnes) {
 
   WriteTokens(tokens, "this line is not a token file\n");
   kill(server.pid(), SIGHUP);
-  // The server logs the error and keeps serving with the tokens it had.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The server counts the failed re-read and keeps serving with the tokens
+  // it had.
+  ConnectOptions options = Quick();
+  options.security.token = new_token.security.token;
+  auto c = Client::Connect(server.address(), options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  int64_t failures = 0, reloads = 0;
+  for (int i = 0; i < 200 && failures == 0; ++i) {  // at most 10 s
+    auto m = (*c)->Metrics();
+    ASSERT_TRUE(m.ok()) << m.status();
+    for (const auto& counter : m->counters()) {
+      if (counter.name() == "token_reload_failures") failures = counter.value();
+      if (counter.name() == "token_reloads") reloads = counter.value();
+    }
+    if (failures == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(failures, 1);
+  EXPECT_EQ(reloads, 1);
   EXPECT_TRUE(client::CheckHealth(server.address(), new_token).ok());
+  EXPECT_EQ(client::CheckHealth(server.address(), old_token).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  c->reset();
   EXPECT_EQ(server.Stop(), 0);
 }
 

@@ -35,11 +35,11 @@ absl::Status WriteAtomically(const std::string& path, const std::string& text) {
     std::ofstream out(tmp, std::ios::trunc);
     out << text;
     out.flush();
-    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+    if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write ", tmp));
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
   return absl::OkStatus();
 }
 
@@ -48,12 +48,12 @@ absl::Status WriteAtomically(const std::string& path, const std::string& text) {
 absl::Status SaveCheckpoint(const std::string& dir, const Checkpoint& checkpoint) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
   const std::string name = absl::StrFormat("step-%06d", checkpoint.point.global_step);
   const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp-", getpid());
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", tmp, ": ", ec.message()));
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", tmp, ": ", ec.message()));
   for (size_t i = 0; i < checkpoint.params.size(); ++i) {
     RETURN_IF_ERROR(client::WriteNpyFile(absl::StrCat(tmp, "/param_", i, ".npy"),
                                          checkpoint.params[i]));
@@ -66,16 +66,20 @@ absl::Status SaveCheckpoint(const std::string& dir, const Checkpoint& checkpoint
   const std::string final_path = absl::StrCat(dir, "/", name);
   fs::remove_all(final_path, ec);
   fs::rename(tmp, final_path, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
   RETURN_IF_ERROR(WriteAtomically(dir + "/LATEST", name + "\n"));
-  // Keep the two newest.
-  std::vector<std::string> names;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind("step-", 0) == 0) names.push_back(n);
+  // Keep the two newest, by step number (names grow past six digits).
+  std::vector<std::pair<int64_t, std::string>> saved;
+  fs::directory_iterator it(dir, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    int64_t step = 0;
+    if (n.rfind("step-", 0) == 0 && absl::SimpleAtoi(n.substr(5), &step)) {
+      saved.emplace_back(step, n);
+    }
   }
-  std::sort(names.begin(), names.end());
-  for (size_t i = 0; i + 2 < names.size(); ++i) fs::remove_all(dir + "/" + names[i], ec);
+  std::sort(saved.begin(), saved.end());
+  for (size_t i = 0; i + 2 < saved.size(); ++i) fs::remove_all(dir + "/" + saved[i].second, ec);
   return absl::OkStatus();
 }
 

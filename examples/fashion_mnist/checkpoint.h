@@ -34,6 +34,7 @@ struct Checkpoint {
   std::vector<ir::Literal> params, velocity;
 };
 
+// FAILED_PRECONDITION when the directory cannot be written.
 absl::Status SaveCheckpoint(const std::string& dir, const Checkpoint& checkpoint);
 // The newest checkpoint in `dir`; nullopt when it holds none (or does not
 // exist). INVALID_ARGUMENT when LATEST names a damaged checkpoint.

@@ -91,7 +91,9 @@ bool ServerLost(const absl::Status& st) {
 
 // Trains from the newest checkpoint (or from the start) to the end, on a
 // connection of its own.
-absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dataset& test) {
+// Counts in `*saved` the checkpoints it saved.
+absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dataset& test,
+                 int64_t* saved) {
   using kiln::examples::Checkpoint;
   const std::string mode = absl::GetFlag(FLAGS_mode);
   const int batch = absl::GetFlag(FLAGS_batch_size);
@@ -204,6 +206,25 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
   std::vector<int32_t> labels(batch);
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   const int64_t checkpoint_every = std::max<int64_t>(1, absl::GetFlag(FLAGS_checkpoint_every));
+  // Saves the weights as they are now (nothing in flight) with `point`.
+  auto save = [&](const kiln::examples::RunPoint& point) -> absl::Status {
+    Checkpoint c;
+    c.point = point;
+    for (const kiln::client::Tensor& p : (*model)->params()) {
+      ASSIGN_OR_RETURN(kiln::ir::Literal value, p.ToHost());
+      c.params.push_back(std::move(value));
+    }
+    for (const kiln::client::Tensor& v : *trainer.sgd_velocity()) {
+      ASSIGN_OR_RETURN(kiln::ir::Literal value, v.ToHost());
+      c.velocity.push_back(std::move(value));
+    }
+    RETURN_IF_ERROR(kiln::examples::SaveCheckpoint(checkpoint_dir, c));
+    ++*saved;
+    std::printf("  checkpoint of step %lld saved in %s\n",
+                static_cast<long long>(point.global_step), checkpoint_dir.c_str());
+    std::fflush(stdout);
+    return absl::OkStatus();
+  };
   for (int epoch = start.epoch; epoch <= absl::GetFlag(FLAGS_epochs); ++epoch) {
     const bool resumed_epoch = epoch == start.epoch;
     const int64_t first_step = resumed_epoch ? start.step : 0;
@@ -267,27 +288,14 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
       if (previous.has_value()) RETURN_IF_ERROR(read_previous(step - 1));
       previous = *std::move(sent);
       const int64_t global_step = (epoch - 1) * steps + step + 1;
+      // The last step's checkpoint waits for the epoch's evaluation, so a
+      // run resumed from it does not skip that.
       const bool checkpoint = !checkpoint_dir.empty() && global_step % checkpoint_every == 0;
       if (!ctx->pipelined() || step + 1 == steps || checkpoint) {
         RETURN_IF_ERROR(read_previous(step));
       }
-      if (checkpoint) {
-        // The weights after this step: nothing else is in flight.
-        Checkpoint c;
-        c.point = {start.model, epoch, step + 1, global_step, loss_sum, correct};
-        if (step + 1 == steps) c.point = {start.model, epoch + 1, 0, global_step, 0, 0};
-        for (const kiln::client::Tensor& p : (*model)->params()) {
-          ASSIGN_OR_RETURN(kiln::ir::Literal value, p.ToHost());
-          c.params.push_back(std::move(value));
-        }
-        for (const kiln::client::Tensor& v : *trainer.sgd_velocity()) {
-          ASSIGN_OR_RETURN(kiln::ir::Literal value, v.ToHost());
-          c.velocity.push_back(std::move(value));
-        }
-        RETURN_IF_ERROR(kiln::examples::SaveCheckpoint(checkpoint_dir, c));
-        std::printf("  checkpoint of step %lld saved in %s\n", static_cast<long long>(global_step),
-                    checkpoint_dir.c_str());
-        std::fflush(stdout);
+      if (checkpoint && step + 1 < steps) {
+        RETURN_IF_ERROR(save({start.model, epoch, step + 1, global_step, loss_sum, correct}));
       }
     }
     const double train_seconds = Seconds(epoch_start);
@@ -309,6 +317,9 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
         train_seconds, static_cast<long long>(ctx->metrics().uncached_compiles),
         std::max(0.0, first_step_seconds));
     std::fflush(stdout);
+    if (!checkpoint_dir.empty() && (epoch * steps) % checkpoint_every == 0) {
+      RETURN_IF_ERROR(save({start.model, epoch + 1, 0, epoch * steps, 0, 0}));
+    }
   }
   if (absl::GetFlag(FLAGS_report)) std::printf("%s", ctx->Report().c_str());
   return absl::OkStatus();
@@ -345,10 +356,19 @@ int main(int argc, char** argv) {
   if (!test.ok()) return Fail(test.status());
   std::printf("  %lld training and %lld test images\n", static_cast<long long>(train->count),
               static_cast<long long>(test->count));
+  // Resumes that saved nothing: a run that cannot get past its checkpoint
+  // gives up instead of trying forever.
+  int fruitless = 0;
   while (true) {
-    const absl::Status st = Run(*train, *test);
+    int64_t saved = 0;
+    const absl::Status st = Run(*train, *test, &saved);
     if (st.ok()) return 0;
     if (checkpoint_dir.empty() || absl::GetFlag(FLAGS_server).empty() || !ServerLost(st)) {
+      return Fail(st);
+    }
+    fruitless = saved > 0 ? 0 : fruitless + 1;
+    if (fruitless > 3) {
+      std::fprintf(stderr, "fashion_mnist: four resumes in a row saved no checkpoint\n");
       return Fail(st);
     }
     // The server went away (a crash, a restart): wait for it to come back,
