@@ -563,6 +563,18 @@ Tensor FullLike(const Tensor& like, const Shape& shape, double value) {
   if (shape.rank() == 0) return s;
   return BroadcastInDim(s, shape.dims(), {});
 }
+Tensor RngUniform(const Tensor& like, std::vector<int64_t> dims, double low, double high) {
+  if (!like.status().ok()) return like;
+  if (!ir::IsFloatType(like.dtype())) {
+    return ErrorTensor(like, absl::InvalidArgumentError(
+                                 "RngUniform needs a floating-point tensor to take its type from"));
+  }
+  ir::Attributes a;
+  a.distribution = ir::RngDistribution::kUniform;
+  return EmitInferred(Opcode::kRng,
+                      {ScalarLike(like, low, like.dtype()), ScalarLike(like, high, like.dtype())},
+                      std::move(a), Shape(like.dtype(), std::move(dims)));
+}
 Tensor ZerosLike(const Tensor& x) { return FullLike(x, x.shape(), 0); }
 Tensor OnesLike(const Tensor& x) { return FullLike(x, x.shape(), 1); }
 

@@ -261,6 +261,10 @@ Tensor CrossReplicaSum(const Tensor& x);
 
 // A tensor of `shape` filled with `value`, on `like`'s device.
 Tensor FullLike(const Tensor& like, const ir::Shape& shape, double value);
+// Uniform random values in [low, high) of `like`'s floating-point type and
+// device, drawn inside the program (the rng op: seeded by the compile's rng
+// seed and advanced by every execution of the program).
+Tensor RngUniform(const Tensor& like, std::vector<int64_t> dims, double low, double high);
 Tensor ZerosLike(const Tensor& x);
 Tensor OnesLike(const Tensor& x);
 

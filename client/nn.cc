@@ -1,0 +1,154 @@
+#include "client/nn.h"
+
+#include <cmath>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace kiln::client::nn {
+namespace {
+
+ir::Shape F32(std::vector<int64_t> dims) { return ir::Shape(ir::ElementType::kF32, std::move(dims)); }
+
+Tensor Filled(LazyContext* ctx, const std::string& device, std::vector<int64_t> dims,
+              double value) {
+  ir::Literal lit(F32(std::move(dims)));
+  for (int64_t i = 0; i < lit.element_count(); ++i) lit.SetFromDouble(i, value);
+  return ctx->FromLiteral(std::move(lit), device);
+}
+
+// Every dimension of `x` but the last.
+std::vector<int64_t> AllButLast(const Tensor& x) {
+  std::vector<int64_t> dims;
+  for (int i = 0; i + 1 < x.rank(); ++i) dims.push_back(i);
+  return dims;
+}
+
+}  // namespace
+
+Tensor& Module::RegisterParameter(std::string name, Tensor value) {
+  parameters_.emplace_back(std::move(name), std::make_unique<Tensor>(std::move(value)));
+  return *parameters_.back().second;
+}
+
+Tensor& Module::RegisterBuffer(std::string name, Tensor value) {
+  buffers_.emplace_back(std::move(name), std::make_unique<Tensor>(std::move(value)));
+  return *buffers_.back().second;
+}
+
+void Module::RegisterModule(std::string name, Module* child) {
+  children_.emplace_back(std::move(name), child);
+}
+
+void Module::Collect(const std::string& prefix, bool buffers,
+                     std::vector<std::pair<std::string, Tensor*>>* out) {
+  for (auto& [name, t] : buffers ? buffers_ : parameters_) {
+    out->emplace_back(prefix + name, t.get());
+  }
+  for (auto& [name, child] : children_) child->Collect(prefix + name + ".", buffers, out);
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::NamedParameters() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  Collect("", /*buffers=*/false, &out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::NamedBuffers() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  Collect("", /*buffers=*/true, &out);
+  return out;
+}
+
+std::vector<Tensor> Module::Parameters() {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : NamedParameters()) out.push_back(*t);
+  return out;
+}
+
+absl::Status Module::SetParameters(const std::vector<Tensor>& values) {
+  std::vector<std::pair<std::string, Tensor*>> named = NamedParameters();
+  if (values.size() != named.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the module has ", named.size(),
+                                                   " parameters, not ", values.size()));
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i].shape() != named[i].second->shape()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter ", named[i].first, " is ", named[i].second->shape().ToString(), ", not ",
+          values[i].shape().ToString()));
+    }
+  }
+  for (size_t i = 0; i < values.size(); ++i) *named[i].second = values[i];
+  return absl::OkStatus();
+}
+
+void Module::Train(bool training) {
+  training_ = training;
+  for (auto& [name, child] : children_) child->Train(training);
+}
+
+Linear::Linear(LazyContext* ctx, const std::string& device, int64_t in, int64_t out,
+               uint64_t seed, bool bias) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+  weight_ = &RegisterParameter("weight", ctx->RandomUniform(F32({in, out}), -bound, bound, seed,
+                                                            device));
+  if (bias) bias_ = &RegisterParameter("bias", Filled(ctx, device, {out}, 0));
+}
+
+Tensor Linear::Forward(const Tensor& x) const {
+  Tensor y = Matmul(x, *weight_);
+  return bias_ == nullptr ? y : y + *bias_;
+}
+
+BatchNorm::BatchNorm(LazyContext* ctx, const std::string& device, int64_t features,
+                     double momentum, double eps)
+    : momentum_(momentum), eps_(eps) {
+  gamma_ = &RegisterParameter("gamma", Filled(ctx, device, {features}, 1));
+  beta_ = &RegisterParameter("beta", Filled(ctx, device, {features}, 0));
+  running_mean_ = &RegisterBuffer("running_mean", Filled(ctx, device, {features}, 0));
+  running_var_ = &RegisterBuffer("running_var", Filled(ctx, device, {features}, 1));
+}
+
+Tensor BatchNorm::Forward(const Tensor& x) {
+  Tensor mean, var;
+  if (training()) {
+    const std::vector<int64_t> dims = AllButLast(x);
+    int64_t n = 1;
+    for (int64_t d : dims) n *= x.dim(static_cast<int>(d));
+    mean = Mean(x, dims);
+    Tensor centered = x - mean;
+    var = Mean(centered * centered, dims);
+    // The running variance is unbiased, as in PyTorch.
+    const double unbias = n > 1 ? static_cast<double>(n) / static_cast<double>(n - 1) : 1.0;
+    *running_mean_ = *running_mean_ * (1 - momentum_) + mean * momentum_;
+    *running_var_ = *running_var_ * (1 - momentum_) + var * (momentum_ * unbias);
+  } else {
+    mean = *running_mean_;
+    var = *running_var_;
+  }
+  return (x - mean) * Rsqrt(var + eps_) * *gamma_ + *beta_;
+}
+
+LayerNorm::LayerNorm(LazyContext* ctx, const std::string& device, int64_t features, double eps)
+    : eps_(eps) {
+  gamma_ = &RegisterParameter("gamma", Filled(ctx, device, {features}, 1));
+  beta_ = &RegisterParameter("beta", Filled(ctx, device, {features}, 0));
+}
+
+Tensor LayerNorm::Forward(const Tensor& x) const {
+  const int64_t last = x.rank() - 1;
+  Tensor mean = Mean(x, {last}, /*keep_dims=*/true);
+  Tensor centered = x - mean;
+  Tensor var = Mean(centered * centered, {last}, /*keep_dims=*/true);
+  return centered * Rsqrt(var + eps_) * *gamma_ + *beta_;
+}
+
+Tensor Dropout::Forward(const Tensor& x) const {
+  if (!training() || p_ <= 0) return x;
+  Tensor u = RngUniform(x, x.shape().dims(), 0.0, 1.0);
+  Tensor keep = Cast(GreaterEqual(u, FullLike(u, u.shape(), p_)), x.dtype());
+  return x * keep * (1.0 / (1.0 - p_));
+}
+
+}  // namespace kiln::client::nn

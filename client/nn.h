@@ -1,0 +1,124 @@
+// Layers for models written with lazy tensors: a Module holds named
+// parameters (trained) and buffers (state such as running statistics) and
+// its child modules; the layers below are built from the tensor ops, so
+// their gradients come from autodiff's rules for those ops.
+//
+//   nn::Linear fc(ctx, "cpu:0", 784, 10, /*seed=*/1);
+//   Tensor logits = fc.Forward(images);
+//   auto grads = Grad(loss, fc.Parameters());
+#ifndef KILN_CLIENT_NN_H_
+#define KILN_CLIENT_NN_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "client/lazy.h"
+#include "client/tensor.h"
+
+namespace kiln::client::nn {
+
+// Not thread-safe (as the tensors it holds).
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // This module's and its children's tensors, named "child.name" in the
+  // order they were registered. The pointers stay valid as long as the
+  // module; assigning through them replaces the tensor (an optimizer's
+  // update, a checkpoint's load).
+  std::vector<std::pair<std::string, Tensor*>> NamedParameters();
+  std::vector<std::pair<std::string, Tensor*>> NamedBuffers();
+  // The parameters' current tensors, for Grad and optimizers.
+  std::vector<Tensor> Parameters();
+  // Replaces the parameters, in NamedParameters() order (an optimizer's
+  // result). INVALID_ARGUMENT on a count or shape mismatch.
+  absl::Status SetParameters(const std::vector<Tensor>& values);
+
+  // Training mode (the default) or inference mode, for this module and its
+  // children: batch normalization uses batch statistics and updates its
+  // running ones in training; dropout drops only in training.
+  void Train(bool training);
+  bool training() const { return training_; }
+
+ protected:
+  Tensor& RegisterParameter(std::string name, Tensor value);
+  Tensor& RegisterBuffer(std::string name, Tensor value);
+  // `child` is borrowed: a member of the derived module.
+  void RegisterModule(std::string name, Module* child);
+
+ private:
+  void Collect(const std::string& prefix, bool buffers,
+               std::vector<std::pair<std::string, Tensor*>>* out);
+
+  bool training_ = true;
+  // Stable addresses: tensors live in the module, registered once.
+  std::vector<std::pair<std::string, std::unique_ptr<Tensor>>> parameters_, buffers_;
+  std::vector<std::pair<std::string, Module*>> children_;
+};
+
+// y = x W + b; x: [..., in], W: [in, out] drawn uniformly from
+// +-1/sqrt(in) (as PyTorch's default), b: zeros.
+class Linear : public Module {
+ public:
+  Linear(LazyContext* ctx, const std::string& device, int64_t in, int64_t out, uint64_t seed,
+         bool bias = true);
+  Tensor Forward(const Tensor& x) const;
+  const Tensor& weight() const { return *weight_; }
+
+ private:
+  Tensor* weight_;
+  Tensor* bias_ = nullptr;
+};
+
+// Batch normalization over the last dimension (features, as in NHWC
+// images or [batch, features]): y = (x - mean) / sqrt(var + eps) * gamma +
+// beta. In training, mean and var are the batch's (over every other
+// dimension, var biased), and the running statistics (buffers
+// "running_mean", "running_var", var unbiased) move toward them by
+// `momentum`; in inference the running statistics are used.
+class BatchNorm : public Module {
+ public:
+  BatchNorm(LazyContext* ctx, const std::string& device, int64_t features,
+            double momentum = 0.1, double eps = 1e-5);
+  // In training, also replaces the running statistics by their update (a
+  // lazy value computed with the step).
+  Tensor Forward(const Tensor& x);
+
+ private:
+  double momentum_, eps_;
+  Tensor *gamma_, *beta_, *running_mean_, *running_var_;
+};
+
+// Layer normalization over the last dimension, with a learned scale and
+// shift of that size.
+class LayerNorm : public Module {
+ public:
+  LayerNorm(LazyContext* ctx, const std::string& device, int64_t features, double eps = 1e-5);
+  Tensor Forward(const Tensor& x) const;
+
+ private:
+  double eps_;
+  Tensor *gamma_, *beta_;
+};
+
+// In training, zeroes each element with probability `p` and scales the
+// rest by 1/(1-p), with random numbers drawn inside the program (the rng
+// op, seeded by the compile's rng seed and advanced by every execution, so
+// a run is reproducible); in inference the identity.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p) : p_(p) {}
+  Tensor Forward(const Tensor& x) const;
+
+ private:
+  double p_;
+};
+
+}  // namespace kiln::client::nn
+
+#endif  // KILN_CLIENT_NN_H_

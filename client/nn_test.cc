@@ -1,0 +1,222 @@
+// The layers of client/nn.h: their values against the formulas computed
+// here, their gradients against central finite differences, their state.
+#include "client/nn.h"
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "client/autodiff.h"
+#include "embedded/embedded.h"
+#include "gtest/gtest.h"
+
+namespace kiln::client::nn {
+namespace {
+
+using ir::ElementType;
+
+class NnTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    client_ = *embedded::Connect();
+    ctx_ = LazyContext::Create(client_.get());
+  }
+
+  ir::Literal Random(std::vector<int64_t> dims, uint64_t seed, double lo = -2, double hi = 2) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> dist(lo, hi);
+    ir::Literal lit(ir::Shape(ElementType::kF32, std::move(dims)));
+    for (int64_t i = 0; i < lit.element_count(); ++i) lit.SetFromDouble(i, dist(rng));
+    return lit;
+  }
+
+  std::vector<double> Values(const Tensor& t) {
+    auto lit = t.ToHost();
+    EXPECT_TRUE(lit.ok()) << lit.status();
+    std::vector<double> out;
+    if (!lit.ok()) return out;
+    for (int64_t i = 0; i < lit->element_count(); ++i) out.push_back(lit->GetAsDouble(i));
+    return out;
+  }
+
+  // d(sum(w * f(x)))/dx from autodiff against central differences, for
+  // every element of x (f32, so a coarse step and tolerance).
+  void CheckGradient(const std::function<Tensor(const Tensor&)>& f, const ir::Literal& x0) {
+    ir::Literal weights = Random(f(ctx_->FromLiteral(x0, "cpu:0")).shape().dims(), 7, 0.5, 1.5);
+    auto loss_of = [&](const ir::Literal& x, Tensor* xt) {
+      Tensor t = ctx_->FromLiteral(x, "cpu:0");
+      if (xt != nullptr) *xt = t;
+      return Sum(f(t) * ctx_->FromLiteral(weights, "cpu:0"));
+    };
+    Tensor x;
+    Tensor loss = loss_of(x0, &x);
+    auto grads = Grad(loss, {x});
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    std::vector<double> analytic = Values((*grads)[0]);
+    ir::Literal probe = x0;
+    const double eps = 1e-2;
+    for (int64_t j = 0; j < x0.element_count(); ++j) {
+      const double v = x0.GetAsDouble(j);
+      probe.SetFromDouble(j, v + eps);
+      const double up = *loss_of(probe, nullptr).Item();
+      probe.SetFromDouble(j, v - eps);
+      const double down = *loss_of(probe, nullptr).Item();
+      probe.SetFromDouble(j, v);
+      const double numeric = (up - down) / (2 * eps);
+      ASSERT_NEAR(analytic[j], numeric, 2e-2 * (1 + std::abs(numeric))) << "element " << j;
+    }
+  }
+
+  std::unique_ptr<Client> client_;
+  std::shared_ptr<LazyContext> ctx_;
+};
+
+TEST_F(NnTest, LinearComputesXwPlusBAndNamesItsParameters) {
+  Linear fc(ctx_.get(), "cpu:0", 3, 2, /*seed=*/5);
+  auto named = fc.NamedParameters();
+  ASSERT_EQ(named.size(), 2u);
+  EXPECT_EQ(named[0].first, "weight");
+  EXPECT_EQ(named[1].first, "bias");
+  std::vector<double> w = Values(fc.weight());
+  for (double v : w) EXPECT_LE(std::abs(v), 1 / std::sqrt(3.0));
+  ir::Literal x = Random({4, 3}, 1);
+  std::vector<double> y = Values(fc.Forward(ctx_->FromLiteral(x, "cpu:0")));
+  ASSERT_EQ(y.size(), 8u);
+  for (int i = 0; i < 4; ++i) {
+    for (int o = 0; o < 2; ++o) {
+      double want = 0;
+      for (int k = 0; k < 3; ++k) want += x.GetAsDouble(i * 3 + k) * w[k * 2 + o];
+      EXPECT_NEAR(y[i * 2 + o], want, 1e-5);
+    }
+  }
+  // An optimizer's result replaces the parameters; a wrong one is refused.
+  std::vector<Tensor> doubled = {fc.Parameters()[0] * 2.0, fc.Parameters()[1] + 1.0};
+  ASSERT_TRUE(fc.SetParameters(doubled).ok());
+  EXPECT_NEAR(Values(fc.weight())[0], 2 * w[0], 1e-6);
+  EXPECT_FALSE(fc.SetParameters({doubled[0]}).ok());
+  EXPECT_FALSE(fc.SetParameters({doubled[1], doubled[0]}).ok());
+}
+
+TEST_F(NnTest, BatchNormNormalizesByBatchAndTracksRunningStatistics) {
+  BatchNorm bn(ctx_.get(), "cpu:0", 3, /*momentum=*/0.1);
+  ASSERT_EQ(bn.NamedBuffers().size(), 2u);
+  EXPECT_EQ(bn.NamedBuffers()[0].first, "running_mean");
+  ir::Literal x = Random({2, 2, 2, 3}, 2, 1, 5);  // NHWC, 8 values per feature
+  std::vector<double> y = Values(bn.Forward(ctx_->FromLiteral(x, "cpu:0")));
+  std::vector<double> mean(3, 0), var(3, 0);
+  for (int i = 0; i < 24; ++i) mean[i % 3] += x.GetAsDouble(i) / 8;
+  for (int i = 0; i < 24; ++i) var[i % 3] += std::pow(x.GetAsDouble(i) - mean[i % 3], 2) / 8;
+  for (int i = 0; i < 24; ++i) {
+    EXPECT_NEAR(y[i], (x.GetAsDouble(i) - mean[i % 3]) / std::sqrt(var[i % 3] + 1e-5), 1e-4);
+  }
+  std::vector<double> running_mean = Values(*bn.NamedBuffers()[0].second);
+  std::vector<double> running_var = Values(*bn.NamedBuffers()[1].second);
+  for (int f = 0; f < 3; ++f) {
+    EXPECT_NEAR(running_mean[f], 0.1 * mean[f], 1e-5);
+    EXPECT_NEAR(running_var[f], 0.9 + 0.1 * var[f] * 8 / 7, 1e-5);  // unbiased
+  }
+  // Inference uses the running statistics and leaves them alone.
+  bn.Train(false);
+  std::vector<double> y_eval = Values(bn.Forward(ctx_->FromLiteral(x, "cpu:0")));
+  for (int i = 0; i < 24; ++i) {
+    EXPECT_NEAR(y_eval[i],
+                (x.GetAsDouble(i) - running_mean[i % 3]) / std::sqrt(running_var[i % 3] + 1e-5),
+                1e-4);
+  }
+  EXPECT_EQ(Values(*bn.NamedBuffers()[0].second), running_mean);
+}
+
+TEST_F(NnTest, NormalizationGradientsMatchFiniteDifferences) {
+  BatchNorm bn(ctx_.get(), "cpu:0", 2);
+  CheckGradient([&](const Tensor& x) { return bn.Forward(x); }, Random({3, 2, 2}, 3));
+  bn.Train(false);
+  CheckGradient([&](const Tensor& x) { return bn.Forward(x); }, Random({3, 2, 2}, 4));
+  LayerNorm ln(ctx_.get(), "cpu:0", 4);
+  CheckGradient([&](const Tensor& x) { return ln.Forward(x); }, Random({2, 3, 4}, 5));
+}
+
+TEST_F(NnTest, LayerNormNormalizesEachRow) {
+  LayerNorm ln(ctx_.get(), "cpu:0", 4);
+  ir::Literal x = Random({3, 4}, 6, -3, 7);
+  std::vector<double> y = Values(ln.Forward(ctx_->FromLiteral(x, "cpu:0")));
+  for (int r = 0; r < 3; ++r) {
+    double mean = 0, var = 0;
+    for (int c = 0; c < 4; ++c) mean += y[r * 4 + c] / 4;
+    for (int c = 0; c < 4; ++c) var += std::pow(y[r * 4 + c] - mean, 2) / 4;
+    EXPECT_NEAR(mean, 0, 1e-5);
+    EXPECT_NEAR(var, 1, 1e-3);
+  }
+}
+
+TEST_F(NnTest, DropoutDropsInTheProgramAndOnlyInTraining) {
+  Dropout dropout(0.25);
+  ir::Literal ones(ir::Shape(ElementType::kF32, {100, 100}));
+  for (int64_t i = 0; i < ones.element_count(); ++i) ones.SetFromDouble(i, 1);
+  Tensor x = ctx_->FromLiteral(ones, "cpu:0");
+  std::vector<double> a = Values(dropout.Forward(x));
+  std::vector<double> b = Values(dropout.Forward(x));
+  int zeros = 0, differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(a[i] == 0 || std::abs(a[i] - 1 / 0.75) < 1e-6) << a[i];
+    zeros += a[i] == 0;
+    differ += (a[i] == 0) != (b[i] == 0);
+  }
+  // 10000 draws at p = 0.25: the count of zeros is 2500 +- 43 (one sigma).
+  EXPECT_NEAR(zeros, 2500, 250);
+  EXPECT_GT(differ, 1000);  // each execution draws anew
+  // The gradient is the mask, scaled.
+  Tensor xv = ctx_->FromLiteral(ones, "cpu:0");
+  Tensor y = dropout.Forward(xv);
+  auto grads = Grad(Sum(y), {xv});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  // One execution computes both, so they see the same draw.
+  ASSERT_TRUE(ctx_->Realize({y, (*grads)[0]}).ok());
+  std::vector<double> ys = Values(y), gs = Values((*grads)[0]);
+  for (size_t i = 0; i < ys.size(); ++i) ASSERT_EQ(gs[i], ys[i]);
+  dropout.Train(false);
+  EXPECT_EQ(Values(dropout.Forward(x)), std::vector<double>(10000, 1.0));
+}
+
+// A module of modules: names nest, and training mode reaches the children.
+class TinyNet : public Module {
+ public:
+  explicit TinyNet(LazyContext* ctx)
+      : fc1_(ctx, "cpu:0", 4, 8, 1), bn_(ctx, "cpu:0", 8), fc2_(ctx, "cpu:0", 8, 2, 2),
+        dropout_(0.5) {
+    RegisterModule("fc1", &fc1_);
+    RegisterModule("bn", &bn_);
+    RegisterModule("dropout", &dropout_);
+    RegisterModule("fc2", &fc2_);
+  }
+  Tensor Forward(const Tensor& x) {
+    return fc2_.Forward(dropout_.Forward(Relu(bn_.Forward(fc1_.Forward(x)))));
+  }
+
+ private:
+  Linear fc1_;
+  BatchNorm bn_;
+  Linear fc2_;
+  Dropout dropout_;
+};
+
+TEST_F(NnTest, ModulesNestAndTrainTogether) {
+  TinyNet net(ctx_.get());
+  std::vector<std::string> names;
+  for (auto& [name, t] : net.NamedParameters()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"fc1.weight", "fc1.bias", "bn.gamma", "bn.beta",
+                                             "fc2.weight", "fc2.bias"}));
+  ASSERT_EQ(net.NamedBuffers().size(), 2u);
+  EXPECT_EQ(net.NamedBuffers()[1].first, "bn.running_var");
+  net.Train(false);
+  Tensor x = ctx_->FromLiteral(Random({5, 4}, 8), "cpu:0");
+  // Inference is deterministic: dropout is off, statistics fixed.
+  EXPECT_EQ(Values(net.Forward(x)), Values(net.Forward(x)));
+  net.Train(true);
+  Tensor loss = Sum(net.Forward(x) * net.Forward(x));
+  auto grads = Grad(loss, net.Parameters());
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ(grads->size(), 6u);
+}
+
+}  // namespace
+}  // namespace kiln::client::nn
