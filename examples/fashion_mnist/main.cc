@@ -4,6 +4,7 @@
 //
 // Without --server the service runs embedded in this process.
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <numeric>
 #include <optional>
@@ -15,12 +16,14 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "base/flags.h"
 #include "base/status_macros.h"
 #include "client/client.h"
 #include "client/lazy.h"
 #include "embedded/embedded.h"
-#include "examples/fashion_mnist/checkpoint.h"
+#include "client/checkpoint.h"
 #include "examples/fashion_mnist/mnist.h"
 #include "examples/fashion_mnist/trainer.h"
 #include "base/logging.h"
@@ -74,6 +77,40 @@ int Fail(const absl::Status& st) {
   return 1;
 }
 
+// Where a run was when it saved: the next step to run is `step` of
+// `epoch` (1-based epochs, 0-based steps), with the epoch's sums so far.
+struct RunPoint {
+  std::string model;
+  int epoch = 1;
+  int64_t step = 0;
+  int64_t global_step = 0;  // steps run since the start of training
+  double loss_sum = 0, correct = 0;
+
+  std::map<std::string, std::string> Meta() const {
+    return {{"model", model},
+            {"epoch", absl::StrCat(epoch)},
+            {"step", absl::StrCat(step)},
+            {"loss_sum", absl::StrFormat("%.17g", loss_sum)},
+            {"correct", absl::StrFormat("%.17g", correct)}};
+  }
+  static absl::StatusOr<RunPoint> FromMeta(int64_t global_step,
+                                           const std::map<std::string, std::string>& meta) {
+    RunPoint p;
+    p.global_step = global_step;
+    auto get = [&](const char* key) {
+      auto it = meta.find(key);
+      return it == meta.end() ? std::string() : it->second;
+    };
+    p.model = get("model");
+    if (!absl::SimpleAtoi(get("epoch"), &p.epoch) || !absl::SimpleAtoi(get("step"), &p.step) ||
+        !absl::SimpleAtod(get("loss_sum"), &p.loss_sum) ||
+        !absl::SimpleAtod(get("correct"), &p.correct) || p.epoch < 1 || p.step < 0) {
+      return absl::InvalidArgumentError("the checkpoint does not say where the run was");
+    }
+    return p;
+  }
+};
+
 // Errors after which a restarted server can take the run over from its
 // last checkpoint: the server went away, or it no longer knows the session.
 bool ServerLost(const absl::Status& st) {
@@ -94,8 +131,7 @@ bool ServerLost(const absl::Status& st) {
 // Counts in `*saved` the checkpoints it saved.
 absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dataset& test,
                  int64_t* saved) {
-  using kiln::examples::Checkpoint;
-  const std::string mode = absl::GetFlag(FLAGS_mode);
+    const std::string mode = absl::GetFlag(FLAGS_mode);
   const int batch = absl::GetFlag(FLAGS_batch_size);
   const int eval_batch = absl::GetFlag(FLAGS_eval_batch_size);
   const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
@@ -162,32 +198,35 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
   const bool cosine = schedule == "cosine";
 
   // Where to start: the newest checkpoint, if there is one.
-  kiln::examples::RunPoint start;
+  RunPoint start;
   start.model = absl::GetFlag(FLAGS_model);
+  // The tensors a checkpoint holds, by name, where they are now (a step
+  // replaces the vectors that hold them).
+  auto state = [&] {
+    std::vector<std::pair<std::string, kiln::client::Tensor*>> named;
+    for (size_t i = 0; i < (*model)->params().size(); ++i) {
+      named.emplace_back(absl::StrCat("param_", i), &(*model)->params()[i]);
+    }
+    std::vector<kiln::client::Tensor>* velocity = trainer.sgd_velocity();
+    for (size_t i = 0; velocity != nullptr && i < velocity->size(); ++i) {
+      named.emplace_back(absl::StrCat("velocity_", i), &(*velocity)[i]);
+    }
+    return named;
+  };
   if (!checkpoint_dir.empty()) {
-    absl::StatusOr<std::optional<Checkpoint>> found =
-        kiln::examples::LoadLatestCheckpoint(checkpoint_dir);
+    absl::StatusOr<std::optional<kiln::client::Checkpoint>> found =
+        kiln::client::LoadLatestCheckpoint(checkpoint_dir);
     if (!found.ok()) return found.status();
     if (found->has_value()) {
-      Checkpoint& c = **found;
-      std::vector<kiln::client::Tensor>& params = (*model)->params();
-      std::vector<kiln::client::Tensor>* velocity = trainer.sgd_velocity();
-      if (c.point.model != start.model || c.params.size() != params.size() ||
-          c.velocity.size() != velocity->size()) {
+      const kiln::client::Checkpoint& c = **found;
+      absl::StatusOr<RunPoint> point = RunPoint::FromMeta(c.step, c.meta);
+      if (!point.ok()) return point.status();
+      if (point->model != start.model) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "the checkpoint in ", checkpoint_dir, " is of another model or optimizer (",
-            c.point.model, ")"));
+            "the checkpoint in ", checkpoint_dir, " is of another model (", point->model, ")"));
       }
-      for (size_t i = 0; i < params.size(); ++i) {
-        if (c.params[i].shape() != params[i].shape()) {
-          return absl::FailedPreconditionError("a checkpointed parameter has another shape");
-        }
-        params[i] = ctx->FromLiteral(std::move(c.params[i]), device);
-      }
-      for (size_t i = 0; i < velocity->size(); ++i) {
-        (*velocity)[i] = ctx->FromLiteral(std::move(c.velocity[i]), device);
-      }
-      start = c.point;
+      RETURN_IF_ERROR(kiln::client::RestoreTensors(c, state(), ctx.get(), device));
+      start = *point;
       std::printf("resumed from the checkpoint of step %lld (epoch %d, step %lld)\n",
                   static_cast<long long>(start.global_step), start.epoch,
                   static_cast<long long>(start.step));
@@ -207,18 +246,12 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   const int64_t checkpoint_every = std::max<int64_t>(1, absl::GetFlag(FLAGS_checkpoint_every));
   // Saves the weights as they are now (nothing in flight) with `point`.
-  auto save = [&](const kiln::examples::RunPoint& point) -> absl::Status {
-    Checkpoint c;
-    c.point = point;
-    for (const kiln::client::Tensor& p : (*model)->params()) {
-      ASSIGN_OR_RETURN(kiln::ir::Literal value, p.ToHost());
-      c.params.push_back(std::move(value));
-    }
-    for (const kiln::client::Tensor& v : *trainer.sgd_velocity()) {
-      ASSIGN_OR_RETURN(kiln::ir::Literal value, v.ToHost());
-      c.velocity.push_back(std::move(value));
-    }
-    RETURN_IF_ERROR(kiln::examples::SaveCheckpoint(checkpoint_dir, c));
+  auto save = [&](const RunPoint& point) -> absl::Status {
+    const std::vector<std::pair<std::string, kiln::client::Tensor*>> now = state();
+    std::vector<std::pair<std::string, const kiln::client::Tensor*>> tensors(now.begin(),
+                                                                           now.end());
+    RETURN_IF_ERROR(
+        kiln::client::SaveCheckpoint(checkpoint_dir, point.global_step, tensors, point.Meta()));
     ++*saved;
     std::printf("  checkpoint of step %lld saved in %s\n",
                 static_cast<long long>(point.global_step), checkpoint_dir.c_str());
