@@ -112,11 +112,8 @@ absl::StatusOr<std::vector<Tensor>> ReduceWindowGrad(const Node& node, const Ten
     }
   }
   if (node.reducer == Reducer::kMax) {
-    for (const ir::WindowDim& w : node.attrs.window) {
-      if (w.pad_lo != 0 || w.pad_hi != 0) {
-        return absl::UnimplementedError("gradients of padded max pooling");
-      }
-    }
+    // Select-and-scatter looks only at the operand's own elements in each
+    // padded window, as the forward maximum takes only those.
     return std::vector<Tensor>{SelectAndScatterMax(x, g, node.attrs.window), Tensor()};
   }
   if (node.reducer == Reducer::kAdd) {

@@ -168,6 +168,14 @@ TEST_F(GradTest, ConvolutionsAndPooling) {
   CheckGradient([](auto& t) { return MaxPool2D(t[0], 2, 2); }, {p});
   CheckGradient([](auto& t) { return AvgPool2D(t[0], 2, 2); }, {p});
   CheckGradient([](auto& t) { return AvgPool2D(t[0], 3, 1); }, {p});
+  // Padded (SAME) pooling, as ResNet's stem uses: 3x3 windows, stride 2.
+  CheckGradient([](auto& t) { return MaxPool2D(t[0], 3, 2, "SAME"); }, {p});
+  CheckGradient([](auto& t) { return AvgPool2D(t[0], 3, 2, "SAME"); }, {p});
+  CheckGradient([](auto& t) { return MaxPool2D(t[0], 2, 1, "SAME"); }, {p});
+  // Padding on both sides (5x5, 3x3 windows, stride 1: one row and column
+  // before and after).
+  CheckGradient([](auto& t) { return MaxPool2D(t[0], 3, 1, "SAME"); }, {x});
+  CheckGradient([](auto& t) { return AvgPool2D(t[0], 3, 1, "SAME"); }, {x});
 }
 
 // The rules' less common paths: reduce-min, convolution with window

@@ -499,13 +499,47 @@ std::vector<ir::WindowDim> Pool2DWindow(int window, int stride) {
   return w;
 }
 
-Tensor MaxPool2D(const Tensor& x, int window, int stride) {
-  return ReduceWindow(x, Reducer::kMax, Pool2DWindow(window, stride));
+// The window of a 2-D pool over NHWC, padded as TensorFlow's SAME does
+// (the output has ceil(in / stride) positions, the extra padding after) or
+// not at all (VALID); an error naming the padding otherwise.
+absl::StatusOr<std::vector<ir::WindowDim>> Pool2DWindow(const Tensor& x, int window, int stride,
+                                                        const std::string& padding) {
+  std::vector<ir::WindowDim> w = Pool2DWindow(window, stride);
+  if (padding == "VALID") return w;
+  if (padding != "SAME") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pooling padding must be SAME or VALID, not '", padding, "'"));
+  }
+  if (x.rank() != 4 || stride < 1) {
+    return absl::InvalidArgumentError("SAME pooling needs an NHWC tensor and a positive stride");
+  }
+  for (int i : {1, 2}) {
+    const int64_t in = x.dim(i);
+    const int64_t out = (in + stride - 1) / stride;
+    const int64_t total = std::max<int64_t>((out - 1) * stride + window - in, 0);
+    w[i].pad_lo = total / 2;
+    w[i].pad_hi = total - total / 2;
+  }
+  return w;
 }
 
-Tensor AvgPool2D(const Tensor& x, int window, int stride) {
-  return ReduceWindow(x, Reducer::kAdd, Pool2DWindow(window, stride)) /
-         static_cast<double>(window * window);
+Tensor MaxPool2D(const Tensor& x, int window, int stride, const std::string& padding) {
+  if (!x.status().ok()) return x;
+  absl::StatusOr<std::vector<ir::WindowDim>> w = Pool2DWindow(x, window, stride, padding);
+  if (!w.ok()) return ErrorTensor(x, w.status());
+  // Padding takes the reducer's initial value (-inf), so it is never the
+  // maximum.
+  return ReduceWindow(x, Reducer::kMax, *std::move(w));
+}
+
+Tensor AvgPool2D(const Tensor& x, int window, int stride, const std::string& padding) {
+  if (!x.status().ok()) return x;
+  absl::StatusOr<std::vector<ir::WindowDim>> w = Pool2DWindow(x, window, stride, padding);
+  if (!w.ok()) return ErrorTensor(x, w.status());
+  Tensor sums = ReduceWindow(x, Reducer::kAdd, *w);
+  if (padding == "VALID") return sums / static_cast<double>(window * window);
+  // The mean over the elements a window covers, padding not counted.
+  return sums / ReduceWindow(OnesLike(x), Reducer::kAdd, *std::move(w));
 }
 
 Tensor SelectAndScatterMax(const Tensor& operand, const Tensor& source,

@@ -242,9 +242,11 @@ Tensor Conv2D(const Tensor& x, const Tensor& w, int stride = 1,
 ir::ConvDims Nhwc();
 Tensor Convolution(const Tensor& x, const Tensor& w, std::vector<ir::WindowDim> window,
                    ir::ConvDims dims);
-// x: [N, H, W, C]; window and stride over H and W, no padding.
-Tensor MaxPool2D(const Tensor& x, int window, int stride);
-Tensor AvgPool2D(const Tensor& x, int window, int stride);
+// x: [N, H, W, C]; window and stride over H and W; padding "VALID" (none)
+// or "SAME" (as TensorFlow's: ceil(in / stride) outputs, padding that no
+// maximum takes and no mean counts).
+Tensor MaxPool2D(const Tensor& x, int window, int stride, const std::string& padding = "VALID");
+Tensor AvgPool2D(const Tensor& x, int window, int stride, const std::string& padding = "VALID");
 Tensor ReduceWindow(const Tensor& x, Reducer reducer, std::vector<ir::WindowDim> window);
 Tensor SelectAndScatterMax(const Tensor& operand, const Tensor& source,
                            std::vector<ir::WindowDim> window);

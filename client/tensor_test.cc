@@ -31,6 +31,24 @@ class TensorTest : public ::testing::Test {
   std::shared_ptr<LazyContext> ctx_;
 };
 
+TEST_F(TensorTest, SamePoolingPadsLikeTensorFlowAndIgnoresThePadding) {
+  Tensor x = ctx_->FromVector<float>(ElementType::kF32, {1, 3, 3, 1},
+                                     {1, 2, 3, 4, 5, 6, 7, 8, 9}, "cpu:0");
+  auto max = MaxPool2D(x, 2, 2, "SAME").ToHost();
+  ASSERT_TRUE(max.ok()) << max.status();
+  EXPECT_EQ(max->shape().ToString(), "f32[1,2,2,1]");
+  EXPECT_EQ(max->ToText(), "{{{{5}, {6}}, {{8}, {9}}}}");
+  // The mean of what each window covers: 4, 2, 2 and 1 elements.
+  auto avg = AvgPool2D(x, 2, 2, "SAME").ToHost();
+  ASSERT_TRUE(avg.ok()) << avg.status();
+  EXPECT_EQ(avg->ToText(), "{{{{3}, {4.5}}, {{7.5}, {9}}}}");
+  // All-negative values: padding (-inf for the maximum) is never taken.
+  auto neg = MaxPool2D(x * -1.0, 3, 1, "SAME").ToHost();
+  ASSERT_TRUE(neg.ok());
+  EXPECT_EQ(neg->ToText(), "{{{{-1}, {-1}, {-2}}, {{-1}, {-1}, {-2}}, {{-4}, {-4}, {-5}}}}");
+  EXPECT_FALSE(MaxPool2D(x, 2, 2, "FULL").status().ok());
+}
+
 TEST_F(TensorTest, OpsOnlyRecordUntilABarrier) {
   Tensor a = Vec({1, 2, 3});
   Tensor b = (a * 2.0 + 1.0) * a;
