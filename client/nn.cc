@@ -101,6 +101,46 @@ Tensor Linear::Forward(const Tensor& x) const {
   return bias_ == nullptr ? y : y + *bias_;
 }
 
+Conv2d::Conv2d(LazyContext* ctx, const std::string& device, int64_t in_channels,
+               int64_t out_channels, int kernel, uint64_t seed, Conv2dOptions options)
+    : kernel_(kernel), options_(std::move(options)) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(kernel * kernel * in_channels));
+  weight_ = &RegisterParameter(
+      "weight",
+      ctx->RandomUniform(F32({kernel, kernel, in_channels, out_channels}), -bound, bound, seed,
+                         device));
+  if (options_.bias) bias_ = &RegisterParameter("bias", Filled(ctx, device, {out_channels}, 0));
+}
+
+Tensor Conv2d::Forward(const Tensor& x) const {
+  if (!x.status().ok()) return x;
+  std::vector<ir::WindowDim> window(2);
+  const int64_t span = static_cast<int64_t>(kernel_ - 1) * options_.dilation + 1;
+  for (int i = 0; i < 2; ++i) {
+    ir::WindowDim& w = window[i];
+    w.size = kernel_;
+    w.stride = options_.stride;
+    w.window_dilation = options_.dilation;
+    if (options_.padding == "SAME") {
+      const int64_t in = x.rank() == 4 ? x.dim(1 + i) : 0;
+      const int64_t out = (in + options_.stride - 1) / options_.stride;
+      const int64_t total = std::max<int64_t>((out - 1) * options_.stride + span - in, 0);
+      w.pad_lo = total / 2;
+      w.pad_hi = total - total / 2;
+    } else if (options_.padding == "EXPLICIT") {
+      w.pad_lo = w.pad_hi = options_.pad;
+    } else if (options_.padding != "VALID") {
+      return ErrorTensor(x, absl::InvalidArgumentError(absl::StrCat(
+                                "Conv2d padding must be SAME, VALID or EXPLICIT, not '",
+                                options_.padding, "'")));
+    }
+  }
+  Tensor y = Convolution(x, *weight_, std::move(window), Nhwc());
+  return bias_ == nullptr ? y : y + *bias_;
+}
+
+Tensor GlobalAvgPool2D(const Tensor& x) { return Mean(x, {1, 2}); }
+
 BatchNorm::BatchNorm(LazyContext* ctx, const std::string& device, int64_t features,
                      double momentum, double eps)
     : momentum_(momentum), eps_(eps) {

@@ -75,6 +75,36 @@ class Linear : public Module {
   Tensor* bias_ = nullptr;
 };
 
+struct Conv2dOptions {
+  int stride = 1;
+  // "SAME" (as TensorFlow pads, for the dilated kernel), "VALID" (none), or
+  // "EXPLICIT" (`pad` rows and columns on every side).
+  std::string padding = "SAME";
+  int pad = 0;
+  int dilation = 1;  // of the kernel
+  bool bias = true;
+};
+
+// 2-D convolution over NHWC: x [N, H, W, in] -> [N, H', W', out]; the
+// kernel [k, k, in, out] drawn uniformly from +-1/sqrt(k*k*in) (PyTorch's
+// default), the bias zeros. No feature groups yet.
+class Conv2d : public Module {
+ public:
+  Conv2d(LazyContext* ctx, const std::string& device, int64_t in_channels,
+         int64_t out_channels, int kernel, uint64_t seed, Conv2dOptions options = {});
+  // An error tensor for a padding other than SAME, VALID or EXPLICIT.
+  Tensor Forward(const Tensor& x) const;
+
+ private:
+  int kernel_;
+  Conv2dOptions options_;
+  Tensor* weight_;
+  Tensor* bias_ = nullptr;
+};
+
+// The mean over height and width: [N, H, W, C] -> [N, C].
+Tensor GlobalAvgPool2D(const Tensor& x);
+
 // Batch normalization over the last dimension (features, as in NHWC
 // images or [batch, features]): y = (x - mean) / sqrt(var + eps) * gamma +
 // beta. In training, mean and var are the batch's (over every other

@@ -97,6 +97,63 @@ TEST_F(NnTest, LinearComputesXwPlusBAndNamesItsParameters) {
   EXPECT_FALSE(fc.SetParameters({doubled[1], doubled[0]}).ok());
 }
 
+// The value of a 2-D NHWC convolution at one output position, from its
+// definition (stride, dilation and padding pad_lo on both axes).
+double ConvAt(const ir::Literal& x, const std::vector<double>& w, int k, int cin, int cout,
+              int oh, int ow, int o, int stride, int dilation, int pad) {
+  const int h = static_cast<int>(x.shape().dim(1)), wd = static_cast<int>(x.shape().dim(2));
+  double sum = 0;
+  for (int i = 0; i < k; ++i) {
+    for (int j = 0; j < k; ++j) {
+      const int ih = oh * stride + i * dilation - pad, iw = ow * stride + j * dilation - pad;
+      if (ih < 0 || iw < 0 || ih >= h || iw >= wd) continue;
+      for (int c = 0; c < cin; ++c) {
+        sum += x.GetAsDouble((ih * wd + iw) * cin + c) * w[((i * k + j) * cin + c) * cout + o];
+      }
+    }
+  }
+  return sum;
+}
+
+TEST_F(NnTest, Conv2dStridesDilatesAndPads) {
+  ir::Literal x = Random({1, 7, 7, 2}, 11);
+  struct Case {
+    Conv2dOptions options;
+    int out, pad;  // output size, padding before
+  } cases[] = {
+      {{.stride = 1, .padding = "VALID"}, 5, 0},
+      {{.stride = 2, .padding = "SAME"}, 4, 1},
+      {{.stride = 1, .padding = "SAME", .dilation = 2}, 7, 2},
+      {{.stride = 2, .padding = "EXPLICIT", .pad = 1, .dilation = 2}, 3, 1},
+  };
+  for (const Case& c : cases) {
+    Conv2d conv(ctx_.get(), "cpu:0", 2, 3, 3, /*seed=*/4, c.options);
+    std::vector<double> w = Values(*conv.NamedParameters()[0].second);
+    Tensor y = conv.Forward(ctx_->FromLiteral(x, "cpu:0"));
+    ASSERT_TRUE(y.status().ok()) << y.status();
+    ASSERT_EQ(y.shape().dims(), (std::vector<int64_t>{1, c.out, c.out, 3})) << c.options.padding;
+    std::vector<double> got = Values(y);
+    for (int oh = 0; oh < c.out; ++oh) {
+      for (int ow = 0; ow < c.out; ++ow) {
+        for (int o = 0; o < 3; ++o) {
+          EXPECT_NEAR(got[(oh * c.out + ow) * 3 + o],
+                      ConvAt(x, w, 3, 2, 3, oh, ow, o, c.options.stride, c.options.dilation,
+                             c.pad),
+                      1e-4)
+              << c.options.padding << " " << oh << "," << ow;
+        }
+      }
+    }
+    CheckGradient([&](const Tensor& t) { return conv.Forward(t); }, Random({1, 5, 5, 2}, 12));
+  }
+  Conv2d bad(ctx_.get(), "cpu:0", 2, 3, 3, 4, {.padding = "FULL"});
+  EXPECT_FALSE(bad.Forward(ctx_->FromLiteral(x, "cpu:0")).status().ok());
+  std::vector<double> pooled = Values(GlobalAvgPool2D(ctx_->FromLiteral(x, "cpu:0")));
+  double mean0 = 0;
+  for (int i = 0; i < 49; ++i) mean0 += x.GetAsDouble(i * 2) / 49;
+  EXPECT_NEAR(pooled[0], mean0, 1e-5);
+}
+
 TEST_F(NnTest, BatchNormNormalizesByBatchAndTracksRunningStatistics) {
   BatchNorm bn(ctx_.get(), "cpu:0", 3, /*momentum=*/0.1);
   ASSERT_EQ(bn.NamedBuffers().size(), 2u);

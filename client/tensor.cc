@@ -10,13 +10,7 @@
 #include "compiler/ir/shape_inference.h"
 
 namespace kiln::client {
-namespace {
 
-using ir::ElementType;
-using ir::Opcode;
-using ir::Shape;
-
-// A tensor that carries `status` (and the shape/device it would have had).
 Tensor ErrorTensor(const Tensor& like, absl::Status status) {
   auto node = std::make_shared<Node>();
   if (like.defined()) {
@@ -27,6 +21,13 @@ Tensor ErrorTensor(const Tensor& like, absl::Status status) {
   node->status = std::move(status);
   return Tensor(std::move(node));
 }
+
+namespace {
+
+using ir::ElementType;
+using ir::Opcode;
+using ir::Shape;
+
 
 // First error among operands, or a device / precision mix-up.
 absl::Status CheckOperands(Opcode op, const std::vector<Tensor>& operands) {

@@ -263,6 +263,9 @@ Tensor CrossReplicaSum(const Tensor& x);
 
 // A tensor of `shape` filled with `value`, on `like`'s device.
 Tensor FullLike(const Tensor& like, const ir::Shape& shape, double value);
+// A tensor that carries `status` (an error found while tracing), with
+// `like`'s shape and device; ops on it pass the error on.
+Tensor ErrorTensor(const Tensor& like, absl::Status status);
 // Uniform random values in [low, high) of `like`'s floating-point type and
 // device, drawn inside the program (the rng op: seeded by the compile's rng
 // seed and advanced by every execution of the program).
