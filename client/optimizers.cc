@@ -55,10 +55,11 @@ absl::StatusOr<std::vector<Tensor>> Sgd::Step(const std::vector<Tensor>& params,
   if (lr_tensor_.defined()) RETURN_IF_ERROR(lr_tensor_.status());
   std::vector<Tensor> updated;
   for (size_t i = 0; i < params.size(); ++i) {
-    Tensor step = grads[i];
+    Tensor g = weight_decay_ != 0 ? grads[i] + params[i] * weight_decay_ : grads[i];
+    Tensor step = g;
     if (momentum_ != 0) {
-      velocity_[i] = velocity_[i] * momentum_ + grads[i];
-      step = velocity_[i];
+      velocity_[i] = velocity_[i] * momentum_ + g;
+      step = nesterov_ ? g + velocity_[i] * momentum_ : velocity_[i];
     }
     updated.push_back(params[i] - step * lr_tensor_);
     RETURN_IF_ERROR(updated.back().status());
@@ -66,17 +67,21 @@ absl::StatusOr<std::vector<Tensor>> Sgd::Step(const std::vector<Tensor>& params,
   return updated;
 }
 
+void Adam::InitState(const std::vector<Tensor>& params) {
+  if (!m_.empty() || params.empty()) return;
+  for (const Tensor& p : params) {
+    m_.push_back(DeviceZeros(p));
+    v_.push_back(DeviceZeros(p));
+  }
+  t_ = params[0].context()->FromLiteral(ir::Literal(ir::Shape::Scalar(params[0].dtype())),
+                                        params[0].device());
+}
+
 absl::StatusOr<std::vector<Tensor>> Adam::Step(const std::vector<Tensor>& params,
                                                const std::vector<Tensor>& grads) {
   RETURN_IF_ERROR(CheckPairs(params, grads));
-  if (m_.empty()) {
-    for (const Tensor& p : params) {
-      m_.push_back(DeviceZeros(p));
-      v_.push_back(DeviceZeros(p));
-    }
-    t_ = params[0].context()->FromLiteral(ir::Literal(ir::Shape::Scalar(params[0].dtype())),
-                                          params[0].device());
-  }
+  if (params.empty()) return std::vector<Tensor>();
+  InitState(params);
   t_ = t_ + 1.0;
   Tensor one = OnesLike(t_);
   Tensor correction1 = one - Pow(OnesLike(t_) * beta1_, t_);
@@ -87,7 +92,10 @@ absl::StatusOr<std::vector<Tensor>> Adam::Step(const std::vector<Tensor>& params
     v_[i] = v_[i] * beta2_ + grads[i] * grads[i] * (1.0 - beta2_);
     Tensor m_hat = m_[i] / correction1;
     Tensor v_hat = v_[i] / correction2;
-    updated.push_back(params[i] - m_hat * lr_ / (Sqrt(v_hat) + eps_));
+    Tensor p = decoupled_weight_decay_ != 0
+                   ? params[i] - params[i] * (lr_ * decoupled_weight_decay_)
+                   : params[i];
+    updated.push_back(p - m_hat * lr_ / (Sqrt(v_hat) + eps_));
     RETURN_IF_ERROR(updated.back().status());
   }
   return updated;
