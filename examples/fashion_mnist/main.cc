@@ -57,7 +57,7 @@ ABSL_FLAG(int, log_every, 100, "print a progress line every this many steps");
 ABSL_FLAG(uint64_t, seed, 1, "seed of weight initialization and shuffling");
 ABSL_FLAG(bool, report, true, "print the lazy tensor metrics report at the end");
 ABSL_FLAG(std::string, checkpoint_dir, "",
-          "save the weights and SGD's momentum here every --checkpoint_every steps, start from "
+          "save the weights and the optimizer's state here every --checkpoint_every steps, start from "
           "the newest checkpoint found there, and when the server goes away (a restart), "
           "reconnect and resume from it");
 ABSL_FLAG(int64_t, checkpoint_every, 100, "steps between checkpoints");
@@ -210,6 +210,13 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
     std::vector<kiln::client::Tensor>* velocity = trainer.sgd_velocity();
     for (size_t i = 0; velocity != nullptr && i < velocity->size(); ++i) {
       named.emplace_back(absl::StrCat("velocity_", i), &(*velocity)[i]);
+    }
+    if (kiln::client::Adam* adam = trainer.adam(); adam != nullptr) {
+      for (size_t i = 0; i < adam->first_moment().size(); ++i) {
+        named.emplace_back(absl::StrCat("adam_m_", i), &adam->first_moment()[i]);
+        named.emplace_back(absl::StrCat("adam_v_", i), &adam->second_moment()[i]);
+      }
+      named.emplace_back("adam_step", &adam->step_count());
     }
     return named;
   };
@@ -374,10 +381,9 @@ int main(int argc, char** argv) {
   if (batch < 1 || eval_batch < 1) return Fail(absl::InvalidArgumentError("batch sizes must be positive"));
   const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   if (!checkpoint_dir.empty() &&
-      (absl::GetFlag(FLAGS_optimizer) != "sgd" || absl::GetFlag(FLAGS_replicas) > 1)) {
+      absl::GetFlag(FLAGS_replicas) > 1) {
     return Fail(absl::InvalidArgumentError(
-        "--checkpoint_dir saves SGD's state on one device: use --optimizer=sgd and no "
-        "--replicas"));
+        "--checkpoint_dir saves the state of one device: no --replicas"));
   }
 
   std::printf("loading Fashion-MNIST from %s\n", absl::GetFlag(FLAGS_data_dir).c_str());

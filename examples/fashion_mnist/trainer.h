@@ -98,6 +98,13 @@ class Trainer {
     return &sgd_->velocity();
   }
 
+  // Adam's state, created if needed; null with SGD.
+  client::Adam* adam() {
+    if (!adam_) return nullptr;
+    adam_->InitState(model_->params());
+    return adam_.get();
+  }
+
   // For schedules (SGD only: its rate is a device scalar, so no recompile).
   void SetLearningRate(double lr) {
     if (sgd_) sgd_->set_learning_rate(lr);
