@@ -246,6 +246,17 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
     }
     case Opcode::kDot: return DotGrad(node, x[0], x[1], g);
     case Opcode::kConvolution: return ConvolutionGrad(node, x[0], x[1], g);
+    case Opcode::kGather: {
+      // Each gathered element goes back where it came from, adding up where
+      // slices overlap: a scatter-add with the mirrored dimension numbers.
+      const ir::GatherDims& d = node.attrs.gather;
+      ir::ScatterDims s;
+      s.update_window_dims = d.offset_dims;
+      s.inserted_window_dims = d.collapsed_slice_dims;
+      s.scatter_dims_to_operand_dims = d.start_index_map;
+      s.index_vector_dim = d.index_vector_dim;
+      return std::vector<Tensor>{ScatterAdd(ZerosLike(x[0]), x[1], g, std::move(s)), Tensor()};
+    }
     case Opcode::kReduceWindow: return ReduceWindowGrad(node, x[0], g);
     default:
       return absl::UnimplementedError(

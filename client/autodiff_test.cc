@@ -159,6 +159,24 @@ TEST_F(GradTest, MatrixProducts) {
   CheckGradient([](auto& x) { return Matmul(x[0], x[1]); }, {c, d});
 }
 
+TEST_F(GradTest, GatherAddsGradientsBackWhereRowsCameFrom) {
+  auto table = Random({5, 3}, -1, 1, 31);
+  // Repeated rows (1 twice, 4 three times) sum their gradients.
+  auto take = [](auto& t) {
+    Tensor ids = t[0].context()->template FromVector<int32_t>(
+        ElementType::kS32, {2, 3}, std::vector<int32_t>{1, 4, 0, 4, 1, 4}, "cpu:0");
+    return Take(t[0], ids);
+  };
+  CheckGradient(take, {table});
+  // Scalar rows of a vector.
+  auto vec = Random({6}, -1, 1, 32);
+  CheckGradient([](auto& t) {
+    Tensor ids = t[0].context()->template FromVector<int32_t>(
+        ElementType::kS32, {4}, std::vector<int32_t>{5, 0, 5, 2}, "cpu:0");
+    return Take(t[0], ids) * Take(t[0], ids);
+  }, {vec});
+}
+
 TEST_F(GradTest, ConvolutionsAndPooling) {
   auto x = Random({1, 5, 5, 2}, -1, 1, 16), w = Random({3, 3, 2, 2}, -1, 1, 17);
   CheckGradient([](auto& t) { return Conv2D(t[0], t[1], 1, "VALID"); }, {x, w});

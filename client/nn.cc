@@ -141,6 +141,11 @@ Tensor Conv2d::Forward(const Tensor& x) const {
 
 Tensor GlobalAvgPool2D(const Tensor& x) { return Mean(x, {1, 2}); }
 
+Embedding::Embedding(LazyContext* ctx, const std::string& device, int64_t vocab, int64_t dim,
+                     uint64_t seed) {
+  weight_ = &RegisterParameter("weight", ctx->RandomNormal(F32({vocab, dim}), 0, 1, seed, device));
+}
+
 BatchNorm::BatchNorm(LazyContext* ctx, const std::string& device, int64_t features,
                      double momentum, double eps)
     : momentum_(momentum), eps_(eps) {

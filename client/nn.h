@@ -102,6 +102,19 @@ class Conv2d : public Module {
   Tensor* bias_ = nullptr;
 };
 
+// A lookup table: integer ids [N...] -> rows [N..., dim] of a weight
+// [vocab, dim] drawn from N(0, 1) (PyTorch's default). Its gradient adds
+// up in the rows that were looked up.
+class Embedding : public Module {
+ public:
+  Embedding(LazyContext* ctx, const std::string& device, int64_t vocab, int64_t dim,
+            uint64_t seed);
+  Tensor Forward(const Tensor& ids) const { return Take(*weight_, ids); }
+
+ private:
+  Tensor* weight_;
+};
+
 // The mean over height and width: [N, H, W, C] -> [N, C].
 Tensor GlobalAvgPool2D(const Tensor& x);
 

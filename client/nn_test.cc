@@ -154,6 +154,29 @@ TEST_F(NnTest, Conv2dStridesDilatesAndPads) {
   EXPECT_NEAR(pooled[0], mean0, 1e-5);
 }
 
+TEST_F(NnTest, EmbeddingLooksUpRowsAndAddsTheirGradients) {
+  Embedding emb(ctx_.get(), "cpu:0", 6, 3, /*seed=*/9);
+  std::vector<double> w = Values(*emb.NamedParameters()[0].second);
+  Tensor ids = ctx_->FromVector<int32_t>(ElementType::kS32, {2, 2}, {5, 0, 5, 3}, "cpu:0");
+  Tensor rows = emb.Forward(ids);
+  ASSERT_EQ(rows.shape().dims(), (std::vector<int64_t>{2, 2, 3}));
+  // (The gradient is traced before the rows are read: a value that has
+  // been computed no longer keeps the ops that made it.)
+  auto grads = Grad(Sum(rows), emb.Parameters());
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  std::vector<double> got = Values(rows);
+  const int picked[] = {5, 0, 5, 3};
+  for (int n = 0; n < 4; ++n) {
+    for (int d = 0; d < 3; ++d) EXPECT_EQ(got[n * 3 + d], w[picked[n] * 3 + d]);
+  }
+  std::vector<double> g = Values((*grads)[0]);
+  const double counts[] = {1, 0, 0, 1, 0, 2};  // row 5 looked up twice
+  for (int r = 0; r < 6; ++r) {
+    for (int d = 0; d < 3; ++d) EXPECT_EQ(g[r * 3 + d], counts[r]) << r;
+  }
+  EXPECT_FALSE(Take(*emb.NamedParameters()[0].second, rows).status().ok());  // float ids
+}
+
 TEST_F(NnTest, BatchNormNormalizesByBatchAndTracksRunningStatistics) {
   BatchNorm bn(ctx_.get(), "cpu:0", 3, /*momentum=*/0.1);
   ASSERT_EQ(bn.NamedBuffers().size(), 2u);

@@ -552,6 +552,44 @@ Tensor SelectAndScatterMax(const Tensor& operand, const Tensor& source,
   return Emit(Opcode::kSelectAndScatter, operand.shape(), {operand, source, zero}, std::move(a));
 }
 
+Tensor Gather(const Tensor& x, const Tensor& indices, ir::GatherDims dims,
+              std::vector<int64_t> slice_sizes) {
+  if (!x.status().ok()) return x;
+  ir::Attributes a;
+  a.gather = std::move(dims);
+  a.slice_sizes = std::move(slice_sizes);
+  return EmitInferred(Opcode::kGather, {x, indices}, std::move(a), Shape(x.dtype(), {}));
+}
+
+Tensor Take(const Tensor& table, const Tensor& indices) {
+  if (!table.status().ok()) return table;
+  if (!indices.status().ok()) return indices;
+  if (table.rank() < 1 || !ir::IsIntegralType(indices.dtype())) {
+    return ErrorTensor(table, absl::InvalidArgumentError(absl::StrCat(
+                                  "Take needs a table of rank 1 or more and integer indices, not ",
+                                  table.shape().ToString(), " and ",
+                                  indices.shape().ToString())));
+  }
+  ir::GatherDims dims;
+  const int64_t m = indices.rank();
+  for (int64_t d = 1; d < table.rank(); ++d) dims.offset_dims.push_back(m + d - 1);
+  dims.collapsed_slice_dims = {0};
+  dims.start_index_map = {0};
+  dims.index_vector_dim = m;  // each index is one number
+  std::vector<int64_t> sizes = table.shape().dims();
+  sizes[0] = 1;
+  return Gather(table, indices, std::move(dims), std::move(sizes));
+}
+
+Tensor ScatterAdd(const Tensor& x, const Tensor& indices, const Tensor& updates,
+                  ir::ScatterDims dims) {
+  if (!x.status().ok()) return x;
+  ir::Attributes a;
+  a.scatter = std::move(dims);
+  // The shape is the operand's; the IR checks the rest when it verifies.
+  return Emit(Opcode::kScatter, x.shape(), {x, indices, updates}, std::move(a), Reducer::kAdd);
+}
+
 Tensor Softmax(const Tensor& x, int64_t dim) {
   if (dim < 0) dim += x.rank();
   Tensor shifted = x - ReduceMax(x, {dim}, true);

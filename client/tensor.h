@@ -257,6 +257,19 @@ Tensor SoftmaxCrossEntropy(const Tensor& logits, const Tensor& one_hot_labels);
 // labels: s32[N] -> [N, classes] of `type`.
 Tensor OneHot(const Tensor& labels, int64_t classes, ir::ElementType type = ir::ElementType::kF32);
 
+// Rows of `table` [V, D...] chosen by the integer `indices` [N...]:
+// [N..., D...] (numpy.take along axis 0, as an embedding lookup; a gather).
+// An index outside [0, V) reads the row it is clamped to, as XLA's gather.
+Tensor Take(const Tensor& table, const Tensor& indices);
+// A gather of `x` by `indices` with XLA's dimension numbers (no batching
+// dimensions) and slice sizes.
+Tensor Gather(const Tensor& x, const Tensor& indices, ir::GatherDims dims,
+              std::vector<int64_t> slice_sizes);
+// `x` with `updates` added at `indices` (XLA's scatter with addition, no
+// batching dimensions): repeated indices add up.
+Tensor ScatterAdd(const Tensor& x, const Tensor& indices, const Tensor& updates,
+                  ir::ScatterDims dims);
+
 // The sum of `x` over every replica of a replicated execution (an
 // all-reduce); `x` itself when the program runs once.
 Tensor CrossReplicaSum(const Tensor& x);
