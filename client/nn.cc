@@ -141,6 +141,35 @@ Tensor Conv2d::Forward(const Tensor& x) const {
 
 Tensor GlobalAvgPool2D(const Tensor& x) { return Mean(x, {1, 2}); }
 
+ResidualBlock::ResidualBlock(LazyContext* ctx, const std::string& device, int64_t in_channels,
+                             int64_t out_channels, int stride, uint64_t seed)
+    : conv1_(ctx, device, in_channels, out_channels, 3, seed,
+             {.stride = stride, .padding = "SAME", .bias = false}),
+      conv2_(ctx, device, out_channels, out_channels, 3, seed + 1,
+             {.stride = 1, .padding = "SAME", .bias = false}),
+      bn1_(ctx, device, out_channels),
+      bn2_(ctx, device, out_channels) {
+  RegisterModule("conv1", &conv1_);
+  RegisterModule("bn1", &bn1_);
+  RegisterModule("conv2", &conv2_);
+  RegisterModule("bn2", &bn2_);
+  if (stride != 1 || in_channels != out_channels) {
+    projection_ = std::make_unique<Conv2d>(
+        ctx, device, in_channels, out_channels, 1, seed + 2,
+        Conv2dOptions{.stride = stride, .padding = "VALID", .bias = false});
+    projection_bn_ = std::make_unique<BatchNorm>(ctx, device, out_channels);
+    RegisterModule("shortcut", projection_.get());
+    RegisterModule("shortcut_bn", projection_bn_.get());
+  }
+}
+
+Tensor ResidualBlock::Forward(const Tensor& x) {
+  Tensor h = Relu(bn1_.Forward(conv1_.Forward(x)));
+  h = bn2_.Forward(conv2_.Forward(h));
+  Tensor shortcut = projection_ ? projection_bn_->Forward(projection_->Forward(x)) : x;
+  return Relu(h + shortcut);
+}
+
 Embedding::Embedding(LazyContext* ctx, const std::string& device, int64_t vocab, int64_t dim,
                      uint64_t seed) {
   weight_ = &RegisterParameter("weight", ctx->RandomNormal(F32({vocab, dim}), 0, 1, seed, device));

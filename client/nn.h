@@ -10,6 +10,7 @@
 #define KILN_CLIENT_NN_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -160,6 +161,24 @@ class Dropout : public Module {
 
  private:
   double p_;
+};
+
+// ResNet's basic block (He et al.): two 3x3 convolutions with batch
+// normalization, y = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)),
+// where the shortcut is x itself, or a 1x1 convolution with batch
+// normalization when the stride or the channels change.
+class ResidualBlock : public Module {
+ public:
+  ResidualBlock(LazyContext* ctx, const std::string& device, int64_t in_channels,
+                int64_t out_channels, int stride, uint64_t seed);
+  Tensor Forward(const Tensor& x);
+  bool projects() const { return projection_ != nullptr; }
+
+ private:
+  Conv2d conv1_, conv2_;
+  BatchNorm bn1_, bn2_;
+  std::unique_ptr<Conv2d> projection_;
+  std::unique_ptr<BatchNorm> projection_bn_;
 };
 
 }  // namespace kiln::client::nn

@@ -177,6 +177,32 @@ TEST_F(NnTest, EmbeddingLooksUpRowsAndAddsTheirGradients) {
   EXPECT_FALSE(Take(*emb.NamedParameters()[0].second, rows).status().ok());  // float ids
 }
 
+TEST_F(NnTest, ResidualBlocksKeepOrProjectTheShortcut) {
+  ResidualBlock same(ctx_.get(), "cpu:0", 4, 4, 1, /*seed=*/20);
+  ResidualBlock down(ctx_.get(), "cpu:0", 4, 8, 2, /*seed=*/30);
+  EXPECT_FALSE(same.projects());
+  EXPECT_TRUE(down.projects());
+  EXPECT_EQ(same.NamedParameters().size(), 6u);   // two convolutions, two batch norms
+  EXPECT_EQ(down.NamedParameters().size(), 9u);   // and the projection's
+  EXPECT_EQ(down.NamedParameters()[6].first, "shortcut.weight");
+  ir::Literal x = Random({2, 6, 6, 4}, 21);
+  Tensor y_same = same.Forward(ctx_->FromLiteral(x, "cpu:0"));
+  Tensor y_down = down.Forward(ctx_->FromLiteral(x, "cpu:0"));
+  ASSERT_EQ(y_same.shape().dims(), (std::vector<int64_t>{2, 6, 6, 4}));
+  ASSERT_EQ(y_down.shape().dims(), (std::vector<int64_t>{2, 3, 3, 8}));
+  // The identity shortcut: with the residual branch silenced (its last
+  // batch norm's scale and shift zero), the block is relu(x).
+  std::vector<Tensor> params = same.Parameters();
+  params[4] = params[4] * 0.0;  // bn2.gamma
+  params[5] = params[5] * 0.0;  // bn2.beta
+  ASSERT_TRUE(same.SetParameters(params).ok());
+  std::vector<double> y = Values(same.Forward(ctx_->FromLiteral(x, "cpu:0")));
+  for (int64_t i = 0; i < x.element_count(); ++i) {
+    EXPECT_NEAR(y[i], std::max(0.0, x.GetAsDouble(i)), 1e-6);
+  }
+  CheckGradient([&](const Tensor& t) { return down.Forward(t); }, Random({2, 4, 4, 4}, 22));
+}
+
 TEST_F(NnTest, BatchNormNormalizesByBatchAndTracksRunningStatistics) {
   BatchNorm bn(ctx_.get(), "cpu:0", 3, /*momentum=*/0.1);
   ASSERT_EQ(bn.NamedBuffers().size(), 2u);
