@@ -246,6 +246,23 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
     }
     case Opcode::kDot: return DotGrad(node, x[0], x[1], g);
     case Opcode::kConvolution: return ConvolutionGrad(node, x[0], x[1], g);
+    case Opcode::kDynamicSlice: {
+      // The gradient goes back into the window the slice read (the same
+      // clamped starts), zeros elsewhere.
+      std::vector<Tensor> starts(x.begin() + 1, x.end());
+      std::vector<Tensor> out(x.size());
+      out[0] = DynamicUpdateSlice(ZerosLike(x[0]), g, starts);
+      return out;
+    }
+    case Opcode::kDynamicUpdateSlice: {
+      // What the update overwrote gets no gradient; the update gets the
+      // window's.
+      std::vector<Tensor> starts(x.begin() + 2, x.end());
+      std::vector<Tensor> out(x.size());
+      out[0] = DynamicUpdateSlice(g, ZerosLike(x[1]), starts);
+      out[1] = DynamicSlice(g, starts, x[1].shape().dims());
+      return out;
+    }
     case Opcode::kGather: {
       // Each gathered element goes back where it came from, adding up where
       // slices overlap: a scatter-add with the mirrored dimension numbers.

@@ -177,6 +177,25 @@ TEST_F(GradTest, GatherAddsGradientsBackWhereRowsCameFrom) {
   }, {vec});
 }
 
+TEST_F(GradTest, DynamicSlicesAndUpdates) {
+  auto x = Random({4, 5}, -1, 1, 41), u = Random({2, 3}, -1, 1, 42);
+  auto start = [](const Tensor& like, int32_t v) {
+    return like.context()->template FromVector<int32_t>(ElementType::kS32, {},
+                                                         std::vector<int32_t>{v}, "cpu:0");
+  };
+  CheckGradient([&](auto& t) {
+    return DynamicSlice(t[0], {start(t[0], 1), start(t[0], 2)}, {2, 3});
+  }, {x});
+  // A start past the end is clamped: the slice (and its gradient) is the
+  // last window.
+  CheckGradient([&](auto& t) {
+    return DynamicSlice(t[0], {start(t[0], 3), start(t[0], 9)}, {2, 3});
+  }, {x});
+  CheckGradient([&](auto& t) {
+    return DynamicUpdateSlice(t[0], t[1] * t[1], {start(t[0], 2), start(t[0], 1)});
+  }, {x, u});
+}
+
 TEST_F(GradTest, ConvolutionsAndPooling) {
   auto x = Random({1, 5, 5, 2}, -1, 1, 16), w = Random({3, 3, 2, 2}, -1, 1, 17);
   CheckGradient([](auto& t) { return Conv2D(t[0], t[1], 1, "VALID"); }, {x, w});

@@ -552,6 +552,25 @@ Tensor SelectAndScatterMax(const Tensor& operand, const Tensor& source,
   return Emit(Opcode::kSelectAndScatter, operand.shape(), {operand, source, zero}, std::move(a));
 }
 
+Tensor DynamicSlice(const Tensor& x, const std::vector<Tensor>& starts,
+                    std::vector<int64_t> sizes) {
+  if (!x.status().ok()) return x;
+  ir::Attributes a;
+  a.slice_sizes = sizes;
+  std::vector<Tensor> operands = {x};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  return EmitInferred(Opcode::kDynamicSlice, std::move(operands), std::move(a),
+                      Shape(x.dtype(), std::move(sizes)));
+}
+
+Tensor DynamicUpdateSlice(const Tensor& x, const Tensor& update,
+                          const std::vector<Tensor>& starts) {
+  if (!x.status().ok()) return x;
+  std::vector<Tensor> operands = {x, update};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  return EmitInferred(Opcode::kDynamicUpdateSlice, std::move(operands), {}, x.shape());
+}
+
 Tensor Gather(const Tensor& x, const Tensor& indices, ir::GatherDims dims,
               std::vector<int64_t> slice_sizes) {
   if (!x.status().ok()) return x;

@@ -257,6 +257,15 @@ Tensor SoftmaxCrossEntropy(const Tensor& logits, const Tensor& one_hot_labels);
 // labels: s32[N] -> [N, classes] of `type`.
 Tensor OneHot(const Tensor& labels, int64_t classes, ir::ElementType type = ir::ElementType::kF32);
 
+// A slice of `sizes` of `x` starting at `starts`, one scalar integer
+// tensor per dimension, computed on the device; a start is clamped so the
+// slice stays inside `x` (XLA's dynamic-slice).
+Tensor DynamicSlice(const Tensor& x, const std::vector<Tensor>& starts,
+                    std::vector<int64_t> sizes);
+// `x` with `update` written at `starts` (clamped the same way).
+Tensor DynamicUpdateSlice(const Tensor& x, const Tensor& update,
+                          const std::vector<Tensor>& starts);
+
 // Rows of `table` [V, D...] chosen by the integer `indices` [N...]:
 // [N..., D...] (numpy.take along axis 0, as an embedding lookup; a gather).
 // An index outside [0, V) reads the row it is clamped to, as XLA's gather.

@@ -31,6 +31,24 @@ class TensorTest : public ::testing::Test {
   std::shared_ptr<LazyContext> ctx_;
 };
 
+TEST_F(TensorTest, DynamicSlicesTakeTheirStartsFromTheDevice) {
+  Tensor x = ctx_->FromVector<float>(ElementType::kF32, {2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}, "cpu:0");
+  Tensor one = ctx_->FromVector<int32_t>(ElementType::kS32, {}, {1}, "cpu:0");
+  Tensor zero = ctx_->FromVector<int32_t>(ElementType::kS32, {}, {0}, "cpu:0");
+  auto s = DynamicSlice(x, {zero, one * 2}, {2, 2}).ToHost();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->ToText(), "{{2, 3}, {6, 7}}");
+  // Clamped: a start of 3 for 2 columns of 4 becomes 2.
+  auto clamped = DynamicSlice(x, {one, one * 3}, {1, 2}).ToHost();
+  ASSERT_TRUE(clamped.ok());
+  EXPECT_EQ(clamped->ToText(), "{{6, 7}}");
+  Tensor patch = ctx_->FromVector<float>(ElementType::kF32, {1, 2}, {-1, -2}, "cpu:0");
+  auto updated = DynamicUpdateSlice(x, patch, {one, one}).ToHost();
+  ASSERT_TRUE(updated.ok());
+  EXPECT_EQ(updated->ToText(), "{{0, 1, 2, 3}, {4, -1, -2, 7}}");
+  EXPECT_FALSE(DynamicSlice(x, {one}, {1, 2}).status().ok());  // a start per dimension
+}
+
 TEST_F(TensorTest, SamePoolingPadsLikeTensorFlowAndIgnoresThePadding) {
   Tensor x = ctx_->FromVector<float>(ElementType::kF32, {1, 3, 3, 1},
                                      {1, 2, 3, 4, 5, 6, 7, 8, 9}, "cpu:0");
