@@ -1,8 +1,6 @@
 #include "client/grpc_transport.h"
 
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -12,6 +10,7 @@
 #include "grpcpp/grpcpp.h"
 #include "kiln/v1/service.grpc.pb.h"
 #include "base/chunks.h"
+#include "base/file_io.h"
 #include "base/net_address.h"
 #include "base/status_macros.h"
 
@@ -339,11 +338,9 @@ absl::StatusOr<std::unique_ptr<OutfeedStream>> GrpcTransport::OpenOutfeed(
 namespace {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read the ", what, " ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::optional<std::string> text = ReadFileToString(path);
+  if (!text) return absl::InvalidArgumentError(absl::StrCat("cannot read the ", what, " ", path));
+  return *std::move(text);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(

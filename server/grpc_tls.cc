@@ -6,21 +6,18 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/file_io.h"
 #include "grpcpp/security/server_credentials.h"
 
 namespace kiln::server {
 namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": cannot read it"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::optional<std::string> text = ReadFileToString(path);
+  if (!text) return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": cannot read it"));
+  return *std::move(text);
 }
 
 std::string OpenSslError() {

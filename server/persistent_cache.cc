@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "base/file_io.h"
 #include "compiler/ir/fingerprint.h"
 
 namespace kiln::server {
@@ -95,24 +96,19 @@ std::optional<Entry> ParseHeader(const std::string& bytes) {
   return e;
 }
 
-// Reads the regular file at `path` if it is at most `max_bytes` long:
-// nothing else (a link, a FIFO, a device, a larger file) is read. nullopt
-// when it is absent or not such a file.
-std::optional<std::string> ReadEntryFile(const std::string& path, int64_t max_bytes) {
+// The first `max_bytes` of the regular file at `path` (all of it when
+// `whole`, nullopt if it is longer): nothing else (a link, a FIFO, a
+// device) is read. nullopt when it is absent or not such a file.
+std::optional<std::string> ReadRegularFile(const std::string& path, int64_t max_bytes,
+                                           bool whole) {
   const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   struct stat st;
   std::optional<std::string> out;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= max_bytes) {
-    std::string bytes(static_cast<size_t>(st.st_size), '\0');
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t n = read(fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      done += static_cast<size_t>(n);
-    }
-    if (done == bytes.size()) out = std::move(bytes);
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (!whole || st.st_size <= max_bytes)) {
+    const size_t size = static_cast<size_t>(std::min<int64_t>(st.st_size, max_bytes));
+    out = ReadUpTo(fd, size);
+    if (out.has_value() && out->size() != size) out.reset();
   }
   close(fd);
   return out;
@@ -121,20 +117,9 @@ std::optional<std::string> ReadEntryFile(const std::string& path, int64_t max_by
 // The header of the entry file at `path`, reading at most its first
 // kMaxHeaderBytes.
 std::optional<Entry> ReadHeaderOf(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  struct stat st;
-  std::optional<Entry> out;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-    std::string bytes(kMaxHeaderBytes, '\0');
-    const ssize_t n = read(fd, bytes.data(), bytes.size());
-    if (n > 0) {
-      bytes.resize(static_cast<size_t>(n));
-      out = ParseHeader(bytes);
-    }
-  }
-  close(fd);
-  return out;
+  std::optional<std::string> start = ReadRegularFile(path, kMaxHeaderBytes, /*whole=*/false);
+  if (!start.has_value()) return std::nullopt;
+  return ParseHeader(*start);
 }
 
 std::string Shorten(const std::string& s) {
@@ -185,7 +170,7 @@ PersistentCache::Lookup PersistentCache::Find(const PersistentKey& key) {
   if (lstat(path.c_str(), &st) == 0) {
     // Whatever is at the path, only a whole, intact entry of this key is
     // used; anything else is removed so that it is not met again.
-    std::optional<std::string> bytes = ReadEntryFile(path, max_bytes_ + kMaxHeaderBytes);
+    std::optional<std::string> bytes = ReadRegularFile(path, max_bytes_ + kMaxHeaderBytes, /*whole=*/true);
     std::optional<Entry> e;
     if (bytes.has_value()) e = ParseHeader(*bytes);
     const bool intact = e.has_value() && e->header_size <= bytes->size() &&
@@ -241,17 +226,7 @@ absl::Status PersistentCache::Store(const PersistentKey& key, const std::string&
   if (fd < 0) {
     return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
   }
-  bool ok = true;
-  for (const std::string* part : {&header, &artifact}) {
-    size_t done = 0;
-    while (ok && done < part->size()) {
-      const ssize_t n = write(fd, part->data() + done, part->size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      ok = n > 0;
-      if (ok) done += static_cast<size_t>(n);
-    }
-  }
-  ok = ok && fsync(fd) == 0;
+  const bool ok = WriteAll(fd, header) && WriteAll(fd, artifact) && fsync(fd) == 0;
   const int saved_errno = errno;
   close(fd);
   // rename() replaces atomically: a reader sees the old entry or the new.

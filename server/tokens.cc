@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/file_io.h"
 #include "base/status_macros.h"
 #include "compiler/ir/fingerprint.h"
 
@@ -55,16 +56,10 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ReadTokensFile(
   } else if (st.st_size > (1 << 20)) {
     problem = absl::FailedPreconditionError(
         absl::StrCat("the tokens file ", path, " is larger than 1 MiB"));
+  } else if (std::optional<std::string> read = ReadUpTo(fd, static_cast<size_t>(st.st_size))) {
+    text = *std::move(read);
   } else {
-    text.resize(static_cast<size_t>(st.st_size));
-    size_t done = 0;
-    while (done < text.size()) {
-      const ssize_t n = read(fd, text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      done += static_cast<size_t>(n);
-    }
-    text.resize(done);
+    problem = absl::NotFoundError(absl::StrCat("cannot read the tokens file ", path));
   }
   close(fd);
   if (!problem.ok()) return problem;

@@ -17,8 +17,8 @@ namespace {
 
 using client::Client;
 using testing::Pki;
-using testing::Ran;
-using testing::RunShell;
+using testing::ProcessResult;
+using testing::RunCommand;
 using testing::WriteTokens;
 
 std::string Scrape(const std::string& url, const std::string& extra = "") {
@@ -69,13 +69,13 @@ TEST(MetricsE2E, ThePrometheusEndpointParsesAndItsCountersMove) {
   const std::string url = MetricsUrl(server);
   ASSERT_EQ(url.rfind("http://127.0.0.1:", 0), 0u) << url;
 
-  Ran before = RunShell(Scrape(url));
+  ProcessResult before = RunCommand(Scrape(url));
   ASSERT_EQ(before.exit_code, 0) << before.output;
   auto c = Client::Connect(server.address());
   ASSERT_TRUE(c.ok()) << c.status();
   auto kept = Work(**c, 5);
   ASSERT_NE(kept, nullptr);
-  Ran after = RunShell(Scrape(url));
+  ProcessResult after = RunCommand(Scrape(url));
   ASSERT_EQ(after.exit_code, 0) << after.output;
 
   EXPECT_EQ(Value(before.output, "kiln_sessions"), 0) << before.output;
@@ -93,7 +93,7 @@ TEST(MetricsE2E, ThePrometheusEndpointParsesAndItsCountersMove) {
   EXPECT_GT(Value(after.output, "kiln_device_memory_capacity_bytes{device=cpu:0}"), 0);
   EXPECT_GT(Value(after.output, "process_resident_memory_bytes"), 1e6);
 
-  Ran missing = RunShell(Scrape(url.substr(0, url.size() - 8) + "/other"));
+  ProcessResult missing = RunCommand(Scrape(url.substr(0, url.size() - 8) + "/other"));
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.output.find("HTTP 404"), std::string::npos) << missing.output;
 }
@@ -109,17 +109,17 @@ TEST(MetricsE2E, ScrapesNeedTheBearerTokenAndExposureNeedsInsecure) {
   const std::string url = MetricsUrl(server);
   ASSERT_EQ(url.rfind("http://127.0.0.1:", 0), 0u) << url;
 
-  Ran ok = RunShell(Scrape(url, "--token aaaaaaaaaaaaaaaaaaaa"));
+  ProcessResult ok = RunCommand(Scrape(url, "--token aaaaaaaaaaaaaaaaaaaa"));
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_EQ(Value(ok.output, "kiln_sessions"), 0) << ok.output;
-  Ran no_token = RunShell(Scrape(url));
+  ProcessResult no_token = RunCommand(Scrape(url));
   EXPECT_NE(no_token.output.find("HTTP 401"), std::string::npos) << no_token.output;
-  Ran wrong = RunShell(Scrape(url, "--token bbbbbbbbbbbbbbbbbbbb"));
+  ProcessResult wrong = RunCommand(Scrape(url, "--token bbbbbbbbbbbbbbbbbbbb"));
   EXPECT_NE(wrong.output.find("HTTP 401"), std::string::npos) << wrong.output;
-  Ran other_path = RunShell(Scrape(url.substr(0, url.size() - 8) + "/x"));
+  ProcessResult other_path = RunCommand(Scrape(url.substr(0, url.size() - 8) + "/x"));
   EXPECT_NE(other_path.output.find("HTTP 401"), std::string::npos) << other_path.output;
   // The refused scrapes are counted.
-  Ran again = RunShell(Scrape(url, "--token aaaaaaaaaaaaaaaaaaaa"));
+  ProcessResult again = RunCommand(Scrape(url, "--token aaaaaaaaaaaaaaaaaaaa"));
   EXPECT_GE(Value(again.output, "kiln_auth_failures_total"), 3) << again.output;
 
   // Plain HTTP on an address other machines reach needs --insecure, even
@@ -128,7 +128,7 @@ TEST(MetricsE2E, ScrapesNeedTheBearerTokenAndExposureNeedsInsecure) {
   const std::string secured = " --listen=127.0.0.1:0 --tls_cert=" + pki.Path("server.pem") +
                               " --tls_key=" + pki.Path("server.key") +
                               " --auth_tokens_file=" + tokens;
-  Ran refused = RunShell(bin + secured + " --metrics_listen=0.0.0.0:0");
+  ProcessResult refused = RunCommand(bin + secured + " --metrics_listen=0.0.0.0:0");
   EXPECT_EQ(refused.exit_code, 2) << refused.output;
   EXPECT_NE(refused.output.find("--metrics_listen=0.0.0.0:0 is reachable"), std::string::npos)
       << refused.output;
@@ -139,9 +139,9 @@ TEST(MetricsE2E, ScrapesNeedTheBearerTokenAndExposureNeedsInsecure) {
   ASSERT_FALSE(exposed.address().empty());
   const std::string exposed_url = MetricsUrl(exposed);
   const std::string port = exposed_url.substr(exposed_url.rfind(':') + 1);
-  Ran scraped = RunShell(Scrape("http://127.0.0.1:" + port, "--token aaaaaaaaaaaaaaaaaaaa"));
+  ProcessResult scraped = RunCommand(Scrape("http://127.0.0.1:" + port, "--token aaaaaaaaaaaaaaaaaaaa"));
   EXPECT_EQ(scraped.exit_code, 0) << scraped.output;
-  Ran anonymous = RunShell(Scrape("http://127.0.0.1:" + port));
+  ProcessResult anonymous = RunCommand(Scrape("http://127.0.0.1:" + port));
   EXPECT_NE(anonymous.output.find("HTTP 401"), std::string::npos) << anonymous.output;
 }
 
@@ -163,7 +163,7 @@ TEST(MetricsE2E, TraceFileOpensAsChromeTraceEventsAndLogsCanBeJson) {
   // Every event is a complete event with a time, a duration and a thread;
   // the program's compile, its three executions and both transfers are
   // there.
-  Ran checked = RunShell(absl::StrCat(
+  ProcessResult checked = RunCommand(absl::StrCat(
       "/usr/bin/python3 -c '\n"
       "import collections, json, sys\n"
       "events = json.load(open(sys.argv[1]))\n"
@@ -182,7 +182,7 @@ TEST(MetricsE2E, TraceFileOpensAsChromeTraceEventsAndLogsCanBeJson) {
   // JSON logs: every line an object with time, level and message.
   // The server is stopped once it says it listens (a signal before its
   // handler is installed would kill it without its last line).
-  Ran logs = RunShell(absl::StrCat(
+  ProcessResult logs = RunCommand(absl::StrCat(
       "cd ", pki.Path(""), " && (", KILN_BIN_DIR,
       "/kiln-server --listen=127.0.0.1:0 --log_format=json --log_level=info "
       "> out.txt 2> err.txt & pid=$!; for i in $(seq 100); do grep -q listening out.txt && "
@@ -193,7 +193,7 @@ TEST(MetricsE2E, TraceFileOpensAsChromeTraceEventsAndLogsCanBeJson) {
       "print(len(lines), lines[-1][\"message\"])' < err.txt"));
   EXPECT_EQ(logs.exit_code, 0) << logs.output;
   EXPECT_NE(logs.output.find("kiln-server stopped"), std::string::npos) << logs.output;
-  Ran bad = RunShell(std::string(KILN_BIN_DIR) + "/kiln-server --log_format=xml");
+  ProcessResult bad = RunCommand(std::string(KILN_BIN_DIR) + "/kiln-server --log_format=xml");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
 }
 

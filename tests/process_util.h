@@ -15,11 +15,14 @@ struct ProcessResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `command` through the shell with a time limit (the timeout tool ends
-// a hang, which then reads as exit code 124).
+// Runs `command` (any shell command line: variables before a program,
+// pipes, `&&`) with a time limit on the whole of it (the timeout tool ends a
+// hang, which then reads as exit code 124).
 inline ProcessResult RunCommand(const std::string& command, int timeout_seconds = 120) {
   ProcessResult result;
-  std::string full = "timeout " + std::to_string(timeout_seconds) + " " + command + " 2>&1";
+  std::string quoted;  // for sh -c '...'
+  for (char c : command) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  std::string full = "timeout " + std::to_string(timeout_seconds) + " sh -c '" + quoted + "' 2>&1";
   FILE* pipe = popen(full.c_str(), "r");
   if (pipe == nullptr) return result;
   std::array<char, 4096> buf;

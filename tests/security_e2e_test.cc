@@ -27,8 +27,8 @@ namespace {
 using client::Client;
 using client::ConnectOptions;
 using testing::Pki;
-using testing::Ran;
-using testing::RunShell;
+using testing::ProcessResult;
+using testing::RunCommand;
 using testing::WriteTokens;
 
 ConnectOptions Quick() {
@@ -302,23 +302,23 @@ TEST_F(SecurityE2E, TokensAreReReadOnSighupAndABadFileKeepsTheOldOnes) {
 
 TEST_F(SecurityE2E, AnExposedAddressNeedsTlsAndAuthenticationOrInsecure) {
   const std::string bin = std::string(KILN_BIN_DIR) + "/kiln-server";
-  Ran refused = RunShell(bin + " --listen=0.0.0.0:0 --log_level=warn");
+  ProcessResult refused = RunCommand(bin + " --listen=0.0.0.0:0 --log_level=warn");
   EXPECT_EQ(refused.exit_code, 2) << refused.output;
   EXPECT_NE(refused.output.find("reachable from other machines"), std::string::npos)
       << refused.output;
   EXPECT_NE(refused.output.find("--insecure"), std::string::npos);
 
   const std::string tokens = WriteTokens(pki_.Path("tokens"), "t aaaaaaaaaaaaaaaaaaaa\n");
-  Ran tokens_only = RunShell(bin + " --listen=0.0.0.0:0 --auth_tokens_file=" + tokens);
+  ProcessResult tokens_only = RunCommand(bin + " --listen=0.0.0.0:0 --auth_tokens_file=" + tokens);
   EXPECT_EQ(tokens_only.exit_code, 2) << tokens_only.output;
   EXPECT_NE(tokens_only.output.find("TLS"), std::string::npos);
 
-  Ran bad_key = RunShell(bin + " --tls_cert=" + pki_.Path("server.pem") +
+  ProcessResult bad_key = RunCommand(bin + " --tls_cert=" + pki_.Path("server.pem") +
                          " --tls_key=" + pki_.Path("client.key"));
   EXPECT_EQ(bad_key.exit_code, 2) << bad_key.output;
   EXPECT_NE(bad_key.output.find("is not the key of --tls_cert"), std::string::npos)
       << bad_key.output;
-  Ran not_pem = RunShell(bin + " --tls_cert=" + tokens + " --tls_key=" + pki_.Path("server.key"));
+  ProcessResult not_pem = RunCommand(bin + " --tls_cert=" + tokens + " --tls_key=" + pki_.Path("server.key"));
   EXPECT_EQ(not_pem.exit_code, 2) << not_pem.output;
   EXPECT_NE(not_pem.output.find("not a PEM certificate"), std::string::npos) << not_pem.output;
 
@@ -344,7 +344,7 @@ TEST_F(SecurityE2E, AnExposedAddressNeedsTlsAndAuthenticationOrInsecure) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_NE((*c)->security_warning().find("INSECURE"), std::string::npos);
   ExpectWorks(**c);
-  Ran devices = RunShell(std::string(KILN_BIN_DIR) + "/kiln devices --server=127.0.0.1:" + port);
+  ProcessResult devices = RunCommand(std::string(KILN_BIN_DIR) + "/kiln devices --server=127.0.0.1:" + port);
   EXPECT_EQ(devices.exit_code, 0) << devices.output;
   EXPECT_NE(devices.output.find("server warns: INSECURE"), std::string::npos) << devices.output;
 }
@@ -360,16 +360,16 @@ TEST_F(SecurityE2E, TheCliAndProducersTakeSecurityFromTheEnvironment) {
   const std::string env = absl::StrCat(
       "KILN_TLS_CA=", pki_.Path("ca.pem"), " KILN_TLS_CERT=", pki_.Path("client.pem"),
       " KILN_TLS_KEY=", pki_.Path("client.key"), " ");
-  Ran health = RunShell(env + "KILN_TOKEN=aaaaaaaaaaaaaaaaaaaa " + kiln +
+  ProcessResult health = RunCommand(env + "KILN_TOKEN=aaaaaaaaaaaaaaaaaaaa " + kiln +
                         " health --server=" + server.address());
   EXPECT_EQ(health.exit_code, 0) << health.output;
   EXPECT_NE(health.output.find("SERVING"), std::string::npos);
   std::ofstream(pki_.Path("token_file")) << "aaaaaaaaaaaaaaaaaaaa\n";
-  Ran devices = RunShell(env + "KILN_TOKEN_FILE=" + pki_.Path("token_file") + " " + kiln +
+  ProcessResult devices = RunCommand(env + "KILN_TOKEN_FILE=" + pki_.Path("token_file") + " " + kiln +
                          " devices --server=" + server.address());
   EXPECT_EQ(devices.exit_code, 0) << devices.output;
   EXPECT_NE(devices.output.find("cpu:0"), std::string::npos) << devices.output;
-  Ran no_token = RunShell(env + kiln + " devices --server=" + server.address());
+  ProcessResult no_token = RunCommand(env + kiln + " devices --server=" + server.address());
   EXPECT_EQ(no_token.exit_code, 1) << no_token.output;
   EXPECT_NE(no_token.output.find("bearer token"), std::string::npos) << no_token.output;
 }

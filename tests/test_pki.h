@@ -1,5 +1,5 @@
-// Test helpers: a shell command's output, and certificates and token files
-// made for one test run with the openssl command.
+// Test helpers: certificates and token files made for one test run with
+// the openssl command.
 #ifndef KILN_TESTS_TEST_PKI_H_
 #define KILN_TESTS_TEST_PKI_H_
 
@@ -14,26 +14,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "tests/process_util.h"
 
 namespace kiln::testing {
-
-// Runs `command` through the shell; its output (stdout and stderr) and exit
-// code.
-struct Ran {
-  int exit_code = -1;
-  std::string output;
-};
-inline Ran RunShell(const std::string& command) {
-  Ran ran;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return ran;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) ran.output.append(buf, n);
-  const int status = pclose(p);
-  ran.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return ran;
-}
 
 // Two CAs; a server certificate for 127.0.0.1 and localhost signed by the
 // first; client certificates signed by each.
@@ -60,7 +43,7 @@ class Pki {
         "openssl req ", key, " -keyout rogue.key -out rogue.csr -subj /CN=rogue;",
         "openssl x509 -req -in rogue.csr -CA other_ca.pem -CAkey other_ca.key "
         "-CAcreateserial -out rogue.pem -days 2;");
-    Ran ran = RunShell(script);
+    ProcessResult ran = RunCommand(script);
     ok_ = ran.exit_code == 0;
     error_ = ran.output;
   }

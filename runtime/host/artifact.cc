@@ -59,10 +59,16 @@ absl::StatusOr<DecodedArtifact> DecodeArtifact(const std::string& bytes) {
 }
 
 std::string HostArtifactDependencies() {
-  const dnnl_version_t* v = dnnl_version();
-  return absl::StrCat("onednn ", v->major, ".", v->minor, ".", v->patch, " (", v->hash,
-                      ") isa ", static_cast<int>(dnnl_get_effective_cpu_isa()), "; openblas ",
-                      openblas_get_config(), " ", openblas_get_corename(), "; cpu ", CpuModel());
+  // The same for the life of the process (and asked at every compile the
+  // persistent cache sees): read /proc/cpuinfo once.
+  static const std::string dependencies = [] {
+    const dnnl_version_t* v = dnnl_version();
+    return absl::StrCat("onednn ", v->major, ".", v->minor, ".", v->patch, " (", v->hash,
+                        ") isa ", static_cast<int>(dnnl_get_effective_cpu_isa()), "; openblas ",
+                        openblas_get_config(), " ", openblas_get_corename(), "; cpu ",
+                        CpuModel());
+  }();
+  return dependencies;
 }
 
 }  // namespace kiln::host
