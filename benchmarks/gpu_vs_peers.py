@@ -67,6 +67,94 @@ def kiln_step(bin_dir, address, model, batch, steps):
     return float(p50.group(1)), float(compile_s.group(1)) if compile_s else 0.0
 
 
+def run_repeated(bin_dir, text, repeat):
+    """Median and minimum ms of `repeat` executions of HLO `text` on gpu:0 (after one warm-up)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.hlo")
+        with open(path, "w") as f:
+            f.write(text)
+        cmd = [os.path.join(bin_dir, "kiln"), "run", path, "--device=gpu:0", "--random_inputs=1",
+               f"--repeat={repeat + 1}"]
+        run = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{run.stdout}{run.stderr}")
+    times = [float(t) for t in re.findall(r"^run \d+: ([0-9.]+) ms", run.stdout, re.M)][1:]
+    return statistics.median(times), min(times)
+
+
+DOT = """HloModule dot
+ENTRY main {{
+  a = f32[{m},{k}] parameter(0)
+  b = f32[{k},{n}] parameter(1)
+  ROOT c = f32[{m},{n}] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+
+TRIAD = """HloModule triad
+ENTRY main {{
+  b = f32[{count}] parameter(0)
+  c = f32[{count}] parameter(1)
+  s = f32[] constant(1.5)
+  sb = f32[{count}] broadcast(s), dimensions={{}}
+  sc = f32[{count}] multiply(sb, c)
+  ROOT a = f32[{count}] add(b, sc)
+}}
+"""
+
+SCALAR = """HloModule scalar
+ENTRY main {
+  x = f32[] parameter(0)
+  ROOT y = f32[] negate(x)
+}
+"""
+
+
+def kiln_micro(bin_dir, bw_mib, repeat):
+    """Kiln's dots and fused triad on gpu:0, as rows like gpu_peers.py's micro rows."""
+    rows = []
+    floor_ms, _ = run_repeated(bin_dir, SCALAR, repeat)
+    rows.append({"what": "one-element program (fixed cost)", "shape": "f32[]",
+                 "median_ms": floor_ms, "rate": None, "unit": ""})
+    log(f"kiln one-element program: {floor_ms:.3f} ms per execution")
+    for m, k, n in [(128, 784, 512), (1024, 784, 512), (4096, 4096, 4096)]:
+        med, best = run_repeated(bin_dir, DOT.format(m=m, k=k, n=n), repeat)
+        rate = 2 * m * n * k / (med * 1e-3) / 1e12
+        rows.append({"what": "f32 dot", "shape": f"[{m}x{k}]x[{k}x{n}]", "median_ms": med,
+                     "min_ms": best, "rate": rate, "unit": "TFLOP/s"})
+        log(f"kiln dot [{m}x{k}]x[{k}x{n}]: {med:.3f} ms, {rate:.2f} TFLOP/s")
+    count = bw_mib * 2 ** 20 // 4
+    med, best = run_repeated(bin_dir, TRIAD.format(count=count), repeat)
+    rate = 3 * count * 4 / (med * 1e-3) / 1e9
+    rows.append({"what": "triad a = b + s*c (one fused kernel)", "shape": f"{bw_mib} MiB f32 per array",
+                 "median_ms": med, "min_ms": best, "rate": rate, "unit": "GB/s"})
+    log(f"kiln triad {bw_mib} MiB: {med:.3f} ms, {rate:.0f} GB/s (read+written)")
+    return rows
+
+
+def print_micro(kiln_rows, peer_rows):
+    print("Kiln alone (kiln run --device=gpu:0, median per execution) against the peer's figure:")
+    peer_rate = {}
+    for m in peer_rows:
+        if m.get("rate") is None:
+            continue
+        if m["what"].startswith("f32 matmul"):
+            peer_rate[("dot", m["shape"])] = (m["rate"], "cuBLAS (torch.mm)")
+        elif m["what"].startswith("triad"):
+            peer_rate[("triad", "")] = (m["rate"], "the peer's triad")
+        elif m["what"].startswith("copy"):
+            peer_rate[("copy", "")] = (m["rate"], "a device copy")
+    for r in kiln_rows:
+        if r["rate"] is None:
+            print(f"  {r['what']:40} {r['median_ms']:9.3f} ms")
+            continue
+        key = ("dot", r["shape"]) if r["what"].startswith("f32 dot") else ("triad", "")
+        peer = peer_rate.get(key)
+        line = f"  {r['what']} {r['shape']:24} {r['median_ms']:9.3f} ms {r['rate']:8.1f} {r['unit']}"
+        if peer:
+            line += f" | {peer[1]} {peer[0]:.1f} {r['unit']}: kiln/peer rate {r['rate'] / peer[0]:.2f}"
+        print(line)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--bin", default=os.path.join(HERE, "..", "build", "bin"))
@@ -76,6 +164,11 @@ def main():
     p.add_argument("--runs", type=int, default=3, help="Kiln runs per model and batch")
     p.add_argument("--peer_args", default="", help="extra arguments for gpu_peers.py")
     p.add_argument("--json", help="also write every number to this file")
+    p.add_argument("--kiln_only", action="store_true",
+                   help="time Kiln's steps only: no peers, no microbenchmarks")
+    p.add_argument("--no_micro", action="store_true", help="leave the microbenchmarks out")
+    p.add_argument("--bw_mib", type=int, default=1024, help="MiB per array of the triad")
+    p.add_argument("--micro_repeat", type=int, default=20)
     args = p.parse_args()
     models = args.models.split(",")
     batches = [int(b) for b in args.batches.split(",")]
@@ -95,11 +188,18 @@ def main():
     finally:
         server.terminate()
         server.wait()
+    if args.kiln_only:
+        for (model, batch), k in kiln.items():
+            print(f"{model:6} {batch:5d} kiln step p50 {k['p50_ms']:.3f} ms "
+                  f"(runs {', '.join(f'{x:.3f}' for x in k['runs_ms'])})")
+        return
+    kiln_micro_rows = [] if args.no_micro else kiln_micro(args.bin, args.bw_mib, args.micro_repeat)
 
     with tempfile.TemporaryDirectory() as tmp:
         peers_json = os.path.join(tmp, "peers.json")
         cmd = [sys.executable, os.path.join(HERE, "gpu_peers.py"), "--models", args.models,
                "--batches", args.batches, "--json", peers_json] + args.peer_args.split()
+        cmd += ["--no_micro"] if args.no_micro else ["--bw_mib", str(args.bw_mib)]
         log("running " + " ".join(cmd))
         subprocess.run(cmd, check=True, stdout=sys.stderr)
         with open(peers_json) as f:
@@ -135,10 +235,12 @@ def main():
             continue  # a precision check, not a rate
         rate = f"{m['rate']:.1f} {m['unit']}"
         print(f"peer micro: {m['what']} {m.get('shape', '')} {rate}")
+    if kiln_micro_rows:
+        print_micro(kiln_micro_rows, peers.get("micro", []))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"kiln": {f"{m} {b}": v for (m, b), v in kiln.items()}, "peers": peers},
-                      f, indent=1)
+            json.dump({"kiln": {f"{m} {b}": v for (m, b), v in kiln.items()},
+                       "kiln_micro": kiln_micro_rows, "peers": peers}, f, indent=1)
 
 
 if __name__ == "__main__":

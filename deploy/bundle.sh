@@ -10,7 +10,8 @@
 #   --out FILE      tarball, .tar.xz or .tar.zst (default: BUILD/kiln-bundle.tar.xz);
 #                   the unpacked folder is written beside it as kiln-bundle/
 #   --system-cuda   leave the CUDA toolkit's libraries out; the host provides them
-#   --with-tests    add the test binaries (BUILD/bin/*_test) and tests/data
+#   --with-tests    add the test binaries (BUILD/bin/*_test, or only the tests named
+#                   among BINARY...), the helpers they start and tests/data
 #   --data DIR      copy a dataset folder to share/datasets/<name of DIR>
 #   BINARY...       binaries of BUILD/bin (default: kiln-server kiln fashion_mnist
 #                   infeed_training feed_producer, those that exist)
@@ -107,7 +108,10 @@ select_binaries() {
     done
   fi
   if $with_tests; then
-    compgen -G "$build/bin/*_test" || die "--with-tests: no test binaries (*_test) in $build/bin"
+    # Named binaries that are tests replace the whole set of tests.
+    if ! printf '%s\n' "${binaries[@]}" | grep -q '_test$'; then
+      compgen -G "$build/bin/*_test" || die "--with-tests: no test binaries (*_test) in $build/bin"
+    fi
     for name in "${kTestHelpers[@]}"; do
       [[ -x "$build/bin/$name" ]] || die "--with-tests: no $name in $build/bin (the tests start it)"
       echo "$build/bin/$name"
@@ -270,6 +274,10 @@ copy_share() {
   cp "$src/deploy/kiln-server.flags" "$src/deploy/kiln-server.service" \
     "$src/deploy/tpu_v3_8.cfg" "$bundle/share/kiln/deploy/"
   if $with_tests; then
+    # The test binaries read the source tree and start the binaries at the
+    # paths they were built with; deploy/gpu_check.sh points these at the
+    # bundle on a host that has neither.
+    printf 'source_dir=%s\nbin_dir=%s\n' "$src" "$build/bin" > "$bundle/share/kiln/test-paths.txt"
     for rel in "${kTestSources[@]}"; do
       mkdir -p "$bundle/share/kiln/$(dirname "$rel")"
       cp -r "$src/$rel" "$bundle/share/kiln/$rel"

@@ -18,6 +18,14 @@ GpuBufferPtr GpuBuffer::View(const ir::Shape& shape, GpuBufferPtr base) {
   return view;
 }
 
+GpuBufferPtr GpuBuffer::Slice(const ir::Shape& shape, GpuBufferPtr base, int64_t offset) {
+  GpuBufferPtr view(new GpuBuffer(shape, shape.ByteSize()));
+  view->data_ = static_cast<uint8_t*>(base->data_) + offset;
+  view->device_ = base->device_;
+  view->base_ = std::move(base);
+  return view;
+}
+
 GpuBufferPtr GpuBuffer::Tuple(std::vector<GpuBufferPtr> elements) {
   std::vector<ir::Shape> shapes;
   for (const GpuBufferPtr& e : elements) shapes.push_back(e->shape());

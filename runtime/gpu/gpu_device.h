@@ -27,6 +27,9 @@ class GpuBuffer final : public runtime::Buffer {
  public:
   // Views `base`'s bytes as `shape` (same byte size), keeping it alive.
   static GpuBufferPtr View(const ir::Shape& shape, GpuBufferPtr base);
+  // Views `shape`'s bytes starting `offset` bytes into `base`, which must
+  // hold them; keeps `base` alive.
+  static GpuBufferPtr Slice(const ir::Shape& shape, GpuBufferPtr base, int64_t offset);
   static GpuBufferPtr Tuple(std::vector<GpuBufferPtr> elements);
   static GpuBufferPtr Token();
   // The GPU buffer behind `buffer`, or null when another backend owns it.

@@ -10,7 +10,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/logging.h"
 #include "base/status_macros.h"
+#include "runtime/arena_plan.h"
 #include "runtime/gpu/blas.h"
 #include "runtime/gpu/codegen.h"
 #include "runtime/gpu/cuda_check.h"
@@ -233,7 +235,178 @@ struct Context {
   runtime::FeedQueue* infeed;
   runtime::FeedQueue* outfeed;
   std::vector<GpuBufferPtr> constants;
+  // Where kernels and library calls are queued: the device's stream, or
+  // the stream a graph is captured from.
+  cudaStream_t stream = nullptr;
+  // While a graph is captured: the buffer each kernel and GEMM writes, by
+  // slot (their bytes in the graph's arena), instead of a new allocation.
+  const std::vector<GpuBufferPtr>* planned = nullptr;
 };
+
+// What launching a kernel or library call costs the host, in bytes of
+// device-to-device copying that take as long: a replay copies the
+// arguments into the graph's own buffers, which pays only where the steps
+// it saves launching cost more (about 4 us each against 2 bytes moved per
+// argument byte at about 2 TB/s).
+constexpr int64_t kArgumentBytesPerLaunch = int64_t{4} << 20;
+
+// Whether executions of `p` should replay a CUDA graph: straight-line
+// device work (nothing that reads values back to the host or runs there)
+// whose launches cost more than copying its arguments.
+bool WorthAGraph(const Program& p, const std::vector<ir::Shape>& parameters) {
+  int64_t launches = 0;
+  for (const Step& step : p.steps) {
+    switch (step.kind) {
+      case StepKind::kKernel:
+        launches += static_cast<int64_t>(step.launches.size());
+        break;
+      case StepKind::kGemm:
+        ++launches;
+        break;
+      case StepKind::kView: case StepKind::kTuple: case StepKind::kElement:
+      case StepKind::kConstant:
+        break;
+      default:
+        return false;
+    }
+  }
+  int64_t argument_bytes = 0;
+  for (const ir::Shape& shape : parameters) argument_bytes += shape.ByteSize();
+  return launches >= 2 && argument_bytes <= launches * kArgumentBytesPerLaunch;
+}
+
+// A straight-line program's buffers, worked out before it runs: which
+// arena blocks each slot's value is made of (a kernel's or GEMM's output is
+// new blocks; views, tuples and tuple elements reuse their operands'), and
+// when each block is written and last read.
+class GraphLayout {
+ public:
+  // A slot's value: a block (>= 0), outside the arena (-1: a parameter or
+  // constant), or a tuple of such values.
+  struct Value {
+    int block = -1;
+    std::vector<Value> elements;
+  };
+
+  explicit GraphLayout(const Program& p) : values_(p.num_slots) {
+    const int end = static_cast<int>(p.steps.size());
+    for (int s = 0; s < end; ++s) {
+      const Step& step = p.steps[s];
+      for (int in : step.inputs) Use(values_[in], s);
+      Value& out = values_[step.output];
+      switch (step.kind) {
+        case StepKind::kKernel: case StepKind::kGemm:
+          out = Define(step.shape, s);
+          break;
+        case StepKind::kView:
+          out = values_[step.inputs[0]];
+          break;
+        case StepKind::kTuple:
+          out.elements.clear();
+          for (int in : step.inputs) out.elements.push_back(values_[in]);
+          break;
+        case StepKind::kElement: {
+          const Value& tuple = values_[step.inputs[0]];
+          out = step.tuple_index < static_cast<int64_t>(tuple.elements.size())
+                    ? tuple.elements[step.tuple_index]
+                    : Value{};
+          break;
+        }
+        default:
+          out = Value{};
+      }
+    }
+    Use(values_[p.root_slot], end);  // read by the copy-out after the graph
+  }
+
+  const std::vector<runtime::ArenaBlock>& blocks() const { return blocks_; }
+
+  // The buffers a capture writes: each kernel and GEMM output as views of
+  // `arena` at the planned offsets.
+  std::vector<GpuBufferPtr> Planned(const Program& p, const GpuBufferPtr& arena,
+                                    const std::vector<int64_t>& offsets) const {
+    std::vector<GpuBufferPtr> planned(p.num_slots);
+    for (const Step& step : p.steps) {
+      if (step.kind == StepKind::kKernel || step.kind == StepKind::kGemm) {
+        planned[step.output] = Materialize(step.shape, values_[step.output], arena, offsets);
+      }
+    }
+    return planned;
+  }
+
+ private:
+  Value Define(const ir::Shape& shape, int step) {
+    Value v;
+    if (shape.IsTuple()) {
+      for (const ir::Shape& e : shape.tuple_shapes()) v.elements.push_back(Define(e, step));
+      return v;
+    }
+    v.block = static_cast<int>(blocks_.size());
+    blocks_.push_back({shape.IsArray() ? shape.ByteSize() : 0, step, step});
+    return v;
+  }
+
+  void Use(const Value& v, int step) {
+    if (v.block >= 0) blocks_[v.block].last = std::max(blocks_[v.block].last, step);
+    for (const Value& e : v.elements) Use(e, step);
+  }
+
+  static GpuBufferPtr Materialize(const ir::Shape& shape, const Value& v,
+                                  const GpuBufferPtr& arena,
+                                  const std::vector<int64_t>& offsets) {
+    if (shape.IsTuple()) {
+      std::vector<GpuBufferPtr> elements;
+      for (int i = 0; i < static_cast<int>(shape.tuple_shapes().size()); ++i) {
+        elements.push_back(Materialize(shape.tuple_shape(i), v.elements[i], arena, offsets));
+      }
+      return GpuBuffer::Tuple(std::move(elements));
+    }
+    if (shape.IsToken()) return GpuBuffer::Token();
+    return GpuBuffer::Slice(shape, arena, offsets[v.block]);
+  }
+
+  std::vector<Value> values_;
+  std::vector<runtime::ArenaBlock> blocks_;
+};
+
+// The entry program captured as a CUDA graph on one device: its
+// intermediates in one arena planned ahead, its parameters in buffers of
+// their own that each execution fills first, its result read out of the
+// arena into new buffers after the replay.
+struct Graph {
+  absl::Mutex mu;
+  int eager_runs ABSL_GUARDED_BY(mu) = 0;
+  bool refused ABSL_GUARDED_BY(mu) = false;  // capture failed: executions stay eager
+  GpuBufferPtr arena ABSL_GUARDED_BY(mu);
+  std::vector<GpuBufferPtr> params ABSL_GUARDED_BY(mu);
+  GpuBufferPtr root ABSL_GUARDED_BY(mu);  // views of the arena, parameters, constants
+  cudaGraphExec_t exec ABSL_GUARDED_BY(mu) = nullptr;
+
+  ~Graph() {
+    absl::MutexLock lock(&mu);
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+  }
+};
+
+// New buffers on `device` holding a copy of `value`, queued on its stream.
+absl::StatusOr<GpuBufferPtr> CopyOut(GpuDevice& device, const GpuBufferPtr& value) {
+  const ir::Shape& shape = value->shape();
+  if (shape.IsTuple()) {
+    std::vector<GpuBufferPtr> elements;
+    for (int i = 0; i < value->tuple_size(); ++i) {
+      ASSIGN_OR_RETURN(GpuBufferPtr e, CopyOut(device, value->element(i)));
+      elements.push_back(std::move(e));
+    }
+    return GpuBuffer::Tuple(std::move(elements));
+  }
+  if (shape.IsToken()) return GpuBuffer::Token();
+  ASSIGN_OR_RETURN(GpuBufferPtr out, device.AllocateBuffer(shape));
+  if (out->size_bytes() > 0) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out->data(), value->data(), out->size_bytes(),
+                                         cudaMemcpyDeviceToDevice, device.stream()));
+  }
+  return out;
+}
 
 absl::StatusOr<host::HostBufferPtr> ToHost(GpuDevice& device, const GpuBufferPtr& buffer) {
   const ir::Shape& shape = buffer->shape();
@@ -295,6 +468,10 @@ class GpuExecutable final : public runtime::Executable {
         uses_feeds_(uses_feeds) {}
   ~GpuExecutable() override {
     if (profiling_) PrintProfile();
+    {
+      absl::MutexLock lock(&graphs_mu_);
+      graphs_.clear();  // their kernels live in the library
+    }
     if (library_ != nullptr) cudaLibraryUnload(library_);
   }
 
@@ -328,8 +505,24 @@ class GpuExecutable final : public runtime::Executable {
                 options.infeed != nullptr ? options.infeed : &gpu->infeed(),
                 options.outfeed != nullptr ? options.outfeed : &gpu->outfeed(),
                 {}};
+    ctx.stream = gpu->stream();
     ASSIGN_OR_RETURN(ctx.constants, ConstantsOn(*gpu));
-    absl::StatusOr<GpuBufferPtr> result = Run(programs_[entry_], ctx, gpu_args);
+    absl::StatusOr<GpuBufferPtr> result;
+    bool replayed = false;
+    if (Graph* graph = GraphOn(*gpu); graph != nullptr && graph->mu.TryLock()) {
+      // An execution that finds the graph busy (another on the same device)
+      // runs step by step instead of waiting.
+      absl::StatusOr<std::optional<GpuBufferPtr>> r = Replay(*graph, ctx, gpu_args);
+      graph->mu.Unlock();
+      if (!r.ok()) {
+        result = r.status();
+        replayed = true;
+      } else if (r->has_value()) {
+        result = **std::move(r);
+        replayed = true;
+      }
+    }
+    if (!replayed) result = Run(programs_[entry_], ctx, gpu_args);
     // Kernels run asynchronously: their errors show at the synchronization.
     const absl::Status synced = gpu->Synchronize();
     if (!result.ok()) return result.status();
@@ -352,6 +545,103 @@ class GpuExecutable final : public runtime::Executable {
     }
     device_constants_[&device] = uploaded;
     return uploaded;
+  }
+
+  // The graph of the entry program on `device`, made on first use; null
+  // where executions are not captured (control flow, host steps,
+  // profiling, KILN_GPU_GRAPHS=0).
+  Graph* GraphOn(GpuDevice& device) {
+    if (!capturable_) return nullptr;
+    absl::MutexLock lock(&graphs_mu_);
+    std::unique_ptr<Graph>& graph = graphs_[&device];
+    if (graph == nullptr) graph = std::make_unique<Graph>();
+    return graph.get();
+  }
+
+  // Runs the entry program as its graph: captured at the second execution
+  // on the device (the first one sets up the libraries' handles and
+  // algorithm choices, which a capture may not do), replayed after that.
+  // Returns nothing where the execution is to run step by step.
+  absl::StatusOr<std::optional<GpuBufferPtr>> Replay(Graph& graph, Context& ctx,
+                                                     const std::vector<GpuBufferPtr>& args)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(graph.mu) {
+    GpuDevice& device = *ctx.device;
+    if (graph.refused) return std::nullopt;
+    if (graph.exec == nullptr) {
+      if (graph.eager_runs++ < 1) return std::nullopt;
+      if (absl::Status captured = Capture(graph, ctx); !captured.ok()) {
+        logging::Warn("{} runs step by step on {}: its CUDA graph could not be made: {}",
+                      programs_[entry_].name, device.name(), std::string(captured.message()));
+        graph.refused = true;
+        graph.arena.reset();
+        graph.params.clear();
+        graph.root.reset();
+        return std::nullopt;
+      }
+    }
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (graph.params[i]->size_bytes() == 0) continue;
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(graph.params[i]->data(), args[i]->data(),
+                                           graph.params[i]->size_bytes(),
+                                           cudaMemcpyDeviceToDevice, device.stream()));
+    }
+    CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph.exec, device.stream()));
+    ASSIGN_OR_RETURN(GpuBufferPtr out, CopyOut(device, graph.root));
+    return std::optional<GpuBufferPtr>(std::move(out));
+  }
+
+  // Plans the arena, allocates it and the parameters' buffers (charged to
+  // the device while the executable lives), and records the entry
+  // program's launches and GEMMs on a stream of its own into a graph.
+  absl::Status Capture(Graph& graph, Context& ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(graph.mu) {
+    GpuDevice& device = *ctx.device;
+    const Program& entry = programs_[entry_];
+    const GraphLayout layout(entry);
+    const runtime::ArenaPlan plan = runtime::PlanArena(layout.blocks(), 256);
+    const int64_t limit = device.memory()->Stats().capacity_bytes / 4;
+    if (plan.total_bytes > limit) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "its intermediates need ", plan.total_bytes, " bytes, more than a quarter of the device"));
+    }
+    ASSIGN_OR_RETURN(graph.arena,
+                     device.AllocateBuffer(ir::Shape(ElementType::kU8, {plan.total_bytes})));
+    graph.params.clear();
+    for (const ir::Shape& shape : parameter_shapes_) {
+      ASSIGN_OR_RETURN(GpuBufferPtr p, device.AllocateBuffer(shape));
+      graph.params.push_back(std::move(p));
+    }
+    const std::vector<GpuBufferPtr> planned = layout.Planned(entry, graph.arena, plan.offsets);
+    cudaStream_t stream = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    Context capture = ctx;
+    capture.stream = stream;
+    capture.planned = &planned;
+    absl::StatusOr<GpuBufferPtr> root;
+    cudaGraph_t recorded = nullptr;
+    cudaError_t error = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    if (error == cudaSuccess) {
+      root = Run(entry, capture, graph.params);
+      error = cudaStreamEndCapture(stream, &recorded);
+    }
+    cudaStreamDestroy(stream);
+    if (error != cudaSuccess) {
+      cudaGetLastError();
+      if (recorded != nullptr) cudaGraphDestroy(recorded);
+      return CudaStatus(error, "capturing the program");
+    }
+    if (!root.ok()) {
+      cudaGraphDestroy(recorded);
+      return root.status();
+    }
+    error = cudaGraphInstantiate(&graph.exec, recorded, 0);
+    cudaGraphDestroy(recorded);
+    if (error != cudaSuccess) {
+      graph.exec = nullptr;
+      cudaGetLastError();
+      return CudaStatus(error, "instantiating the graph");
+    }
+    graph.root = *std::move(root);
+    return absl::OkStatus();
   }
 
   const ir::Shape& result_shape() const override { return result_shape_; }
@@ -388,13 +678,12 @@ class GpuExecutable final : public runtime::Executable {
     GpuDevice& device = *ctx.device;
     switch (step.kind) {
       case StepKind::kKernel:
-        return Launch(step, device, in);
+        return Launch(step, ctx, in);
       case StepKind::kGemm: {
         ASSIGN_OR_RETURN(GpuDevice::Blas blas, device.blas());
-        ASSIGN_OR_RETURN(GpuBufferPtr out, device.AllocateBuffer(step.shape));
+        ASSIGN_OR_RETURN(GpuBufferPtr out, Output(step, ctx));
         RETURN_IF_ERROR(step.gemm->Run(blas.handle, blas.workspace, blas.workspace_bytes,
-                                       in[0]->data(), in[1]->data(), out->data(),
-                                       device.stream()));
+                                       in[0]->data(), in[1]->data(), out->data(), ctx.stream));
         return out;
       }
       case StepKind::kView:
@@ -446,9 +735,16 @@ class GpuExecutable final : public runtime::Executable {
     return absl::InternalError("unknown step");
   }
 
-  absl::StatusOr<GpuBufferPtr> Launch(const Step& step, GpuDevice& device,
+  // The buffer a kernel or GEMM step writes: planned while a graph is
+  // captured, else new.
+  static absl::StatusOr<GpuBufferPtr> Output(const Step& step, Context& ctx) {
+    if (ctx.planned != nullptr) return (*ctx.planned)[step.output];
+    return ctx.device->AllocateBuffer(step.shape);
+  }
+
+  absl::StatusOr<GpuBufferPtr> Launch(const Step& step, Context& ctx,
                                       const std::vector<GpuBufferPtr>& in) const {
-    ASSIGN_OR_RETURN(GpuBufferPtr out, device.AllocateBuffer(step.shape));
+    ASSIGN_OR_RETURN(GpuBufferPtr out, Output(step, ctx));
     std::vector<void*> pointers;
     for (const GpuBufferPtr& b : in) pointers.push_back(b->data());
     if (step.shape.IsTuple()) {
@@ -473,7 +769,7 @@ class GpuExecutable final : public runtime::Executable {
       CUDA_RETURN_IF_ERROR(cudaLaunchKernel(reinterpret_cast<const void*>(step.kernels[k]),
                                             dim3(static_cast<unsigned>(blocks)),
                                             dim3(static_cast<unsigned>(threads)), params.data(),
-                                            0, device.stream()));
+                                            0, ctx.stream));
     }
     return out;
   }
@@ -519,6 +815,17 @@ class GpuExecutable final : public runtime::Executable {
     }
   }
   const bool profiling_ = std::getenv("KILN_GPU_PROFILE") != nullptr;
+  // Executions replay a CUDA graph where the entry program allows it and it
+  // pays, unless profiling or KILN_GPU_GRAPHS=0 asks for step-by-step runs.
+  const bool capturable_ =
+      !profiling_ && GraphsEnabled() && WorthAGraph(programs_[entry_], parameter_shapes_);
+  static bool GraphsEnabled() {
+    const char* flag = std::getenv("KILN_GPU_GRAPHS");
+    return flag == nullptr || std::string(flag) != "0";
+  }
+  absl::Mutex graphs_mu_;
+  absl::flat_hash_map<const GpuDevice*, std::unique_ptr<Graph>> graphs_
+      ABSL_GUARDED_BY(graphs_mu_);
   mutable absl::Mutex profile_mu_;
   mutable absl::flat_hash_map<std::string, StepTime> profile_ ABSL_GUARDED_BY(profile_mu_);
 

@@ -2,6 +2,7 @@
 // reason): memory and transfers, and every module of the corpus computing
 // what the CPU backend computes on the same random inputs.
 #include <random>
+#include <thread>
 
 #include "base/status_macros.h"
 #include "compiler/ir/hlo_parser.h"
@@ -91,10 +92,9 @@ absl::StatusOr<ir::Literal> Fetch(runtime::Device& device, const runtime::Buffer
   return ir::Literal::Tuple(std::move(elements));
 }
 
-absl::StatusOr<ir::Literal> RunOn(runtime::Backend& backend, const ir::Module& module,
-                                  const std::vector<ir::Literal>& inputs) {
-  runtime::Device& device = *backend.devices()[0];
-  ASSIGN_OR_RETURN(auto executable, backend.compiler().Compile(module, {}));
+absl::StatusOr<ir::Literal> RunExecutable(runtime::Device& device,
+                                          runtime::Executable& executable,
+                                          const std::vector<ir::Literal>& inputs) {
   std::vector<runtime::BufferPtr> args;
   for (const ir::Literal& in : inputs) {
     ASSIGN_OR_RETURN(runtime::BufferPtr b, device.TransferToDevice(in));
@@ -102,7 +102,7 @@ absl::StatusOr<ir::Literal> RunOn(runtime::Backend& backend, const ir::Module& m
   }
   runtime::ExecuteOptions options;
   options.infeed_timeout = absl::Seconds(1);
-  ASSIGN_OR_RETURN(runtime::BufferPtr result, executable->Execute(device, args, options));
+  ASSIGN_OR_RETURN(runtime::BufferPtr result, executable.Execute(device, args, options));
   return Fetch(device, *result);
 }
 
@@ -165,9 +165,12 @@ ENTRY main {
   EXPECT_THAT(on_cpu.status().message(), HasSubstr("gpu"));
 }
 
-// Runs module `text` on the CPU and the GPU backend with the same random
-// inputs (drawn from `seed`) and compares the results.
-void ExpectGpuMatchesCpu(const std::string& text, uint64_t seed, const std::string& what) {
+// Compiles module `text` once for the CPU and once for the GPU backend and
+// runs both `executions` times, each time on new random inputs (drawn from
+// `seed`), comparing the results. The GPU's first execution runs step by
+// step; later ones replay the program's CUDA graph where it has one.
+void ExpectGpuMatchesCpu(const std::string& text, uint64_t seed, const std::string& what,
+                         int executions = 3) {
   auto module = ir::ParseModule(text);
   ASSERT_TRUE(module.ok()) << module.status();
   ASSERT_TRUE(ir::Verify(**module).ok());
@@ -175,16 +178,22 @@ void ExpectGpuMatchesCpu(const std::string& text, uint64_t seed, const std::stri
   auto cpu = MakeBackend("cpu:1");
   ASSERT_NE(gpu, nullptr);
   ASSERT_NE(cpu, nullptr);
+  auto on_gpu = gpu->compiler().Compile(**module, {});
+  ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
+  auto on_cpu = cpu->compiler().Compile(**module, {});
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
   std::mt19937_64 rng(seed);
-  std::vector<ir::Literal> inputs;
-  for (const ir::Shape& s : (*module)->entry()->ParameterShapes()) {
-    inputs.push_back(RandomLiteral(s, rng));
+  for (int run = 0; run < executions; ++run) {
+    std::vector<ir::Literal> inputs;
+    for (const ir::Shape& s : (*module)->entry()->ParameterShapes()) {
+      inputs.push_back(RandomLiteral(s, rng));
+    }
+    auto want = RunExecutable(*cpu->devices()[0], **on_cpu, inputs);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = RunExecutable(*gpu->devices()[0], **on_gpu, inputs);
+    ASSERT_TRUE(got.ok()) << what << " execution " << run << ": " << got.status();
+    ExpectNear(*got, *want, absl::StrCat(what, " seed ", seed, " execution ", run));
   }
-  auto want = RunOn(*cpu, **module, inputs);
-  ASSERT_TRUE(want.ok()) << want.status();
-  auto got = RunOn(*gpu, **module, inputs);
-  ASSERT_TRUE(got.ok()) << got.status();
-  ExpectNear(*got, *want, absl::StrCat(what, " seed ", seed));
 }
 
 class GpuCorpusTest : public ::testing::TestWithParam<std::string> {};
@@ -192,6 +201,88 @@ class GpuCorpusTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(GpuCorpusTest, MatchesTheCpuBackend) {
   SKIP_WITHOUT_GPU();
   for (uint64_t seed : {1, 2}) ExpectGpuMatchesCpu(CorpusText(GetParam()), seed, GetParam());
+}
+
+// A program replayed as a CUDA graph: results that are a parameter, a
+// constant, the same value twice and views, intermediates sharing arena
+// bytes, each execution on new inputs; executions from two threads at once
+// (one replays the graph, the other finds it busy and runs step by step);
+// the graph's memory is returned when the executable goes.
+TEST(GpuGraphTest, ReplaysMatchTheCpuBackendAndReleaseTheirMemory) {
+  SKIP_WITHOUT_GPU();
+  const std::string text = R"(
+HloModule graph_results
+add_f32 {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  ROOT s = f32[] add(p0, p1)
+}
+ENTRY main {
+  x = f32[64,32] parameter(0)
+  w = f32[32,16] parameter(1)
+  b = f32[16] parameter(2)
+  h = f32[64,16] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  bb = f32[64,16] broadcast(b), dimensions={1}
+  z = f32[64,16] add(h, bb)
+  zero = f32[] constant(0)
+  zeros = f32[64,16] broadcast(zero), dimensions={}
+  r = f32[64,16] maximum(z, zeros)
+  t = f32[16,64] transpose(r), dimensions={1,0}
+  g = f32[16,32] dot(t, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  s = f32[16] reduce(r, zero), dimensions={0}, to_apply=add_f32
+  flat = f32[1024] reshape(r)
+  k = f32[3] constant({1, 2, 3})
+  ROOT out = (f32[16,32], f32[16], f32[1024], f32[1024], f32[32,16], f32[3]) tuple(g, s, flat, flat, w, k)
+})";
+  ExpectGpuMatchesCpu(text, 5, "graph results", 5);
+
+  auto module = ir::ParseModule(text);
+  ASSERT_TRUE(module.ok()) << module.status();
+  auto gpu = MakeBackend("gpu:1");
+  auto cpu = MakeBackend("cpu:1");
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_NE(cpu, nullptr);
+  runtime::Device& device = *gpu->devices()[0];
+  const int64_t before = device.memory_stats().bytes_in_use;
+  {
+    auto executable = gpu->compiler().Compile(**module, {});
+    ASSERT_TRUE(executable.ok()) << executable.status();
+    auto reference = cpu->compiler().Compile(**module, {});
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    std::mt19937_64 rng(9);
+    std::vector<std::vector<ir::Literal>> inputs(8);
+    std::vector<ir::Literal> want;
+    for (auto& set : inputs) {
+      for (const ir::Shape& s : (*module)->entry()->ParameterShapes()) {
+        set.push_back(RandomLiteral(s, rng));
+      }
+      auto w = RunExecutable(*cpu->devices()[0], **reference, set);
+      ASSERT_TRUE(w.ok()) << w.status();
+      want.push_back(*std::move(w));
+    }
+    // Two executions first, so that the graph exists before the threads.
+    for (int i = 0; i < 2; ++i) {
+      auto got = RunExecutable(device, **executable, inputs[i]);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ExpectNear(*got, want[i], absl::StrCat("execution ", i));
+    }
+    std::vector<absl::StatusOr<ir::Literal>> got(inputs.size(), absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t) {
+      threads.emplace_back([&, t] {
+        for (size_t i = 2 + t; i < inputs.size(); i += 2) {
+          got[i] = RunExecutable(device, **executable, inputs[i]);
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (size_t i = 2; i < inputs.size(); ++i) {
+      ASSERT_TRUE(got[i].ok()) << got[i].status();
+      ExpectNear(*got[i], want[i], absl::StrCat("threaded execution ", i));
+    }
+    EXPECT_GT(device.memory_stats().bytes_in_use, before);  // constants, arena, parameters
+  }
+  EXPECT_EQ(device.memory_stats().bytes_in_use, before);
 }
 
 // Reductions long enough that a block of threads shares each output
