@@ -4,12 +4,14 @@
 #       kiln-server kiln fashion_mnist kiln_gpu_test kiln_gpu_e2e_test
 # so that the host needs only the driver, the CUDA libraries and (for the
 # benchmark) Python with PyTorch and JAX. Phases, each bounded in time:
-#   tests   kiln_gpu_test and kiln_gpu_e2e_test (GPU against the CPU backend)
+#   tests   kiln_gpu_test (every corpus module against the CPU backend, CUDA
+#           graphs replayed) and the training part of kiln_gpu_e2e_test
+#   e2e     all of kiln_gpu_e2e_test (also the corpus through `kiln run`)
 #   bench   benchmarks/gpu_vs_peers.py: Kiln's cached steps (CUDA graphs on,
 #           then off) and microbenchmarks against PyTorch, torch.compile, JAX
 # Logs and JSON results go to OUT; a summary is printed last.
 #
-# Usage: deploy/gpu_check.sh BUNDLE.tar.xz OUT [tests|bench]...   (default: both)
+# Usage: deploy/gpu_check.sh BUNDLE.tar.xz OUT [tests|e2e|bench]...   (default: tests bench)
 set -uo pipefail
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -83,6 +85,10 @@ for phase in "${phases[@]}"; do
     tests)
       run_phase gpu_test 240 "$bin/kiln_gpu_test"
       summary+=("$(gtest_result gpu_test)")
+      run_phase gpu_e2e_test 180 "$bin/kiln_gpu_e2e_test" --gtest_filter='Models/*'
+      summary+=("$(gtest_result gpu_e2e_test)")
+      ;;
+    e2e)
       run_phase gpu_e2e_test 300 "$bin/kiln_gpu_e2e_test"
       summary+=("$(gtest_result gpu_e2e_test)")
       ;;
@@ -96,7 +102,7 @@ for phase in "${phases[@]}"; do
       summary+=("without CUDA graphs:" "$(bench_result bench_no_graphs 'kiln step p50')")
       ;;
     *)
-      log "unknown phase $phase (tests, bench)"
+      log "unknown phase $phase (tests, e2e, bench)"
       exit 2
       ;;
   esac
