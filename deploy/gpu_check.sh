@@ -15,7 +15,7 @@
 set -uo pipefail
 
 src=$(cd "$(dirname "$0")/.." && pwd)
-(($# >= 2)) || { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+(($# >= 2)) || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 tarball=$1
 out=$2
 shift 2
