@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -158,6 +159,65 @@ TEST_P(CpuCorpusTest, MatchesNumpyAndTheUnoptimizedModule) {
     auto numpy = client::ReadNpyFile(expected.string());
     ASSERT_TRUE(numpy.ok()) << numpy.status();
     ExpectClose(AsNumpy(got_flat[i]), *numpy, ToleranceFor(name), what);
+  }
+}
+
+// Random values of `shape`: floats in [-2, 2], integers in [-9, 9] (or
+// [0, 9]), preds either way.
+ir::Literal RandomLiteral(const ir::Shape& shape, std::mt19937_64& rng) {
+  if (shape.IsTuple()) {
+    std::vector<ir::Literal> elements;
+    for (const ir::Shape& s : shape.tuple_shapes()) elements.push_back(RandomLiteral(s, rng));
+    return ir::Literal::Tuple(std::move(elements));
+  }
+  ir::Literal lit(shape);
+  std::uniform_real_distribution<double> real(-2, 2);
+  std::uniform_int_distribution<int> small(IsUnsignedIntType(shape.type()) ? 0 : -9, 9);
+  for (int64_t i = 0; i < lit.element_count(); ++i) {
+    if (IsFloatType(shape.type())) lit.SetFromDouble(i, real(rng));
+    else if (shape.type() == ElementType::kPred) lit.SetFromDouble(i, small(rng) > 0);
+    else lit.SetFromDouble(i, small(rng));
+  }
+  return lit;
+}
+
+// An executable keeps nothing from one execution to the next: run again on
+// new inputs, it computes bit for bit what the unoptimized module computes
+// on them (the interpreter's buffers are reused between executions, so a
+// block handed out twice would show here).
+TEST_P(CpuCorpusTest, RepeatedExecutionsMatchTheUnoptimizedModule) {
+  const std::string name = GetParam();
+  std::ifstream in(kCorpus / (name + ".hlo"));
+  std::unique_ptr<ir::Module> module =
+      Parse(std::string(std::istreambuf_iterator<char>(in), {}));
+  ASSERT_NE(module, nullptr);
+  if (HasConvolution(*module)) GTEST_SKIP() << "kernel choice may change the summation order";
+  CpuBackend backend;
+  auto optimized = backend.compiler().Compile(*module, {});
+  ASSERT_TRUE(optimized.ok()) << optimized.status();
+  auto plain = host::CompileProgram("cpu", *module, {});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  host::HostDevice device("cpu", 0, int64_t{8} << 30, 64);
+  std::mt19937_64 rng(3);
+  for (int run = 0; run < 3; ++run) {
+    std::vector<ir::Literal> inputs;
+    for (const ir::Shape& s : module->entry()->ParameterShapes()) {
+      inputs.push_back(RandomLiteral(s, rng));
+    }
+    auto got = Execute(**optimized, *backend.device(0), inputs);
+    auto want = Execute(**plain, device, inputs);
+    if (!want.ok()) {  // inputs this module refuses (an infeed, an index)
+      EXPECT_EQ(got.status().code(), want.status().code()) << got.status();
+      continue;
+    }
+    ASSERT_TRUE(got.ok()) << got.status();
+    std::vector<ir::Literal> got_flat, want_flat;
+    Flatten(*got, &got_flat);
+    Flatten(*want, &want_flat);
+    ASSERT_EQ(got_flat.size(), want_flat.size());
+    for (size_t i = 0; i < got_flat.size(); ++i) {
+      ExpectIdentical(got_flat[i], want_flat[i], absl::StrCat(name, " run ", run, " output ", i));
+    }
   }
 }
 

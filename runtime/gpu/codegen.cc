@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "base/format.h"
 #include "base/status_macros.h"
+#include "runtime/host/kernel.h"
 
 namespace kiln::gpu {
 namespace {
@@ -560,6 +561,19 @@ KernelEmitter::KernelEmitter() {
                   "  To t; memcpy(&t, &f, sizeof(To)); return t;\n}\n\n");
 }
 
+absl::StatusOr<std::string> KernelEmitter::Reducer(const Computation& c, ElementType type) {
+  const bool half = type == ElementType::kBF16 || type == ElementType::kF16;
+  const std::optional<Opcode> op = half ? host::MatchScalarBinary(c) : std::nullopt;
+  if (!op.has_value() || (*op != Opcode::kAdd && *op != Opcode::kMultiply)) return Function(c);
+  const std::string name = *op == Opcode::kAdd ? "kiln_acc_add" : "kiln_acc_multiply";
+  if (accumulators_.insert(name).second) {
+    absl::StrAppend(&source_, "__device__ __forceinline__ void ", name,
+                    "(float a, float b, float* out) { *out = a ",
+                    *op == Opcode::kAdd ? "+" : "*", " b; }\n\n");
+  }
+  return name;
+}
+
 absl::StatusOr<std::string> KernelEmitter::Function(const Computation& c) {
   if (auto it = functions_.find(&c); it != functions_.end()) return it->second;
   const std::string name = absl::StrCat("kiln_fn", functions_.size());
@@ -795,7 +809,8 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(
         const int n = instr.operand_count() / 2;
         const Shape& in = instr.operand(0)->shape();
         const auto& red = instr.attrs().dimensions;
-        ASSIGN_OR_RETURN(std::string fn, Function(*instr.called(0)));
+        ASSIGN_OR_RETURN(std::string fn, n == 1 ? Reducer(*instr.called(0), in.type())
+                                                : Function(*instr.called(0)));
         std::vector<int64_t> red_sizes;
         for (int64_t d : red) red_sizes.push_back(in.dim(d));
         std::vector<std::string> idx(in.rank());
@@ -830,7 +845,8 @@ absl::StatusOr<KernelInfo> KernelEmitter::Emit(
       case Opcode::kReduceWindow: {
         const int n = instr.operand_count() / 2;
         const Shape& in = instr.operand(0)->shape();
-        ASSIGN_OR_RETURN(std::string fn, Function(*instr.called(0)));
+        ASSIGN_OR_RETURN(std::string fn, n == 1 ? Reducer(*instr.called(0), in.type())
+                                                : Function(*instr.called(0)));
         std::vector<ir::WindowDim> window = instr.attrs().window;
         if (window.empty()) window.resize(in.rank());
         if (n > 1) grid_dims = shape.tuple_shape(0).dims();

@@ -68,10 +68,16 @@ class KernelEmitter {
   // The device function that evaluates the scalar computation `c`: its
   // parameters by value, then one pointer per result.
   absl::StatusOr<std::string> Function(const ir::Computation& c);
+  // The device function a reduction over elements of `type` folds with:
+  // Function(c), except that a sum or product of half-precision elements
+  // accumulates in float and rounds once, at the store, as the host's
+  // reductions do (runtime/host/reducer_ops.h).
+  absl::StatusOr<std::string> Reducer(const ir::Computation& c, ElementType type);
 
   std::string source_;
   int kernels_ = 0;
   absl::flat_hash_map<const ir::Computation*, std::string> functions_;
+  absl::flat_hash_set<std::string> accumulators_;  // Reducer's float functions emitted
 };
 
 // The CUDA value type of an element type inside generated code: halves are

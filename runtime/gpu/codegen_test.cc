@@ -172,6 +172,63 @@ ENTRY main {
               HasSubstr("kiln_f_to_bf16(kiln_round_bf16(((kiln_bf16_to_f(a0[i])) * "));
 }
 
+// As on the host: sums and products of halves accumulate in float and
+// round once; other reducers (and other types) fold through the reducer's
+// own code, rounding after each step.
+TEST(CodegenTest, HalfSumsAccumulateInFloat) {
+  auto module = Parse(R"(
+HloModule m
+add_bf16 {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT r = bf16[] add(a, b)
+}
+max_bf16 {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT r = bf16[] maximum(a, b)
+}
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+ENTRY main {
+  x = bf16[4,6] parameter(0)
+  y = f32[4,6] parameter(1)
+  zero = bf16[] constant(0)
+  low = bf16[] constant(-inf)
+  zf = f32[] constant(0)
+  s = bf16[4] reduce(x, zero), dimensions={1}, to_apply=add_bf16
+  m = bf16[4] reduce(x, low), dimensions={1}, to_apply=max_bf16
+  w = bf16[4,3] reduce-window(x, zero), window={size=1x2 stride=1x2}, to_apply=add_bf16
+  f = f32[4] reduce(y, zf), dimensions={1}, to_apply=add_f32
+  ROOT out = (bf16[4], bf16[4], bf16[4,3], f32[4]) tuple(s, m, w, f)
+})");
+  ASSERT_NE(module, nullptr);
+  KernelEmitter emitter;
+  const ir::Computation& entry = *module->entry();
+  for (const char* name : {"s", "m", "w", "f"}) {
+    const ir::Instruction* instr = nullptr;
+    for (const auto& i : entry.instructions()) {
+      if (i->name() == name) instr = i.get();
+    }
+    ASSERT_NE(instr, nullptr) << name;
+    ASSERT_TRUE(emitter.Emit(*instr).ok()) << name;
+  }
+  const std::string& source = emitter.source();
+  EXPECT_THAT(source, HasSubstr("void kiln_acc_add(float a, float b, float* out)"));
+  // The sum and the window sum call it; the maximum and the f32 sum do not.
+  size_t calls = 0;
+  for (size_t at = source.find("kiln_acc_add("); at != std::string::npos;
+       at = source.find("kiln_acc_add(", at + 1)) {
+    ++calls;
+  }
+  EXPECT_EQ(calls, 3u);  // the definition and two kernels
+  EXPECT_THAT(source, HasSubstr("kiln_fn0"));
+  ASSERT_TRUE(CompileToCubin(source, "sm_90").ok());
+}
+
 TEST(CodegenTest, ReducerThatIsNotScalarCodeIsUnimplemented) {
   auto module = Parse(R"(
 HloModule m
