@@ -32,23 +32,24 @@ tar -C "$work" -xf "$tarball" || { log "cannot unpack $tarball"; exit 1; }
 bundle=$work/kiln-bundle
 bin=$bundle/bin
 
+# link_if_missing TARGET LINK: makes LINK point at TARGET unless LINK is a
+# real file or folder (a link left by an earlier run is replaced).
+link_if_missing() {
+  if [[ -L $2 ]]; then rm -f "$2"; elif [[ -e $2 ]]; then return 0; fi
+  mkdir -p "$(dirname "$2")"
+  ln -s "$1" "$2"
+}
+
 # The tests look for the source tree and the binaries where they were built.
 paths=$bundle/share/kiln/test-paths.txt
 if [[ -f $paths ]]; then
   source_dir=$(sed -n 's/^source_dir=//p' "$paths")
   bin_dir=$(sed -n 's/^bin_dir=//p' "$paths")
-  if [[ ! -e $source_dir ]]; then
-    mkdir -p "$(dirname "$source_dir")"
-    ln -s "$bundle/share/kiln" "$source_dir"
-  fi
-  if [[ ! -e $bin_dir ]]; then
-    mkdir -p "$(dirname "$bin_dir")"
-    ln -s "$bin" "$bin_dir"
-  fi
+  link_if_missing "$bundle/share/kiln" "$source_dir"
+  link_if_missing "$bin" "$bin_dir"
 fi
-if [[ ! -e /usr/share/datasets/fashion-mnist && -d $bundle/share/datasets/fashion-mnist ]]; then
-  mkdir -p /usr/share/datasets
-  ln -s "$bundle/share/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist
+if [[ -d $bundle/share/datasets/fashion-mnist ]]; then
+  link_if_missing "$bundle/share/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist
 fi
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
