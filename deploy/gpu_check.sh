@@ -7,15 +7,17 @@
 #   tests   kiln_gpu_test (every corpus module against the CPU backend, CUDA
 #           graphs replayed) and the training part of kiln_gpu_e2e_test
 #   e2e     all of kiln_gpu_e2e_test (also the corpus through `kiln run`)
+#   train   Fashion-MNIST, MLP and LeNet-5, 5 epochs each on the default device
+#           of `kiln-server --devices=auto` (the first GPU), as the README's job
 #   bench   benchmarks/gpu_vs_peers.py: Kiln's cached steps (CUDA graphs on,
 #           then off) and microbenchmarks against PyTorch, torch.compile, JAX
 # Logs and JSON results go to OUT; a summary is printed last.
 #
-# Usage: deploy/gpu_check.sh BUNDLE.tar.xz OUT [tests|e2e|bench]...   (default: tests bench)
+# Usage: deploy/gpu_check.sh BUNDLE.tar.xz OUT [tests|e2e|train|bench]...   (default: tests bench)
 set -uo pipefail
 
 src=$(cd "$(dirname "$0")/.." && pwd)
-(($# >= 2)) || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+(($# >= 2)) || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 tarball=$1
 out=$2
 shift 2
@@ -93,6 +95,20 @@ for phase in "${phases[@]}"; do
       run_phase gpu_e2e_test 300 "$bin/kiln_gpu_e2e_test"
       summary+=("$(gtest_result gpu_e2e_test)")
       ;;
+    train)
+      for model in mlp lenet; do
+        run_phase "train_$model" 240 bash -c '
+          "$1/kiln-server" --listen=127.0.0.1:0 --log_level=warn > "$2.server" 2>&1 &
+          server=$!
+          for _ in $(seq 100); do grep -q "^listening on " "$2.server" && break; sleep 0.1; done
+          address=$(sed -n "s/^listening on //p" "$2.server")
+          "$1/fashion_mnist" --server="$address" --model="$3" --epochs=5
+          rc=$?
+          kill "$server"; wait "$server"
+          exit $rc' _ "$bin" "$out/train_$model" "$model"
+        summary+=("$(grep -E '^(epoch [0-9]+: train|training )' "$out/train_$model.log" | sed "s/^/  $model: /")")
+      done
+      ;;
     bench)
       run_phase bench_graphs 420 python3 "$src/benchmarks/gpu_vs_peers.py" --bin "$bin" \
         --runs 3 --steps 200 --json "$out/gpu_vs_peers.json" \
@@ -103,7 +119,7 @@ for phase in "${phases[@]}"; do
       summary+=("without CUDA graphs:" "$(bench_result bench_no_graphs 'kiln step p50')")
       ;;
     *)
-      log "unknown phase $phase (tests, e2e, bench)"
+      log "unknown phase $phase (tests, e2e, train, bench)"
       exit 2
       ;;
   esac
