@@ -164,3 +164,45 @@ absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<
 }
 
 }  // namespace kiln::client
+
+namespace kiln::client {
+
+absl::Status WhileCarrying(int64_t trip_count,
+                           const std::vector<std::pair<std::string, Tensor*>>& carried,
+                           const std::function<absl::Status(DeviceLoop& loop)>& step) {
+  if (carried.empty()) return absl::InvalidArgumentError("WhileCarrying needs state to carry");
+  std::vector<Tensor> before;
+  for (const auto& [name, tensor] : carried) {
+    if (tensor == nullptr || !tensor->defined()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "carried tensor '", name, "' has no value (create an optimizer's state with InitState)"));
+    }
+    RETURN_IF_ERROR(tensor->status());
+    before.push_back(*tensor);
+  }
+  auto body = [&](DeviceLoop& loop,
+                  const std::vector<Tensor>& state) -> absl::StatusOr<std::vector<Tensor>> {
+    for (size_t i = 0; i < carried.size(); ++i) *carried[i].second = state[i];
+    RETURN_IF_ERROR(step(loop));
+    std::vector<Tensor> next;
+    for (size_t i = 0; i < carried.size(); ++i) {
+      const Tensor& t = *carried[i].second;
+      if (t.defined()) RETURN_IF_ERROR(t.status());
+      if (!t.defined() || t.shape() != state[i].shape()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "carried tensor '", carried[i].first, "' enters the loop as ",
+            state[i].shape().ToString(), " but the step leaves it ",
+            t.defined() ? t.shape().ToString() : "without a value"));
+      }
+      next.push_back(t);
+    }
+    return next;
+  };
+  absl::StatusOr<std::vector<Tensor>> out = While(trip_count, before, body);
+  for (size_t i = 0; i < carried.size(); ++i) *carried[i].second = before[i];
+  RETURN_IF_ERROR(out.status());
+  for (size_t i = 0; i < carried.size(); ++i) *carried[i].second = (*out)[i];
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::client

@@ -15,6 +15,8 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -52,6 +54,29 @@ using LoopBody = std::function<absl::StatusOr<std::vector<Tensor>>(
 // the same shapes as `state`. Nothing runs until a barrier or a read.
 absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<Tensor>& state,
                                           const LoopBody& body);
+
+// A device loop over state reached through pointers: the tensors that
+// `carried` points at (a module's parameters and buffers, an optimizer's
+// NamedState) enter the loop as its state, and `step` traces one iteration
+// by reading and assigning them through the same pointers, as it would
+// trace a step in step mode:
+//
+//   auto carried = model.NamedParameters();           // then buffers,
+//   for (auto& s : optimizer.NamedState()) carried.push_back(s);  // state
+//   RETURN_IF_ERROR(WhileCarrying(steps, carried, [&](DeviceLoop& loop) {
+//     Tensor x = loop.Infeed(...);
+//     ... loss, Grad, optimizer.Step, model.SetParameters ...
+//     loop.Outfeed(loss);
+//     return absl::OkStatus();
+//   }));
+//
+// Afterwards they hold the lazy values after `trip_count` iterations; on an
+// error they hold what they held before. A step that changes a carried
+// tensor's shape or type fails naming it. Every carried tensor must have a
+// value (create an optimizer's state with InitState first).
+absl::Status WhileCarrying(int64_t trip_count,
+                           const std::vector<std::pair<std::string, Tensor*>>& carried,
+                           const std::function<absl::Status(DeviceLoop& loop)>& step);
 
 }  // namespace kiln::client
 

@@ -3,10 +3,14 @@
 // token, cancellation, and the background loader.
 #include "client/loop.h"
 
+#include <random>
 #include <thread>
 
+#include "base/status_macros.h"
+#include "client/autodiff.h"
 #include "client/feeds.h"
 #include "client/lazy.h"
+#include "client/nn.h"
 #include "client/optimizers.h"
 #include "client/loop_test_util.h"
 #include "embedded/embedded.h"
@@ -170,6 +174,161 @@ TEST_F(LoopTest, LoaderKeepsTheInfeedFull) {
   EXPECT_EQ(Values(*lit), (std::vector<double>{40, 40 * 41 / 2}));
   ASSERT_TRUE(loader.Wait().ok());
   EXPECT_EQ(loader.batches_written(), 40);
+}
+
+// A model with state besides its weights: batch normalization's running
+// statistics and dropout's counter.
+class NormDropNet : public nn::Module {
+ public:
+  explicit NormDropNet(LazyContext* ctx)
+      : fc1_(ctx, "cpu:0", 6, 12, 1), bn_(ctx, "cpu:0", 12), drop_(ctx, "cpu:0", 0.3, 5),
+        fc2_(ctx, "cpu:0", 12, 3, 2) {
+    RegisterModule("fc1", &fc1_);
+    RegisterModule("bn", &bn_);
+    RegisterModule("drop", &drop_);
+    RegisterModule("fc2", &fc2_);
+  }
+  Tensor Forward(const Tensor& x) {
+    return fc2_.Forward(drop_.Forward(Relu(bn_.Forward(fc1_.Forward(x)))));
+  }
+
+ private:
+  nn::Linear fc1_;
+  nn::BatchNorm bn_;
+  nn::Dropout drop_;
+  nn::Linear fc2_;
+};
+
+// One training step, traced the same way in step mode and in a loop body.
+absl::StatusOr<Tensor> TraceStep(NormDropNet& net, Optimizer& optimizer, const Tensor& x,
+                                 const Tensor& labels) {
+  Tensor loss = SoftmaxCrossEntropy(net.Forward(x), OneHot(labels, 3));
+  ASSIGN_OR_RETURN(std::vector<Tensor> grads, Grad(loss, net.Parameters()));
+  ASSIGN_OR_RETURN(std::vector<Tensor> updated, optimizer.Step(net.Parameters(), grads));
+  RETURN_IF_ERROR(net.SetParameters(updated));
+  return loss;
+}
+
+// Everything a run carries: weights, buffers, the optimizer's state.
+std::vector<std::pair<std::string, Tensor*>> RunState(NormDropNet& net, Optimizer& optimizer) {
+  optimizer.InitState(net.Parameters());
+  std::vector<std::pair<std::string, Tensor*>> all = net.NamedParameters();
+  for (const auto& b : net.NamedBuffers()) all.push_back(b);
+  for (const auto& o : optimizer.NamedState()) all.push_back(o);
+  return all;
+}
+
+ir::Literal RandomBatch(ir::Shape shape, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  ir::Literal lit(shape);
+  for (int64_t i = 0; i < lit.element_count(); ++i) {
+    lit.SetFromDouble(i, shape.type() == ElementType::kS32 ? double(rng() % 3)
+                                                           : double(rng() % 2001) / 500 - 2);
+  }
+  return lit;
+}
+
+// The Done-when of device loops: N steps traced in step mode (one program
+// and barrier per step) and the same N steps as one device loop fed
+// through the infeed end with the same weights, running statistics,
+// dropout counters, Adam moments and losses.
+TEST_F(LoopTest, StepModeAndLoopModeTrainTheSameModel) {
+  constexpr int kSteps = 4;
+  const Shape x_shape(ElementType::kF32, {8, 6}), y_shape(ElementType::kS32, {8});
+  std::vector<ir::Literal> xs, ys;
+  for (int i = 0; i < kSteps; ++i) {
+    xs.push_back(RandomBatch(x_shape, 100 + i));
+    ys.push_back(RandomBatch(y_shape, 200 + i));
+  }
+
+  NormDropNet stepped(ctx_.get());
+  AdamW stepped_opt(0.05, 0.01);
+  std::vector<double> step_losses;
+  for (int i = 0; i < kSteps; ++i) {
+    auto loss = TraceStep(stepped, stepped_opt, ctx_->FromLiteral(xs[i], "cpu:0"),
+                          ctx_->FromLiteral(ys[i], "cpu:0"));
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+    step_losses.push_back(Values(*loss)[0]);
+  }
+
+  NormDropNet looped(ctx_.get());
+  AdamW looped_opt(0.05, 0.01);
+  auto in = client_->OpenInfeed("cpu:0");
+  ASSERT_TRUE(in.ok()) << in.status();
+  for (int i = 0; i < kSteps; ++i) {
+    ASSERT_TRUE((*in)->Write(xs[i]).ok());
+    ASSERT_TRUE((*in)->Write(ys[i]).ok());
+  }
+  ASSERT_TRUE((*in)->Finish().ok());
+  std::vector<std::pair<std::string, Tensor*>> carried = RunState(looped, looped_opt);
+  absl::Status st = WhileCarrying(kSteps, carried, [&](DeviceLoop& loop) -> absl::Status {
+    Tensor x = loop.Infeed(x_shape);
+    Tensor y = loop.Infeed(y_shape);
+    ASSIGN_OR_RETURN(Tensor loss, TraceStep(looped, looped_opt, x, y));
+    loop.Outfeed(loss);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  std::vector<Tensor> finals;
+  for (const auto& [name, t] : carried) finals.push_back(*t);
+  ASSERT_TRUE(ctx_->Realize(finals).ok());
+
+  OutfeedOptions options;
+  options.max_values = kSteps;
+  options.timeout = absl::Seconds(5);
+  auto reader = client_->OpenOutfeed("cpu:0", options);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  for (int i = 0; i < kSteps; ++i) {
+    auto v = (*reader)->Next();
+    ASSERT_TRUE(v.ok() && v->has_value()) << v.status();
+    EXPECT_NEAR(Values(**v)[0], step_losses[i], 1e-5 * (1 + std::abs(step_losses[i])))
+        << "loss of step " << i;
+  }
+
+  std::vector<std::pair<std::string, Tensor*>> expected = RunState(stepped, stepped_opt);
+  ASSERT_EQ(expected.size(), carried.size());
+  bool dropped_some = false;
+  for (size_t k = 0; k < carried.size(); ++k) {
+    ASSERT_EQ(carried[k].first, expected[k].first);
+    std::vector<double> got = Values(*carried[k].second), want = Values(*expected[k].second);
+    ASSERT_EQ(got.size(), want.size()) << carried[k].first;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << carried[k].first << "[" << i << "]";
+    }
+    if (carried[k].first == "drop.counter") {
+      EXPECT_EQ(got, (std::vector<double>{kSteps}));
+      dropped_some = true;
+    }
+  }
+  EXPECT_TRUE(dropped_some);
+  // And training moved the weights (the comparison above is not of two
+  // untouched models).
+  NormDropNet fresh(ctx_.get());
+  EXPECT_NE(Values(*fresh.NamedParameters()[0].second), Values(*carried[0].second));
+}
+
+TEST_F(LoopTest, WhileCarryingNamesWhatItCannotCarry) {
+  Tensor a = Vec({1, 2});
+  Tensor missing;
+  absl::Status st = WhileCarrying(2, {{"a", &a}, {"momentum", &missing}},
+                                  [](DeviceLoop&) { return absl::OkStatus(); });
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("'momentum'"), std::string::npos) << st;
+  st = WhileCarrying(2, {{"a", &a}}, [&](DeviceLoop&) {
+    a = Sum(a);
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("'a' enters the loop as f32[2]"), std::string::npos) << st;
+  // The failed loop left `a` as it was.
+  EXPECT_EQ(Values(a), (std::vector<double>{1, 2}));
+  st = WhileCarrying(3, {{"a", &a}}, [&](DeviceLoop&) {
+    a = a * 2.0;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(Values(a), (std::vector<double>{8, 16}));
 }
 
 }  // namespace

@@ -218,9 +218,21 @@ Tensor LayerNorm::Forward(const Tensor& x) const {
   return centered * Rsqrt(var + eps_) * *gamma_ + *beta_;
 }
 
-Tensor Dropout::Forward(const Tensor& x) const {
+Dropout::Dropout(LazyContext* ctx, const std::string& device, double p, uint64_t seed)
+    : p_(p), seed_(seed) {
+  counter_ = &RegisterBuffer(
+      "counter", ctx->FromVector<uint32_t>(ir::ElementType::kU32, {}, {0u}, device));
+}
+
+Tensor Dropout::Forward(const Tensor& x) {
   if (!training() || p_ <= 0) return x;
-  Tensor u = RngUniform(x, x.shape().dims(), 0.0, 1.0);
+  if (!x.status().ok()) return x;
+  if (!ir::IsFloatType(x.dtype())) {
+    return ErrorTensor(x, absl::InvalidArgumentError(absl::StrCat(
+                              "Dropout needs a floating-point tensor, not ", x.shape().ToString())));
+  }
+  Tensor u = CounterUniform(*counter_, seed_, x.shape().dims(), x.dtype());
+  *counter_ = *counter_ + 1.0;
   Tensor keep = Cast(GreaterEqual(u, FullLike(u, u.shape(), p_)), x.dtype());
   return x * keep * (1.0 / (1.0 - p_));
 }

@@ -151,16 +151,21 @@ class LayerNorm : public Module {
 };
 
 // In training, zeroes each element with probability `p` and scales the
-// rest by 1/(1-p), with random numbers drawn inside the program (the rng
-// op, seeded by the compile's rng seed and advanced by every execution, so
-// a run is reproducible); in inference the identity.
+// rest by 1/(1-p); in inference the identity. The random numbers come from
+// a counter-based generator (CounterUniform) keyed by `seed` and a u32
+// buffer "counter" that each training Forward advances, so the masks
+// depend only on the seed and how many times the layer has run: a run is
+// reproducible, and a step traced in step mode or inside a device loop
+// (which carries the buffer) drops the same elements.
 class Dropout : public Module {
  public:
-  explicit Dropout(double p) : p_(p) {}
-  Tensor Forward(const Tensor& x) const;
+  Dropout(LazyContext* ctx, const std::string& device, double p, uint64_t seed);
+  Tensor Forward(const Tensor& x);
 
  private:
   double p_;
+  uint64_t seed_;
+  Tensor* counter_;
 };
 
 // ResNet's basic block (He et al.): two 3x3 convolutions with batch

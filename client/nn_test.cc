@@ -255,7 +255,7 @@ TEST_F(NnTest, LayerNormNormalizesEachRow) {
 }
 
 TEST_F(NnTest, DropoutDropsInTheProgramAndOnlyInTraining) {
-  Dropout dropout(0.25);
+  Dropout dropout(ctx_.get(), "cpu:0", 0.25, 7);
   ir::Literal ones(ir::Shape(ElementType::kF32, {100, 100}));
   for (int64_t i = 0; i < ones.element_count(); ++i) ones.SetFromDouble(i, 1);
   Tensor x = ctx_->FromLiteral(ones, "cpu:0");
@@ -269,7 +269,7 @@ TEST_F(NnTest, DropoutDropsInTheProgramAndOnlyInTraining) {
   }
   // 10000 draws at p = 0.25: the count of zeros is 2500 +- 43 (one sigma).
   EXPECT_NEAR(zeros, 2500, 250);
-  EXPECT_GT(differ, 1000);  // each execution draws anew
+  EXPECT_GT(differ, 1000);  // each Forward advances the counter: new numbers
   // The gradient is the mask, scaled.
   Tensor xv = ctx_->FromLiteral(ones, "cpu:0");
   Tensor y = dropout.Forward(xv);
@@ -288,7 +288,7 @@ class TinyNet : public Module {
  public:
   explicit TinyNet(LazyContext* ctx)
       : fc1_(ctx, "cpu:0", 4, 8, 1), bn_(ctx, "cpu:0", 8), fc2_(ctx, "cpu:0", 8, 2, 2),
-        dropout_(0.5) {
+        dropout_(ctx, "cpu:0", 0.5, 3) {
     RegisterModule("fc1", &fc1_);
     RegisterModule("bn", &bn_);
     RegisterModule("dropout", &dropout_);
@@ -311,8 +311,9 @@ TEST_F(NnTest, ModulesNestAndTrainTogether) {
   for (auto& [name, t] : net.NamedParameters()) names.push_back(name);
   EXPECT_EQ(names, (std::vector<std::string>{"fc1.weight", "fc1.bias", "bn.gamma", "bn.beta",
                                              "fc2.weight", "fc2.bias"}));
-  ASSERT_EQ(net.NamedBuffers().size(), 2u);
+  ASSERT_EQ(net.NamedBuffers().size(), 3u);
   EXPECT_EQ(net.NamedBuffers()[1].first, "bn.running_var");
+  EXPECT_EQ(net.NamedBuffers()[2].first, "dropout.counter");
   net.Train(false);
   Tensor x = ctx_->FromLiteral(Random({5, 4}, 8), "cpu:0");
   // Inference is deterministic: dropout is off, statistics fixed.

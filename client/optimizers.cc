@@ -30,6 +30,14 @@ Tensor DeviceZeros(const Tensor& like) {
   return like.context()->FromLiteral(ir::Literal(like.shape()), like.device());
 }
 
+// `rate` as a device scalar of `like`'s type, unless `tensor` holds it.
+void UploadRate(double rate, const Tensor& like, Tensor& tensor) {
+  if (tensor.defined()) return;
+  ir::Literal lr(ir::Shape::Scalar(like.dtype()));
+  lr.SetFromDouble(0, rate);
+  tensor = like.context()->FromLiteral(lr, like.device());
+}
+
 }  // namespace
 
 void Sgd::set_learning_rate(double lr) {
@@ -41,11 +49,15 @@ void Sgd::InitState(const std::vector<Tensor>& params) {
   if (momentum_ != 0 && velocity_.empty()) {
     for (const Tensor& p : params) velocity_.push_back(DeviceZeros(p));
   }
-  if (!lr_tensor_.defined() && !params.empty()) {
-    ir::Literal lr(ir::Shape::Scalar(params[0].dtype()));
-    lr.SetFromDouble(0, lr_);
-    lr_tensor_ = params[0].context()->FromLiteral(lr, params[0].device());
+  if (!params.empty()) UploadRate(lr_, params[0], lr_tensor_);
+}
+
+std::vector<std::pair<std::string, Tensor*>> Sgd::NamedState() {
+  std::vector<std::pair<std::string, Tensor*>> named;
+  for (size_t i = 0; i < velocity_.size(); ++i) {
+    named.emplace_back(absl::StrCat("velocity_", i), &velocity_[i]);
   }
+  return named;
 }
 
 absl::StatusOr<std::vector<Tensor>> Sgd::Step(const std::vector<Tensor>& params,
@@ -67,8 +79,15 @@ absl::StatusOr<std::vector<Tensor>> Sgd::Step(const std::vector<Tensor>& params,
   return updated;
 }
 
+void Adam::set_learning_rate(double lr) {
+  if (lr != lr_) lr_tensor_ = Tensor();
+  lr_ = lr;
+}
+
 void Adam::InitState(const std::vector<Tensor>& params) {
-  if (!m_.empty() || params.empty()) return;
+  if (params.empty()) return;
+  UploadRate(lr_, params[0], lr_tensor_);
+  if (!m_.empty()) return;
   for (const Tensor& p : params) {
     m_.push_back(DeviceZeros(p));
     v_.push_back(DeviceZeros(p));
@@ -77,11 +96,22 @@ void Adam::InitState(const std::vector<Tensor>& params) {
                                         params[0].device());
 }
 
+std::vector<std::pair<std::string, Tensor*>> Adam::NamedState() {
+  std::vector<std::pair<std::string, Tensor*>> named;
+  for (size_t i = 0; i < m_.size(); ++i) {
+    named.emplace_back(absl::StrCat("adam_m_", i), &m_[i]);
+    named.emplace_back(absl::StrCat("adam_v_", i), &v_[i]);
+  }
+  if (t_.defined()) named.emplace_back("adam_step", &t_);
+  return named;
+}
+
 absl::StatusOr<std::vector<Tensor>> Adam::Step(const std::vector<Tensor>& params,
                                                const std::vector<Tensor>& grads) {
   RETURN_IF_ERROR(CheckPairs(params, grads));
   if (params.empty()) return std::vector<Tensor>();
   InitState(params);
+  RETURN_IF_ERROR(lr_tensor_.status());
   t_ = t_ + 1.0;
   Tensor one = OnesLike(t_);
   Tensor correction1 = one - Pow(OnesLike(t_) * beta1_, t_);
@@ -93,9 +123,9 @@ absl::StatusOr<std::vector<Tensor>> Adam::Step(const std::vector<Tensor>& params
     Tensor m_hat = m_[i] / correction1;
     Tensor v_hat = v_[i] / correction2;
     Tensor p = decoupled_weight_decay_ != 0
-                   ? params[i] - params[i] * (lr_ * decoupled_weight_decay_)
+                   ? params[i] - params[i] * (lr_tensor_ * decoupled_weight_decay_)
                    : params[i];
-    updated.push_back(p - m_hat * lr_ / (Sqrt(v_hat) + eps_));
+    updated.push_back(p - m_hat * lr_tensor_ / (Sqrt(v_hat) + eps_));
     RETURN_IF_ERROR(updated.back().status());
   }
   return updated;

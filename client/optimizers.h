@@ -3,6 +3,8 @@
 #ifndef KILN_CLIENT_OPTIMIZERS_H_
 #define KILN_CLIENT_OPTIMIZERS_H_
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -10,27 +12,46 @@
 
 namespace kiln::client {
 
+// What every optimizer offers: a step, its state by name (what a device
+// loop carries and a checkpoint saves), and a learning rate that lives on
+// the device as a scalar, so a schedule that changes it between steps keeps
+// the same step program.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Returns the updated parameters; `params` and `grads` match one to one.
+  virtual absl::StatusOr<std::vector<Tensor>> Step(const std::vector<Tensor>& params,
+                                                   const std::vector<Tensor>& grads) = 0;
+  // Creates the state for `params` (zeros) if it does not exist yet.
+  virtual void InitState(const std::vector<Tensor>& params) = 0;
+  // The state, named, after InitState. The pointers stay valid while the
+  // optimizer lives; assigning through them replaces the state (a loop's
+  // carried values, a checkpoint's load).
+  virtual std::vector<std::pair<std::string, Tensor*>> NamedState() = 0;
+  // Takes effect at the next Step (one 4-byte upload).
+  virtual void set_learning_rate(double lr) = 0;
+  virtual double learning_rate() const = 0;
+};
+
 // SGD with optional momentum, as PyTorch's: g = grad + weight_decay * p;
 // v = momentum * v + g; p = p - lr * v, or with Nesterov momentum
 // p = p - lr * (g + momentum * v).
 // The learning rate is a device scalar, so a schedule that changes it
 // between steps keeps the same step program (no recompile).
-class Sgd {
+class Sgd : public Optimizer {
  public:
   Sgd(double learning_rate, double momentum = 0.0, bool nesterov = false,
       double weight_decay = 0.0)
       : lr_(learning_rate), momentum_(momentum), nesterov_(nesterov),
         weight_decay_(weight_decay) {}
-  // Returns the updated parameters; `params` and `grads` match one to one.
   absl::StatusOr<std::vector<Tensor>> Step(const std::vector<Tensor>& params,
-                                           const std::vector<Tensor>& grads);
-  // Takes effect at the next Step (one 4-byte upload).
-  void set_learning_rate(double lr);
-  double learning_rate() const { return lr_; }
-  // Creates the momentum state for `params` if it does not exist yet.
-  void InitState(const std::vector<Tensor>& params);
-  // The momentum buffers (empty without momentum). Code that traces steps
-  // inside a device loop swaps them for the loop's carried values.
+                                           const std::vector<Tensor>& grads) override;
+  void set_learning_rate(double lr) override;
+  double learning_rate() const override { return lr_; }
+  void InitState(const std::vector<Tensor>& params) override;
+  // "velocity_<i>" per parameter (none without momentum).
+  std::vector<std::pair<std::string, Tensor*>> NamedState() override;
+  // The momentum buffers (empty without momentum).
   std::vector<Tensor>& velocity() { return velocity_; }
 
  private:
@@ -43,16 +64,19 @@ class Sgd {
 
 // Adam (Kingma & Ba) with bias correction; the step count is a device
 // scalar so every step traces the same graph.
-class Adam {
+class Adam : public Optimizer {
  public:
   Adam(double learning_rate, double beta1 = 0.9, double beta2 = 0.999, double epsilon = 1e-8)
       : lr_(learning_rate), beta1_(beta1), beta2_(beta2), eps_(epsilon) {}
-  virtual ~Adam() = default;
   absl::StatusOr<std::vector<Tensor>> Step(const std::vector<Tensor>& params,
-                                           const std::vector<Tensor>& grads);
+                                           const std::vector<Tensor>& grads) override;
   // Creates the moments and the step count for `params` if they do not
-  // exist yet. Checkpoints save and restore them through the accessors.
-  void InitState(const std::vector<Tensor>& params);
+  // exist yet.
+  void InitState(const std::vector<Tensor>& params) override;
+  // "adam_m_<i>" and "adam_v_<i>" per parameter, then "adam_step".
+  std::vector<std::pair<std::string, Tensor*>> NamedState() override;
+  void set_learning_rate(double lr) override;
+  double learning_rate() const override { return lr_; }
   std::vector<Tensor>& first_moment() { return m_; }
   std::vector<Tensor>& second_moment() { return v_; }
   Tensor& step_count() { return t_; }
@@ -64,6 +88,7 @@ class Adam {
 
  private:
   double lr_, beta1_, beta2_, eps_;
+  Tensor lr_tensor_;
   std::vector<Tensor> m_, v_;
   Tensor t_;
 };

@@ -393,14 +393,7 @@ Tensor Argmax(const Tensor& x, int64_t dim) {
   if (dim < 0) dim += x.rank();
   Tensor m = ReduceMax(x, {dim}, true);
   Tensor is_max = Equal(x, m);
-  ir::Attributes a;
-  a.iota_dimension = dim;
-  auto iota = std::make_shared<Node>();
-  iota->op = Opcode::kIota;
-  iota->shape = Shape(ElementType::kS32, x.shape().dims());
-  iota->device = x.device();
-  iota->attrs = a;
-  Tensor index = x.context()->Record(std::move(iota));
+  Tensor index = Iota(x, Shape(ElementType::kS32, x.shape().dims()), dim);
   Tensor big = ScalarLike(x, std::numeric_limits<int32_t>::max(), ElementType::kS32);
   Tensor candidates = Select(is_max, index, BroadcastTo(big, x.shape().dims()));
   return Reduce(candidates, Reducer::kMin, {dim}, false);
@@ -632,12 +625,7 @@ Tensor OneHot(const Tensor& labels, int64_t classes, ElementType type) {
   if (!labels.status().ok()) return labels;
   std::vector<int64_t> dims = labels.shape().dims();
   dims.push_back(classes);
-  auto iota = std::make_shared<Node>();
-  iota->op = Opcode::kIota;
-  iota->shape = Shape(labels.dtype(), dims);
-  iota->device = labels.device();
-  iota->attrs.iota_dimension = labels.rank();
-  Tensor index = labels.context()->Record(std::move(iota));
+  Tensor index = Iota(labels, Shape(labels.dtype(), dims), labels.rank());
   std::vector<int64_t> mapping(labels.rank());
   std::iota(mapping.begin(), mapping.end(), 0);
   Tensor expanded = BroadcastInDim(labels, dims, mapping);
@@ -667,6 +655,55 @@ Tensor RngUniform(const Tensor& like, std::vector<int64_t> dims, double low, dou
                       {ScalarLike(like, low, like.dtype()), ScalarLike(like, high, like.dtype())},
                       std::move(a), Shape(like.dtype(), std::move(dims)));
 }
+Tensor Iota(const Tensor& like, const Shape& shape, int64_t dimension) {
+  if (!like.status().ok()) return like;
+  if (!ir::IsIntegralType(shape.type()) || shape.type() == ElementType::kPred ||
+      dimension < 0 || dimension >= std::max(shape.rank(), 1)) {
+    return ErrorTensor(like, absl::InvalidArgumentError(absl::StrCat(
+                                 "Iota needs an integer shape and one of its dimensions, not ",
+                                 shape.ToString(), " and dimension ", dimension)));
+  }
+  auto iota = std::make_shared<Node>();
+  iota->op = Opcode::kIota;
+  iota->shape = shape;
+  iota->device = like.device();
+  iota->attrs.iota_dimension = dimension;
+  iota->context = like.node()->context;
+  return like.context()->Record(std::move(iota));
+}
+
+Tensor CounterUniform(const Tensor& counter, uint64_t seed, std::vector<int64_t> dims,
+                      ElementType type) {
+  if (!counter.status().ok()) return counter;
+  if (counter.dtype() != ElementType::kU32 || counter.rank() != 0 || !ir::IsFloatType(type)) {
+    return ErrorTensor(counter, absl::InvalidArgumentError(absl::StrCat(
+                                    "CounterUniform needs a u32[] counter and a float type, not ",
+                                    counter.shape().ToString(), " and ",
+                                    ir::ElementTypeName(type))));
+  }
+  int64_t count = 1;
+  for (int64_t d : dims) count *= d;
+  auto u32 = [&](uint64_t v) { return ScalarLike(counter, static_cast<double>(v), ElementType::kU32); };
+  auto mix = [&](const Tensor& h, int shift, uint64_t factor) {
+    Tensor x = Binary(Opcode::kXor, h, Binary(Opcode::kShiftRightLogical, h, BroadcastTo(u32(shift), h.shape().dims())));
+    return factor == 0 ? x : x * BroadcastTo(u32(factor), h.shape().dims());
+  };
+  const uint32_t key = static_cast<uint32_t>(seed ^ (seed >> 32));
+  // A distinct start per (counter, element), then murmur3's finalizer,
+  // which spreads every input bit over the word.
+  Tensor base = counter * u32(0x85EBCA77u) + u32(key);
+  Tensor index = Iota(counter, Shape(ElementType::kU32, {count}), 0);
+  Tensor h = index * BroadcastTo(u32(0x9E3779B1u), {count}) + BroadcastTo(base, {count});
+  h = mix(h, 16, 0x85EBCA6Bu);
+  h = mix(h, 13, 0xC2B2AE35u);
+  h = mix(h, 16, 0);
+  // The top 24 bits, exact in f32: k / 2^24 for k in [0, 2^24).
+  Tensor top = Binary(Opcode::kShiftRightLogical, h, BroadcastTo(u32(8), {count}));
+  Tensor u = Cast(top, ElementType::kF32) * (1.0 / 16777216.0);
+  if (type != ElementType::kF32) u = Cast(u, type);
+  return Reshape(u, std::move(dims));
+}
+
 Tensor ZerosLike(const Tensor& x) { return FullLike(x, x.shape(), 0); }
 Tensor OnesLike(const Tensor& x) { return FullLike(x, x.shape(), 1); }
 

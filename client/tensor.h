@@ -292,6 +292,17 @@ Tensor ErrorTensor(const Tensor& like, absl::Status status);
 // device, drawn inside the program (the rng op: seeded by the compile's rng
 // seed and advanced by every execution of the program).
 Tensor RngUniform(const Tensor& like, std::vector<int64_t> dims, double low, double high);
+// Uniform values in [0, 1) of `dims` and float type `type` from a
+// counter-based generator: element i is a hash of (seed, counter, i), so
+// the numbers depend on nothing but those three. `counter` is a u32 scalar
+// on the device the values go to (a step count carried as state); a
+// program that advances it draws anew each step, and a step traced in step
+// mode or inside a device loop draws the same numbers for the same count.
+Tensor CounterUniform(const Tensor& counter, uint64_t seed, std::vector<int64_t> dims,
+                      ir::ElementType type = ir::ElementType::kF32);
+// The index along `dimension` of every element of `shape` (an integer
+// type), on `like`'s device.
+Tensor Iota(const Tensor& like, const ir::Shape& shape, int64_t dimension);
 Tensor ZerosLike(const Tensor& x);
 Tensor OnesLike(const Tensor& x);
 

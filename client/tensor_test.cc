@@ -31,6 +31,52 @@ class TensorTest : public ::testing::Test {
   std::shared_ptr<LazyContext> ctx_;
 };
 
+// The generator CounterUniform is documented to compute, on the host.
+double HostCounterUniform(uint64_t seed, uint32_t counter, uint32_t i) {
+  const uint32_t key = static_cast<uint32_t>(seed ^ (seed >> 32));
+  uint32_t h = i * 0x9E3779B1u + (counter * 0x85EBCA77u + key);
+  h = (h ^ (h >> 16)) * 0x85EBCA6Bu;
+  h = (h ^ (h >> 13)) * 0xC2B2AE35u;
+  h ^= h >> 16;
+  return static_cast<double>(h >> 8) / 16777216.0;
+}
+
+TEST_F(TensorTest, CounterUniformIsAHashOfSeedCounterAndIndex) {
+  auto counter = [&](uint32_t c) {
+    return ctx_->FromVector<uint32_t>(ElementType::kU32, {}, {c}, "cpu:0");
+  };
+  std::vector<double> a = Values(CounterUniform(counter(5), 11, {40, 50}));
+  ASSERT_EQ(a.size(), 2000u);
+  double sum = 0;
+  for (uint32_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i], HostCounterUniform(11, 5, i)) << i;
+    ASSERT_GE(a[i], 0);
+    ASSERT_LT(a[i], 1);
+    sum += a[i];
+  }
+  // 2000 uniform draws: the mean is 0.5 +- 0.0065 (one sigma).
+  EXPECT_NEAR(sum / a.size(), 0.5, 0.03);
+  // The same seed and count give the same numbers in another program;
+  // another count or seed gives others.
+  EXPECT_EQ(Values(CounterUniform(counter(5), 11, {2000})), a);
+  std::vector<double> next = Values(CounterUniform(counter(6), 11, {2000}));
+  std::vector<double> other = Values(CounterUniform(counter(5), 12, {2000}));
+  int same_next = 0, same_other = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    same_next += next[i] == a[i];
+    same_other += other[i] == a[i];
+  }
+  EXPECT_LT(same_next, 5);
+  EXPECT_LT(same_other, 5);
+  // Misuse is an error tensor, not a crash.
+  EXPECT_FALSE(CounterUniform(Vec({1}), 1, {3}).status().ok());
+  EXPECT_FALSE(CounterUniform(counter(0), 1, {3}, ElementType::kS32).status().ok());
+  EXPECT_FALSE(Iota(Vec({1}), ir::Shape(ElementType::kF32, {3}), 0).status().ok());
+  EXPECT_FALSE(Iota(Vec({1}), ir::Shape(ElementType::kS32, {3}), 1).status().ok());
+  EXPECT_EQ(Values(Iota(Vec({1}), ir::Shape(ElementType::kS32, {2, 3}), 1)),
+            (std::vector<double>{0, 1, 2, 0, 1, 2}));
+}
+
 TEST_F(TensorTest, DynamicSlicesTakeTheirStartsFromTheDevice) {
   Tensor x = ctx_->FromVector<float>(ElementType::kF32, {2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}, "cpu:0");
   Tensor one = ctx_->FromVector<int32_t>(ElementType::kS32, {}, {1}, "cpu:0");

@@ -207,17 +207,7 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
     for (size_t i = 0; i < (*model)->params().size(); ++i) {
       named.emplace_back(absl::StrCat("param_", i), &(*model)->params()[i]);
     }
-    std::vector<kiln::client::Tensor>* velocity = trainer.sgd_velocity();
-    for (size_t i = 0; velocity != nullptr && i < velocity->size(); ++i) {
-      named.emplace_back(absl::StrCat("velocity_", i), &(*velocity)[i]);
-    }
-    if (kiln::client::Adam* adam = trainer.adam(); adam != nullptr) {
-      for (size_t i = 0; i < adam->first_moment().size(); ++i) {
-        named.emplace_back(absl::StrCat("adam_m_", i), &adam->first_moment()[i]);
-        named.emplace_back(absl::StrCat("adam_v_", i), &adam->second_moment()[i]);
-      }
-      named.emplace_back("adam_step", &adam->step_count());
-    }
+    for (const auto& s : trainer.optimizer_state()) named.push_back(s);
     return named;
   };
   if (!checkpoint_dir.empty()) {

@@ -128,9 +128,9 @@ Trainer::Trainer(client::LazyContext* ctx, Model* model, std::string device,
     data_parallel_ = std::make_unique<client::DataParallel>(ctx, options.replica_devices);
   }
   if (options.optimizer == "adam") {
-    adam_ = std::make_unique<client::Adam>(options.learning_rate);
+    optimizer_ = std::make_unique<client::Adam>(options.learning_rate);
   } else {
-    sgd_ = std::make_unique<client::Sgd>(options.learning_rate, options.momentum);
+    optimizer_ = std::make_unique<client::Sgd>(options.learning_rate, options.momentum);
   }
 }
 
@@ -190,9 +190,7 @@ absl::StatusOr<PendingStep> Trainer::StartStep(const float* images, const int32_
     ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(loss, model_->params()));
     if (data_parallel_ != nullptr) grads = data_parallel_->AllReduceMean(grads);
     SumOverReplicas(loss, correct);
-    ASSIGN_OR_RETURN(std::vector<Tensor> updated,
-                     sgd_ ? sgd_->Step(model_->params(), grads)
-                          : adam_->Step(model_->params(), grads));
+    ASSIGN_OR_RETURN(std::vector<Tensor> updated, optimizer_->Step(model_->params(), grads));
     model_->params() = std::move(updated);
   }
   // Everything else of the step is out of scope: the barrier's outputs are
@@ -202,41 +200,30 @@ absl::StatusOr<PendingStep> Trainer::StartStep(const float* images, const int32_
 }
 
 absl::Status Trainer::TrainLoop(int64_t steps, int batch, client::CallCanceller* cancel) {
-  if (!sgd_) return absl::InvalidArgumentError("loop mode trains with SGD");
   if (data_parallel_ != nullptr) {
     return absl::InvalidArgumentError("loop mode trains on one device");
   }
   std::vector<Tensor>& params = model_->params();
-  sgd_->InitState(params);
-  std::vector<Tensor>& velocity = sgd_->velocity();
-  const size_t n = params.size();
-  std::vector<Tensor> state = params;
-  state.insert(state.end(), velocity.begin(), velocity.end());
-  auto body = [&](client::DeviceLoop& loop,
-                  const std::vector<Tensor>& s) -> absl::StatusOr<std::vector<Tensor>> {
+  std::vector<std::pair<std::string, Tensor*>> carried;
+  for (size_t i = 0; i < params.size(); ++i) {
+    carried.emplace_back(absl::StrCat("param_", i), &params[i]);
+  }
+  for (const auto& named : optimizer_state()) carried.push_back(named);
+  RETURN_IF_ERROR(client::WhileCarrying(steps, carried, [&](client::DeviceLoop& loop) {
     Tensor images = loop.Infeed(Shape(ElementType::kF32, {batch, 784}));
     Tensor labels = loop.Infeed(Shape(ElementType::kS32, {batch}));
-    std::vector<Tensor> p(s.begin(), s.begin() + n);
-    // The optimizer works on the loop's carried momentum.
-    velocity.assign(s.begin() + n, s.end());
-    model_->params() = p;
     Tensor logits = model_->Forward(images);
     Tensor loss = client::SoftmaxCrossEntropy(logits, client::OneHot(labels, 10));
     loop.Outfeed(loss);
-    ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(loss, p));
-    ASSIGN_OR_RETURN(std::vector<Tensor> updated, sgd_->Step(p, grads));
-    updated.insert(updated.end(), velocity.begin(), velocity.end());
-    return updated;
-  };
-  absl::StatusOr<std::vector<Tensor>> out = client::While(steps, state, body);
-  // Whatever happened, the model and optimizer hold values from outside the body again.
-  params.assign(state.begin(), state.begin() + n);
-  velocity.assign(state.begin() + n, state.end());
-  RETURN_IF_ERROR(out.status());
-  RETURN_IF_ERROR(ctx_->Realize(*out, std::source_location::current(), cancel));
-  params.assign(out->begin(), out->begin() + n);
-  velocity.assign(out->begin() + n, out->end());
-  return absl::OkStatus();
+    ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(loss, params));
+    ASSIGN_OR_RETURN(std::vector<Tensor> updated, optimizer_->Step(params, grads));
+    // Element by element: `carried` points into `params`.
+    for (size_t i = 0; i < params.size(); ++i) params[i] = updated[i];
+    return absl::OkStatus();
+  }));
+  std::vector<Tensor> state;
+  for (const auto& [name, tensor] : carried) state.push_back(*tensor);
+  return ctx_->Realize(state, std::source_location::current(), cancel);
 }
 
 absl::StatusOr<StepResult> Trainer::EvalStep(const float* images, const int32_t* labels,

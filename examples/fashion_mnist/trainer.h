@@ -85,30 +85,21 @@ class Trainer {
   absl::StatusOr<StepResult> EvalStep(const float* images, const int32_t* labels, int batch);
   // Loop mode: `steps` training steps as one device program. Each
   // iteration reads images f32[batch,784] then labels s32[batch] from the
-  // device's infeed and pushes the step's loss (f32[]) to its outfeed.
+  // device's infeed and pushes the step's loss (f32[]) to its outfeed; the
+  // weights and the optimizer's state are the loop's carried state.
   // Blocks until the loop ends; `cancel` may stop it from another thread.
-  // SGD only.
+  // One device (no data parallelism).
   absl::Status TrainLoop(int64_t steps, int batch, client::CallCanceller* cancel = nullptr);
 
-  // SGD's momentum buffers, created if needed (empty without momentum);
-  // null with Adam. Checkpoints save and restore them.
-  std::vector<client::Tensor>* sgd_velocity() {
-    if (!sgd_) return nullptr;
-    sgd_->InitState(model_->params());
-    return &sgd_->velocity();
+  // The optimizer's state (SGD's momentum, Adam's moments and step count),
+  // created if needed, by name. Checkpoints save and restore it.
+  std::vector<std::pair<std::string, client::Tensor*>> optimizer_state() {
+    optimizer_->InitState(model_->params());
+    return optimizer_->NamedState();
   }
 
-  // Adam's state, created if needed; null with SGD.
-  client::Adam* adam() {
-    if (!adam_) return nullptr;
-    adam_->InitState(model_->params());
-    return adam_.get();
-  }
-
-  // For schedules (SGD only: its rate is a device scalar, so no recompile).
-  void SetLearningRate(double lr) {
-    if (sgd_) sgd_->set_learning_rate(lr);
-  }
+  // For schedules: the rate is a device scalar, so no recompile.
+  void SetLearningRate(double lr) { optimizer_->set_learning_rate(lr); }
 
  private:
   struct Batch {
@@ -126,8 +117,7 @@ class Trainer {
   std::string device_;
   std::unique_ptr<client::DataParallel> data_parallel_;
   bool replicated_ = false;
-  std::unique_ptr<client::Sgd> sgd_;
-  std::unique_ptr<client::Adam> adam_;
+  std::unique_ptr<client::Optimizer> optimizer_;
 };
 
 }  // namespace kiln::examples
