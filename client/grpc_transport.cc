@@ -221,7 +221,9 @@ class GrpcInfeedStream : public InfeedStream {
 
   absl::Status Write(const ir::Literal& value) override {
     if (!open_) return absl::UnavailableError("the infeed stream is closed; Finish() tells why");
-    const auto& bytes = value.bytes();
+    RETURN_IF_ERROR(ir::CheckFeedValue(value.shape(), std::numeric_limits<int64_t>::max()));
+    std::vector<uint8_t> storage;
+    const std::vector<uint8_t>& bytes = ir::FeedValueBytes(value, &storage);
     const int64_t total = static_cast<int64_t>(bytes.size());
     open_ = ForEachChunk(total, chunk_bytes_, [&](int64_t offset, int64_t n) {
       v1::InfeedChunk chunk;

@@ -72,6 +72,27 @@ Tensor DeviceLoop::Infeed(const ir::Shape& shape) {
   return Tensor(TupleElement(ctx_, feed, 0));
 }
 
+std::vector<Tensor> DeviceLoop::InfeedTuple(const std::vector<ir::Shape>& shapes) {
+  for (const ir::Shape& shape : shapes) {
+    if (!shape.IsArray()) {
+      status_ = absl::InvalidArgumentError(absl::StrCat(
+          "the elements of an infeed tuple are arrays, not ", shape.ToString()));
+    }
+  }
+  const ir::Shape tuple = ir::Shape::Tuple(shapes);
+  auto feed = ctx_->Record(NewNode(ir::Opcode::kInfeed,
+                                   ir::Shape::Tuple({tuple, ir::Shape::Token()}), device_,
+                                   {Token()}))
+                  .node();
+  token_ = TupleElement(ctx_, feed, 1);
+  std::shared_ptr<Node> value = TupleElement(ctx_, feed, 0);
+  std::vector<Tensor> elements;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    elements.push_back(Tensor(TupleElement(ctx_, value, static_cast<int64_t>(i))));
+  }
+  return elements;
+}
+
 void DeviceLoop::Outfeed(const Tensor& value) {
   if (!value.status().ok()) {
     if (status_.ok()) status_ = value.status();

@@ -32,6 +32,9 @@ class DeviceLoop {
   // The next value of the device's infeed; the program fails if the value
   // that arrives has another shape.
   Tensor Infeed(const ir::Shape& shape);
+  // The next value of the device's infeed as one tuple of arrays of
+  // `shapes` (written by a producer as one tuple value), element by element.
+  std::vector<Tensor> InfeedTuple(const std::vector<ir::Shape>& shapes);
   // Pushes `value` to the device's outfeed.
   void Outfeed(const Tensor& value);
   const std::shared_ptr<Node>& last_token() const { return token_; }

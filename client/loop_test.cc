@@ -85,6 +85,54 @@ TEST_F(LoopTest, InfeedAndOutfeedKeepOrder) {
   EXPECT_FALSE(end->has_value());
 }
 
+// One infeed value may be a tuple of arrays, read in one infeed and taken
+// apart in the body; a tuple of the wrong shape fails the program naming
+// both shapes.
+TEST_F(LoopTest, TupleInfeedReadsSeveralArraysAtOnce) {
+  auto in = client_->OpenInfeed("cpu:0");
+  ASSERT_TRUE(in.ok()) << in.status();
+  for (int i = 1; i <= 3; ++i) {
+    std::vector<ir::Literal> pair;
+    pair.push_back(F32({float(i), float(2 * i)}));
+    pair.push_back(ir::Literal::FromVector<int32_t>(ElementType::kS32, {3}, {i, i, i}));
+    ASSERT_TRUE((*in)->Write(ir::Literal::Tuple(std::move(pair))).ok());
+  }
+  ASSERT_TRUE((*in)->Finish().ok());
+  const std::vector<Shape> shapes = {Shape(ElementType::kF32, {2}), Shape(ElementType::kS32, {3})};
+  auto out = While(3, {Vec({0, 0})}, [&](DeviceLoop& loop, const std::vector<Tensor>& s) {
+    std::vector<Tensor> pair = loop.InfeedTuple(shapes);
+    Tensor count = Cast(Sum(pair[1]), ElementType::kF32);
+    return absl::StatusOr<std::vector<Tensor>>({s[0] + pair[0] * count});
+  });
+  ASSERT_TRUE(out.ok()) << out.status();
+  // sum over i of (i, 2i) * 3i: 3 * (1 + 4 + 9) = 42, and 84.
+  EXPECT_EQ(Values((*out)[0]), (std::vector<double>{42, 84}));
+
+  auto in2 = client_->OpenInfeed("cpu:0");
+  ASSERT_TRUE(in2.ok());
+  std::vector<ir::Literal> wrong;
+  wrong.push_back(F32({1, 2}));
+  wrong.push_back(F32({1, 2, 3}));
+  ASSERT_TRUE((*in2)->Write(ir::Literal::Tuple(std::move(wrong))).ok());
+  auto bad = While(1, {Vec({0, 0})}, [&](DeviceLoop& loop, const std::vector<Tensor>& s) {
+    std::vector<Tensor> pair = loop.InfeedTuple(shapes);
+    return absl::StatusOr<std::vector<Tensor>>({s[0] + pair[0]});
+  });
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  auto value = (*bad)[0].ToHost();
+  ASSERT_FALSE(value.ok());
+  EXPECT_NE(value.status().message().find("(f32[2], s32[3])"), std::string::npos)
+      << value.status();
+  // A nested tuple is not a feed value at all.
+  auto in3 = client_->OpenInfeed("cpu:0");
+  ASSERT_TRUE(in3.ok());
+  std::vector<ir::Literal> inner;
+  inner.push_back(F32({1}));
+  std::vector<ir::Literal> outer;
+  outer.push_back(ir::Literal::Tuple(std::move(inner)));
+  EXPECT_FALSE((*in3)->Write(ir::Literal::Tuple(std::move(outer))).ok());
+}
+
 TEST_F(LoopTest, WrongShapeInfeedFailsTheProgramAndItsFeeds) {
   auto in = client_->OpenInfeed("cpu:0");
   ASSERT_TRUE((*in)->Write(F32({1, 2, 3})).ok());  // the program wants f32[2]

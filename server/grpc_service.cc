@@ -260,7 +260,8 @@ grpc::Status GrpcService::Outfeed(grpc::ServerContext* ctx, const v1::OutfeedReq
     absl::StatusOr<ir::Literal> value =
         service_->Outfeed(*feed, timeout, CancelledBy(ctx), &charge);
     if (!value.ok()) return ToGrpcStatus(value.status());
-    const auto& bytes = value->bytes();
+    std::vector<uint8_t> storage;
+    const std::vector<uint8_t>& bytes = ir::FeedValueBytes(*value, &storage);
     const int64_t total = static_cast<int64_t>(bytes.size());
     const bool sent = ForEachChunk(total, chunk, [&](int64_t offset, int64_t len) {
       v1::OutfeedChunk msg;

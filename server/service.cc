@@ -678,7 +678,7 @@ absl::StatusOr<Service::FeedEndpoint> Service::OpenFeed(const v1::FeedTarget& ta
 absl::Status Service::Infeed(const FeedEndpoint& feed, ir::Literal value,
                              const runtime::CancelCheck& cancelled,
                              runtime::MemoryCharge charge) {
-  RETURN_IF_ERROR(ir::CheckArrayValue(value.shape(), feed.max_value_bytes));
+  RETURN_IF_ERROR(ir::CheckFeedValue(value.shape(), feed.max_value_bytes));
   const int64_t bytes = value.shape().ByteSize();
   absl::Status pushed = feed.queues->infeed.Push(std::move(value), absl::InfiniteDuration(),
                                                  UntilSessionEnds(feed.session, cancelled),

@@ -87,8 +87,10 @@ TEST_F(FeedE2E, LoopOfNStepsMatchesNLazySteps) {
     std::memcpy(x.mutable_bytes().data(), images[s].data(), images[s].size() * 4);
     ir::Literal y(Shape(ElementType::kS32, {kBatch}));
     std::memcpy(y.mutable_bytes().data(), labels[s].data(), labels[s].size() * 4);
-    ASSERT_TRUE((*in)->Write(x).ok());
-    ASSERT_TRUE((*in)->Write(y).ok());
+    std::vector<ir::Literal> pair;
+    pair.push_back(std::move(x));
+    pair.push_back(std::move(y));
+    ASSERT_TRUE((*in)->Write(ir::Literal::Tuple(std::move(pair))).ok());
   }
   ASSERT_TRUE((*in)->Finish().ok());
   absl::Status st = looper.TrainLoop(kSteps, kBatch);

@@ -357,16 +357,30 @@ absl::StatusOr<std::unique_ptr<Module>> ModuleFromProto(
   return module;
 }
 
-absl::Status CheckArrayValue(const Shape& shape, int64_t max_bytes) {
-  if (!shape.IsArray()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("feed values are arrays, not ", shape.ToString()));
+absl::Status CheckFeedValue(const Shape& shape, int64_t max_bytes) {
+  bool flat = shape.IsArray();
+  if (shape.IsTuple()) {
+    flat = true;
+    for (const Shape& e : shape.tuple_shapes()) flat = flat && e.IsArray();
+  }
+  if (!flat) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "feed values are arrays or tuples of arrays, not ", shape.ToString()));
   }
   if (shape.ByteSize() > max_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "value of ", shape.ByteSize(), " bytes exceeds the limit of ", max_bytes));
   }
   return absl::OkStatus();
+}
+
+const std::vector<uint8_t>& FeedValueBytes(const Literal& value, std::vector<uint8_t>* storage) {
+  if (!value.shape().IsTuple()) return value.bytes();
+  storage->clear();
+  for (const Literal& e : value.tuple_elements()) {
+    storage->insert(storage->end(), e.bytes().begin(), e.bytes().end());
+  }
+  return *storage;
 }
 
 absl::Status ChunkedValue::Start(const v1::ShapeProto& shape_proto, int64_t total_bytes,
@@ -378,7 +392,7 @@ absl::Status ChunkedValue::Start(const v1::ShapeProto& shape_proto, int64_t tota
   }
   absl::StatusOr<Shape> shape = ShapeFromProto(shape_proto);
   if (!shape.ok()) return shape.status();
-  RETURN_IF_ERROR(CheckArrayValue(*shape, max_bytes));
+  RETURN_IF_ERROR(CheckFeedValue(*shape, max_bytes));
   if (total_bytes != shape->ByteSize()) {
     return absl::InvalidArgumentError(absl::StrCat("value declares ", total_bytes,
                                                    " bytes but ", shape->ToString(), " has ",
@@ -404,10 +418,26 @@ absl::Status ChunkedValue::Append(absl::string_view data) {
 }
 
 Literal ChunkedValue::Take() {
-  if (shape_->type() == ElementType::kPred) {
-    NormalizePredBytes(bytes_.data(), static_cast<int64_t>(bytes_.size()));
+  Literal out;
+  if (shape_->IsTuple()) {
+    std::vector<Literal> elements;
+    size_t at = 0;
+    for (const Shape& e : shape_->tuple_shapes()) {
+      const size_t n = static_cast<size_t>(e.ByteSize());
+      std::vector<uint8_t> part(bytes_.begin() + at, bytes_.begin() + at + n);
+      at += n;
+      if (e.type() == ElementType::kPred) {
+        NormalizePredBytes(part.data(), static_cast<int64_t>(part.size()));
+      }
+      elements.push_back(Literal::FromBytes(e, std::move(part)));
+    }
+    out = Literal::Tuple(std::move(elements));
+  } else {
+    if (shape_->type() == ElementType::kPred) {
+      NormalizePredBytes(bytes_.data(), static_cast<int64_t>(bytes_.size()));
+    }
+    out = Literal::FromBytes(*shape_, std::move(bytes_));
   }
-  Literal out = Literal::FromBytes(*shape_, std::move(bytes_));
   shape_.reset();
   bytes_ = {};
   total_ = received_ = 0;

@@ -19,13 +19,19 @@ void LiteralToProto(const Literal& literal, v1::LiteralProto* proto);
 // Checks the data size matches the shape.
 absl::StatusOr<Literal> LiteralFromProto(const v1::LiteralProto& proto);
 
-// A value that travels on its own (a feed value) must be an array of at
-// most `max_bytes` bytes: INVALID_ARGUMENT / RESOURCE_EXHAUSTED otherwise.
-absl::Status CheckArrayValue(const Shape& shape, int64_t max_bytes);
+// A value that travels on its own (a feed value) is an array, or a tuple
+// of arrays (one level: an infeed of (images, labels)), of at most
+// `max_bytes` bytes: INVALID_ARGUMENT / RESOURCE_EXHAUSTED otherwise.
+absl::Status CheckFeedValue(const Shape& shape, int64_t max_bytes);
 
-// Rebuilds an array value sent in chunks: Start with the announced shape
-// and size, Append the data pieces, Take once complete(). Every size is
-// checked before memory is allocated.
+// The bytes such a value travels as: an array's own, or a tuple's elements'
+// one after another (copied into `storage`, which the result may refer to).
+const std::vector<uint8_t>& FeedValueBytes(const Literal& value, std::vector<uint8_t>* storage);
+
+// Rebuilds a value sent in chunks (an array, or a tuple of arrays as
+// FeedValueBytes lays it out): Start with the announced shape and size,
+// Append the data pieces, Take once complete(). Every size is checked
+// before memory is allocated.
 class ChunkedValue {
  public:
   // `max_bytes` bounds what a peer may announce.

@@ -106,6 +106,52 @@ TEST(ProtoConvertTest, PredBytesDecodeAsZeroOrOne) {
   EXPECT_EQ(value.Take().bytes(), (std::vector<uint8_t>{1, 0, 1}));
 }
 
+// A tuple of arrays travels as its elements' bytes one after another and
+// comes back as the same tuple (pred elements normalized); anything deeper
+// than one level of tuple, and tokens, are not feed values.
+TEST(ChunkedValueTest, TuplesOfArraysTravelAsTheirElements) {
+  std::vector<Literal> parts;
+  parts.push_back(Literal::FromVector<float>(ElementType::kF32, {2, 2}, {1, 2, 3, 4}));
+  parts.push_back(Literal::FromVector<int32_t>(ElementType::kS32, {3}, {7, -8, 9}));
+  Literal pred(Shape(ElementType::kPred, {2}));
+  pred.SetFromDouble(1, 1);
+  parts.push_back(pred);
+  const Literal tuple = Literal::Tuple(std::move(parts));
+  std::vector<uint8_t> storage;
+  const std::vector<uint8_t>& bytes = FeedValueBytes(tuple, &storage);
+  ASSERT_EQ(bytes.size(), 16u + 12u + 2u);
+  EXPECT_EQ(std::vector<uint8_t>(bytes.begin(), bytes.begin() + 16),
+            tuple.tuple_elements()[0].bytes());
+  v1::ShapeProto shape;
+  ShapeToProto(tuple.shape(), &shape);
+  ChunkedValue value;
+  ASSERT_TRUE(value.Start(shape, 30, 1 << 20).ok());
+  std::string wire(bytes.begin(), bytes.end());
+  wire[29] = 0x7f;  // a pred byte other than 0 and 1 reads as true
+  ASSERT_TRUE(value.Append(wire.substr(0, 13)).ok());
+  ASSERT_TRUE(value.Append(wire.substr(13)).ok());
+  ASSERT_TRUE(value.complete());
+  const Literal back = value.Take();
+  EXPECT_EQ(back, tuple);
+  EXPECT_FALSE(value.started());
+
+  // An array's bytes are its own, with no copy.
+  EXPECT_EQ(&FeedValueBytes(tuple.tuple_elements()[1], &storage),
+            &tuple.tuple_elements()[1].bytes());
+
+  EXPECT_EQ(value.Start(shape, 31, 1 << 20).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(value.Start(shape, 30, 29).code(), absl::StatusCode::kResourceExhausted);
+  v1::ShapeProto nested;
+  ShapeToProto(Shape::Tuple({Shape::Tuple({Shape(ElementType::kF32, {1})})}), &nested);
+  absl::Status st = value.Start(nested, 4, 1 << 20);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("tuples of arrays"), std::string::npos) << st;
+  v1::ShapeProto token;
+  ShapeToProto(Shape::Tuple({Shape(ElementType::kF32, {1}), Shape::Token()}), &token);
+  EXPECT_EQ(value.Start(token, 4, 1 << 20).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckFeedValue(Shape::Tuple({}), 0).ok());
+}
+
 // Resident memory of this process, in bytes.
 int64_t ResidentBytes() {
   std::ifstream statm("/proc/self/statm");

@@ -210,8 +210,10 @@ absl::Status Trainer::TrainLoop(int64_t steps, int batch, client::CallCanceller*
   }
   for (const auto& named : optimizer_state()) carried.push_back(named);
   RETURN_IF_ERROR(client::WhileCarrying(steps, carried, [&](client::DeviceLoop& loop) {
-    Tensor images = loop.Infeed(Shape(ElementType::kF32, {batch, 784}));
-    Tensor labels = loop.Infeed(Shape(ElementType::kS32, {batch}));
+    std::vector<Tensor> pair = loop.InfeedTuple(
+        {Shape(ElementType::kF32, {batch, 784}), Shape(ElementType::kS32, {batch})});
+    const Tensor& images = pair[0];
+    const Tensor& labels = pair[1];
     Tensor logits = model_->Forward(images);
     Tensor loss = client::SoftmaxCrossEntropy(logits, client::OneHot(labels, 10));
     loop.Outfeed(loss);

@@ -84,8 +84,9 @@ class Trainer {
   static absl::StatusOr<StepResult> ReadStep(const PendingStep& step);
   absl::StatusOr<StepResult> EvalStep(const float* images, const int32_t* labels, int batch);
   // Loop mode: `steps` training steps as one device program. Each
-  // iteration reads images f32[batch,784] then labels s32[batch] from the
-  // device's infeed and pushes the step's loss (f32[]) to its outfeed; the
+  // iteration reads one tuple (images f32[batch,784], labels s32[batch])
+  // from the device's infeed and pushes the step's loss (f32[]) to its
+  // outfeed; the
   // weights and the optimizer's state are the loop's carried state.
   // Blocks until the loop ends; `cancel` may stop it from another thread.
   // One device (no data parallelism).

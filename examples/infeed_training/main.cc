@@ -58,7 +58,8 @@ int Fail(const absl::Status& st) {
   return 1;
 }
 
-// Batches of every epoch in a shuffled order: images then labels.
+// Batches of every epoch in a shuffled order, each one infeed value: the
+// tuple (images, labels).
 kiln::client::InfeedLoader::BatchSource Batches(const Dataset* data, int batch, int epochs,
                                                 uint64_t seed) {
   struct State {
@@ -89,9 +90,11 @@ kiln::client::InfeedLoader::BatchSource Batches(const Dataset* data, int batch, 
       ys[i] = data->labels[k];
     }
     ++st->step;
+    std::vector<kiln::ir::Literal> pair;
+    pair.push_back(std::move(x));
+    pair.push_back(std::move(y));
     std::vector<kiln::ir::Literal> values;
-    values.push_back(std::move(x));
-    values.push_back(std::move(y));
+    values.push_back(kiln::ir::Literal::Tuple(std::move(pair)));
     return values;
   };
 }
