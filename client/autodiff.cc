@@ -38,10 +38,10 @@ Tensor UnBroadcast(const Tensor& g, const Tensor& x, const std::vector<int64_t>&
 
 absl::StatusOr<std::vector<Tensor>> ConvolutionGrad(const Node& node, const Tensor& x,
                                                     const Tensor& w, const Tensor& g) {
-  if (node.attrs.conv != Nhwc() || node.attrs.feature_group_count != 1 ||
-      node.attrs.batch_group_count != 1) {
+  const int64_t groups = node.attrs.feature_group_count;
+  if (node.attrs.conv != Nhwc() || node.attrs.batch_group_count != 1) {
     return absl::UnimplementedError(
-        "gradients of convolution need NHWC/HWIO layout and no groups");
+        "gradients of convolution need NHWC/HWIO layout and no batch groups");
   }
   std::vector<ir::WindowDim> in_window(2), k_window(2);
   for (int i = 0; i < 2; ++i) {
@@ -68,10 +68,22 @@ absl::StatusOr<std::vector<Tensor>> ConvolutionGrad(const Node& node, const Tens
     b.pad_lo = pl;
     b.pad_hi = (k - 1) * d + (out - 1) * s + 1 - in - pl;
   }
-  ir::ConvDims in_dims = node.attrs.conv;  // b01f_01oi->b01f
-  in_dims.kernel_input_feature = 3;
-  in_dims.kernel_output_feature = 2;
-  Tensor dx = Convolution(g, Reverse(w, {0, 1}), in_window, in_dims);
+  Tensor dx;
+  if (groups == 1) {
+    ir::ConvDims in_dims = node.attrs.conv;  // b01f_01oi->b01f
+    in_dims.kernel_input_feature = 3;
+    in_dims.kernel_output_feature = 2;
+    dx = Convolution(g, Reverse(w, {0, 1}), in_window, in_dims);
+  } else {
+    // Group k of the output gradient's features feeds group k of the
+    // input's: the kernel [KH, KW, C/G, O] regrouped as [KH, KW, O/G, C]
+    // (output feature c = k * C/G + c' reads w[., ., c', k * O/G + o']).
+    const int64_t kh = w.dim(0), kw = w.dim(1), cg = w.dim(2), o = w.dim(3);
+    Tensor split = Reshape(Reverse(w, {0, 1}), {kh, kw, cg, groups, o / groups});
+    Tensor regrouped =
+        Reshape(Transpose(split, {0, 1, 4, 3, 2}), {kh, kw, o / groups, groups * cg});
+    dx = Convolution(g, regrouped, in_window, Nhwc(), groups);
+  }
   ir::ConvDims k_dims;  // f01b_i01o->01bf
   k_dims.input_batch = 3;
   k_dims.input_feature = 0;
@@ -82,7 +94,10 @@ absl::StatusOr<std::vector<Tensor>> ConvolutionGrad(const Node& node, const Tens
   k_dims.output_batch = 2;
   k_dims.output_feature = 3;
   k_dims.output_spatial = {0, 1};
-  Tensor dw = Convolution(x, g, k_window, k_dims);
+  // With feature groups the input's features (this convolution's batch)
+  // split into the same groups, each meeting its block of the output
+  // gradient's features: batch groups.
+  Tensor dw = Convolution(x, g, k_window, k_dims, 1, groups);
   return std::vector<Tensor>{dx, dw};
 }
 

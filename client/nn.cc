@@ -104,11 +104,20 @@ Tensor Linear::Forward(const Tensor& x) const {
 Conv2d::Conv2d(LazyContext* ctx, const std::string& device, int64_t in_channels,
                int64_t out_channels, int kernel, uint64_t seed, Conv2dOptions options)
     : kernel_(kernel), options_(std::move(options)) {
-  const double bound = 1.0 / std::sqrt(static_cast<double>(kernel * kernel * in_channels));
+  const int64_t groups = std::max(options_.groups, 1);
+  const int64_t per_group = in_channels / groups;
+  const double bound =
+      1.0 / std::sqrt(static_cast<double>(kernel * kernel * std::max<int64_t>(per_group, 1)));
   weight_ = &RegisterParameter(
       "weight",
-      ctx->RandomUniform(F32({kernel, kernel, in_channels, out_channels}), -bound, bound, seed,
+      ctx->RandomUniform(F32({kernel, kernel, per_group, out_channels}), -bound, bound, seed,
                          device));
+  if (options_.groups < 1 || in_channels % groups != 0 || out_channels % groups != 0) {
+    *weight_ = ErrorTensor(*weight_, absl::InvalidArgumentError(absl::StrCat(
+                                         "Conv2d groups (", options_.groups,
+                                         ") must divide the input (", in_channels,
+                                         ") and output (", out_channels, ") channels")));
+  }
   if (options_.bias) bias_ = &RegisterParameter("bias", Filled(ctx, device, {out_channels}, 0));
 }
 
@@ -135,7 +144,7 @@ Tensor Conv2d::Forward(const Tensor& x) const {
                                 options_.padding, "'")));
     }
   }
-  Tensor y = Convolution(x, *weight_, std::move(window), Nhwc());
+  Tensor y = Convolution(x, *weight_, std::move(window), Nhwc(), options_.groups);
   return bias_ == nullptr ? y : y + *bias_;
 }
 

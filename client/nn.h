@@ -84,11 +84,15 @@ struct Conv2dOptions {
   int pad = 0;
   int dilation = 1;  // of the kernel
   bool bias = true;
+  // Feature groups: the input channels split into `groups` blocks, each
+  // convolved with its own block of output channels (both counts must
+  // divide); groups = in_channels is a depthwise convolution.
+  int groups = 1;
 };
 
 // 2-D convolution over NHWC: x [N, H, W, in] -> [N, H', W', out]; the
-// kernel [k, k, in, out] drawn uniformly from +-1/sqrt(k*k*in) (PyTorch's
-// default), the bias zeros. No feature groups yet.
+// kernel [k, k, in / groups, out] drawn uniformly from
+// +-1/sqrt(k*k*in/groups) (PyTorch's default), the bias zeros.
 class Conv2d : public Module {
  public:
   Conv2d(LazyContext* ctx, const std::string& device, int64_t in_channels,

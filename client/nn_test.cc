@@ -115,6 +115,82 @@ double ConvAt(const ir::Literal& x, const std::vector<double>& w, int k, int cin
   return sum;
 }
 
+// Output (oh, ow, o) of a grouped NHWC convolution (batch 1) computed
+// directly: output channel o reads input channels of its group only.
+double GroupedConvAt(const ir::Literal& x, const std::vector<double>& w, int k, int cin,
+                     int cout, int groups, int oh, int ow, int o, int stride, int pad) {
+  const int h = static_cast<int>(x.shape().dim(1)), wd = static_cast<int>(x.shape().dim(2));
+  const int cg = cin / groups, group = o / (cout / groups);
+  double sum = 0;
+  for (int i = 0; i < k; ++i) {
+    for (int j = 0; j < k; ++j) {
+      const int ih = oh * stride + i - pad, iw = ow * stride + j - pad;
+      if (ih < 0 || iw < 0 || ih >= h || iw >= wd) continue;
+      for (int c = 0; c < cg; ++c) {
+        sum += x.GetAsDouble((ih * wd + iw) * cin + group * cg + c) *
+               w[((i * k + j) * cg + c) * cout + o];
+      }
+    }
+  }
+  return sum;
+}
+
+// Feature groups (and depthwise convolution): values against the direct
+// sum, gradients of input and kernel against finite differences, and
+// counts that do not divide refused.
+TEST_F(NnTest, Conv2dGroupsAndDepthwise) {
+  struct Case {
+    int cin, cout, groups, stride;
+    std::string padding;
+    int out, pad;
+  } cases[] = {
+      {4, 6, 2, 1, "VALID", 3, 0},
+      {3, 3, 3, 2, "SAME", 3, 1},  // depthwise
+      {4, 8, 4, 1, "SAME", 5, 1},  // two outputs per input channel
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.cin << "->" << c.cout << " groups " << c.groups);
+    ir::Literal x = Random({1, 5, 5, c.cin}, 31);
+    Conv2d conv(ctx_.get(), "cpu:0", c.cin, c.cout, 3, /*seed=*/9,
+                {.stride = c.stride, .padding = c.padding, .bias = false, .groups = c.groups});
+    const Tensor& weight = *conv.NamedParameters()[0].second;
+    ASSERT_EQ(weight.shape().dims(), (std::vector<int64_t>{3, 3, c.cin / c.groups, c.cout}));
+    std::vector<double> w = Values(weight);
+    Tensor y = conv.Forward(ctx_->FromLiteral(x, "cpu:0"));
+    ASSERT_TRUE(y.status().ok()) << y.status();
+    ASSERT_EQ(y.shape().dims(), (std::vector<int64_t>{1, c.out, c.out, c.cout}));
+    std::vector<double> got = Values(y);
+    for (int oh = 0; oh < c.out; ++oh) {
+      for (int ow = 0; ow < c.out; ++ow) {
+        for (int o = 0; o < c.cout; ++o) {
+          ASSERT_NEAR(got[(oh * c.out + ow) * c.cout + o],
+                      GroupedConvAt(x, w, 3, c.cin, c.cout, c.groups, oh, ow, o, c.stride, c.pad),
+                      1e-4)
+              << oh << "," << ow << "," << o;
+        }
+      }
+    }
+    CheckGradient([&](const Tensor& t) { return conv.Forward(t); }, Random({1, 5, 5, c.cin}, 32));
+    // The kernel's gradient: the same convolution as a function of it.
+    std::vector<ir::WindowDim> window(2);
+    for (ir::WindowDim& d : window) {
+      d.size = 3;
+      d.stride = c.stride;
+      d.pad_lo = d.pad_hi = c.pad;
+    }
+    if (c.padding == "SAME" && c.stride == 2) window[0].pad_hi = window[1].pad_hi = 1;
+    Tensor xt = ctx_->FromLiteral(x, "cpu:0");
+    auto lit = weight.ToHost();
+    ASSERT_TRUE(lit.ok());
+    CheckGradient(
+        [&](const Tensor& k) { return Convolution(xt, k, window, Nhwc(), c.groups); }, *lit);
+  }
+  Conv2d uneven(ctx_.get(), "cpu:0", 4, 6, 3, 1, {.groups = 3});
+  Tensor y = uneven.Forward(ctx_->FromLiteral(Random({1, 5, 5, 4}, 1), "cpu:0"));
+  ASSERT_FALSE(y.status().ok());
+  EXPECT_NE(y.status().message().find("must divide"), std::string::npos) << y.status();
+}
+
 TEST_F(NnTest, Conv2dStridesDilatesAndPads) {
   ir::Literal x = Random({1, 7, 7, 2}, 11);
   struct Case {

@@ -413,10 +413,12 @@ Tensor Matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor Convolution(const Tensor& x, const Tensor& w, std::vector<ir::WindowDim> window,
-                   ir::ConvDims dims) {
+                   ir::ConvDims dims, int64_t feature_groups, int64_t batch_groups) {
   ir::Attributes a;
   a.window = std::move(window);
   a.conv = std::move(dims);
+  a.feature_group_count = feature_groups;
+  a.batch_group_count = batch_groups;
   return EmitInferred(Opcode::kConvolution, {x, w}, std::move(a), Shape(x.dtype(), {}));
 }
 

@@ -240,8 +240,13 @@ Tensor Conv2D(const Tensor& x, const Tensor& w, int stride = 1,
               const std::string& padding = "VALID");
 // The dimension numbers Conv2D uses: NHWC input, HWIO kernel, NHWC output.
 ir::ConvDims Nhwc();
+// XLA's convolution. With `feature_groups` G the input's features split
+// into G blocks, each convolved with its own block of output features (the
+// kernel's input feature dimension is C/G; G = C is a depthwise
+// convolution); with `batch_groups` G the input's batch splits into G
+// blocks the same way (what a grouped convolution's filter gradient is).
 Tensor Convolution(const Tensor& x, const Tensor& w, std::vector<ir::WindowDim> window,
-                   ir::ConvDims dims);
+                   ir::ConvDims dims, int64_t feature_groups = 1, int64_t batch_groups = 1);
 // x: [N, H, W, C]; window and stride over H and W; padding "VALID" (none)
 // or "SAME" (as TensorFlow's: ceil(in / stride) outputs, padding that no
 // maximum takes and no mean counts).
