@@ -58,7 +58,8 @@ Tensor LazyContext::Record(std::shared_ptr<Node> node) {
   Tensor t(std::move(node));
   if (!t.status().ok()) return t;
   if (!loop_bodies_.empty()) {
-    loop_bodies_.back().insert(t.node().get());
+    loop_bodies_.back().nodes.insert(t.node().get());
+    loop_bodies_.back().alive.push_back(t.node());
     return t;
   }
   if (eager_) {
@@ -79,10 +80,10 @@ Tensor LazyContext::Record(std::shared_ptr<Node> node) {
 
 void LazyContext::BeginLoopBody() { loop_bodies_.emplace_back(); }
 
-absl::flat_hash_set<const Node*> LazyContext::EndLoopBody() {
-  absl::flat_hash_set<const Node*> nodes = std::move(loop_bodies_.back());
+LazyContext::LoopBodyNodes LazyContext::EndLoopBody() {
+  LoopBodyNodes body = std::move(loop_bodies_.back());
   loop_bodies_.pop_back();
-  return nodes;
+  return body;
 }
 
 Tensor LazyContext::FromLiteral(const ir::Literal& value, const std::string& device) {

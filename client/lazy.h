@@ -134,10 +134,17 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   Tensor Record(std::shared_ptr<Node> node);
 
   // Device loops (client/loop.h): while a body is traced, recorded nodes
-  // belong to it, are never pending and never run eagerly.
+  // belong to it, are never pending and never run eagerly. The body keeps
+  // them alive, so that no node made later (a value uploaded while the
+  // body is traced) can take the address of one that went, and pass for a
+  // node of the body.
+  struct LoopBodyNodes {
+    absl::flat_hash_set<const Node*> nodes;
+    std::vector<std::shared_ptr<Node>> alive;
+  };
   void BeginLoopBody();
   // Ends the innermost body; returns the nodes recorded in it.
-  absl::flat_hash_set<const Node*> EndLoopBody();
+  LoopBodyNodes EndLoopBody();
   bool in_loop_body() const { return !loop_bodies_.empty(); }
 
  private:
@@ -187,7 +194,7 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   std::optional<InFlight> in_flight_;
   std::vector<std::weak_ptr<Node>> pending_;
   size_t prune_pending_at_ = 1024;
-  std::vector<absl::flat_hash_set<const Node*>> loop_bodies_;
+  std::vector<LoopBodyNodes> loop_bodies_;
   absl::flat_hash_map<std::string, std::shared_ptr<Executable>> executables_;
   // The same programs by trace key (the device's length and name, then the
   // key's bytes).

@@ -137,7 +137,7 @@ absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<
   DeviceLoop loop(ctx, device);
   ctx->BeginLoopBody();
   absl::StatusOr<std::vector<Tensor>> next = body(loop, inputs);
-  absl::flat_hash_set<const Node*> body_nodes = ctx->EndLoopBody();
+  const LazyContext::LoopBodyNodes body_nodes = ctx->EndLoopBody();
   if (!next.ok()) return WithContext(next.status(), "device loop body");
   RETURN_IF_ERROR(loop.status());
   if (next->size() != state.size()) {
@@ -156,7 +156,7 @@ absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<
   spec->effects = loop.last_token();
   std::vector<std::shared_ptr<Node>> roots = spec->results;
   if (spec->effects) roots.push_back(spec->effects);
-  spec->captures = FindCaptures(roots, body_nodes, input_set);
+  spec->captures = FindCaptures(roots, body_nodes.nodes, input_set);
 
   std::vector<ir::Shape> carried{ir::Shape::Scalar(ir::ElementType::kS32)};
   std::vector<std::shared_ptr<Node>> operands;

@@ -52,6 +52,54 @@ TEST_F(LoopTest, CarriedStateAndCapturedValues) {
   EXPECT_EQ(ctx_->metrics().executions, 1);
 }
 
+// Host values made while the body is traced (a learning rate uploaded by
+// an optimizer's first step in a loop, a constant) are values of the loop
+// like the ones made before it.
+TEST_F(LoopTest, ValuesMadeInsideTheBodyAreCaptured) {
+  Tensor x = Vec({1, 2});
+  auto out = While(3, {x}, [&](DeviceLoop&, const std::vector<Tensor>& s) {
+    Tensor two = ctx_->FromVector<float>(ElementType::kF32, {}, {2.0f}, "cpu:0");
+    return absl::StatusOr<std::vector<Tensor>>({s[0] * two});
+  });
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Values((*out)[0]), (std::vector<double>{8, 16}));
+  // A second loop over the first one's results, again with a new value.
+  auto again = While(2, *out, [&](DeviceLoop&, const std::vector<Tensor>& s) {
+    Tensor three = ctx_->FromVector<float>(ElementType::kF32, {}, {3.0f}, "cpu:0");
+    return absl::StatusOr<std::vector<Tensor>>({s[0] + three});
+  });
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(Values((*again)[0]), (std::vector<double>{14, 22}));
+}
+
+// An optimizer whose learning rate changes between two loops uploads the
+// new rate while the second body is traced.
+TEST_F(LoopTest, LearningRateChangesBetweenLoops) {
+  Tensor w = Vec({1, 2});
+  Sgd sgd(0.5, 0.9);
+  sgd.InitState({w});
+  std::vector<std::pair<std::string, Tensor*>> carried = {{"w", &w}};
+  for (auto& s : sgd.NamedState()) carried.push_back(s);
+  for (double lr : {0.5, 0.25}) {
+    sgd.set_learning_rate(lr);
+    absl::Status st = WhileCarrying(2, carried, [&](DeviceLoop&) -> absl::Status {
+      ASSIGN_OR_RETURN(std::vector<Tensor> next, sgd.Step({w}, {w}));
+      w = next[0];
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_TRUE(ctx_->Realize({w}).ok());
+  }
+  // v: w, then 0.9 v + w; w -= lr v, two steps at 0.5 then two at 0.25.
+  double a = 1, v = 0;
+  for (double lr : {0.5, 0.5, 0.25, 0.25}) {
+    v = 0.9 * v + a;
+    a -= lr * v;
+  }
+  EXPECT_NEAR(Values(w)[0], a, 1e-6);
+  EXPECT_NEAR(Values(w)[1], 2 * a, 1e-6);
+}
+
 TEST_F(LoopTest, BodyMustKeepTheStateShapes) {
   auto out = While(2, {Vec({1, 2})}, [&](DeviceLoop&, const std::vector<Tensor>& s) {
     return absl::StatusOr<std::vector<Tensor>>({Sum(s[0])});

@@ -8,9 +8,6 @@
 //   infeed_training --role=producer --server=HOST:PORT --token=f-...   # on any machine
 #include <chrono>
 #include <cstdio>
-#include <numeric>
-#include <random>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -20,6 +17,7 @@
 #include "client/feeds.h"
 #include "client/lazy.h"
 #include "embedded/embedded.h"
+#include "examples/fashion_mnist/feeding.h"
 #include "examples/fashion_mnist/mnist.h"
 #include "examples/fashion_mnist/trainer.h"
 #include "base/logging.h"
@@ -49,54 +47,9 @@ namespace {
 
 using kiln::examples::Dataset;
 
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
-
 int Fail(const absl::Status& st) {
   std::fprintf(stderr, "infeed_training: %s\n", st.ToString().c_str());
   return 1;
-}
-
-// Batches of every epoch in a shuffled order, each one infeed value: the
-// tuple (images, labels).
-kiln::client::InfeedLoader::BatchSource Batches(const Dataset* data, int batch, int epochs,
-                                                uint64_t seed) {
-  struct State {
-    std::vector<int64_t> order;
-    std::mt19937_64 rng;
-    int epoch = 0;
-    int64_t step = 0;
-  };
-  auto st = std::make_shared<State>();
-  st->order.resize(data->count);
-  std::iota(st->order.begin(), st->order.end(), 0);
-  st->rng.seed(seed);
-  const int64_t steps = data->count / batch;
-  return [=]() -> absl::StatusOr<std::optional<std::vector<kiln::ir::Literal>>> {
-    if (st->step == steps || st->epoch == 0) {
-      if (st->epoch == epochs) return std::nullopt;
-      ++st->epoch;
-      st->step = 0;
-      std::shuffle(st->order.begin(), st->order.end(), st->rng);
-    }
-    kiln::ir::Literal x(kiln::ir::Shape(kiln::ir::ElementType::kF32, {batch, 784}));
-    kiln::ir::Literal y(kiln::ir::Shape(kiln::ir::ElementType::kS32, {batch}));
-    float* xs = reinterpret_cast<float*>(x.mutable_bytes().data());
-    int32_t* ys = reinterpret_cast<int32_t*>(y.mutable_bytes().data());
-    for (int i = 0; i < batch; ++i) {
-      const int64_t k = st->order[st->step * batch + i];
-      std::copy_n(data->images.begin() + k * 784, 784, xs + size_t(i) * 784);
-      ys[i] = data->labels[k];
-    }
-    ++st->step;
-    std::vector<kiln::ir::Literal> pair;
-    pair.push_back(std::move(x));
-    pair.push_back(std::move(y));
-    std::vector<kiln::ir::Literal> values;
-    values.push_back(kiln::ir::Literal::Tuple(std::move(pair)));
-    return values;
-  };
 }
 
 absl::StatusOr<std::unique_ptr<kiln::client::Client>> Connect(const std::string& name) {
@@ -123,12 +76,12 @@ int RunProducer(const Dataset& train) {
               absl::GetFlag(FLAGS_server).c_str());
   std::fflush(stdout);
   kiln::client::InfeedLoader loader(
-      *std::move(stream), Batches(&train, batch, epochs, absl::GetFlag(FLAGS_seed) + 1),
+      *std::move(stream), kiln::examples::ShuffledBatches(&train, batch, 1, epochs, absl::GetFlag(FLAGS_seed) + 1),
       absl::GetFlag(FLAGS_prefetch));
   const auto start = std::chrono::steady_clock::now();
   absl::Status st = loader.Wait();
   std::printf("producer: %lld batches written to the stream in %.1f s%s\n",
-              static_cast<long long>(loader.batches_written()), Seconds(start),
+              static_cast<long long>(loader.batches_written()), kiln::examples::SecondsSince(start),
               st.ok() ? "" : (" (" + st.ToString() + ")").c_str());
   return st.ok() ? 0 : 1;
 }
@@ -193,7 +146,7 @@ int main(int argc, char** argv) {
     auto stream = (*client)->OpenInfeed(device);
     if (!stream.ok()) return Fail(stream.status());
     loader = std::make_unique<kiln::client::InfeedLoader>(
-        *std::move(stream), Batches(&*train, batch, epochs, absl::GetFlag(FLAGS_seed) + 1),
+        *std::move(stream), kiln::examples::ShuffledBatches(&*train, batch, 1, epochs, absl::GetFlag(FLAGS_seed) + 1),
         absl::GetFlag(FLAGS_prefetch));
   }
   std::printf("training %s on %s in loop mode: %lld steps per program, batch %d, lr %g%s\n",
@@ -204,44 +157,20 @@ int main(int argc, char** argv) {
                   : (" through kiln-server at " + absl::GetFlag(FLAGS_server)).c_str());
   std::fflush(stdout);
 
-  const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   for (int epoch = 1; epoch <= epochs; ++epoch) {
     const double epoch_lr = kiln::examples::CosineLearningRate(lr, epoch, epochs);
     trainer.SetLearningRate(epoch_lr);
     const auto start = std::chrono::steady_clock::now();
-    kiln::client::CallCanceller cancel;
-    absl::Status loop_status;
-    std::thread runner([&]() { loop_status = trainer.TrainLoop(steps, batch, &cancel); });
-    kiln::client::OutfeedOptions out_options;
-    out_options.max_values = steps;
-    auto reader = (*client)->OpenOutfeed(device, out_options);
-    absl::Status read_status = reader.status();
-    double loss_sum = 0, window = 0;
-    for (int64_t step = 1; read_status.ok() && step <= steps; ++step) {
-      auto value = (*reader)->Next();
-      if (!value.ok() || !value->has_value()) {
-        read_status = value.ok() ? absl::DataLossError("the outfeed ended early") : value.status();
-        break;
-      }
-      const double loss = (**value).GetAsDouble(0);
-      loss_sum += loss;
-      window += loss;
-      if (step % log_every == 0 || step == steps) {
-        const int64_t n = (step - 1) % log_every + 1;
-        std::printf("  epoch %d step %lld/%lld: loss %.4f (from the outfeed), %.1f steps/s\n",
-                    epoch, static_cast<long long>(step), static_cast<long long>(steps),
-                    window / n, step / Seconds(start));
-        std::fflush(stdout);
-        window = 0;
-      }
-    }
-    // A reader that fails stops the program; the program's own error wins.
-    if (!read_status.ok()) cancel.Cancel();
-    if (reader.ok()) (*reader)->Cancel();
-    runner.join();
-    if (!loop_status.ok()) return Fail(loop_status);
-    if (!read_status.ok()) return Fail(read_status);
-    const double train_seconds = Seconds(start);
+    kiln::examples::LoopEpochOptions loop_options;
+    loop_options.epoch = epoch;
+    loop_options.steps = steps;
+    loop_options.log_every = absl::GetFlag(FLAGS_log_every);
+    absl::StatusOr<double> train_loss = kiln::examples::RunLoopEpoch(
+        **client, device, loop_options, [&](kiln::client::CallCanceller* cancel) {
+          return trainer.TrainLoop(steps, batch, cancel);
+        });
+    if (!train_loss.ok()) return Fail(train_loss.status());
+    const double train_seconds = kiln::examples::SecondsSince(start);
     double test_loss = 0, test_correct = 0;
     int64_t seen = 0;
     const int eval_batch = 1000;
@@ -254,7 +183,7 @@ int main(int argc, char** argv) {
     }
     std::printf("epoch %d: train loss %.4f, test loss %.4f, test accuracy %.4f, %.1f s, "
                 "lr %.5f, compiles %lld\n",
-                epoch, loss_sum / steps, seen ? test_loss / seen : 0.0,
+                epoch, *train_loss, seen ? test_loss / seen : 0.0,
                 seen ? test_correct / seen : 0.0, train_seconds, epoch_lr,
                 static_cast<long long>(ctx->metrics().uncached_compiles));
     std::fflush(stdout);

@@ -16,6 +16,8 @@
 #include "runtime/host/cancel.h"
 #include "runtime/host/conv_kernels.h"
 
+#include <cstdlib>
+
 #include "runtime/host/tuning.h"
 #include "runtime/host/dnnl_conv.h"
 #include "runtime/host/gemm.h"
@@ -321,6 +323,13 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
   bytes += macs / std::max<int64_t>(1, instr.shape().dim(instr.attrs().conv.output_batch)) /
            std::max<int64_t>(1, ker.dim(instr.attrs().conv.kernel_output_feature)) * 4;
   if (macs > kMaxTunedMacs || bytes > kMaxTunedBytes) return std::move(candidates[0].kernel);
+  // Timing may choose differently from one compile to the next, and the
+  // candidates sum in different orders: KILN_CONV_TUNING=0 asks for the
+  // same choice every time (oneDNN's), so that runs repeat bit for bit.
+  if (const char* tuning = std::getenv("KILN_CONV_TUNING");
+      tuning != nullptr && std::string(tuning) == "0") {
+    return std::move(candidates[0].kernel);
+  }
   // Two rounds: the first also warms the core up (the first candidate timed
   // would otherwise pay for its clock and caches), the second times again
   // every candidate within 4x of the best and keeps each one's better time.
