@@ -9,15 +9,17 @@
 #   e2e     all of kiln_gpu_e2e_test (also the corpus through `kiln run`)
 #   train   Fashion-MNIST, MLP and LeNet-5, 5 epochs each on the default device
 #           of `kiln-server --devices=auto` (the first GPU), as the README's job
+#   resnet  examples/resnet on gpu:0 (RESNET_FLAGS adds flags, e.g. --epochs=8)
 #   bench   benchmarks/gpu_vs_peers.py: Kiln's cached steps (CUDA graphs on,
 #           then off) and microbenchmarks against PyTorch, torch.compile, JAX
 # Logs and JSON results go to OUT; a summary is printed last.
 #
-# Usage: deploy/gpu_check.sh BUNDLE.tar.xz OUT [tests|e2e|train|bench]...   (default: tests bench)
+# Usage: deploy/gpu_check.sh BUNDLE.tar.xz OUT [tests|e2e|train|resnet|bench]...
+#        (default: tests bench)
 set -uo pipefail
 
 src=$(cd "$(dirname "$0")/.." && pwd)
-(($# >= 2)) || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+(($# >= 2)) || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 tarball=$1
 out=$2
 shift 2
@@ -109,6 +111,12 @@ for phase in "${phases[@]}"; do
         summary+=("$(grep -E '^(epoch [0-9]+: train|training )' "$out/train_$model.log" | sed "s/^/  $model: /")")
       done
       ;;
+    resnet)
+      # shellcheck disable=SC2086  # RESNET_FLAGS is a list of flags
+      run_phase resnet "${RESNET_SECONDS:-600}" "$bin/resnet" --devices=cpu:1,gpu:1 \
+        --device=gpu:0 --log_every=100 ${RESNET_FLAGS:-}
+      summary+=("$(grep -E '^(training|epoch [0-9]+:|final)' "$out/resnet.log" | sed 's/^/  resnet: /')")
+      ;;
     bench)
       run_phase bench_graphs 420 python3 "$src/benchmarks/gpu_vs_peers.py" --bin "$bin" \
         --runs 3 --steps 200 --json "$out/gpu_vs_peers.json" \
@@ -119,7 +127,7 @@ for phase in "${phases[@]}"; do
       summary+=("without CUDA graphs:" "$(bench_result bench_no_graphs 'kiln step p50')")
       ;;
     *)
-      log "unknown phase $phase (tests, e2e, train, bench)"
+      log "unknown phase $phase (tests, e2e, train, resnet, bench)"
       exit 2
       ;;
   esac
