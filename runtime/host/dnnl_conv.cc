@@ -97,6 +97,10 @@ struct Plan {
 struct Geometry {
   int rank = 0;
   memory::dims strides, dilates, pad_l, pad_r;
+  // The input's dilation (XLA's lhs_dilate): only a data gradient, where it
+  // is the forward convolution's stride, has one.
+  memory::dims base_dilates;
+  bool base_dilated = false;
 };
 
 // The checks every plan shares; nullopt when oneDNN does not cover `instr`.
@@ -115,7 +119,9 @@ std::optional<Geometry> Covered(const ir::Instruction& instr) {
   std::vector<ir::WindowDim> window = instr.attrs().window;
   if (window.empty()) window.resize(g.rank);
   for (const ir::WindowDim& w : window) {
-    if (w.base_dilation != 1 || w.pad_lo < 0 || w.pad_hi < 0) return std::nullopt;
+    if (w.base_dilation < 1 || w.pad_lo < 0 || w.pad_hi < 0) return std::nullopt;
+    g.base_dilates.push_back(w.base_dilation);
+    g.base_dilated = g.base_dilated || w.base_dilation != 1;
     g.strides.push_back(w.stride);
     g.dilates.push_back(w.window_dilation - 1);
     g.pad_l.push_back(w.pad_lo);
@@ -133,6 +139,7 @@ dnnl::primitive_attr UserScratchpad() {
 // out = conv(in, ker) as oneDNN's forward convolution.
 std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& g,
                                   int64_t piece) {
+  if (g.base_dilated) return nullptr;
   const Shape& ker = instr.operand(1)->shape();
   const ir::ConvDims& c = instr.attrs().conv;
   auto plan = std::make_shared<Plan>();
@@ -187,7 +194,7 @@ std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& 
 // stride as the dilation.
 std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& g,
                                   int64_t piece) {
-  if (instr.attrs().feature_group_count != 1) return nullptr;
+  if (instr.attrs().feature_group_count != 1 || g.base_dilated) return nullptr;
   const ir::ConvDims& c = instr.attrs().conv;
   std::vector<int64_t> src_order = {c.input_feature, c.input_batch};
   std::vector<int64_t> diff_dst_order = {c.kernel_input_feature, c.kernel_output_feature};
@@ -232,19 +239,21 @@ std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& 
 // in[b, f, y + k*d - p] * ker[f, o, k] is oneDNN's data gradient of a
 // convolution whose weights are ker with its spatial dimensions reversed,
 // whose result gradient is the HLO input and whose padding is (K-1)*d - p.
+// An input dilated by s (zeros between its elements, as the data gradient
+// of a convolution of stride s reads it) is that convolution's stride.
 std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g,
                                int64_t piece) {
   if (instr.attrs().feature_group_count != 1) return nullptr;
   const Shape& ker = instr.operand(1)->shape();
   const ir::ConvDims& c = instr.attrs().conv;
-  memory::dims pad_l, pad_r, ones;
+  memory::dims pad_l, pad_r, strides;
   for (int d = 0; d < g.rank; ++d) {
     if (g.strides[d] != 1) return nullptr;
     const int64_t reach = (ker.dim(c.kernel_spatial[d]) - 1) * (g.dilates[d] + 1);
     pad_l.push_back(reach - g.pad_l[d]);
     pad_r.push_back(reach - g.pad_r[d]);
     if (pad_l.back() < 0 || pad_r.back() < 0) return nullptr;
-    ones.push_back(1);
+    strides.push_back(g.base_dilates[d]);
   }
   std::vector<int64_t> diff_dst_order = {c.input_batch, c.input_feature};
   std::vector<int64_t> diff_src_order = {c.output_batch, c.output_feature};
@@ -271,10 +280,10 @@ std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g,
                      diff_dst = Any(plan->in.lies);
   dnnl::convolution_forward::desc hint_desc(dnnl::prop_kind::forward_training,
                                             dnnl::algorithm::convolution_direct, diff_src, weights,
-                                            diff_dst, ones, g.dilates, pad_l, pad_r);
+                                            diff_dst, strides, g.dilates, pad_l, pad_r);
   dnnl::convolution_forward::primitive_desc hint(hint_desc, Engine());
   dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, diff_src,
-                                             weights, diff_dst, ones, g.dilates, pad_l, pad_r);
+                                             weights, diff_dst, strides, g.dilates, pad_l, pad_r);
   dnnl::convolution_backward_data::primitive_desc pd(desc, UserScratchpad(), Engine(), hint);
   plan->in.Want(pd.diff_dst_desc(), DNNL_ARG_DIFF_DST);
   plan->ker.Want(pd.weights_desc(), DNNL_ARG_WEIGHTS);
