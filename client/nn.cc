@@ -240,7 +240,9 @@ Tensor Dropout::Forward(const Tensor& x) {
     return ErrorTensor(x, absl::InvalidArgumentError(absl::StrCat(
                               "Dropout needs a floating-point tensor, not ", x.shape().ToString())));
   }
-  Tensor u = CounterUniform(*counter_, seed_, x.shape().dims(), x.dtype());
+  // Compared in f32: rounding to a half type would move numbers near 1 to
+  // 1 and the threshold with them.
+  Tensor u = CounterUniform(*counter_, seed_, x.shape().dims());
   *counter_ = *counter_ + 1.0;
   Tensor keep = Cast(GreaterEqual(u, FullLike(u, u.shape(), p_)), x.dtype());
   return x * keep * (1.0 / (1.0 - p_));

@@ -660,7 +660,7 @@ Tensor RngUniform(const Tensor& like, std::vector<int64_t> dims, double low, dou
 Tensor Iota(const Tensor& like, const Shape& shape, int64_t dimension) {
   if (!like.status().ok()) return like;
   if (!ir::IsIntegralType(shape.type()) || shape.type() == ElementType::kPred ||
-      dimension < 0 || dimension >= std::max(shape.rank(), 1)) {
+      dimension < 0 || dimension >= shape.rank()) {
     return ErrorTensor(like, absl::InvalidArgumentError(absl::StrCat(
                                  "Iota needs an integer shape and one of its dimensions, not ",
                                  shape.ToString(), " and dimension ", dimension)));
@@ -691,14 +691,19 @@ Tensor CounterUniform(const Tensor& counter, uint64_t seed, std::vector<int64_t>
     return factor == 0 ? x : x * BroadcastTo(u32(factor), h.shape().dims());
   };
   const uint32_t key = static_cast<uint32_t>(seed ^ (seed >> 32));
-  // A distinct start per (counter, element), then murmur3's finalizer,
-  // which spreads every input bit over the word.
-  Tensor base = counter * u32(0x85EBCA77u) + u32(key);
+  // murmur3's finalizer, which spreads every input bit over the word:
+  // first over (seed, counter), then over the element's index combined
+  // with that by exclusive or, so that two counters give two unrelated
+  // sequences rather than one sequence shifted.
+  auto fmix = [&](Tensor h) {
+    h = mix(h, 16, 0x85EBCA6Bu);
+    h = mix(h, 13, 0xC2B2AE35u);
+    return mix(h, 16, 0);
+  };
+  Tensor stream = fmix(counter * u32(0x85EBCA77u) + u32(key));
   Tensor index = Iota(counter, Shape(ElementType::kU32, {count}), 0);
-  Tensor h = index * BroadcastTo(u32(0x9E3779B1u), {count}) + BroadcastTo(base, {count});
-  h = mix(h, 16, 0x85EBCA6Bu);
-  h = mix(h, 13, 0xC2B2AE35u);
-  h = mix(h, 16, 0);
+  Tensor h = fmix(Binary(Opcode::kXor, index * BroadcastTo(u32(0x9E3779B1u), {count}),
+                         BroadcastTo(stream, {count})));
   // The top 24 bits, exact in f32: k / 2^24 for k in [0, 2^24).
   Tensor top = Binary(Opcode::kShiftRightLogical, h, BroadcastTo(u32(8), {count}));
   Tensor u = Cast(top, ElementType::kF32) * (1.0 / 16777216.0);

@@ -34,10 +34,12 @@ class TensorTest : public ::testing::Test {
 // The generator CounterUniform is documented to compute, on the host.
 double HostCounterUniform(uint64_t seed, uint32_t counter, uint32_t i) {
   const uint32_t key = static_cast<uint32_t>(seed ^ (seed >> 32));
-  uint32_t h = i * 0x9E3779B1u + (counter * 0x85EBCA77u + key);
-  h = (h ^ (h >> 16)) * 0x85EBCA6Bu;
-  h = (h ^ (h >> 13)) * 0xC2B2AE35u;
-  h ^= h >> 16;
+  auto fmix = [](uint32_t h) {
+    h = (h ^ (h >> 16)) * 0x85EBCA6Bu;
+    h = (h ^ (h >> 13)) * 0xC2B2AE35u;
+    return h ^ (h >> 16);
+  };
+  const uint32_t h = fmix((i * 0x9E3779B1u) ^ fmix(counter * 0x85EBCA77u + key));
   return static_cast<double>(h >> 8) / 16777216.0;
 }
 
@@ -68,11 +70,18 @@ TEST_F(TensorTest, CounterUniformIsAHashOfSeedCounterAndIndex) {
   }
   EXPECT_LT(same_next, 5);
   EXPECT_LT(same_other, 5);
+  // Nor is the next counter's sequence this one shifted by a few places.
+  for (int shift = 1; shift < 64; ++shift) {
+    int same = 0;
+    for (size_t i = 0; i + shift < a.size(); ++i) same += next[i] == a[i + shift];
+    ASSERT_LT(same, 5) << "shift " << shift;
+  }
   // Misuse is an error tensor, not a crash.
   EXPECT_FALSE(CounterUniform(Vec({1}), 1, {3}).status().ok());
   EXPECT_FALSE(CounterUniform(counter(0), 1, {3}, ElementType::kS32).status().ok());
   EXPECT_FALSE(Iota(Vec({1}), ir::Shape(ElementType::kF32, {3}), 0).status().ok());
   EXPECT_FALSE(Iota(Vec({1}), ir::Shape(ElementType::kS32, {3}), 1).status().ok());
+  EXPECT_FALSE(Iota(Vec({1}), ir::Shape(ElementType::kS32, {}), 0).status().ok());
   EXPECT_EQ(Values(Iota(Vec({1}), ir::Shape(ElementType::kS32, {2, 3}), 1)),
             (std::vector<double>{0, 1, 2, 0, 1, 2}));
 }

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace kiln::examples {
 
 double SecondsSince(std::chrono::steady_clock::time_point since) {
@@ -51,9 +53,13 @@ client::InfeedLoader::BatchSource ShuffledBatches(const Dataset* data, int batch
   if (!data->images.empty()) {
     st->background = *std::min_element(data->images.begin(), data->images.end());
   }
-  const int64_t steps = data->count / batch;
+  const int64_t steps = batch > 0 ? data->count / batch : 0;
   const int pixels = data->rows * data->cols;
   return [=]() -> absl::StatusOr<std::optional<std::vector<ir::Literal>>> {
+    if (steps == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batches of ", batch, " from ", data->count, " examples: not one full batch"));
+    }
     if (st->step == steps || st->epoch < first_epoch) {
       if (st->epoch >= last_epoch) return std::nullopt;
       ++st->epoch;

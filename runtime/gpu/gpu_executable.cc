@@ -271,7 +271,10 @@ bool WorthAGraph(const Program& p, const std::vector<ir::Shape>& parameters) {
     }
   }
   int64_t argument_bytes = 0;
-  for (const ir::Shape& shape : parameters) argument_bytes += shape.ByteSize();
+  for (const ir::Shape& shape : parameters) {
+    if (!shape.IsArray()) return false;  // copied in as one array each
+    argument_bytes += shape.ByteSize();
+  }
   return launches >= 2 && argument_bytes <= launches * kArgumentBytesPerLaunch;
 }
 
@@ -598,11 +601,21 @@ class GpuExecutable final : public runtime::Executable {
     const Program& entry = programs_[entry_];
     const GraphLayout layout(entry);
     const runtime::ArenaPlan plan = runtime::PlanArena(layout.blocks(), 256);
-    const int64_t limit = device.memory()->Stats().capacity_bytes / 4;
-    if (plan.total_bytes > limit) {
+    // A graph keeps its memory while the executable lives: it may take a
+    // quarter of the device at most, and only while half stays free for
+    // everything else.
+    const runtime::MemoryStats memory = device.memory()->Stats();
+    int64_t argument_bytes = 0;
+    for (const ir::Shape& shape : parameter_shapes_) argument_bytes += shape.ByteSize();
+    const int64_t keeps = plan.total_bytes + argument_bytes;
+    if (keeps > memory.capacity_bytes / 4 ||
+        memory.bytes_in_use + keeps > memory.capacity_bytes / 2) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "its intermediates need ", plan.total_bytes, " bytes, more than a quarter of the device"));
+          "it would keep ", keeps, " bytes of ", device.name(), " (", memory.bytes_in_use,
+          " of ", memory.capacity_bytes, " in use)"));
     }
+    // Library handles are made outside the capture (it may not allocate).
+    if (has_gemms_) RETURN_IF_ERROR(device.blas().status());
     ASSIGN_OR_RETURN(graph.arena,
                      device.AllocateBuffer(ir::Shape(ElementType::kU8, {plan.total_bytes})));
     graph.params.clear();
@@ -630,6 +643,7 @@ class GpuExecutable final : public runtime::Executable {
       return CudaStatus(error, "capturing the program");
     }
     if (!root.ok()) {
+      cudaGetLastError();  // a launch refused during the capture
       cudaGraphDestroy(recorded);
       return root.status();
     }
@@ -819,6 +833,9 @@ class GpuExecutable final : public runtime::Executable {
   // pays, unless profiling or KILN_GPU_GRAPHS=0 asks for step-by-step runs.
   const bool capturable_ =
       !profiling_ && GraphsEnabled() && WorthAGraph(programs_[entry_], parameter_shapes_);
+  const bool has_gemms_ = std::any_of(
+      programs_[entry_].steps.begin(), programs_[entry_].steps.end(),
+      [](const Step& step) { return step.kind == StepKind::kGemm; });
   static bool GraphsEnabled() {
     const char* flag = std::getenv("KILN_GPU_GRAPHS");
     return flag == nullptr || std::string(flag) != "0";
