@@ -4,6 +4,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "client/autodiff.h"
 
 namespace kiln::client::nn {
 namespace {
@@ -88,6 +90,24 @@ void Module::Train(bool training) {
   for (auto& [name, child] : children_) child->Train(training);
 }
 
+void Module::SetComputeType(std::optional<ir::ElementType> type) {
+  compute_type_ = type;
+  for (auto& [name, child] : children_) child->SetComputeType(type);
+}
+
+namespace {
+
+// `product(x, w)` computed in `type` (when set and other than x's), the
+// result back in x's type.
+template <typename Product>
+Tensor InComputeType(std::optional<ir::ElementType> type, const Tensor& x, const Tensor& w,
+                     Product product) {
+  if (!type.has_value() || !x.status().ok() || *type == x.dtype()) return product(x, w);
+  return Cast(product(Cast(x, *type), Cast(w, *type)), x.dtype());
+}
+
+}  // namespace
+
 Linear::Linear(LazyContext* ctx, const std::string& device, int64_t in, int64_t out,
                uint64_t seed, bool bias) {
   const double bound = 1.0 / std::sqrt(static_cast<double>(in));
@@ -97,7 +117,8 @@ Linear::Linear(LazyContext* ctx, const std::string& device, int64_t in, int64_t 
 }
 
 Tensor Linear::Forward(const Tensor& x) const {
-  Tensor y = Matmul(x, *weight_);
+  Tensor y = InComputeType(compute_type(), x, *weight_,
+                           [](const Tensor& a, const Tensor& b) { return Matmul(a, b); });
   return bias_ == nullptr ? y : y + *bias_;
 }
 
@@ -144,7 +165,10 @@ Tensor Conv2d::Forward(const Tensor& x) const {
                                 options_.padding, "'")));
     }
   }
-  Tensor y = Convolution(x, *weight_, std::move(window), Nhwc(), options_.groups);
+  const int groups = options_.groups;
+  Tensor y = InComputeType(compute_type(), x, *weight_, [&](const Tensor& a, const Tensor& b) {
+    return Convolution(a, b, window, Nhwc(), groups);
+  });
   return bias_ == nullptr ? y : y + *bias_;
 }
 
@@ -246,6 +270,35 @@ Tensor Dropout::Forward(const Tensor& x) {
   *counter_ = *counter_ + 1.0;
   Tensor keep = Cast(GreaterEqual(u, FullLike(u, u.shape(), p_)), x.dtype());
   return x * keep * (1.0 / (1.0 - p_));
+}
+
+absl::Status ConvertAll(const std::vector<std::pair<std::string, Tensor*>>& named,
+                        ir::ElementType type) {
+  if (!ir::IsFloatType(type)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ConvertAll converts to a floating-point type, not ", ir::ElementTypeName(type)));
+  }
+  std::vector<Tensor> converted;
+  for (const auto& [name, t] : named) {
+    if (t == nullptr || !t->defined()) {
+      return absl::FailedPreconditionError(absl::StrCat("'", name, "' has no value"));
+    }
+    RETURN_IF_ERROR(WithContext(t->status(), name));
+    converted.push_back(ir::IsFloatType(t->dtype()) ? Cast(*t, type) : *t);
+    RETURN_IF_ERROR(WithContext(converted.back().status(), name));
+  }
+  for (size_t i = 0; i < named.size(); ++i) *named[i].second = converted[i];
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Tensor>> ScaledGrad(const Tensor& loss,
+                                               const std::vector<Tensor>& params, double scale) {
+  if (!(scale > 0) || !std::isfinite(scale)) {
+    return absl::InvalidArgumentError(absl::StrCat("loss scale ", scale, " is not positive"));
+  }
+  ASSIGN_OR_RETURN(std::vector<Tensor> grads, Grad(loss * scale, params));
+  for (Tensor& g : grads) g = g * (1.0 / scale);
+  return grads;
 }
 
 }  // namespace kiln::client::nn

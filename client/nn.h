@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,15 @@ class Module {
   void Train(bool training);
   bool training() const { return training_; }
 
+  // Mixed precision: the element type that matrix work (Linear's product,
+  // Conv2d's convolution) runs in, for this module and its children. The
+  // parameters keep their type (f32 master weights): a layer casts its
+  // input and weight to `type`, computes, and casts the result back to its
+  // input's type; gradients flow back through the casts. Without one (the
+  // default, or after nullopt) layers compute in their input's type.
+  void SetComputeType(std::optional<ir::ElementType> type);
+  std::optional<ir::ElementType> compute_type() const { return compute_type_; }
+
  protected:
   Tensor& RegisterParameter(std::string name, Tensor value);
   Tensor& RegisterBuffer(std::string name, Tensor value);
@@ -57,6 +67,7 @@ class Module {
                std::vector<std::pair<std::string, Tensor*>>* out);
 
   bool training_ = true;
+  std::optional<ir::ElementType> compute_type_;
   // Stable addresses: tensors live in the module, registered once.
   std::vector<std::pair<std::string, std::unique_ptr<Tensor>>> parameters_, buffers_;
   std::vector<std::pair<std::string, Module*>> children_;
@@ -189,6 +200,20 @@ class ResidualBlock : public Module {
   std::unique_ptr<Conv2d> projection_;
   std::unique_ptr<BatchNorm> projection_bn_;
 };
+
+// Converts every floating-point tensor that `named` points at (a module's
+// NamedParameters and NamedBuffers, an optimizer's NamedState) to `type`
+// in one call, leaving integer tensors (counters) as they are: a whole
+// model and its optimizer in another precision.
+absl::Status ConvertAll(const std::vector<std::pair<std::string, Tensor*>>& named,
+                        ir::ElementType type);
+
+// Gradients of `loss` with static loss scaling: the gradients of
+// loss * scale, divided by scale. Small gradients that a half type would
+// flush to zero in the backward pass survive (f16 needs it; bf16 has f32's
+// range). INVALID_ARGUMENT for a scale that is not positive and finite.
+absl::StatusOr<std::vector<Tensor>> ScaledGrad(const Tensor& loss,
+                                               const std::vector<Tensor>& params, double scale);
 
 }  // namespace kiln::client::nn
 

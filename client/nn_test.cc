@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "client/autodiff.h"
+#include "client/optimizers.h"
 #include "embedded/embedded.h"
 #include "gtest/gtest.h"
 
@@ -399,6 +401,106 @@ TEST_F(NnTest, ModulesNestAndTrainTogether) {
   auto grads = Grad(loss, net.Parameters());
   ASSERT_TRUE(grads.ok()) << grads.status();
   EXPECT_EQ(grads->size(), 6u);
+}
+
+// Mixed precision: matrix work in bf16 on f32 master weights. The layer
+// computes what the casts around its product say, and its gradients stay
+// f32 and near the f32 ones.
+TEST_F(NnTest, LayersComputeMatrixWorkInTheirComputeType) {
+  Linear fc(ctx_.get(), "cpu:0", 8, 4, 3);
+  Conv2d conv(ctx_.get(), "cpu:0", 2, 3, 3, 4, {.bias = false});
+  Tensor x = ctx_->FromLiteral(Random({5, 8}, 1), "cpu:0");
+  Tensor img = ctx_->FromLiteral(Random({1, 5, 5, 2}, 2), "cpu:0");
+  std::vector<double> f32_out = Values(fc.Forward(x));
+  auto f32_grads = Grad(Sum(fc.Forward(x) * fc.Forward(x)), fc.Parameters());
+  ASSERT_TRUE(f32_grads.ok()) << f32_grads.status();
+
+  fc.SetComputeType(ElementType::kBF16);
+  conv.SetComputeType(ElementType::kBF16);
+  Tensor y = fc.Forward(x);
+  ASSERT_EQ(y.dtype(), ElementType::kF32);
+  const Tensor& w = *fc.NamedParameters()[0].second;
+  EXPECT_EQ(w.dtype(), ElementType::kF32);  // the master weights stay f32
+  Tensor by_hand = Cast(Matmul(Cast(x, ElementType::kBF16), Cast(w, ElementType::kBF16)),
+                        ElementType::kF32);
+  std::vector<double> got = Values(y), want = Values(by_hand);
+  ASSERT_EQ(got.size(), want.size());
+  int differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i], want[i]);
+    EXPECT_NEAR(got[i], f32_out[i], 0.05 * (1 + std::abs(f32_out[i])));
+    differ += got[i] != f32_out[i];
+  }
+  EXPECT_GT(differ, 0);  // it did round
+  Tensor conv_y = conv.Forward(img);
+  EXPECT_EQ(conv_y.dtype(), ElementType::kF32);
+  EXPECT_EQ(Values(conv_y),
+            Values(Cast(Convolution(Cast(img, ElementType::kBF16),
+                                    Cast(*conv.NamedParameters()[0].second, ElementType::kBF16),
+                                    {ir::WindowDim{.size = 3, .pad_lo = 1, .pad_hi = 1},
+                                     ir::WindowDim{.size = 3, .pad_lo = 1, .pad_hi = 1}},
+                                    Nhwc()),
+                        ElementType::kF32)));
+  auto grads = Grad(Sum(fc.Forward(x) * fc.Forward(x)), fc.Parameters());
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  for (size_t k = 0; k < grads->size(); ++k) {
+    EXPECT_EQ((*grads)[k].dtype(), ElementType::kF32);
+    std::vector<double> g = Values((*grads)[k]), g32 = Values((*f32_grads)[k]);
+    for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], g32[i], 0.05 * (1 + std::abs(g32[i])));
+  }
+  fc.SetComputeType(std::nullopt);
+  EXPECT_EQ(Values(fc.Forward(x)), f32_out);
+}
+
+// A whole model and its optimizer convert in one call; the integer
+// counter stays; the converted model still trains.
+TEST_F(NnTest, ConvertAllMovesAModelAndItsOptimizerToAnotherType) {
+  TinyNet net(ctx_.get());
+  Adam adam(0.05);
+  adam.InitState(net.Parameters());
+  std::vector<std::pair<std::string, Tensor*>> all = net.NamedParameters();
+  for (const auto& b : net.NamedBuffers()) all.push_back(b);
+  for (const auto& o : adam.NamedState()) all.push_back(o);
+  ASSERT_TRUE(ConvertAll(all, ElementType::kBF16).ok());
+  for (const auto& [name, t] : all) {
+    const ElementType want = name == "dropout.counter" ? ElementType::kU32
+                             : name == "adam_step"     ? ElementType::kS32
+                                                       : ElementType::kBF16;
+    EXPECT_EQ(t->dtype(), want) << name;
+  }
+  // Without dropout's noise, the loss has to fall.
+  net.Train(false);
+  Tensor x = Cast(ctx_->FromLiteral(Random({16, 4}, 9), "cpu:0"), ElementType::kBF16);
+  std::vector<double> losses;
+  for (int step = 0; step < 10; ++step) {
+    Tensor out = net.Forward(x);
+    Tensor loss = Sum(out * out) * (1.0 / 16);
+    auto grads = Grad(loss, net.Parameters());
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    auto updated = adam.Step(net.Parameters(), *grads);
+    ASSERT_TRUE(updated.ok()) << updated.status();
+    ASSERT_TRUE(net.SetParameters(*updated).ok());
+    losses.push_back(Values(loss)[0]);
+  }
+  EXPECT_LT(losses.back(), losses.front());
+  EXPECT_FALSE(ConvertAll(all, ElementType::kS32).ok());
+}
+
+// Static loss scaling keeps a gradient that the f16 backward pass would
+// flush to zero.
+TEST_F(NnTest, ScaledGradKeepsSmallHalfGradients) {
+  Tensor w = ctx_->FromLiteral(Random({4}, 3, 0.5, 1.5), "cpu:0");
+  ir::Literal small(ir::Shape(ElementType::kF16, {}));
+  small.SetFromDouble(0, 1e-3);
+  Tensor c = ctx_->FromLiteral(small, "cpu:0");
+  Tensor loss = Sum(Cast(Cast(w, ElementType::kF16) * c, ElementType::kF32)) * 1e-6;
+  auto plain = Grad(loss, {w});
+  auto scaled = ScaledGrad(loss, {w}, 65536);
+  ASSERT_TRUE(plain.ok() && scaled.ok());
+  for (double g : Values((*plain)[0])) EXPECT_EQ(g, 0);  // 1e-9 is below f16's range
+  for (double g : Values((*scaled)[0])) EXPECT_NEAR(g, 1e-9, 1e-11);
+  EXPECT_FALSE(ScaledGrad(loss, {w}, 0).ok());
+  EXPECT_FALSE(ScaledGrad(loss, {w}, std::numeric_limits<double>::infinity()).ok());
 }
 
 }  // namespace

@@ -32,7 +32,8 @@ Tensor DeviceZeros(const Tensor& like) {
 
 // `rate` as a device scalar of `like`'s type, unless `tensor` holds it.
 void UploadRate(double rate, const Tensor& like, Tensor& tensor) {
-  if (tensor.defined()) return;
+  // Again after the parameters changed type (nn::ConvertAll).
+  if (tensor.defined() && tensor.dtype() == like.dtype()) return;
   ir::Literal lr(ir::Shape::Scalar(like.dtype()));
   lr.SetFromDouble(0, rate);
   tensor = like.context()->FromLiteral(lr, like.device());
@@ -92,7 +93,8 @@ void Adam::InitState(const std::vector<Tensor>& params) {
     m_.push_back(DeviceZeros(p));
     v_.push_back(DeviceZeros(p));
   }
-  t_ = params[0].context()->FromLiteral(ir::Literal(ir::Shape::Scalar(params[0].dtype())),
+  // An integer: it counts exactly whatever the parameters' type.
+  t_ = params[0].context()->FromLiteral(ir::Literal(ir::Shape::Scalar(ir::ElementType::kS32)),
                                         params[0].device());
 }
 
@@ -113,9 +115,12 @@ absl::StatusOr<std::vector<Tensor>> Adam::Step(const std::vector<Tensor>& params
   InitState(params);
   RETURN_IF_ERROR(lr_tensor_.status());
   t_ = t_ + 1.0;
-  Tensor one = OnesLike(t_);
-  Tensor correction1 = one - Pow(OnesLike(t_) * beta1_, t_);
-  Tensor correction2 = one - Pow(OnesLike(t_) * beta2_, t_);
+  // The bias corrections in f32, then in the parameters' type.
+  const Tensor t = Cast(t_, ir::ElementType::kF32);
+  const Tensor one = OnesLike(t);
+  const ir::ElementType type = params[0].dtype();
+  Tensor correction1 = Cast(one - Pow(OnesLike(t) * beta1_, t), type);
+  Tensor correction2 = Cast(one - Pow(OnesLike(t) * beta2_, t), type);
   std::vector<Tensor> updated;
   for (size_t i = 0; i < params.size(); ++i) {
     m_[i] = m_[i] * beta1_ + grads[i] * (1.0 - beta1_);

@@ -57,6 +57,17 @@ TEST_F(ResnetTest, EpochsRunAsDeviceLoopsWithTheirLossesStreamedOut) {
   EXPECT_FALSE(FinalState(r.output).empty());
 }
 
+TEST_F(ResnetTest, MixedPrecisionTrains) {
+  testing::ProcessResult r = RunCommand(kSmall + " --epochs=2 --compute=bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("matrix work in bf16"), std::string::npos) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("final test accuracy ([0-9.]+)")))
+      << r.output;
+  EXPECT_GT(std::stod(m[1]), 0.2) << r.output;
+  EXPECT_NE(RunCommand(kSmall + " --epochs=1 --compute=f8").exit_code, 0);
+}
+
 TEST_F(ResnetTest, ThroughKilnServer) {
   testing::ServerProcess server;
   ASSERT_FALSE(server.address().empty());

@@ -43,6 +43,9 @@ ABSL_FLAG(double, lr, 0.1, "SGD learning rate at the first epoch (cosine decay p
 ABSL_FLAG(double, momentum, 0.9, "SGD (Nesterov) momentum");
 ABSL_FLAG(double, weight_decay, 5e-4, "SGD weight decay");
 ABSL_FLAG(bool, augment, true, "shift images by up to 2 pixels and mirror them at random");
+ABSL_FLAG(std::string, compute, "f32",
+          "f32, or bf16: convolutions and the classifier's product in bf16 on f32 master "
+          "weights (mixed precision)");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "save the weights, statistics and optimizer state here after every epoch, and start "
           "from the newest checkpoint found there");
@@ -153,6 +156,12 @@ absl::Status Run() {
   const std::string device = kiln::examples::TrainingDevice(*client, absl::GetFlag(FLAGS_device));
   auto ctx = kiln::client::LazyContext::Create(client.get());
   kiln::examples::ResNet net(ctx.get(), device, width, absl::GetFlag(FLAGS_seed));
+  const std::string compute = absl::GetFlag(FLAGS_compute);
+  if (compute == "bf16") {
+    net.SetComputeType(ElementType::kBF16);
+  } else if (compute != "f32") {
+    return absl::InvalidArgumentError("--compute must be f32 or bf16");
+  }
   const double lr = absl::GetFlag(FLAGS_lr);
   kiln::client::Sgd optimizer(lr, absl::GetFlag(FLAGS_momentum), /*nesterov=*/true,
                               absl::GetFlag(FLAGS_weight_decay));
@@ -187,9 +196,9 @@ absl::Status Run() {
   }
 
   std::printf("training a ResNet (width %d, %lld parameters) on %s in loop mode: %lld steps "
-              "per epoch program, batch %d, SGD lr %g, %s\n",
+              "per epoch program, batch %d, SGD lr %g, matrix work in %s, %s\n",
               width, static_cast<long long>(parameters), device.c_str(),
-              static_cast<long long>(steps), batch, lr,
+              static_cast<long long>(steps), batch, lr, compute.c_str(),
               absl::GetFlag(FLAGS_server).empty()
                   ? "embedded service"
                   : ("through kiln-server at " + absl::GetFlag(FLAGS_server)).c_str());
