@@ -289,6 +289,31 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
       s.index_vector_dim = d.index_vector_dim;
       return std::vector<Tensor>{ScatterAdd(ZerosLike(x[0]), x[1], g, std::move(s)), Tensor()};
     }
+    case Opcode::kScatter: {
+      if (node.reducer != Reducer::kAdd) {
+        return absl::UnimplementedError("gradients of scatter cover scatter-add");
+      }
+      // The operand's gradient passes through; each update's is the part
+      // of the result it was added to: a gather with the mirrored
+      // dimension numbers, as large as an update's window.
+      const ir::ScatterDims& d = node.attrs.scatter;
+      ir::GatherDims gather;
+      gather.offset_dims = d.update_window_dims;
+      gather.collapsed_slice_dims = d.inserted_window_dims;
+      gather.start_index_map = d.scatter_dims_to_operand_dims;
+      gather.index_vector_dim = d.index_vector_dim;
+      std::vector<int64_t> sizes(x[0].rank(), 1);
+      size_t window = 0;
+      for (int64_t dim = 0; dim < x[0].rank(); ++dim) {
+        const auto& inserted = d.inserted_window_dims;
+        if (std::find(inserted.begin(), inserted.end(), dim) != inserted.end()) continue;
+        if (window >= d.update_window_dims.size()) {
+          return absl::InvalidArgumentError("scatter: fewer update window dimensions than the operand has");
+        }
+        sizes[dim] = x[2].dim(static_cast<int>(d.update_window_dims[window++]));
+      }
+      return std::vector<Tensor>{g, Tensor(), Gather(g, x[1], std::move(gather), std::move(sizes))};
+    }
     case Opcode::kReduceWindow: return ReduceWindowGrad(node, x[0], g);
     default:
       return absl::UnimplementedError(

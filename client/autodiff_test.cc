@@ -177,6 +177,24 @@ TEST_F(GradTest, GatherAddsGradientsBackWhereRowsCameFrom) {
   }, {vec});
 }
 
+TEST_F(GradTest, ScatterAddSendsEachUpdateTheGradientOfWhereItWent) {
+  auto base = Random({5, 3}, -1, 1, 33), updates = Random({4, 3}, -1, 1, 34);
+  // Rows 1 and 4 take two updates each; the result is squared so that the
+  // gradients depend on the values.
+  auto scatter = [](auto& t) {
+    Tensor ids = t[0].context()->template FromVector<int32_t>(
+        ElementType::kS32, {4}, std::vector<int32_t>{1, 4, 4, 1}, "cpu:0");
+    ir::ScatterDims dims;
+    dims.update_window_dims = {1};
+    dims.inserted_window_dims = {0};
+    dims.scatter_dims_to_operand_dims = {0};
+    dims.index_vector_dim = 1;
+    Tensor out = ScatterAdd(t[0], ids, t[1], dims);
+    return out * out;
+  };
+  CheckGradient(scatter, {base, updates});
+}
+
 TEST_F(GradTest, DynamicSlicesAndUpdates) {
   auto x = Random({4, 5}, -1, 1, 41), u = Random({2, 3}, -1, 1, 42);
   auto start = [](const Tensor& like, int32_t v) {
