@@ -195,6 +195,17 @@ TEST_F(GradTest, ScatterAddSendsEachUpdateTheGradientOfWhereItWent) {
   CheckGradient(scatter, {base, updates});
 }
 
+TEST_F(GradTest, SortAndTopKSendGradientsBackWhereElementsCameFrom) {
+  auto x = Random({3, 5}, -1, 1, 35);
+  // Weights that differ by position, so that the order matters.
+  CheckGradient([](auto& t) {
+    Tensor s = Sort(t[0], 1);
+    return s * s * s;
+  }, {x});
+  CheckGradient([](auto& t) { return TopK(t[0], 2).values * 3.0; }, {x});
+  CheckGradient([](auto& t) { return Sort(t[0], 0, true) * Sort(t[0], 0, true); }, {x});
+}
+
 TEST_F(GradTest, DynamicSlicesAndUpdates) {
   auto x = Random({4, 5}, -1, 1, 41), u = Random({2, 3}, -1, 1, 42);
   auto start = [](const Tensor& like, int32_t v) {

@@ -30,6 +30,25 @@ class ReducerCache {
     cache_[key] = c;
     return c;
   }
+  // (a0, b0, a1, b1, ...) -> a0 <direction> b0: a sort's comparator that
+  // orders by the first operand, the others carried along.
+  ir::Computation* SortComparator(const std::vector<ir::ElementType>& types,
+                                  ir::ComparisonDirection direction) {
+    std::string name = absl::StrCat("sort_", ir::ComparisonDirectionName(direction));
+    for (ir::ElementType t : types) absl::StrAppend(&name, "_", ir::ElementTypeName(t));
+    if (auto it = comparators_.find(name); it != comparators_.end()) return it->second;
+    ir::Builder b(module_, name);
+    std::vector<ir::Instruction*> params;
+    for (size_t i = 0; i < types.size(); ++i) {
+      const ir::Shape scalar = ir::Shape::Scalar(types[i]);
+      params.push_back(b.Parameter(static_cast<int64_t>(2 * i), scalar, absl::StrCat("a", i)));
+      params.push_back(b.Parameter(static_cast<int64_t>(2 * i + 1), scalar, absl::StrCat("b", i)));
+    }
+    b.Compare(params[0], params[1], direction);
+    ir::Computation* c = b.Build().value_or(nullptr);
+    comparators_[name] = c;
+    return c;
+  }
   ir::Computation* SelectGe(ir::ElementType type) {
     if (select_ge_.contains(type)) return select_ge_[type];
     ir::Builder b(module_, absl::StrCat("select_ge_", ir::ElementTypeName(type)));
@@ -45,6 +64,7 @@ class ReducerCache {
   ir::Module* module_;
   std::map<std::pair<Reducer, ir::ElementType>, ir::Computation*> cache_;
   absl::flat_hash_map<ir::ElementType, ir::Computation*> select_ge_;
+  absl::flat_hash_map<std::string, ir::Computation*> comparators_;
 };
 
 // Returns the instruction for a node that is not lowered as an op of the
@@ -92,7 +112,11 @@ class Lowerer {
     std::vector<ir::Computation*> called;
     const ir::ElementType type =
         node.operands.empty() ? node.shape.type() : node.operands[0]->shape.type();
-    if (node.op == ir::Opcode::kSelectAndScatter) {
+    if (node.op == ir::Opcode::kSort) {
+      std::vector<ir::ElementType> types;
+      for (const auto& o : node.operands) types.push_back(o->shape.type());
+      called = {reducers_.SortComparator(types, node.attrs.direction)};
+    } else if (node.op == ir::Opcode::kSelectAndScatter) {
       called = {reducers_.SelectGe(type), reducers_.Get(Reducer::kAdd, type)};
     } else if (node.reducer != Reducer::kNone) {
       called = {reducers_.Get(node.reducer, type)};

@@ -634,6 +634,75 @@ Tensor OneHot(const Tensor& labels, int64_t classes, ElementType type) {
   return Cast(Equal(expanded, index), type);
 }
 
+Tensor Argsort(const Tensor& x, int64_t dim, bool descending) {
+  if (!x.status().ok()) return x;
+  if (dim < 0) dim += x.rank();
+  if (x.rank() == 0 || dim < 0 || dim >= x.rank() || x.dtype() == ElementType::kPred) {
+    return ErrorTensor(x, absl::InvalidArgumentError(absl::StrCat(
+                              "Argsort needs a numeric tensor of rank 1 or more and one of its "
+                              "dimensions, not ", x.shape().ToString(), " and ", dim)));
+  }
+  Tensor iota = Iota(x, Shape(ElementType::kS32, x.shape().dims()), dim);
+  ir::Attributes a;
+  a.dimensions = {dim};
+  a.is_stable = true;
+  a.direction = descending ? ir::ComparisonDirection::kGt : ir::ComparisonDirection::kLt;
+  Tensor sorted = Emit(Opcode::kSort, Shape::Tuple({x.shape(), iota.shape()}), {x, iota},
+                       std::move(a));
+  ir::Attributes element;
+  element.tuple_index = 1;
+  return Emit(Opcode::kGetTupleElement, iota.shape(), {sorted}, std::move(element));
+}
+
+Tensor TakeAlong(const Tensor& x, const Tensor& indices, int64_t dim) {
+  if (!x.status().ok()) return x;
+  if (!indices.status().ok()) return indices;
+  if (dim < 0) dim += x.rank();
+  bool fits = indices.dtype() == ElementType::kS32 && indices.rank() == x.rank() && dim >= 0 &&
+              dim < x.rank();
+  for (int d = 0; fits && d < x.rank(); ++d) fits = d == dim || indices.dim(d) == x.dim(d);
+  if (!fits) {
+    return ErrorTensor(x, absl::InvalidArgumentError(absl::StrCat(
+                              "TakeAlong needs s32 indices of ", x.shape().ToString(),
+                              "'s rank and other dimensions, not ", indices.shape().ToString())));
+  }
+  // Every element's full coordinates: its own, with `indices` along dim.
+  const int64_t r = x.rank();
+  std::vector<int64_t> point_dims = indices.shape().dims();
+  point_dims.push_back(1);
+  std::vector<Tensor> coords;
+  for (int64_t d = 0; d < r; ++d) {
+    Tensor c = d == dim ? indices : Iota(indices, indices.shape(), d);
+    coords.push_back(Reshape(c, point_dims));
+  }
+  ir::GatherDims g;
+  for (int64_t d = 0; d < r; ++d) {
+    g.collapsed_slice_dims.push_back(d);
+    g.start_index_map.push_back(d);
+  }
+  g.index_vector_dim = r;
+  return Gather(x, Concat(coords, r), std::move(g), std::vector<int64_t>(r, 1));
+}
+
+Tensor Sort(const Tensor& x, int64_t dim, bool descending) {
+  return TakeAlong(x, Argsort(x, dim, descending), dim);
+}
+
+TopKResult TopK(const Tensor& x, int64_t k) {
+  if (!x.status().ok()) return {x, x};
+  if (x.rank() == 0 || k < 0 || k > x.dim(x.rank() - 1)) {
+    Tensor e = ErrorTensor(x, absl::InvalidArgumentError(absl::StrCat(
+                                  "TopK of ", k, " along the last dimension of ",
+                                  x.shape().ToString())));
+    return {e, e};
+  }
+  Tensor order = Argsort(x, -1, /*descending=*/true);
+  std::vector<int64_t> start(x.rank(), 0), limit = x.shape().dims();
+  limit.back() = k;
+  Tensor indices = Slice(order, start, limit);
+  return {TakeAlong(x, indices, -1), indices};
+}
+
 Tensor CrossReplicaSum(const Tensor& x) {
   if (!x.status().ok()) return x;
   return Emit(Opcode::kAllReduce, x.shape(), {x}, {}, Reducer::kAdd);

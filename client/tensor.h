@@ -284,6 +284,25 @@ Tensor Gather(const Tensor& x, const Tensor& indices, ir::GatherDims dims,
 Tensor ScatterAdd(const Tensor& x, const Tensor& indices, const Tensor& updates,
                   ir::ScatterDims dims);
 
+// The indices (s32) that sort `x` along `dim` (negative counts from the
+// end), smallest first, or largest first when `descending`: XLA's stable
+// variadic sort of x with an iota, so equal elements keep their order
+// (where NaNs go is unspecified).
+Tensor Argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
+// x's elements at `indices` along `dim` (NumPy's take_along_axis): an s32
+// tensor of x's rank whose other dimensions match x's. A gather, so it has
+// a gradient.
+Tensor TakeAlong(const Tensor& x, const Tensor& indices, int64_t dim);
+// `x` sorted along `dim`; its gradient goes back to where each element
+// came from.
+Tensor Sort(const Tensor& x, int64_t dim = -1, bool descending = false);
+// The `k` largest elements along the last dimension, largest first, and
+// their indices (s32); values have a gradient.
+struct TopKResult {
+  Tensor values, indices;
+};
+TopKResult TopK(const Tensor& x, int64_t k);
+
 // The sum of `x` over every replica of a replicated execution (an
 // all-reduce); `x` itself when the program runs once.
 Tensor CrossReplicaSum(const Tensor& x);

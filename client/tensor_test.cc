@@ -86,6 +86,26 @@ TEST_F(TensorTest, CounterUniformIsAHashOfSeedCounterAndIndex) {
             (std::vector<double>{0, 1, 2, 0, 1, 2}));
 }
 
+TEST_F(TensorTest, SortsArgsortsAndTopK) {
+  Tensor x = Vec({3, 1, 2, 1, 5});
+  // Stable: the two ones keep their order either way.
+  EXPECT_EQ(Values(Argsort(x)), (std::vector<double>{1, 3, 2, 0, 4}));
+  EXPECT_EQ(Values(Argsort(x, 0, true)), (std::vector<double>{4, 0, 2, 1, 3}));
+  EXPECT_EQ(Values(Sort(x)), (std::vector<double>{1, 1, 2, 3, 5}));
+  Tensor m = ctx_->FromVector<float>(ElementType::kF32, {2, 3}, {4, 9, 1, 7, 2, 8}, "cpu:0");
+  EXPECT_EQ(Values(Sort(m, 0)), (std::vector<double>{4, 2, 1, 7, 9, 8}));
+  EXPECT_EQ(Values(Sort(m, 1, true)), (std::vector<double>{9, 4, 1, 8, 7, 2}));
+  TopKResult top = TopK(m, 2);
+  EXPECT_EQ(top.values.shape().dims(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(Values(top.values), (std::vector<double>{9, 4, 8, 7}));
+  EXPECT_EQ(Values(top.indices), (std::vector<double>{1, 0, 2, 0}));
+  Tensor picks = ctx_->FromVector<int32_t>(ElementType::kS32, {2, 1}, {2, 1}, "cpu:0");
+  EXPECT_EQ(Values(TakeAlong(m, picks, 1)), (std::vector<double>{1, 2}));
+  EXPECT_FALSE(TopK(m, 4).values.status().ok());
+  EXPECT_FALSE(Argsort(Sum(x)).status().ok());
+  EXPECT_FALSE(TakeAlong(m, Vec({0}), 1).status().ok());
+}
+
 TEST_F(TensorTest, DynamicSlicesTakeTheirStartsFromTheDevice) {
   Tensor x = ctx_->FromVector<float>(ElementType::kF32, {2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}, "cpu:0");
   Tensor one = ctx_->FromVector<int32_t>(ElementType::kS32, {}, {1}, "cpu:0");
