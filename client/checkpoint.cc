@@ -53,6 +53,20 @@ absl::Status SaveCheckpoint(const std::string& dir, int64_t step,
     }
     absl::StrAppend(&manifest, "meta ", key, " ", value, "\n");
   }
+  // Every tensor of a device computed by one program: tensors that come
+  // out of one computation (a device loop's state) are computed together,
+  // not once per tensor read.
+  std::map<std::string, std::vector<Tensor>> by_device;
+  for (const auto& [name, tensor] : tensors) {
+    if (tensor == nullptr || !tensor->defined()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has no value"));
+    }
+    RETURN_IF_ERROR(WithContext(tensor->status(), name));
+    by_device[tensor->device()].push_back(*tensor);
+  }
+  for (const auto& [device, group] : by_device) {
+    RETURN_IF_ERROR(group.front().context()->Realize(group));
+  }
   std::vector<std::pair<std::string, ir::Literal>> values;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, tensor] = tensors[i];

@@ -435,6 +435,24 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
     outputs.push_back(t.node());
   }
   if (outputs.empty()) return absl::OkStatus();
+  // A device loop's other results come out of the same run: realize those
+  // still held with the ones asked for, or reading them later would run
+  // the loop again (and find its infeed drained).
+  for (size_t i = 0, n = outputs.size(); i < n; ++i) {
+    const Node& out = *outputs[i];
+    if (out.op != ir::Opcode::kGetTupleElement || out.operands.size() != 1 ||
+        out.operands[0]->loop == nullptr) {
+      continue;
+    }
+    for (const std::weak_ptr<Node>& weak : out.operands[0]->loop->outputs) {
+      std::shared_ptr<Node> sibling = weak.lock();
+      if (sibling == nullptr || sibling->realized() || !sibling->status.ok() ||
+          std::find(outputs.begin(), outputs.end(), sibling) != outputs.end()) {
+        continue;
+      }
+      outputs.push_back(std::move(sibling));
+    }
+  }
   // The cheap step: a trace whose structure ran before takes its program
   // by the trace's key, without lowering, printing or fingerprinting.
   const auto lower_start = Clock::now();

@@ -175,11 +175,12 @@ absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<
   }
   auto loop_node = NewNode(ir::Opcode::kWhile, ir::Shape::Tuple(carried), device,
                            std::move(operands));
-  loop_node->loop = std::move(spec);
+  loop_node->loop = spec;  // spec stays writable here: its outputs come next
   loop_node->context = state[0].node()->context;
   std::vector<Tensor> out;
   for (size_t i = 0; i < state.size(); ++i) {
     out.push_back(Tensor(TupleElement(ctx, loop_node, 1 + static_cast<int64_t>(i))));
+    spec->outputs.push_back(out.back().node());
   }
   return out;
 }

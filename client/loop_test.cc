@@ -3,11 +3,14 @@
 // token, cancellation, and the background loader.
 #include "client/loop.h"
 
+#include <cmath>
+#include <filesystem>
 #include <random>
 #include <thread>
 
 #include "base/status_macros.h"
 #include "client/autodiff.h"
+#include "client/checkpoint.h"
 #include "client/feeds.h"
 #include "client/lazy.h"
 #include "client/nn.h"
@@ -98,6 +101,28 @@ TEST_F(LoopTest, LearningRateChangesBetweenLoops) {
   }
   EXPECT_NEAR(Values(w)[0], a, 1e-6);
   EXPECT_NEAR(Values(w)[1], 2 * a, 1e-6);
+}
+
+// Reading a loop's results one at a time runs the loop once: the first
+// read realizes every result still held (a second run would find the
+// infeed drained and wait).
+TEST_F(LoopTest, ReadingTheStateTensorByTensorRunsTheLoopOnce) {
+  auto in = client_->OpenInfeed("cpu:0");
+  ASSERT_TRUE(in.ok()) << in.status();
+  for (int i = 1; i <= 2; ++i) ASSERT_TRUE((*in)->Write(F32({float(i), float(i)})).ok());
+  ASSERT_TRUE((*in)->Finish().ok());
+  Tensor a = Vec({0, 0}), b = Vec({1, 1});
+  std::vector<std::pair<std::string, Tensor*>> state = {{"a", &a}, {"b", &b}};
+  ASSERT_TRUE(WhileCarrying(2, state, [&](DeviceLoop& loop) {
+                Tensor x = loop.Infeed(Shape(ElementType::kF32, {2}));
+                a = a + x;
+                b = b * x;
+                return absl::OkStatus();
+              }).ok());
+  const int64_t before = ctx_->metrics().executions;
+  EXPECT_EQ(Values(a), (std::vector<double>{3, 3}));
+  EXPECT_EQ(Values(b), (std::vector<double>{2, 2}));
+  EXPECT_EQ(ctx_->metrics().executions, before + 1);
 }
 
 TEST_F(LoopTest, BodyMustKeepTheStateShapes) {
@@ -402,6 +427,111 @@ TEST_F(LoopTest, StepModeAndLoopModeTrainTheSameModel) {
   // untouched models).
   NormDropNet fresh(ctx_.get());
   EXPECT_NE(Values(*fresh.NamedParameters()[0].second), Values(*carried[0].second));
+}
+
+// The complete example of docs/tensors.md ("A complete example"), as it
+// stands there: a module with batch normalization and dropout, mixed
+// precision, AdamW, one step in step mode, three in a device loop fed
+// through the infeed, and a checkpoint restored into a fresh model.
+class DocsNet : public nn::Module {
+ public:
+  explicit DocsNet(LazyContext* ctx)
+      : fc1_(ctx, "cpu:0", 784, 64, 1), bn_(ctx, "cpu:0", 64), drop_(ctx, "cpu:0", 0.2, 3),
+        fc2_(ctx, "cpu:0", 64, 10, 2) {
+    RegisterModule("fc1", &fc1_);
+    RegisterModule("bn", &bn_);
+    RegisterModule("drop", &drop_);
+    RegisterModule("fc2", &fc2_);
+  }
+  Tensor Forward(const Tensor& x) {
+    return fc2_.Forward(drop_.Forward(Relu(bn_.Forward(fc1_.Forward(x)))));
+  }
+
+ private:
+  nn::Linear fc1_;
+  nn::BatchNorm bn_;
+  nn::Dropout drop_;
+  nn::Linear fc2_;
+};
+
+absl::Status DocsExample(Client* client, LazyContext* ctx, const std::string& dir) {
+  DocsNet net(ctx);
+  net.SetComputeType(ElementType::kBF16);  // matrix work in bf16 on f32 weights
+  AdamW optimizer(1e-3, /*weight_decay=*/0.01);
+
+  // One training step, traced the same way in step mode and in a loop.
+  auto step = [&](const Tensor& images, const Tensor& labels) -> absl::StatusOr<Tensor> {
+    Tensor loss = SoftmaxCrossEntropy(net.Forward(images), OneHot(labels, 10));
+    ASSIGN_OR_RETURN(std::vector<Tensor> grads, Grad(loss, net.Parameters()));
+    ASSIGN_OR_RETURN(std::vector<Tensor> updated, optimizer.Step(net.Parameters(), grads));
+    RETURN_IF_ERROR(net.SetParameters(updated));
+    return loss;
+  };
+
+  // Everything the run carries, by name: weights, statistics, dropout's
+  // counter, the optimizer's moments and step count.
+  optimizer.InitState(net.Parameters());
+  std::vector<std::pair<std::string, Tensor*>> state = net.NamedParameters();
+  for (const auto& b : net.NamedBuffers()) state.push_back(b);
+  for (const auto& s : optimizer.NamedState()) state.push_back(s);
+
+  // Step mode: one program per step.
+  ir::Literal images(Shape(ElementType::kF32, {32, 784}));
+  ir::Literal labels(Shape(ElementType::kS32, {32}));
+  for (int64_t i = 0; i < images.element_count(); ++i) images.SetFromDouble(i, (i % 7) / 7.0);
+  for (int64_t i = 0; i < labels.element_count(); ++i) labels.SetFromDouble(i, i % 10);
+  ASSIGN_OR_RETURN(Tensor loss,
+                   step(ctx->FromLiteral(images, "cpu:0"), ctx->FromLiteral(labels, "cpu:0")));
+  RETURN_IF_ERROR(ctx->Barrier("cpu:0"));
+
+  // Loop mode: three steps as one program, each reading (images, labels)
+  // from the infeed and writing its loss to the outfeed.
+  ASSIGN_OR_RETURN(std::unique_ptr<InfeedStream> infeed, client->OpenInfeed("cpu:0"));
+  for (int i = 0; i < 3; ++i) {
+    std::vector<ir::Literal> pair = {images, labels};
+    RETURN_IF_ERROR(infeed->Write(ir::Literal::Tuple(std::move(pair))));
+  }
+  RETURN_IF_ERROR(infeed->Finish().status());
+  RETURN_IF_ERROR(WhileCarrying(3, state, [&](DeviceLoop& loop) -> absl::Status {
+    std::vector<Tensor> batch =
+        loop.InfeedTuple({Shape(ElementType::kF32, {32, 784}), Shape(ElementType::kS32, {32})});
+    ASSIGN_OR_RETURN(Tensor l, step(batch[0], batch[1]));
+    loop.Outfeed(l);
+    return absl::OkStatus();
+  }));
+
+  // A checkpoint of the whole state (reading it runs the loop), restored
+  // into a fresh model and optimizer.
+  std::vector<std::pair<std::string, const Tensor*>> saved(state.begin(), state.end());
+  RETURN_IF_ERROR(SaveCheckpoint(dir, /*step=*/4, saved));
+  DocsNet restored(ctx);
+  AdamW restored_optimizer(1e-3, 0.01);
+  restored_optimizer.InitState(restored.Parameters());
+  std::vector<std::pair<std::string, Tensor*>> targets = restored.NamedParameters();
+  for (const auto& b : restored.NamedBuffers()) targets.push_back(b);
+  for (const auto& s : restored_optimizer.NamedState()) targets.push_back(s);
+  ASSIGN_OR_RETURN(std::optional<Checkpoint> latest, LoadLatestCheckpoint(dir));
+  if (!latest.has_value()) return absl::NotFoundError("no checkpoint");
+  return RestoreTensors(*latest, targets, ctx, "cpu:0");
+}
+
+TEST_F(LoopTest, TheCompleteExampleOfTheDocsRuns) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("kiln-docs-example-" + std::to_string(::getpid())))
+                              .string();
+  absl::Status st = DocsExample(client_.get(), ctx_.get(), dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(st.ok()) << st;
+  OutfeedOptions options;
+  options.max_values = 3;
+  options.timeout = absl::Seconds(5);
+  auto reader = client_->OpenOutfeed("cpu:0", options);
+  ASSERT_TRUE(reader.ok());
+  for (int i = 0; i < 3; ++i) {
+    auto v = (*reader)->Next();
+    ASSERT_TRUE(v.ok() && v->has_value()) << v.status();
+    EXPECT_TRUE(std::isfinite(Values(**v)[0]));
+  }
 }
 
 TEST_F(LoopTest, WhileCarryingNamesWhatItCannotCarry) {

@@ -42,6 +42,10 @@ struct LoopSpec {
   std::vector<std::shared_ptr<Node>> captures;
   // The last token of the body's infeeds and outfeeds (null if none).
   std::shared_ptr<Node> effects;
+  // The loop's results as the tracing program holds them (tuple elements
+  // of the while node): realizing one realizes those still alive with it,
+  // so that reading the state tensor by tensor runs the loop once.
+  std::vector<std::weak_ptr<Node>> outputs;
 };
 
 // One recorded op (or a realized value). Not thread-safe: a trace belongs to
