@@ -520,6 +520,34 @@ HostTensor Reshape(const HostTensor& x, std::vector<int64_t> dims) {
                                            x.literal().bytes()));
 }
 
+namespace {
+
+// A new tensor of `dims` whose element at index (i0, i1, ...) is x's
+// element at offset + i0 * strides[0] + i1 * strides[1] + ... (elements,
+// not bytes): a strided view of x, copied out.
+HostTensor CopyStrided(const HostTensor& x, const std::vector<int64_t>& dims,
+                       const std::vector<int64_t>& strides, int64_t offset) {
+  ir::Literal out(Shape(x.dtype(), dims));
+  const int size = ir::ElementTypeSize(x.dtype());
+  const uint8_t* in = x.literal().bytes().data();
+  uint8_t* o = out.mutable_bytes().data();
+  const int rank = static_cast<int>(dims.size());
+  std::vector<int64_t> idx(rank, 0);
+  int64_t at = offset;
+  for (int64_t i = 0; i < out.element_count(); ++i) {
+    std::copy_n(in + at * size, size, o + i * size);
+    for (int d = rank - 1; d >= 0; --d) {
+      at += strides[d];
+      if (++idx[d] < dims[d]) break;
+      at -= strides[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+  return HostTensor(std::move(out));
+}
+
+}  // namespace
+
 HostTensor Transpose(const HostTensor& x, std::vector<int64_t> perm) {
   if (!x.ok()) return x;
   std::vector<int64_t> sorted = perm;
@@ -527,25 +555,13 @@ HostTensor Transpose(const HostTensor& x, std::vector<int64_t> perm) {
   std::vector<int64_t> identity(x.rank());
   std::iota(identity.begin(), identity.end(), 0);
   if (sorted != identity) return Fail("transpose", "the permutation is not one of the dimensions");
-  std::vector<int64_t> out_dims;
-  for (int64_t p : perm) out_dims.push_back(x.dim(static_cast<int>(p)));
-  ir::Literal out(Shape(x.dtype(), out_dims));
   const std::vector<int64_t> in_strides = Strides(x.dims());
-  const int size = ir::ElementTypeSize(x.dtype());
-  const uint8_t* in = x.literal().bytes().data();
-  uint8_t* o = out.mutable_bytes().data();
-  std::vector<int64_t> idx(x.rank(), 0);
-  int64_t at = 0;
-  for (int64_t i = 0; i < x.size(); ++i) {
-    std::copy_n(in + at * size, size, o + i * size);
-    for (int d = x.rank() - 1; d >= 0; --d) {
-      at += in_strides[perm[d]];
-      if (++idx[d] < out_dims[d]) break;
-      at -= in_strides[perm[d]] * idx[d];
-      idx[d] = 0;
-    }
+  std::vector<int64_t> out_dims, strides;
+  for (int64_t p : perm) {
+    out_dims.push_back(x.dim(static_cast<int>(p)));
+    strides.push_back(in_strides[p]);
   }
-  return HostTensor(std::move(out));
+  return CopyStrided(x, out_dims, strides, 0);
 }
 
 HostTensor Slice(const HostTensor& x, std::vector<int64_t> starts, std::vector<int64_t> limits) {
@@ -553,30 +569,18 @@ HostTensor Slice(const HostTensor& x, std::vector<int64_t> starts, std::vector<i
   if (static_cast<int>(starts.size()) != x.rank() || static_cast<int>(limits.size()) != x.rank()) {
     return Fail("slice", "needs a start and a limit per dimension");
   }
+  const std::vector<int64_t> strides = Strides(x.dims());
   std::vector<int64_t> out_dims;
+  int64_t offset = 0;
   for (int d = 0; d < x.rank(); ++d) {
     if (starts[d] < 0 || limits[d] > x.dim(d) || starts[d] > limits[d]) {
       return Fail("slice", absl::StrCat("[", starts[d], ", ", limits[d], ") is outside dimension ",
                                         d, " of ", x.shape().ToString()));
     }
     out_dims.push_back(limits[d] - starts[d]);
+    offset += starts[d] * strides[d];
   }
-  ir::Literal out(Shape(x.dtype(), out_dims));
-  const std::vector<int64_t> in_strides = Strides(x.dims());
-  const int size = ir::ElementTypeSize(x.dtype());
-  const uint8_t* in = x.literal().bytes().data();
-  uint8_t* o = out.mutable_bytes().data();
-  std::vector<int64_t> idx(x.rank(), 0);
-  for (int64_t i = 0; i < out.element_count(); ++i) {
-    int64_t at = 0;
-    for (int d = 0; d < x.rank(); ++d) at += (starts[d] + idx[d]) * in_strides[d];
-    std::copy_n(in + at * size, size, o + i * size);
-    for (int d = x.rank() - 1; d >= 0; --d) {
-      if (++idx[d] < out_dims[d]) break;
-      idx[d] = 0;
-    }
-  }
-  return HostTensor(std::move(out));
+  return CopyStrided(x, out_dims, strides, offset);
 }
 
 HostTensor Take(const HostTensor& x, const HostTensor& ids) {

@@ -64,8 +64,7 @@ absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<
 // by reading and assigning them through the same pointers, as it would
 // trace a step in step mode:
 //
-//   auto carried = model.NamedParameters();           // then buffers,
-//   for (auto& s : optimizer.NamedState()) carried.push_back(s);  // state
+//   auto carried = nn::TrainingState(model, optimizer);  // weights, buffers, state
 //   RETURN_IF_ERROR(WhileCarrying(steps, carried, [&](DeviceLoop& loop) {
 //     Tensor x = loop.Infeed(...);
 //     ... loss, Grad, optimizer.Step, model.SetParameters ...

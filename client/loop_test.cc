@@ -14,6 +14,7 @@
 #include "client/feeds.h"
 #include "client/lazy.h"
 #include "client/nn.h"
+#include "client/nn_test_util.h"
 #include "client/optimizers.h"
 #include "client/loop_test_util.h"
 #include "embedded/embedded.h"
@@ -299,25 +300,9 @@ TEST_F(LoopTest, LoaderKeepsTheInfeedFull) {
 
 // A model with state besides its weights: batch normalization's running
 // statistics and dropout's counter.
-class NormDropNet : public nn::Module {
+class NormDropNet : public testing::TwoLayerNet {
  public:
-  explicit NormDropNet(LazyContext* ctx)
-      : fc1_(ctx, "cpu:0", 6, 12, 1), bn_(ctx, "cpu:0", 12), drop_(ctx, "cpu:0", 0.3, 5),
-        fc2_(ctx, "cpu:0", 12, 3, 2) {
-    RegisterModule("fc1", &fc1_);
-    RegisterModule("bn", &bn_);
-    RegisterModule("drop", &drop_);
-    RegisterModule("fc2", &fc2_);
-  }
-  Tensor Forward(const Tensor& x) {
-    return fc2_.Forward(drop_.Forward(Relu(bn_.Forward(fc1_.Forward(x)))));
-  }
-
- private:
-  nn::Linear fc1_;
-  nn::BatchNorm bn_;
-  nn::Dropout drop_;
-  nn::Linear fc2_;
+  explicit NormDropNet(LazyContext* ctx) : TwoLayerNet(ctx, 6, 12, 3, 0.3, 5) {}
 };
 
 // One training step, traced the same way in step mode and in a loop body.
@@ -328,15 +313,6 @@ absl::StatusOr<Tensor> TraceStep(NormDropNet& net, Optimizer& optimizer, const T
   ASSIGN_OR_RETURN(std::vector<Tensor> updated, optimizer.Step(net.Parameters(), grads));
   RETURN_IF_ERROR(net.SetParameters(updated));
   return loss;
-}
-
-// Everything a run carries: weights, buffers, the optimizer's state.
-std::vector<std::pair<std::string, Tensor*>> RunState(NormDropNet& net, Optimizer& optimizer) {
-  optimizer.InitState(net.Parameters());
-  std::vector<std::pair<std::string, Tensor*>> all = net.NamedParameters();
-  for (const auto& b : net.NamedBuffers()) all.push_back(b);
-  for (const auto& o : optimizer.NamedState()) all.push_back(o);
-  return all;
 }
 
 ir::Literal RandomBatch(ir::Shape shape, uint64_t seed) {
@@ -382,7 +358,7 @@ TEST_F(LoopTest, StepModeAndLoopModeTrainTheSameModel) {
     ASSERT_TRUE((*in)->Write(ys[i]).ok());
   }
   ASSERT_TRUE((*in)->Finish().ok());
-  std::vector<std::pair<std::string, Tensor*>> carried = RunState(looped, looped_opt);
+  std::vector<std::pair<std::string, Tensor*>> carried = nn::TrainingState(looped, looped_opt);
   absl::Status st = WhileCarrying(kSteps, carried, [&](DeviceLoop& loop) -> absl::Status {
     Tensor x = loop.Infeed(x_shape);
     Tensor y = loop.Infeed(y_shape);
@@ -407,7 +383,7 @@ TEST_F(LoopTest, StepModeAndLoopModeTrainTheSameModel) {
         << "loss of step " << i;
   }
 
-  std::vector<std::pair<std::string, Tensor*>> expected = RunState(stepped, stepped_opt);
+  std::vector<std::pair<std::string, Tensor*>> expected = nn::TrainingState(stepped, stepped_opt);
   ASSERT_EQ(expected.size(), carried.size());
   bool dropped_some = false;
   for (size_t k = 0; k < carried.size(); ++k) {
@@ -417,7 +393,7 @@ TEST_F(LoopTest, StepModeAndLoopModeTrainTheSameModel) {
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << carried[k].first << "[" << i << "]";
     }
-    if (carried[k].first == "drop.counter") {
+    if (carried[k].first == "dropout.counter") {
       EXPECT_EQ(got, (std::vector<double>{kSteps}));
       dropped_some = true;
     }
@@ -433,25 +409,9 @@ TEST_F(LoopTest, StepModeAndLoopModeTrainTheSameModel) {
 // stands there: a module with batch normalization and dropout, mixed
 // precision, AdamW, one step in step mode, three in a device loop fed
 // through the infeed, and a checkpoint restored into a fresh model.
-class DocsNet : public nn::Module {
+class DocsNet : public testing::TwoLayerNet {
  public:
-  explicit DocsNet(LazyContext* ctx)
-      : fc1_(ctx, "cpu:0", 784, 64, 1), bn_(ctx, "cpu:0", 64), drop_(ctx, "cpu:0", 0.2, 3),
-        fc2_(ctx, "cpu:0", 64, 10, 2) {
-    RegisterModule("fc1", &fc1_);
-    RegisterModule("bn", &bn_);
-    RegisterModule("drop", &drop_);
-    RegisterModule("fc2", &fc2_);
-  }
-  Tensor Forward(const Tensor& x) {
-    return fc2_.Forward(drop_.Forward(Relu(bn_.Forward(fc1_.Forward(x)))));
-  }
-
- private:
-  nn::Linear fc1_;
-  nn::BatchNorm bn_;
-  nn::Dropout drop_;
-  nn::Linear fc2_;
+  explicit DocsNet(LazyContext* ctx) : TwoLayerNet(ctx, 784, 64, 10, 0.2, 3) {}
 };
 
 absl::Status DocsExample(Client* client, LazyContext* ctx, const std::string& dir) {
@@ -470,10 +430,7 @@ absl::Status DocsExample(Client* client, LazyContext* ctx, const std::string& di
 
   // Everything the run carries, by name: weights, statistics, dropout's
   // counter, the optimizer's moments and step count.
-  optimizer.InitState(net.Parameters());
-  std::vector<std::pair<std::string, Tensor*>> state = net.NamedParameters();
-  for (const auto& b : net.NamedBuffers()) state.push_back(b);
-  for (const auto& s : optimizer.NamedState()) state.push_back(s);
+  std::vector<std::pair<std::string, Tensor*>> state = nn::TrainingState(net, optimizer);
 
   // Step mode: one program per step.
   ir::Literal images(Shape(ElementType::kF32, {32, 784}));
@@ -506,10 +463,8 @@ absl::Status DocsExample(Client* client, LazyContext* ctx, const std::string& di
   RETURN_IF_ERROR(SaveCheckpoint(dir, /*step=*/4, saved));
   DocsNet restored(ctx);
   AdamW restored_optimizer(1e-3, 0.01);
-  restored_optimizer.InitState(restored.Parameters());
-  std::vector<std::pair<std::string, Tensor*>> targets = restored.NamedParameters();
-  for (const auto& b : restored.NamedBuffers()) targets.push_back(b);
-  for (const auto& s : restored_optimizer.NamedState()) targets.push_back(s);
+  std::vector<std::pair<std::string, Tensor*>> targets =
+      nn::TrainingState(restored, restored_optimizer);
   ASSIGN_OR_RETURN(std::optional<Checkpoint> latest, LoadLatestCheckpoint(dir));
   if (!latest.has_value()) return absl::NotFoundError("no checkpoint");
   return RestoreTensors(*latest, targets, ctx, "cpu:0");

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "client/autodiff.h"
+#include "client/optimizers.h"
 
 namespace kiln::client::nn {
 namespace {
@@ -270,6 +271,14 @@ Tensor Dropout::Forward(const Tensor& x) {
   *counter_ = *counter_ + 1.0;
   Tensor keep = Cast(GreaterEqual(u, FullLike(u, u.shape(), p_)), x.dtype());
   return x * keep * (1.0 / (1.0 - p_));
+}
+
+std::vector<std::pair<std::string, Tensor*>> TrainingState(Module& module, Optimizer& optimizer) {
+  optimizer.InitState(module.Parameters());
+  std::vector<std::pair<std::string, Tensor*>> state = module.NamedParameters();
+  for (const auto& b : module.NamedBuffers()) state.push_back(b);
+  for (const auto& o : optimizer.NamedState()) state.push_back(o);
+  return state;
 }
 
 absl::Status ConvertAll(const std::vector<std::pair<std::string, Tensor*>>& named,

@@ -19,6 +19,10 @@
 #include "client/lazy.h"
 #include "client/tensor.h"
 
+namespace kiln::client {
+class Optimizer;
+}  // namespace kiln::client
+
 namespace kiln::client::nn {
 
 // Not thread-safe (as the tensors it holds).
@@ -200,6 +204,12 @@ class ResidualBlock : public Module {
   std::unique_ptr<Conv2d> projection_;
   std::unique_ptr<BatchNorm> projection_bn_;
 };
+
+// Everything a training run carries from step to step, by name: the
+// module's parameters, then its buffers, then the optimizer's state
+// (created first where it does not exist yet). What a device loop carries
+// (WhileCarrying) and a checkpoint saves.
+std::vector<std::pair<std::string, Tensor*>> TrainingState(Module& module, Optimizer& optimizer);
 
 // Converts every floating-point tensor that `named` points at (a module's
 // NamedParameters and NamedBuffers, an optimizer's NamedState) to `type`

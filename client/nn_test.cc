@@ -8,6 +8,7 @@
 #include <random>
 
 #include "client/autodiff.h"
+#include "client/nn_test_util.h"
 #include "client/optimizers.h"
 #include "embedded/embedded.h"
 #include "gtest/gtest.h"
@@ -362,25 +363,9 @@ TEST_F(NnTest, DropoutDropsInTheProgramAndOnlyInTraining) {
 }
 
 // A module of modules: names nest, and training mode reaches the children.
-class TinyNet : public Module {
+class TinyNet : public testing::TwoLayerNet {
  public:
-  explicit TinyNet(LazyContext* ctx)
-      : fc1_(ctx, "cpu:0", 4, 8, 1), bn_(ctx, "cpu:0", 8), fc2_(ctx, "cpu:0", 8, 2, 2),
-        dropout_(ctx, "cpu:0", 0.5, 3) {
-    RegisterModule("fc1", &fc1_);
-    RegisterModule("bn", &bn_);
-    RegisterModule("dropout", &dropout_);
-    RegisterModule("fc2", &fc2_);
-  }
-  Tensor Forward(const Tensor& x) {
-    return fc2_.Forward(dropout_.Forward(Relu(bn_.Forward(fc1_.Forward(x)))));
-  }
-
- private:
-  Linear fc1_;
-  BatchNorm bn_;
-  Linear fc2_;
-  Dropout dropout_;
+  explicit TinyNet(LazyContext* ctx) : TwoLayerNet(ctx, 4, 8, 2, 0.5, 3) {}
 };
 
 TEST_F(NnTest, ModulesNestAndTrainTogether) {
@@ -457,10 +442,7 @@ TEST_F(NnTest, LayersComputeMatrixWorkInTheirComputeType) {
 TEST_F(NnTest, ConvertAllMovesAModelAndItsOptimizerToAnotherType) {
   TinyNet net(ctx_.get());
   Adam adam(0.05);
-  adam.InitState(net.Parameters());
-  std::vector<std::pair<std::string, Tensor*>> all = net.NamedParameters();
-  for (const auto& b : net.NamedBuffers()) all.push_back(b);
-  for (const auto& o : adam.NamedState()) all.push_back(o);
+  std::vector<std::pair<std::string, Tensor*>> all = TrainingState(net, adam);
   ASSERT_TRUE(ConvertAll(all, ElementType::kBF16).ok());
   for (const auto& [name, t] : all) {
     const ElementType want = name == "dropout.counter" ? ElementType::kU32

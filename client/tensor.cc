@@ -623,6 +623,10 @@ Tensor SoftmaxCrossEntropy(const Tensor& logits, const Tensor& one_hot_labels) {
   return -Sum(one_hot_labels * LogSoftmax(logits, -1)) / batch;
 }
 
+Tensor CorrectCount(const Tensor& logits, const Tensor& labels) {
+  return Sum(Cast(Equal(Argmax(logits, 1), labels), ElementType::kF32));
+}
+
 Tensor OneHot(const Tensor& labels, int64_t classes, ElementType type) {
   if (!labels.status().ok()) return labels;
   std::vector<int64_t> dims = labels.shape().dims();

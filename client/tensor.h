@@ -263,6 +263,10 @@ Tensor Softmax(const Tensor& x, int64_t dim = -1);
 Tensor LogSoftmax(const Tensor& x, int64_t dim = -1);
 // Mean over the batch of -sum(labels * log_softmax(logits)).
 Tensor SoftmaxCrossEntropy(const Tensor& logits, const Tensor& one_hot_labels);
+// How many rows of `logits` [batch, classes] have their largest entry at
+// their label (`labels` [batch], integers), as an f32 scalar: the count
+// behind an accuracy.
+Tensor CorrectCount(const Tensor& logits, const Tensor& labels);
 // labels: s32[N] -> [N, classes] of `type`.
 Tensor OneHot(const Tensor& labels, int64_t classes, ir::ElementType type = ir::ElementType::kF32);
 

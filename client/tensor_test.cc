@@ -106,6 +106,15 @@ TEST_F(TensorTest, SortsArgsortsAndTopK) {
   EXPECT_FALSE(TakeAlong(m, Vec({0}), 1).status().ok());
 }
 
+TEST_F(TensorTest, CorrectCountCountsRowsWhoseLargestEntryIsTheLabel) {
+  Tensor logits =
+      ctx_->FromVector<float>(ElementType::kF32, {3, 3}, {1, 3, 2, 5, 0, 1, 0, 0, 9}, "cpu:0");
+  Tensor labels = ctx_->FromVector<int32_t>(ElementType::kS32, {3}, {1, 0, 0}, "cpu:0");
+  Tensor correct = CorrectCount(logits, labels);
+  EXPECT_EQ(correct.dtype(), ElementType::kF32);
+  EXPECT_EQ(Values(correct), (std::vector<double>{2}));
+}
+
 TEST_F(TensorTest, DynamicSlicesTakeTheirStartsFromTheDevice) {
   Tensor x = ctx_->FromVector<float>(ElementType::kF32, {2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}, "cpu:0");
   Tensor one = ctx_->FromVector<int32_t>(ElementType::kS32, {}, {1}, "cpu:0");

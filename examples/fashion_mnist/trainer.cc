@@ -185,8 +185,7 @@ absl::StatusOr<PendingStep> Trainer::StartStep(const float* images, const int32_
     ASSIGN_OR_RETURN(Batch b, Upload(images, labels, batch));
     Tensor logits = model_->Forward(b.images);
     loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
-    correct = client::Sum(client::Cast(client::Equal(client::Argmax(logits, 1), b.labels),
-                                       ElementType::kF32));
+    correct = client::CorrectCount(logits, b.labels);
     ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(loss, model_->params()));
     if (data_parallel_ != nullptr) grads = data_parallel_->AllReduceMean(grads);
     SumOverReplicas(loss, correct);
@@ -236,8 +235,7 @@ absl::StatusOr<StepResult> Trainer::EvalStep(const float* images, const int32_t*
     ASSIGN_OR_RETURN(Batch b, Upload(images, labels, batch));
     Tensor logits = model_->Forward(b.images);
     loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
-    correct = client::Sum(client::Cast(client::Equal(client::Argmax(logits, 1), b.labels),
-                                       ElementType::kF32));
+    correct = client::CorrectCount(logits, b.labels);
     SumOverReplicas(loss, correct);
   }
   RETURN_IF_ERROR(ctx_->Barrier(device_));

@@ -100,8 +100,7 @@ absl::StatusOr<Evaluation> Evaluate(kiln::examples::ResNet& net, kiln::client::L
     Tensor labels = ctx->FromVector<int32_t>(ElementType::kS32, {batch}, y, device);
     Tensor logits = net.Forward(images);
     Tensor loss = kiln::client::SoftmaxCrossEntropy(logits, kiln::client::OneHot(labels, 10));
-    Tensor correct = kiln::client::Sum(kiln::client::Cast(
-        kiln::client::Equal(kiln::client::Argmax(logits, 1), labels), ElementType::kF32));
+    Tensor correct = kiln::client::CorrectCount(logits, labels);
     st = ctx->Barrier(device);
     absl::StatusOr<double> l = loss.Item();
     absl::StatusOr<double> c = correct.Item();
@@ -166,7 +165,7 @@ absl::Status Run() {
   kiln::client::Sgd optimizer(lr, absl::GetFlag(FLAGS_momentum), /*nesterov=*/true,
                               absl::GetFlag(FLAGS_weight_decay));
   std::vector<std::pair<std::string, Tensor*>> state =
-      kiln::examples::TrainingState(net, optimizer);
+      kiln::client::nn::TrainingState(net, optimizer);
   int64_t parameters = 0;
   for (const Tensor& p : net.Parameters()) {
     RETURN_IF_ERROR(p.status());

@@ -47,13 +47,4 @@ absl::StatusOr<Tensor> TraceTrainStep(ResNet& net, client::Optimizer& optimizer,
   return loss;
 }
 
-std::vector<std::pair<std::string, Tensor*>> TrainingState(ResNet& net,
-                                                          client::Optimizer& optimizer) {
-  optimizer.InitState(net.Parameters());
-  std::vector<std::pair<std::string, Tensor*>> state = net.NamedParameters();
-  for (const auto& b : net.NamedBuffers()) state.push_back(b);
-  for (const auto& o : optimizer.NamedState()) state.push_back(o);
-  return state;
-}
-
 }  // namespace kiln::examples

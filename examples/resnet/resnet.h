@@ -38,11 +38,6 @@ absl::StatusOr<client::Tensor> TraceTrainStep(ResNet& net, client::Optimizer& op
                                               const client::Tensor& images,
                                               const client::Tensor& labels);
 
-// Everything a run carries from step to step, by name: the parameters,
-// the buffers (running statistics) and the optimizer's state.
-std::vector<std::pair<std::string, client::Tensor*>> TrainingState(ResNet& net,
-                                                                   client::Optimizer& optimizer);
-
 }  // namespace kiln::examples
 
 #endif  // KILN_EXAMPLES_RESNET_RESNET_H_

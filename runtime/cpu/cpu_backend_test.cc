@@ -21,10 +21,13 @@
 #include "runtime/host/executable.h"
 #include "runtime/host/host_buffer.h"
 #include "runtime/host/host_device.h"
+#include "runtime/host/test_util.h"
 #include "tests/hlo_corpus.h"
 
 namespace kiln::cpu {
 namespace {
+
+using host::RandomLiteral;
 
 std::unique_ptr<ir::Module> Parse(absl::string_view text) {
   auto module = ir::ParseModule(text);
@@ -160,25 +163,6 @@ TEST_P(CpuCorpusTest, MatchesNumpyAndTheUnoptimizedModule) {
     ASSERT_TRUE(numpy.ok()) << numpy.status();
     ExpectClose(AsNumpy(got_flat[i]), *numpy, ToleranceFor(name), what);
   }
-}
-
-// Random values of `shape`: floats in [-2, 2], integers in [-9, 9] (or
-// [0, 9]), preds either way.
-ir::Literal RandomLiteral(const ir::Shape& shape, std::mt19937_64& rng) {
-  if (shape.IsTuple()) {
-    std::vector<ir::Literal> elements;
-    for (const ir::Shape& s : shape.tuple_shapes()) elements.push_back(RandomLiteral(s, rng));
-    return ir::Literal::Tuple(std::move(elements));
-  }
-  ir::Literal lit(shape);
-  std::uniform_real_distribution<double> real(-2, 2);
-  std::uniform_int_distribution<int> small(IsUnsignedIntType(shape.type()) ? 0 : -9, 9);
-  for (int64_t i = 0; i < lit.element_count(); ++i) {
-    if (IsFloatType(shape.type())) lit.SetFromDouble(i, real(rng));
-    else if (shape.type() == ElementType::kPred) lit.SetFromDouble(i, small(rng) > 0);
-    else lit.SetFromDouble(i, small(rng));
-  }
-  return lit;
 }
 
 // An executable keeps nothing from one execution to the next: run again on

@@ -12,9 +12,12 @@
 #include "runtime/backend.h"
 #include "runtime/gpu/gpu_device.h"
 #include "runtime/gpu/test_util.h"
+#include "runtime/host/test_util.h"
 
 namespace kiln::gpu {
 namespace {
+
+using host::RandomLiteral;
 
 using ::testing::HasSubstr;
 
@@ -32,25 +35,6 @@ std::unique_ptr<runtime::Backend> MakeBackend(const std::string& devices,
   auto backend = runtime::CreateBackend((*specs)[0]);
   EXPECT_TRUE(backend.ok()) << backend.status();
   return backend.ok() ? *std::move(backend) : nullptr;
-}
-
-// Random values of `shape`: floats in [-2, 2], integers in [-9, 9] (or
-// [0, 9]), preds either way.
-ir::Literal RandomLiteral(const ir::Shape& shape, std::mt19937_64& rng) {
-  if (shape.IsTuple()) {
-    std::vector<ir::Literal> elements;
-    for (const ir::Shape& s : shape.tuple_shapes()) elements.push_back(RandomLiteral(s, rng));
-    return ir::Literal::Tuple(std::move(elements));
-  }
-  ir::Literal lit(shape);
-  std::uniform_real_distribution<double> real(-2, 2);
-  std::uniform_int_distribution<int> small(IsUnsignedIntType(shape.type()) ? 0 : -9, 9);
-  for (int64_t i = 0; i < lit.element_count(); ++i) {
-    if (IsFloatType(shape.type())) lit.SetFromDouble(i, real(rng));
-    else if (shape.type() == ElementType::kPred) lit.SetFromDouble(i, small(rng) > 0);
-    else lit.SetFromDouble(i, small(rng));
-  }
-  return lit;
 }
 
 void ExpectNear(const ir::Literal& got, const ir::Literal& want, const std::string& what) {

@@ -2,6 +2,7 @@
 #ifndef KILN_RUNTIME_HOST_TEST_UTIL_H_
 #define KILN_RUNTIME_HOST_TEST_UTIL_H_
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,25 @@ inline std::vector<double> Values(const ir::Literal& lit) {
   std::vector<double> out;
   for (int64_t i = 0; i < lit.element_count(); ++i) out.push_back(lit.GetAsDouble(i));
   return out;
+}
+
+// Random values of `shape` (tuples element by element): floats in [-2, 2],
+// integers in [-9, 9] (or [0, 9] when unsigned), preds either way.
+inline ir::Literal RandomLiteral(const ir::Shape& shape, std::mt19937_64& rng) {
+  if (shape.IsTuple()) {
+    std::vector<ir::Literal> elements;
+    for (const ir::Shape& s : shape.tuple_shapes()) elements.push_back(RandomLiteral(s, rng));
+    return ir::Literal::Tuple(std::move(elements));
+  }
+  ir::Literal lit(shape);
+  std::uniform_real_distribution<double> real(-2, 2);
+  std::uniform_int_distribution<int> small(IsUnsignedIntType(shape.type()) ? 0 : -9, 9);
+  for (int64_t i = 0; i < lit.element_count(); ++i) {
+    if (IsFloatType(shape.type())) lit.SetFromDouble(i, real(rng));
+    else if (shape.type() == ElementType::kPred) lit.SetFromDouble(i, small(rng) > 0);
+    else lit.SetFromDouble(i, small(rng));
+  }
+  return lit;
 }
 
 }  // namespace kiln::host
