@@ -33,7 +33,7 @@ constexpr size_t FieldCount() {
 // Every field of these is written by Writer::Attributes below; a field
 // added to one of them stops the build here until it is written too (and
 // given an edit in trace_key_test.cc's EveryAttributeIsKeyed).
-static_assert(FieldCount<ir::Attributes>() == 22);
+static_assert(FieldCount<ir::Attributes>() == 25);
 static_assert(FieldCount<ir::SliceDim>() == 3);
 static_assert(FieldCount<ir::PadDim>() == 3);
 static_assert(FieldCount<ir::WindowDim>() == 6);
@@ -126,6 +126,10 @@ class Writer {
     Int(a.iota_dimension);
     Int(static_cast<int64_t>(a.replica_groups.size()));
     for (const auto& g : a.replica_groups) Ints(g);
+    Int(static_cast<int64_t>(a.source_target_pairs.size()));
+    for (const auto& pair : a.source_target_pairs) Ints(pair);
+    Int(a.exponent_bits);
+    Int(a.mantissa_bits);
     Byte(static_cast<uint8_t>(a.distribution));
     Byte(a.is_stable ? 1 : 0);
     Int(static_cast<int64_t>(a.operand_precision.size()));

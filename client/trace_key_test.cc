@@ -545,6 +545,9 @@ TEST_F(TraceKeyTest, EveryAttributeIsKeyed) {
       {"tuple_index", [](ir::Attributes& x) { x.tuple_index = 1; }},
       {"iota_dimension", [](ir::Attributes& x) { x.iota_dimension = 1; }},
       {"replica_groups", [](ir::Attributes& x) { x.replica_groups[0] = {1}; }},
+      {"source_target_pairs", [](ir::Attributes& x) { x.source_target_pairs = {{0, 1}}; }},
+      {"exponent_bits", [](ir::Attributes& x) { x.exponent_bits = 5; }},
+      {"mantissa_bits", [](ir::Attributes& x) { x.mantissa_bits = 10; }},
       {"distribution",
        [](ir::Attributes& x) {
          x.distribution = ir::RngDistribution::kNormal;

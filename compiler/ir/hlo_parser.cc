@@ -45,7 +45,10 @@ const absl::flat_hash_set<absl::string_view>& IgnoredAttributes() {
       // Newer XLA: how parameters are replicated, composite calls (a call
       // whose frontend attributes name a composite op), the role of a
       // convolution; none changes what the instruction computes.
-      "parameter_replication", "is_composite", "convolution_kind"};
+      "parameter_replication", "is_composite", "convolution_kind",
+      // Where a sharding domain starts and ends; which thread runs an
+      // asynchronous op.
+      "domain", "async_execution_thread"};
   return *kSet;
 }
 
@@ -86,6 +89,55 @@ struct Declared {
   Shape shape;
   Layout layout;
 };
+
+// How Kiln reads an instruction that XLA writes with an op of its own.
+enum class Spelling {
+  kPlain,
+  // Its value is its first operand's (opt-barrier, add-dependency, domain):
+  // a copy of it, element by element for a tuple.
+  kPassThrough,
+  // get-dimension-size: a constant, as every dimension is static.
+  kDimensionSize,
+  // "X-start" computes X; "X-done" and "async-update" hand its value on.
+  kAsyncStart,
+  kAsyncUpdate,
+  kAsyncDone,
+};
+
+struct SpelledOp {
+  std::optional<Opcode> op;
+  Spelling spelling = Spelling::kPlain;
+  // kAsyncStart: the op it starts ("copy", "all-gather", "async", ...).
+  absl::string_view started;
+};
+
+SpelledOp ReadOpName(absl::string_view op_name) {
+  SpelledOp out{OpcodeFromName(op_name)};
+  // XLA's spellings of a call (fusion, map) and of a reshape (bitcast).
+  if (op_name == "fusion" || op_name == "map") out.op = Opcode::kCall;
+  if (op_name == "bitcast") out.op = Opcode::kReshape;
+  // Ordering and sharding annotations: opt-barrier only orders scheduling,
+  // add-dependency orders its operand after a token, domain marks where a
+  // sharding changes.
+  if (op_name == "opt-barrier" || op_name == "add-dependency" || op_name == "domain") {
+    out.op = Opcode::kCopy;
+    out.spelling = Spelling::kPassThrough;
+  }
+  if (op_name == "get-dimension-size") {
+    out.op = Opcode::kConstant;
+    out.spelling = Spelling::kDimensionSize;
+  }
+  absl::string_view base = op_name;
+  if (absl::ConsumeSuffix(&base, "-start")) {
+    out.op = base == "async" ? std::optional<Opcode>(Opcode::kCall) : OpcodeFromName(base);
+    out.spelling = Spelling::kAsyncStart;
+    out.started = base;
+  } else if (op_name == "async-update" || absl::ConsumeSuffix(&base, "-done")) {
+    out.op = Opcode::kCopy;
+    out.spelling = op_name == "async-update" ? Spelling::kAsyncUpdate : Spelling::kAsyncDone;
+  }
+  return out;
+}
 
 class Parser {
  public:
@@ -228,6 +280,19 @@ class Parser {
   // tuple of the elements of `operand` (a copy of it, for an array).
   absl::Status AddBarrier(Computation* comp, const std::string& name, const Shape& shape,
                           const std::string& operand, int line);
+  // An instruction read as others (Spelling): a copy of its operand, a
+  // constant dimension size, or the value of an asynchronous start.
+  absl::Status AddSpelled(Computation* comp, const std::string& name, absl::string_view op_name,
+                          Spelling spelling, const std::optional<Declared>& declared,
+                          const Attributes& attrs, const std::vector<std::string>& operands,
+                          const std::vector<std::optional<Declared>>& operands_declared,
+                          int line);
+  // The tuple an asynchronous start stands for: its operands (a tuple of
+  // them where the shape has one), the value computed as `value`, and zero
+  // for each context element.
+  absl::Status AddStartTuple(Computation* comp, const std::string& name, const Shape& shape,
+                             const std::string& value, int64_t value_index,
+                             const std::vector<std::string>& operands, int line);
   // Skips the stack-frame tables newer dumps put after the header.
   void SkipStackFrameTables();
   absl::Status ResolveAll(Module* module);
@@ -246,6 +311,8 @@ class Parser {
   absl::flat_hash_map<std::string, Declared> declared_;
   // Instructions whose shape is still to be inferred.
   absl::flat_hash_set<const Instruction*> unknown_shape_;
+  // Asynchronous starts read as tuples: where in each the value is.
+  absl::flat_hash_map<std::string, int64_t> async_value_;
 };
 
 absl::StatusOr<Shape> Parser::ParseShapeText(Layout* layout) {
@@ -377,6 +444,12 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
     ASSIGN_OR_RETURN(a.tuple_index, ParseInt(value));
   } else if (key == "replica_groups") {
     ASSIGN_OR_RETURN(a.replica_groups, ParseReplicaGroups(value));
+  } else if (key == "source_target_pairs") {
+    ASSIGN_OR_RETURN(a.source_target_pairs, ParseReplicaGroups(value));
+  } else if (key == "exponent_bits") {
+    ASSIGN_OR_RETURN(a.exponent_bits, ParseInt(value));
+  } else if (key == "mantissa_bits") {
+    ASSIGN_OR_RETURN(a.mantissa_bits, ParseInt(value));
   } else if (key == "distribution") {
     absl::string_view d = absl::StripAsciiWhitespace(value);
     if (d == "rng_uniform") a.distribution = RngDistribution::kUniform;
@@ -444,10 +517,13 @@ bool NeedsWrittenShape(absl::string_view op_name, Opcode op) {
     case Opcode::kReshape: case Opcode::kRng: case Opcode::kInfeed:
     case Opcode::kCustomCall: case Opcode::kDot:
       return true;
+    case Opcode::kAllGather: case Opcode::kReduceScatter:
+      return true;
     default:
-      return op_name == "bitcast" || op_name == "map" || op_name == "opt-barrier";
+      return op_name == "bitcast" || op_name == "map";
   }
 }
+
 
 absl::Status Parser::ParseExpression(Computation* comp, const std::string& name, int line,
                                      bool attributes) {
@@ -462,19 +538,40 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
   size_t op_start = pos_;
   while (!AtEnd() && IsNameChar(text_[pos_])) ++pos_;
   const absl::string_view op_name = text_.substr(op_start, pos_ - op_start);
-  // XLA's spellings of a call (fusion, map) and of a reshape (bitcast).
-  std::optional<Opcode> op = OpcodeFromName(op_name);
-  if (op_name == "fusion" || op_name == "map") op = Opcode::kCall;
-  if (op_name == "bitcast") op = Opcode::kReshape;
-  // An optimization barrier only orders scheduling: its value is its
-  // operand's, rebuilt element by element (a copy of an array).
-  if (op_name == "opt-barrier") op = Opcode::kTuple;
+  const SpelledOp spelled = ReadOpName(op_name);
+  const std::optional<Opcode> op = spelled.op;
   if (!op.has_value()) {
     return ErrorAt(line, absl::StrCat("unknown or unsupported opcode '", op_name, "'"));
   }
-  if (!declared.has_value() && NeedsWrittenShape(op_name, *op)) {
+  if (!declared.has_value() && spelled.spelling == Spelling::kPlain &&
+      NeedsWrittenShape(op_name, *op)) {
     return ErrorAt(line, absl::StrCat("%", name, ": the result shape of ", op_name,
                                       " does not follow from its operands; write it"));
+  }
+  // An asynchronous start written as XLA does, ((operands), value,
+  // context...) (a copy-start: (value, operand, context)): the op computes
+  // the value as "<name>.value" and "<name>" is that tuple, which the done
+  // reads the value from.
+  std::string instr_name = name;
+  std::optional<Declared> start_tuple;
+  int64_t start_value_index = 0;
+  if (spelled.spelling == Spelling::kAsyncStart) {
+    if (!declared.has_value()) {
+      return ErrorAt(line, absl::StrCat("%", name, ": write the result shape of ", op_name));
+    }
+    const Shape& d = declared->shape;
+    const bool tuple_form = spelled.started != "all-reduce" && d.IsTuple() &&
+                            d.tuple_shapes().size() >= 2;
+    if (!tuple_form && (spelled.started == "async" || spelled.started == "copy")) {
+      return ErrorAt(line, absl::StrCat(op_name, " must have a tuple shape (operands, value, "
+                                        "context...), got ", d.ToString()));
+    }
+    if (tuple_form) {
+      start_value_index = spelled.started == "copy" ? 0 : 1;
+      start_tuple = declared;
+      declared = Declared{d.tuple_shape(static_cast<int>(start_value_index)), {}};
+      instr_name = absl::StrCat(name, ".value");
+    }
   }
   absl::StatusOr<absl::string_view> args = ReadBalanced('(', ')');
   if (!args.ok()) return ErrorAt(line, args.status().message());
@@ -483,9 +580,9 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
   pending.map = op_name == "map";
   pending.fusion = op_name == "fusion";
   auto instr = std::make_unique<Instruction>(
-      *op, declared.has_value() ? declared->shape : Shape::Tuple({}), name);
+      *op, declared.has_value() ? declared->shape : Shape::Tuple({}), instr_name);
   std::vector<std::optional<Declared>> operands_declared;
-  if (*op == Opcode::kConstant) {
+  if (*op == Opcode::kConstant && spelled.spelling == Spelling::kPlain) {
     absl::StatusOr<Literal> lit = ParseLiteral(*args, declared->shape, line);
     if (!lit.ok()) return lit.status();
     instr->mutable_attrs().literal = *std::move(lit);
@@ -510,24 +607,21 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
     root.declared_[name] = *declared;
     return AddBitcast(comp, name, *declared, pending.operand_names[0], operands_declared[0], line);
   }
-  if (op_name == "opt-barrier") {
-    if (pending.operand_names.size() != 1) {
-      return ErrorAt(line, absl::StrCat("opt-barrier takes one operand, got ",
-                                        pending.operand_names.size()));
-    }
+  if (spelled.spelling != Spelling::kPlain && spelled.spelling != Spelling::kAsyncStart) {
     if (attributes) {
       PendingInstr ignored(instr.get(), {}, line);
       RETURN_IF_ERROR(ParseAttributes(ignored, line));
     }
-    root.declared_[name] = *declared;
-    return AddBarrier(comp, name, declared->shape, pending.operand_names[0], line);
+    return AddSpelled(comp, name, op_name, spelled.spelling, declared, instr->attrs(),
+                      pending.operand_names, operands_declared, line);
   }
   pending.instr = comp->AddInstruction(std::move(instr));
   if (declared.has_value()) {
-    root.declared_[name] = *declared;
+    root.declared_[instr_name] = *declared;
   } else {
     root.unknown_shape_.insert(pending.instr);
   }
+  const std::vector<std::string> operand_names = pending.operand_names;
   if (attributes) RETURN_IF_ERROR(ParseAttributes(pending, line));
   if (pending.map) {
     // Applied to every element: a call needs none of map's dimensions,
@@ -541,6 +635,12 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
     dims.clear();
   }
   root.pending_.push_back(std::move(pending));
+  if (start_tuple.has_value()) {
+    root.declared_[name] = *start_tuple;
+    root.async_value_[name] = start_value_index;
+    return AddStartTuple(comp, name, start_tuple->shape, instr_name, start_value_index,
+                         operand_names, line);
+  }
   return absl::OkStatus();
 }
 
@@ -625,9 +725,15 @@ absl::Status Parser::ParseAttributes(PendingInstr& pending, int line) {
       ++pos_;
       value = text_.substr(vstart, pos_ - vstart);
     } else {
+      // Up to a comma or a space outside brackets: an iota list of replica
+      // groups ("[2,4]<=[4,2]T(1,0)") has commas inside its brackets.
       size_t vstart = pos_;
-      while (!AtEnd() && text_[pos_] != ',' && text_[pos_] != '\n' &&
-             !std::isspace(static_cast<unsigned char>(text_[pos_]))) {
+      int depth = 0;
+      while (!AtEnd() && text_[pos_] != '\n' &&
+             (depth > 0 || (text_[pos_] != ',' &&
+                            !std::isspace(static_cast<unsigned char>(text_[pos_]))))) {
+        if (text_[pos_] == '[' || text_[pos_] == '(') ++depth;
+        if ((text_[pos_] == ']' || text_[pos_] == ')') && depth > 0) --depth;
         ++pos_;
       }
       value = text_.substr(vstart, pos_ - vstart);
@@ -708,6 +814,121 @@ absl::Status Parser::AddBarrier(Computation* comp, const std::string& name, cons
   return absl::OkStatus();
 }
 
+absl::Status Parser::AddSpelled(Computation* comp, const std::string& name,
+                                absl::string_view op_name, Spelling spelling,
+                                const std::optional<Declared>& declared, const Attributes& attrs,
+                                const std::vector<std::string>& operands,
+                                const std::vector<std::optional<Declared>>& operands_declared,
+                                int line) {
+  Parser& root = Root();
+  const size_t want = op_name == "add-dependency" ? 2 : 1;
+  if (operands.size() != want) {
+    return ErrorAt(line, absl::StrCat(op_name, " takes ", want, want == 1 ? " operand" : " operands",
+                                      ", got ", operands.size()));
+  }
+  // The shape the text gave the operand, inline or where it was defined.
+  std::optional<Shape> operand_shape;
+  if (!operands_declared.empty() && operands_declared[0].has_value()) {
+    operand_shape = operands_declared[0]->shape;
+  } else if (auto it = root.declared_.find(operands[0]); it != root.declared_.end()) {
+    operand_shape = it->second.shape;
+  }
+  if (spelling == Spelling::kDimensionSize) {
+    if (!operand_shape.has_value() || !operand_shape->IsArray()) {
+      return ErrorAt(line, absl::StrCat("get-dimension-size %", name, ": the array shape of %",
+                                        operands[0], " is not written before it"));
+    }
+    if (attrs.dimensions.size() != 1 || attrs.dimensions[0] < 0 ||
+        attrs.dimensions[0] >= operand_shape->rank()) {
+      return ErrorAt(line, absl::StrCat("get-dimension-size %", name,
+                                        " needs one dimension of ", operand_shape->ToString()));
+    }
+    Instruction* size = comp->AddInstruction(
+        std::make_unique<Instruction>(Opcode::kConstant, Shape::Scalar(ElementType::kS32), name));
+    size->mutable_attrs().literal =
+        Literal::Scalar<int64_t>(ElementType::kS32, operand_shape->dim(attrs.dimensions[0]));
+    root.declared_[name] = Declared{size->shape(), {}};
+    return absl::OkStatus();
+  }
+  if (spelling == Spelling::kAsyncDone) {
+    if (auto it = root.async_value_.find(operands[0]); it != root.async_value_.end()) {
+      const int64_t index = it->second;
+      std::optional<Shape> shape;
+      if (declared.has_value()) {
+        shape = declared->shape;
+      } else if (operand_shape.has_value()) {
+        shape = operand_shape->tuple_shape(static_cast<int>(index));
+      }
+      Instruction* value = comp->AddInstruction(std::make_unique<Instruction>(
+          Opcode::kGetTupleElement, shape.value_or(Shape::Tuple({})), name));
+      value->mutable_attrs().tuple_index = index;
+      PendingInstr pending(value, {operands[0]}, line);
+      if (shape.has_value()) {
+        root.declared_[name] = Declared{*shape, {}};
+      } else {
+        pending.infer_shape = true;
+        root.unknown_shape_.insert(value);
+      }
+      root.pending_.push_back(std::move(pending));
+      return absl::OkStatus();
+    }
+  }
+  // The operand's value passed on: an async-update's, a done's whose start
+  // computed the value itself (all-reduce-start), or an annotation's.
+  if (spelling == Spelling::kAsyncUpdate) {
+    if (auto it = root.async_value_.find(operands[0]); it != root.async_value_.end()) {
+      root.async_value_[name] = it->second;
+    }
+  }
+  const std::optional<Shape> shape = declared.has_value() ? declared->shape : operand_shape;
+  if (!shape.has_value()) {
+    return ErrorAt(line, absl::StrCat("%", name, ": the shape of ", op_name, "'s operand %",
+                                      operands[0], " is not written before it; write one"));
+  }
+  root.declared_[name] = declared.value_or(Declared{*shape, {}});
+  return AddBarrier(comp, name, *shape, operands[0], line);
+}
+
+absl::Status Parser::AddStartTuple(Computation* comp, const std::string& name, const Shape& shape,
+                                   const std::string& value, int64_t value_index,
+                                   const std::vector<std::string>& operands, int line) {
+  Parser& root = Root();
+  const size_t operand_index = value_index == 0 ? 1 : 0;
+  std::vector<std::string> elements;
+  for (size_t i = 0; i < shape.tuple_shapes().size(); ++i) {
+    const Shape& element = shape.tuple_shape(static_cast<int>(i));
+    if (i == static_cast<size_t>(value_index)) {
+      elements.push_back(value);
+    } else if (i == operand_index && element.IsTuple()) {
+      elements.push_back(absl::StrCat(name, ".operands"));
+      Instruction* added = comp->AddInstruction(
+          std::make_unique<Instruction>(Opcode::kTuple, element, elements.back()));
+      root.pending_.push_back(PendingInstr(added, operands, line));
+    } else if (i == operand_index) {
+      if (operands.size() != 1) {
+        return ErrorAt(line, absl::StrCat("%", name, ": ", operands.size(),
+                                          " operands do not fit ", element.ToString()));
+      }
+      elements.push_back(operands[0]);
+    } else {
+      // A context the hardware would use to track the operation; nothing
+      // reads it.
+      if (!element.IsArray()) {
+        return ErrorAt(line, absl::StrCat("%", name, ": context element ", i, " is ",
+                                          element.ToString(), ", not an array"));
+      }
+      elements.push_back(absl::StrCat(name, ".context", i));
+      Instruction* added = comp->AddInstruction(
+          std::make_unique<Instruction>(Opcode::kConstant, element, elements.back()));
+      added->mutable_attrs().literal = Literal(element);
+    }
+  }
+  Instruction* tuple =
+      comp->AddInstruction(std::make_unique<Instruction>(Opcode::kTuple, shape, name));
+  root.pending_.push_back(PendingInstr(tuple, std::move(elements), line));
+  return absl::OkStatus();
+}
+
 void Parser::SkipStackFrameTables() {
   // FileNames, FunctionNames, FileLocations, StackFrames: each a keyword
   // line, then one line per entry, each starting with its id.
@@ -733,6 +954,7 @@ absl::Status Parser::ParseComputation(Module* module) {
   if (Consume("->")) RETURN_IF_ERROR(ParseShapeText().status());
   RETURN_IF_ERROR(Expect("{"));
   declared_.clear();  // names are the computation's own
+  async_value_.clear();
   Computation* comp =
       module->AddComputation(std::make_unique<Computation>(std::string(name)));
   if (is_entry) {

@@ -14,6 +14,13 @@ std::string List(const std::vector<int64_t>& v) {
   return absl::StrCat("{", absl::StrJoin(v, ","), "}");
 }
 
+// replica_groups, source_target_pairs: {{0,1},{2,3}}.
+std::string ListOfLists(const std::vector<std::vector<int64_t>>& lists) {
+  std::vector<std::string> parts;
+  for (const auto& l : lists) parts.push_back(List(l));
+  return absl::StrCat("{", absl::StrJoin(parts, ","), "}");
+}
+
 std::string WindowText(const std::vector<WindowDim>& w) {
   auto field = [&](auto get) {
     std::vector<std::string> parts;
@@ -205,13 +212,30 @@ std::string PrintAttributes(
             absl::StrCat("{", absl::StrJoin(names, ", "), "}"));
       }
       break;
-    case Opcode::kAllReduce: {
-      std::vector<std::string> groups;
-      for (const auto& g : a.replica_groups) groups.push_back(List(g));
-      add("replica_groups", absl::StrCat("{", absl::StrJoin(groups, ","), "}"));
+    case Opcode::kAllReduce:
+      add("replica_groups", ListOfLists(a.replica_groups));
       add("to_apply", called(0));
       break;
-    }
+    case Opcode::kAllGather:
+      add("dimensions", List(a.dimensions));
+      add("replica_groups", ListOfLists(a.replica_groups));
+      break;
+    case Opcode::kReduceScatter:
+      add("dimensions", List(a.dimensions));
+      add("replica_groups", ListOfLists(a.replica_groups));
+      add("to_apply", called(0));
+      break;
+    case Opcode::kAllToAll:
+      if (!a.dimensions.empty()) add("dimensions", List(a.dimensions));
+      add("replica_groups", ListOfLists(a.replica_groups));
+      break;
+    case Opcode::kCollectivePermute:
+      add("source_target_pairs", ListOfLists(a.source_target_pairs));
+      break;
+    case Opcode::kReducePrecision:
+      add("exponent_bits", absl::StrCat(a.exponent_bits));
+      add("mantissa_bits", absl::StrCat(a.mantissa_bits));
+      break;
     case Opcode::kCustomCall:
       add("custom_call_target", absl::StrCat("\"", a.custom_call_target, "\""));
       break;

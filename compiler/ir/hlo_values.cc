@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -335,9 +337,91 @@ absl::StatusOr<std::vector<PadDim>> ParsePadding(absl::string_view v) {
   return out;
 }
 
+namespace {
+
+// A bracketed list of integers, "[2,4]", consumed from the front of `v`.
+absl::StatusOr<std::vector<int64_t>> ConsumeBracketList(absl::string_view* v,
+                                                        absl::string_view whole) {
+  const size_t close = v->find(']');
+  if (!absl::ConsumePrefix(v, "[") || close == absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("bad replica_groups '", whole, "'"));
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> list,
+                   ParseIntList(absl::StrCat("{", v->substr(0, close - 1), "}")));
+  v->remove_prefix(close);
+  return list;
+}
+
+// XLA's iota form of replica groups, "[G,S]<=[d0,d1,...]" with an optional
+// "T(p0,p1,...)": the ids 0..N-1 laid out as an array of dims d, transposed
+// by p, read in order and cut into G groups of S.
+absl::StatusOr<std::vector<std::vector<int64_t>>> ParseIotaReplicaGroups(
+    absl::string_view v) {
+  const absl::string_view whole = v;
+  ASSIGN_OR_RETURN(std::vector<int64_t> groups, ConsumeBracketList(&v, whole));
+  if (!absl::ConsumePrefix(&v, "<=")) {
+    return absl::InvalidArgumentError(absl::StrCat("bad replica_groups '", whole, "'"));
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims, ConsumeBracketList(&v, whole));
+  std::vector<int64_t> perm(dims.size());
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+  if (absl::ConsumePrefix(&v, "T(")) {
+    if (!absl::ConsumeSuffix(&v, ")")) {
+      return absl::InvalidArgumentError(absl::StrCat("bad replica_groups '", whole, "'"));
+    }
+    ASSIGN_OR_RETURN(perm, ParseIntList(absl::StrCat("{", v, "}")));
+    v = {};
+  }
+  if (!v.empty() || groups.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("bad replica_groups '", whole, "'"));
+  }
+  // At most a million devices: the list is built in memory.
+  constexpr int64_t kMaxDevices = int64_t{1} << 20;
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (d < 1 || d > kMaxDevices || count * d > kMaxDevices) {
+      return absl::InvalidArgumentError(absl::StrCat("replica_groups '", whole,
+                                                     "' names too many or no devices"));
+    }
+    count *= d;
+  }
+  std::vector<bool> seen(dims.size(), false);
+  for (int64_t p : perm) {
+    if (perm.size() != dims.size() || p < 0 || p >= static_cast<int64_t>(dims.size()) || seen[p]) {
+      return absl::InvalidArgumentError(absl::StrCat("replica_groups '", whole,
+                                                     "': the transpose is not a permutation"));
+    }
+    seen[p] = true;
+  }
+  if (groups[0] < 1 || groups[1] < 1 || groups[0] > count || groups[1] > count ||
+      groups[0] * groups[1] != count) {
+    return absl::InvalidArgumentError(absl::StrCat("replica_groups '", whole, "': ", groups[0],
+                                                   " groups of ", groups[1], " are not ", count,
+                                                   " devices"));
+  }
+  // Row-major strides of the untransposed array, visited in transposed order.
+  std::vector<int64_t> stride(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) stride[i] = stride[i + 1] * dims[i + 1];
+  std::vector<int64_t> index(dims.size(), 0);  // over the transposed dims
+  std::vector<std::vector<int64_t>> out(groups[0]);
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t id = 0;
+    for (size_t j = 0; j < perm.size(); ++j) id += index[j] * stride[perm[j]];
+    out[k / groups[1]].push_back(id);
+    for (int j = static_cast<int>(perm.size()) - 1; j >= 0; --j) {
+      if (++index[j] < dims[perm[j]]) break;
+      index[j] = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::vector<int64_t>>> ParseReplicaGroups(
     absl::string_view v) {
   v = absl::StripAsciiWhitespace(v);
+  if (absl::StartsWith(v, "[")) return ParseIotaReplicaGroups(v);
   if (!absl::ConsumePrefix(&v, "{") || !absl::ConsumeSuffix(&v, "}")) {
     return absl::InvalidArgumentError(
         absl::StrCat("unsupported replica_groups form '", v, "'"));

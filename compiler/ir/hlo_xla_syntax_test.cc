@@ -2,6 +2,7 @@
 // to the ops Kiln spells it with (values are checked against NumPy by the
 // corpus module tests/data/hlo/xla_syntax.hlo), prints back to a fixed
 // point, and what Kiln cannot read is an error naming it and its line.
+#include "absl/strings/str_cat.h"
 #include "compiler/ir/hlo_lowering.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/hlo_printer.h"
@@ -294,6 +295,121 @@ ENTRY e {
   EXPECT_THAT(ErrorOf("ENTRY e {\n  p = f32[2] parameter(0)\n  ROOT n = f32[2] negate(p), "
                       "novel_attribute=3\n}"),
               HasSubstr("line 3: unsupported attribute 'novel_attribute' on negate"));
+}
+
+TEST(XlaSyntaxTest, AsynchronousPairsAreTheOpAndItsValue) {
+  const std::string printed = Canonical(R"(
+sum {
+  p = f32[4,3] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[3] reduce(p, z), dimensions={0}, to_apply=add
+}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[4,3] parameter(0)
+  ags = (f32[4,3], f32[8,3]) all-gather-start(x), replica_groups={{0,1}}, dimensions={0}
+  ag = f32[8,3] all-gather-done(ags)
+  cs = (f32[4,3], f32[4,3], u32[]) copy-start(x)
+  c = f32[4,3] copy-done(cs)
+  as = ((f32[4,3]), f32[3], s32[]) async-start(x), calls=sum, async_execution_thread="main"
+  au = ((f32[4,3]), f32[3], s32[]) async-update(as)
+  ROOT ad = f32[3] async-done(au)
+})");
+  // The start computes the value; the tuple holds the operand beside it.
+  EXPECT_THAT(printed, HasSubstr("%ags.value = f32[8,3] all-gather(%x), dimensions={0}, "
+                                 "replica_groups={{0,1}}"));
+  EXPECT_THAT(printed, HasSubstr("%ags = (f32[4,3], f32[8,3]) tuple(%x, %ags.value)"));
+  EXPECT_THAT(printed, HasSubstr("%ag = f32[8,3] get-tuple-element(%ags), index=1"));
+  // A copy-start's value comes first.
+  EXPECT_THAT(printed, HasSubstr("%c = f32[4,3] get-tuple-element(%cs), index=0"));
+  EXPECT_THAT(printed, HasSubstr("%as.value = f32[3] call(%x), to_apply=%sum"));
+  EXPECT_THAT(printed, HasSubstr("ROOT %ad = f32[3] get-tuple-element(%au), index=1"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[2] parameter(0)\n  s = f32[2] async-start(x), "
+                      "calls=e\n  ROOT d = f32[2] async-done(s)\n}"),
+              HasSubstr("line 3: async-start must have a tuple shape"));
+}
+
+TEST(XlaSyntaxTest, AnnotationsPassTheirOperandThroughAndSizesAreConstants) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  x = f32[5,2] parameter(0)
+  t = token[] after-all()
+  d = f32[5,2] add-dependency(x, t)
+  m = domain(d), domain={kind="sharding", entry={maximal device=0}, exit={replicated}}
+  n = s32[] get-dimension-size(m), dimensions={0}
+  ROOT r = (f32[5,2], s32[], u32[]) tuple(m, n, u32[] partition-id())
+})");
+  EXPECT_THAT(printed, HasSubstr("%d = f32[5,2] copy(%x)"));
+  EXPECT_THAT(printed, HasSubstr("%m = f32[5,2] copy(%d)"));
+  EXPECT_THAT(printed, HasSubstr("%n = s32[] constant(5)"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[2] parameter(0)\n  ROOT d = f32[2] "
+                      "add-dependency(x)\n}"),
+              HasSubstr("line 3: add-dependency takes 2 operands, got 1"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[2] parameter(0)\n  ROOT n = s32[] "
+                      "get-dimension-size(x), dimensions={1}\n}"),
+              HasSubstr("line 3: get-dimension-size %n needs one dimension of f32[2]"));
+}
+
+TEST(XlaSyntaxTest, ReplicaGroupsInTheIotaForm) {
+  const std::string printed = Canonical(R"(
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[2] parameter(0)
+  ROOT r = f32[2] all-reduce(x), replica_groups=[2,4]<=[4,2]T(1,0), to_apply=add
+})");
+  // The ids 0..7 as a [4,2] array, transposed to [2,4]: rows are groups.
+  EXPECT_THAT(printed, HasSubstr("replica_groups={{0,2,4,6},{1,3,5,7}}"));
+  const auto error = [](absl::string_view groups) {
+    return ErrorOf(absl::StrCat("add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  "
+                                "ROOT s = f32[] add(a, b)\n}\nENTRY e {\n  x = f32[2] "
+                                "parameter(0)\n  ROOT r = f32[2] all-reduce(x), replica_groups=",
+                                groups, ", to_apply=add\n}"));
+  };
+  EXPECT_THAT(error("[2,3]<=[4]"), HasSubstr("2 groups of 3 are not 4 devices"));
+  EXPECT_THAT(error("[2,2]<=[2,2]T(0,0)"), HasSubstr("the transpose is not a permutation"));
+  EXPECT_THAT(error("[4096,4096]<=[4096,4096]"), HasSubstr("names too many or no devices"));
+  EXPECT_THAT(error("[2,2]<=[4"), HasSubstr("bad replica_groups"));
+}
+
+TEST(XlaSyntaxTest, CollectiveAttributesAreChecked) {
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[2] parameter(0)\n  ROOT g = all-gather(x), "
+                      "dimensions={0}\n}"),
+              HasSubstr("line 3: %g: the result shape of all-gather does not follow"));
+  auto verify_error = [](absl::string_view text) {
+    auto m = ParseModule(text);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? std::string(Verify(**m).message()) : "";
+  };
+  EXPECT_THAT(verify_error("ENTRY e {\n  x = f32[3] parameter(0)\n  ROOT g = f32[5] "
+                           "all-gather(x), dimensions={0}\n}"),
+              HasSubstr("all-gather result f32[5] does not fit f32[3] along dimension 0"));
+  EXPECT_THAT(verify_error("ENTRY e {\n  x = f32[3] parameter(0)\n  ROOT g = f32[6] "
+                           "all-gather(x), dimensions={0}, replica_groups={{0,1},{2}}\n}"),
+              HasSubstr("replica groups must all have the same size"));
+  EXPECT_THAT(verify_error("ENTRY e {\n  x = f32[3] parameter(0)\n  ROOT p = f32[3] "
+                           "collective-permute(x), source_target_pairs={{0,1},{2,1}}\n}"),
+              HasSubstr("names target 1 twice"));
+  EXPECT_THAT(verify_error("ENTRY e {\n  x = s32[3] parameter(0)\n  ROOT r = s32[3] "
+                           "reduce-precision(x), exponent_bits=5, mantissa_bits=10\n}"),
+              HasSubstr("reduce-precision takes floating-point values"));
+  EXPECT_THAT(verify_error("ENTRY e {\n  x = f32[3] parameter(0)\n  ROOT r = f32[3] "
+                           "reduce-precision(x), exponent_bits=0, mantissa_bits=10\n}"),
+              HasSubstr("needs 1 to 11 exponent bits"));
+  EXPECT_THAT(verify_error("ENTRY e {\n  x = f32[6] parameter(0)\n  ROOT a = f32[6] "
+                           "all-to-all(x), dimensions={0}, replica_groups={{0,1,2,3}}\n}"),
+              HasSubstr("does not split into 4 blocks"));
+  // What Kiln has no op for is still named with its line.
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  k = u64[2] parameter(0)\n  ROOT r = (u64[2], u32[4]) "
+                      "rng-bit-generator(k), algorithm=rng_default\n}"),
+              HasSubstr("line 3: unknown or unsupported opcode 'rng-bit-generator'"));
 }
 
 }  // namespace

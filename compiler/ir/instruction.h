@@ -91,6 +91,10 @@ struct Attributes {
   int64_t tuple_index = 0;
   int64_t iota_dimension = 0;
   std::vector<std::vector<int64_t>> replica_groups;
+  // collective-permute: {source, target} replica pairs.
+  std::vector<std::vector<int64_t>> source_target_pairs;
+  int64_t exponent_bits = 0;  // reduce-precision
+  int64_t mantissa_bits = 0;  // reduce-precision
   RngDistribution distribution = RngDistribution::kUniform;
   bool is_stable = false;
   std::vector<Precision> operand_precision;  // dot, convolution: none or one

@@ -23,6 +23,11 @@ std::optional<Opcode> OpcodeFromName(absl::string_view name);
 // Fixed operand count, or -1 for variadic ops.
 int OpcodeArity(Opcode op);
 OpCategory OpcodeCategory(Opcode op);
+// Ops in which the replicas of a replicated execution exchange values.
+inline bool IsCollective(Opcode op) {
+  return op == Opcode::kAllReduce || op == Opcode::kAllGather || op == Opcode::kReduceScatter ||
+         op == Opcode::kAllToAll || op == Opcode::kCollectivePermute;
+}
 inline bool IsElementwise(Opcode op) {
   return OpcodeCategory(op) != OpCategory::kOther;
 }

@@ -89,6 +89,11 @@ void AttrsToProto(const Attributes& a, v1::InstructionProto* p) {
   for (const auto& group : a.replica_groups) {
     Fill(p->add_replica_groups()->mutable_replica_ids(), group);
   }
+  for (const auto& pair : a.source_target_pairs) {
+    Fill(p->add_source_target_pairs()->mutable_replica_ids(), pair);
+  }
+  p->set_exponent_bits(a.exponent_bits);
+  p->set_mantissa_bits(a.mantissa_bits);
   p->set_distribution(a.distribution == RngDistribution::kNormal
                           ? "rng_normal"
                           : "rng_uniform");
@@ -142,6 +147,11 @@ absl::Status AttrsFromProto(const v1::InstructionProto& p, Attributes* a) {
   for (const auto& g : p.replica_groups()) {
     a->replica_groups.push_back(Vec(g.replica_ids()));
   }
+  for (const auto& pair : p.source_target_pairs()) {
+    a->source_target_pairs.push_back(Vec(pair.replica_ids()));
+  }
+  a->exponent_bits = p.exponent_bits();
+  a->mantissa_bits = p.mantissa_bits();
   if (p.distribution() == "rng_normal") {
     a->distribution = RngDistribution::kNormal;
   } else if (p.distribution().empty() || p.distribution() == "rng_uniform") {

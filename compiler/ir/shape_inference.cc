@@ -1,7 +1,9 @@
 #include "compiler/ir/shape_inference.h"
 
 #include <algorithm>
+#include <optional>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
@@ -488,13 +490,123 @@ absl::StatusOr<Shape> InferScatter(const Instruction& instr) {
   return operand;
 }
 
+// The size of every replica group of a collective, when its groups are
+// written; nullopt when they are not (all replicas, a count known only
+// when it runs). Groups of different sizes are an error.
+absl::StatusOr<std::optional<int64_t>> GroupSize(const Instruction& instr) {
+  const auto& groups = instr.attrs().replica_groups;
+  if (groups.empty()) return std::optional<int64_t>();
+  for (const auto& g : groups) {
+    if (g.size() != groups[0].size()) {
+      return Err(absl::StrCat(OpcodeName(instr.opcode()),
+                              " replica groups must all have the same size"));
+    }
+  }
+  return std::optional<int64_t>(static_cast<int64_t>(groups[0].size()));
+}
+
+// all-gather concatenates the group's operands along `dimensions`;
+// reduce-scatter reduces them and keeps one block along it. With written
+// replica groups the result follows; without them the written result must
+// be the operand with that dimension a multiple (all-gather) or a divisor
+// (reduce-scatter) of the operand's.
+absl::StatusOr<Shape> InferGatherOrScatterCollective(const Instruction& instr) {
+  const Opcode op = instr.opcode();
+  const bool gather = op == Opcode::kAllGather;
+  const Attributes& at = instr.attrs();
+  if (instr.operand_count() < 1) return Err(absl::StrCat(OpcodeName(op), " needs operands"));
+  if (at.dimensions.size() != 1) {
+    return Err(absl::StrCat(OpcodeName(op), " needs one dimension, got ", Dims(at.dimensions)));
+  }
+  const int64_t d = at.dimensions[0];
+  ASSIGN_OR_RETURN(std::optional<int64_t> group, GroupSize(instr));
+  const Shape& written = instr.shape();
+  const int n = instr.operand_count();
+  if (!group.has_value() && !(n == 1 ? written.IsArray()
+                                     : written.IsTuple() &&
+                                           written.tuple_shapes().size() == size_t(n))) {
+    return Err(absl::StrCat(OpcodeName(op), " over all replicas needs its result shape"));
+  }
+  std::vector<Shape> outs;
+  for (int i = 0; i < n; ++i) {
+    const Shape& a = instr.operand(i)->shape();
+    RETURN_IF_ERROR(ExpectArray(a, absl::StrCat(OpcodeName(op), " operand")));
+    if (d < 0 || d >= a.rank()) {
+      return Err(absl::StrCat(OpcodeName(op), " dimension ", d, " out of range for ",
+                              a.ToString()));
+    }
+    if (i > 0 && a.type() != instr.operand(0)->shape().type()) {
+      return Err(absl::StrCat(OpcodeName(op), " operands must share an element type"));
+    }
+    std::vector<int64_t> dims = a.dims();
+    if (group.has_value()) {
+      if (gather) {
+        dims[d] *= *group;
+      } else if (dims[d] % *group != 0) {
+        return Err(absl::StrCat("reduce-scatter dimension ", d, " of ", a.ToString(),
+                                " does not split into ", *group, " blocks"));
+      } else {
+        dims[d] /= *group;
+      }
+    } else {
+      const Shape& w = n == 1 ? written : written.tuple_shape(i);
+      const int64_t big = gather ? (w.IsArray() && w.rank() == a.rank() ? w.dim(d) : -1) : dims[d];
+      const int64_t small = gather ? dims[d] : (w.IsArray() && w.rank() == a.rank() ? w.dim(d) : -1);
+      if (small < 0 || big < 0 || (small == 0 ? big != 0 : big % small != 0)) {
+        return Err(absl::StrCat(OpcodeName(op), " result ", w.ToString(), " does not fit ",
+                                a.ToString(), " along dimension ", d));
+      }
+      dims[d] = gather ? big : small;
+    }
+    outs.push_back(Shape(a.type(), std::move(dims)));
+  }
+  if (!gather) RETURN_IF_ERROR(CheckReducer(instr, {outs[0].type()}));
+  return n == 1 ? outs[0] : Shape::Tuple(outs);
+}
+
+// all-to-all: with `dimensions` (one operand) the operand is split along it
+// into a block per group member and the blocks received are concatenated
+// there, so the shape is kept; without it each operand goes to one member
+// and the result is the tuple of what each member sent.
+absl::StatusOr<Shape> InferAllToAll(const Instruction& instr) {
+  const Attributes& at = instr.attrs();
+  if (instr.operand_count() < 1) return Err("all-to-all needs operands");
+  ASSIGN_OR_RETURN(std::optional<int64_t> group, GroupSize(instr));
+  const Shape& a = instr.operand(0)->shape();
+  RETURN_IF_ERROR(ExpectArray(a, "all-to-all operand"));
+  if (!at.dimensions.empty()) {
+    if (at.dimensions.size() != 1 || instr.operand_count() != 1) {
+      return Err("all-to-all with dimensions takes one operand and one dimension");
+    }
+    const int64_t d = at.dimensions[0];
+    if (d < 0 || d >= a.rank()) {
+      return Err(absl::StrCat("all-to-all dimension ", d, " out of range for ", a.ToString()));
+    }
+    if (group.has_value() && a.dim(d) % *group != 0) {
+      return Err(absl::StrCat("all-to-all dimension ", d, " of ", a.ToString(),
+                              " does not split into ", *group, " blocks"));
+    }
+    return a;
+  }
+  std::vector<Shape> outs;
+  for (const Instruction* o : instr.operands()) {
+    if (o->shape() != a) return Err("all-to-all operands must share a shape");
+    outs.push_back(a);
+  }
+  if (group.has_value() && *group != instr.operand_count()) {
+    return Err(absl::StrCat("all-to-all sends ", instr.operand_count(),
+                            " operands to groups of ", *group));
+  }
+  return Shape::Tuple(outs);
+}
+
 // The ops that call computations; on any other a called computation is
 // read by no rule and written by no printer.
 bool CallsComputations(Opcode op) {
   switch (op) {
     case Opcode::kReduce: case Opcode::kReduceWindow: case Opcode::kSelectAndScatter:
     case Opcode::kScatter: case Opcode::kSort: case Opcode::kCall: case Opcode::kWhile:
-    case Opcode::kConditional: case Opcode::kAllReduce:
+    case Opcode::kConditional: case Opcode::kAllReduce: case Opcode::kReduceScatter:
       return true;
     default:
       return false;
@@ -1027,6 +1139,44 @@ absl::StatusOr<Shape> InferUnchecked(const Instruction& instr) {
       RETURN_IF_ERROR(CheckReducer(instr, {outs[0].type()}));
       if (outs.size() == 1) return outs[0];
       return Shape::Tuple(outs);
+    }
+    case Opcode::kAllGather: case Opcode::kReduceScatter:
+      return InferGatherOrScatterCollective(instr);
+    case Opcode::kAllToAll:
+      return InferAllToAll(instr);
+    case Opcode::kCollectivePermute: {
+      RETURN_IF_ERROR(ExpectArray(operand_shape(0), "collective-permute operand"));
+      absl::flat_hash_set<int64_t> sources, targets;
+      for (const std::vector<int64_t>& pair : at.source_target_pairs) {
+        if (pair.size() != 2 || pair[0] < 0 || pair[1] < 0) {
+          return Err(absl::StrCat("source_target_pairs entry ", Dims(pair),
+                                  " is not a pair of replica ids"));
+        }
+        if (!sources.insert(pair[0]).second) {
+          return Err(absl::StrCat("source_target_pairs names source ", pair[0], " twice"));
+        }
+        if (!targets.insert(pair[1]).second) {
+          return Err(absl::StrCat("source_target_pairs names target ", pair[1], " twice"));
+        }
+      }
+      return operand_shape(0);
+    }
+    case Opcode::kPartitionId:
+      return Shape::Scalar(ElementType::kU32);
+    case Opcode::kReducePrecision: {
+      const Shape& a = operand_shape(0);
+      RETURN_IF_ERROR(ExpectArray(a, "reduce-precision operand"));
+      if (!IsFloatType(a.type())) {
+        return Err(absl::StrCat("reduce-precision takes floating-point values, got ",
+                                a.ToString()));
+      }
+      if (at.exponent_bits < 1 || at.exponent_bits > 11 || at.mantissa_bits < 0 ||
+          at.mantissa_bits > 52) {
+        return Err(absl::StrCat("reduce-precision needs 1 to 11 exponent bits and 0 to 52 "
+                                "mantissa bits, got ",
+                                at.exponent_bits, " and ", at.mantissa_bits));
+      }
+      return a;
     }
     default:
       return Err(absl::StrCat("no shape rule for ", OpcodeName(op)));

@@ -22,11 +22,10 @@ bool IsEffectfulOp(const ir::Instruction& instr) {
     case ir::Opcode::kInfeed:
     case ir::Opcode::kOutfeed:
     case ir::Opcode::kAfterAll:
-    case ir::Opcode::kAllReduce:
     case ir::Opcode::kCustomCall:
       return true;
     default:
-      return HoldsToken(instr.shape());
+      return ir::IsCollective(instr.opcode()) || HoldsToken(instr.shape());
   }
 }
 

@@ -62,7 +62,9 @@ bool RunsOnHost(Opcode op) {
   switch (op) {
     case Opcode::kSort: case Opcode::kScatter: case Opcode::kRng: case Opcode::kInfeed:
     case Opcode::kOutfeed: case Opcode::kAfterAll: case Opcode::kAllReduce:
-    case Opcode::kReplicaId: case Opcode::kCustomCall:
+    case Opcode::kReplicaId: case Opcode::kCustomCall: case Opcode::kAllGather:
+    case Opcode::kReduceScatter: case Opcode::kAllToAll: case Opcode::kCollectivePermute:
+    case Opcode::kPartitionId: case Opcode::kReducePrecision:
       return true;
     default:
       return false;
@@ -207,6 +209,7 @@ class Builder {
       absl::StatusOr<host::Kernel> kernel =
           op == Opcode::kSort      ? host::MakeSortKernel(instr, host_programs_)
           : op == Opcode::kScatter ? host::MakeGatherScatterKernel(instr, host_programs_)
+          : ir::IsCollective(op)   ? host::MakeCollectiveKernel(instr)
                                    : host::MakeControlKernel(instr, host_programs_);
       if (!kernel.ok()) return annotate(kernel.status());
       step.kind = StepKind::kHost;

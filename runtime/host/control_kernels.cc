@@ -1,5 +1,5 @@
-// Tuples, calls and control flow, feeds, tokens, rng, collectives and
-// custom calls.
+// Tuples, calls and control flow, feeds, tokens, rng, replica and partition
+// ids, reduce-precision and custom calls.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,6 +9,7 @@
 #include "base/type_dispatch.h"
 #include "runtime/host/kernel.h"
 #include "runtime/host/program.h"
+#include "runtime/host/reduce_precision.h"
 #include "runtime/host/reducer_ops.h"
 #include "runtime/custom_call.h"
 
@@ -19,30 +20,6 @@ using ir::Opcode;
 using ir::Shape;
 
 absl::StatusOr<bool> ReadPred(const Buffer& b) { return b.as<bool>()[0]; }
-
-// The replicas `replica` reduces with: its group, or every replica when
-// there are no groups.
-absl::StatusOr<std::vector<int64_t>> ReplicaGroupOf(
-    const std::vector<std::vector<int64_t>>& groups, int replica, int replica_count) {
-  if (groups.empty()) {
-    std::vector<int64_t> all(replica_count);
-    for (int r = 0; r < replica_count; ++r) all[r] = r;
-    return all;
-  }
-  const std::vector<int64_t>* mine = nullptr;
-  for (const auto& group : groups) {
-    for (int64_t id : group) {
-      if (id >= replica_count) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "replica group names replica ", id, " but ", replica_count, " replicas run"));
-      }
-      if (id == replica) mine = &group;
-    }
-  }
-  if (mine != nullptr) return *mine;
-  return absl::InvalidArgumentError(
-      absl::StrCat("replica ", replica, " is in no replica group"));
-}
 
 }  // namespace
 
@@ -150,56 +127,33 @@ absl::StatusOr<Kernel> MakeControlKernel(const ir::Instruction& instr,
         out->as<uint32_t>()[0] = static_cast<uint32_t>(st.options->replica_id);
         return out;
       });
-    case Opcode::kAllReduce: {
-      std::optional<Opcode> reducer =
-          instr.called().empty() ? std::nullopt : MatchScalarBinary(*instr.called(0));
-      if (!reducer) {
-        return absl::UnimplementedError(
-            "all-reduce combines with add, multiply, maximum, minimum, and or or");
-      }
-      return Kernel([op = *reducer, groups = at.replica_groups](
+    case Opcode::kPartitionId:
+      // One partition per replica: the program is not split across devices.
+      return Kernel([](ExecState& st, const std::vector<BufferPtr>&)
+                        -> absl::StatusOr<BufferPtr> {
+        ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(Shape::Scalar(ir::ElementType::kU32)));
+        out->as<uint32_t>()[0] = 0;
+        return out;
+      });
+    case Opcode::kReducePrecision:
+      return Kernel([out_shape, exponent_bits = static_cast<int>(at.exponent_bits),
+                     mantissa_bits = static_cast<int>(at.mantissa_bits)](
                         ExecState& st, const std::vector<BufferPtr>& ops)
                         -> absl::StatusOr<BufferPtr> {
-        const runtime::ExecuteOptions& o = *st.options;
-        ASSIGN_OR_RETURN(std::vector<int64_t> group,
-                         ReplicaGroupOf(groups, o.replica_id, o.replica_count));
-        if (o.rendezvous == nullptr) {
-          // A single replica: the reduction is the value itself.
-          return ops.size() == 1 ? ops[0] : Buffer::MakeTuple(ops);
-        }
-        // Every replica takes part in every round, a group of one too:
-        // rounds are counted per replica, so one that skipped a round would
-        // leave the others waiting for it.
-        ASSIGN_OR_RETURN(
-            std::vector<std::vector<runtime::BufferPtr>> all,
-            o.rendezvous->Exchange(o.replica_id, {ops.begin(), ops.end()}, o.cancelled));
-        std::vector<BufferPtr> outs;
-        for (size_t k = 0; k < ops.size(); ++k) {
-          ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(ops[k]->shape()));
-          const int64_t n = ops[k]->shape().ElementCount();
-          ir::DispatchType(ops[k]->shape().type(), [&](auto tag) {
-            using T = decltype(tag);
-            using A = Accumulator<T>;
-            // Every replica of a group sums in the same order, so all get
-            // bit-identical results and stay in step.
-            std::vector<const T*> in;
-            for (int64_t r : group) {
-              in.push_back(static_cast<const Buffer&>(*all[r][k]).template as<T>());
-            }
-            T* dst = out->as<T>();
+        ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
+        const int64_t n = out_shape.ElementCount();
+        ir::DispatchType(out_shape.type(), [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (ir::kIsFloat<T>) {
+            const T* in = ops[0]->as<T>();
+            T* o = out->as<T>();
             for (int64_t i = 0; i < n; ++i) {
-              A acc = static_cast<A>(in[0][i]);
-              for (size_t g = 1; g < in.size(); ++g) {
-                acc = ApplyReducerOp<A>(op, acc, static_cast<A>(in[g][i]));
-              }
-              dst[i] = static_cast<T>(acc);
+              o[i] = ReducePrecision(in[i], exponent_bits, mantissa_bits);
             }
-          });
-          outs.push_back(std::move(out));
-        }
-        return outs.size() == 1 ? outs[0] : Buffer::MakeTuple(std::move(outs));
+          }
+        });
+        return out;
       });
-    }
     case Opcode::kRng: {
       const bool normal = at.distribution == ir::RngDistribution::kNormal;
       return Kernel([out_shape, normal](ExecState& st,

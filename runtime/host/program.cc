@@ -186,7 +186,8 @@ absl::StatusOr<Kernel> MakeKernel(const Instruction& instr,
     case Opcode::kSort:
       return MakeSortKernel(instr, programs);
     default:
-      return MakeControlKernel(instr, programs);
+      return ir::IsCollective(instr.opcode()) ? MakeCollectiveKernel(instr)
+                                              : MakeControlKernel(instr, programs);
   }
 }
 

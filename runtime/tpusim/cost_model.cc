@@ -33,6 +33,7 @@ bool IsFree(Opcode op) {
     case Opcode::kParameter: case Opcode::kConstant: case Opcode::kTuple:
     case Opcode::kGetTupleElement: case Opcode::kWhile: case Opcode::kCall:
     case Opcode::kConditional: case Opcode::kAfterAll: case Opcode::kReplicaId:
+    case Opcode::kPartitionId:
       return true;
     default:
       return false;
@@ -92,9 +93,25 @@ runtime::CostCounters CostModel::StepCost(
     c.infeed_seconds = InfeedSeconds(PaddedBytes(out.operand(0)->shape()));
     return c;
   }
-  if (op == Opcode::kAllReduce) {
+  if (op == Opcode::kCollectivePermute) {
+    // One hop of the operand to its target.
+    c.interconnect_seconds =
+        static_cast<double>(PaddedBytes(out.shape())) / config_.interconnect_bandwidth +
+        config_.interconnect_latency;
+    return c;
+  }
+  if (op == Opcode::kAllReduce || op == Opcode::kAllGather || op == Opcode::kReduceScatter ||
+      op == Opcode::kAllToAll) {
+    // An all-gather, a reduce-scatter and an all-to-all are priced as one
+    // phase of a ring all-reduce: half the traffic of an all-reduce of the
+    // whole (gathered or scattered) array.
     int64_t bytes = 0;
-    for (const Instruction* o : out.operands()) bytes += PaddedBytes(o->shape());
+    if (op == Opcode::kAllGather) {
+      bytes = PaddedBytes(out.shape()) / 2;
+    } else {
+      for (const Instruction* o : out.operands()) bytes += PaddedBytes(o->shape());
+      if (op != Opcode::kAllReduce) bytes /= 2;
+    }
     const auto& groups = out.attrs().replica_groups;
     if (groups.empty()) {
       c.all_replica_reduce_bytes = bytes;

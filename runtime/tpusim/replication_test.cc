@@ -1,8 +1,11 @@
 // Replicated execution and all-reduce, on simulated TPU cores and on CPU
 // devices.
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu/cpu_backend.h"
@@ -194,6 +197,185 @@ ENTRY main {
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(out.status().message(), HasSubstr("replica 1 on tpu:1"));
+}
+
+// Runs `text` (one f32 parameter) on `n` CPU devices, replica r with
+// `input(r)`, and returns each replica's result values.
+std::vector<std::vector<double>> OnCpus(absl::string_view text, int n,
+                                        const std::function<ir::Literal(int)>& input) {
+  cpu::CpuBackendOptions options;
+  options.devices = n;
+  cpu::CpuBackend cpus(options);
+  std::vector<ir::Literal> inputs;
+  for (int r = 0; r < n; ++r) inputs.push_back(input(r));
+  auto out = RunReplicated(text, cpus.compiler(), cpus.devices(), inputs, nullptr);
+  EXPECT_TRUE(out.ok()) << out.status();
+  std::vector<std::vector<double>> values;
+  if (!out.ok()) return values;
+  for (const runtime::BufferPtr& b : *out) values.push_back(Values(ValueOf(b)));
+  return values;
+}
+
+// v = [r, 10 r] on replica r.
+ir::Literal Pair(int r) { return F32({2}, {static_cast<float>(r), 10.0f * r}); }
+
+TEST(CollectivesTest, AllGatherConcatenatesInGroupOrder) {
+  constexpr char kAll[] = R"(
+HloModule g
+ENTRY main {
+  v = f32[2] parameter(0)
+  ROOT g = f32[8] all-gather(v), dimensions={0}, replica_groups={}
+})";
+  for (const auto& got : OnCpus(kAll, 4, Pair)) {
+    EXPECT_THAT(got, ::testing::ElementsAre(0, 0, 1, 10, 2, 20, 3, 30));
+  }
+  // Groups written out, and in the iota form ({0,2},{1,3}), in their order.
+  for (const char* groups : {"{{2,0},{1,3}}", "[2,2]<=[2,2]T(1,0)"}) {
+    const std::string text = absl::StrCat(R"(
+HloModule g
+ENTRY main {
+  v = f32[2] parameter(0)
+  ROOT g = f32[4] all-gather(v), dimensions={0}, replica_groups=)", groups, "\n}");
+    const auto got = OnCpus(text, 4, Pair);
+    ASSERT_EQ(got.size(), 4u);
+    const bool reversed = groups[0] == '{';
+    EXPECT_THAT(got[0], reversed ? ::testing::ElementsAre(2, 20, 0, 0)
+                                 : ::testing::ElementsAre(0, 0, 2, 20));
+    EXPECT_THAT(got[3], ::testing::ElementsAre(1, 10, 3, 30));
+  }
+}
+
+TEST(CollectivesTest, ReduceScatterKeepsEachReplicasBlockOfTheSum) {
+  constexpr char kText[] = R"(
+HloModule rs
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY main {
+  v = f32[2,4] parameter(0)
+  ROOT rs = f32[2,2] reduce-scatter(v), dimensions={1}, replica_groups={{0,1}}, to_apply=add
+})";
+  // v[i][j] = 100 r + 4 i + j; the sum over two replicas is 100 + 8 i + 2 j.
+  const auto got = OnCpus(kText, 2, [](int r) {
+    std::vector<float> v;
+    for (int i = 0; i < 8; ++i) v.push_back(100.0f * r + i);
+    return F32({2, 4}, v);
+  });
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_THAT(got[0], ::testing::ElementsAre(100, 102, 108, 110));
+  EXPECT_THAT(got[1], ::testing::ElementsAre(104, 106, 112, 114));
+}
+
+TEST(CollectivesTest, AllToAllExchangesBlocks) {
+  constexpr char kArray[] = R"(
+HloModule a2a
+ENTRY main {
+  v = f32[4] parameter(0)
+  ROOT a = f32[4] all-to-all(v), dimensions={0}, replica_groups={}
+})";
+  const auto got = OnCpus(kArray, 4, [](int r) {
+    return F32({4}, {10.0f * r, 10.0f * r + 1, 10.0f * r + 2, 10.0f * r + 3});
+  });
+  ASSERT_EQ(got.size(), 4u);
+  // Replica p receives block p of every replica, in replica order.
+  EXPECT_THAT(got[0], ::testing::ElementsAre(0, 10, 20, 30));
+  EXPECT_THAT(got[2], ::testing::ElementsAre(2, 12, 22, 32));
+  // The tuple form: operand j goes to replica j.
+  constexpr char kTuple[] = R"(
+HloModule a2a
+ENTRY main {
+  v = f32[2] parameter(0)
+  w = f32[2] negate(v)
+  ROOT a = (f32[2], f32[2]) all-to-all(v, w), replica_groups={{0,1}}
+})";
+  cpu::CpuBackendOptions options;
+  options.devices = 2;
+  cpu::CpuBackend cpus(options);
+  auto out = RunReplicated(kTuple, cpus.compiler(), cpus.devices(), {Pair(1), Pair(2)}, nullptr);
+  ASSERT_TRUE(out.ok()) << out.status();
+  // Replica 0 gets operand 0 of each: [1,10] and [2,20]; replica 1 operand 1,
+  // the negations.
+  EXPECT_THAT(Values(ElementOf((*out)[0], 0)), ::testing::ElementsAre(1, 10));
+  EXPECT_THAT(Values(ElementOf((*out)[0], 1)), ::testing::ElementsAre(2, 20));
+  EXPECT_THAT(Values(ElementOf((*out)[1], 0)), ::testing::ElementsAre(-1, -10));
+  EXPECT_THAT(Values(ElementOf((*out)[1], 1)), ::testing::ElementsAre(-2, -20));
+}
+
+TEST(CollectivesTest, CollectivePermuteShiftsAndZeroesReplicasWithNoSource) {
+  constexpr char kText[] = R"(
+HloModule cp
+ENTRY main {
+  v = f32[2] parameter(0)
+  ROOT p = f32[2] collective-permute(v), source_target_pairs={{0,1},{1,2},{2,3}}
+})";
+  const auto got = OnCpus(kText, 4, Pair);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_THAT(got[0], ::testing::ElementsAre(0, 0));
+  EXPECT_THAT(got[1], ::testing::ElementsAre(0, 0));
+  EXPECT_THAT(got[2], ::testing::ElementsAre(1, 10));
+  EXPECT_THAT(got[3], ::testing::ElementsAre(2, 20));
+}
+
+TEST(CollectivesTest, AnAllReduceStartIsReadAsTheAllReduce) {
+  constexpr char kText[] = R"(
+HloModule ars
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY main {
+  v = f32[2] parameter(0)
+  s = f32[2] all-reduce-start(v), replica_groups=[1,3]<=[3], to_apply=add
+  ROOT d = f32[2] all-reduce-done(s)
+})";
+  for (const auto& got : OnCpus(kText, 3, Pair)) {
+    EXPECT_THAT(got, ::testing::ElementsAre(3, 30));
+  }
+}
+
+// A collective shaped for one group size fails clearly on groups of
+// another, on every replica, without waiting for the timeout.
+TEST(CollectivesTest, AGroupOfTheWrongSizeFailsClearly) {
+  constexpr char kText[] = R"(
+HloModule g
+ENTRY main {
+  v = f32[2] parameter(0)
+  ROOT g = f32[8] all-gather(v), dimensions={0}, replica_groups={}
+})";
+  cpu::CpuBackendOptions options;
+  options.devices = 2;
+  cpu::CpuBackend cpus(options);
+  auto out = RunReplicated(kText, cpus.compiler(), cpus.devices(), {Pair(0), Pair(1)}, nullptr);
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(),
+              HasSubstr("shaped for groups of 4 but this replica's group has 2"));
+}
+
+// Collectives are priced on the simulated interconnect.
+TEST(CollectivesTest, TpuCoresPriceTheInterconnect) {
+  constexpr char kText[] = R"(
+HloModule g
+ENTRY main {
+  v = f32[8,128] parameter(0)
+  g = f32[32,128] all-gather(v), dimensions={0}, replica_groups={{0,1,2,3}}
+  ROOT p = f32[32,128] collective-permute(g), source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
+})";
+  auto devices = TpuCores(4);
+  TpuSimCompiler compiler({});
+  std::vector<ir::Literal> inputs(4, ir::Literal(ir::Shape(ir::ElementType::kF32, {8, 128})));
+  std::vector<runtime::ExecutionProfile> profiles;
+  auto out = RunReplicated(kText, compiler, devices, inputs, &profiles);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const ChipConfig chip;
+  const CostModel model{chip};
+  // The gather as half an all-reduce of its 64 KiB result; the permute as
+  // one hop of it.
+  const double gather = model.AllReduceSeconds(32 * 128 * 4 / 2, 4);
+  const double permute = 32.0 * 128 * 4 / chip.interconnect_bandwidth + chip.interconnect_latency;
+  EXPECT_DOUBLE_EQ(profiles[0].interconnect_seconds, gather + permute);
 }
 
 }  // namespace

@@ -268,6 +268,44 @@ def case_xla_syntax_batching():
     return [table, ids, updates, rows], [gathered, f32(scattered), by_batch]
 
 
+def reduce_precision(values, exponent_bits, mantissa_bits):
+    """XLA's reduce-precision by value: round to mantissa_bits (ties to even),
+    infinity past the format's largest binade, signed zero below its smallest
+    normal (the format has no denormals), NaN kept while a mantissa bit is."""
+    emax = 2 ** (exponent_bits - 1) - 1
+    emin = 1 - emax
+    out = []
+    for v in np.asarray(values, dtype=np.float32).tolist():
+        if math.isnan(v):
+            out.append(v if mantissa_bits > 0 else math.inf)
+            continue
+        if math.isinf(v) or v == 0:
+            out.append(v)
+            continue
+        f, e = math.frexp(v)  # v = f * 2**e, 0.5 <= |f| < 1
+        scale = 2.0 ** (mantissa_bits + 1)
+        r = math.ldexp(round(f * scale) / scale, e)
+        if abs(r) >= 2.0 ** (emax + 1):
+            r = math.copysign(math.inf, v)
+        elif abs(r) < 2.0 ** emin:
+            r = math.copysign(0.0, v)
+        out.append(r)
+    return f32(out)
+
+
+def case_xla_syntax_async():
+    # Its own generator: the modules after it keep their data.
+    local = np.random.default_rng(20261126)
+    x = f32(local.uniform(-2, 2, (4, 3)))
+    v = f32([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 65504, 65520, -1e6, 2.0 ** -14, 2.0 ** -15,
+             -(2.0 ** -20), 0.1, 1.5, math.nan, -math.inf])
+    sums = f32(x.astype(np.float64).sum(axis=0))
+    outs = [x, x, x, x, sums, x, x, np.int32(4), np.uint32(0), x, x, x, np.zeros_like(x)]
+    outs += [reduce_precision(v, 5, 10), reduce_precision(v, 8, 7), reduce_precision(v, 4, 3),
+             reduce_precision(v, 5, 0)]
+    return [x, v], outs
+
+
 def conv_batch_groups(x, k, groups, **window):
     """XLA's convolution with batch_group_count: x [N,H,W,C], k [KH,KW,C,O]."""
     n, o = x.shape[0] // groups, k.shape[3] // groups
