@@ -1,6 +1,7 @@
 #include "compiler/ir/hlo_lowering.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -205,6 +206,56 @@ absl::Status LowerBatchingDims(Computation* comp, Instruction* instr,
     index_map.push_back(od);
   }
   std::sort(collapsed.begin(), collapsed.end());
+  return absl::OkStatus();
+}
+
+absl::Status LowerTotalOrderCompare(Computation* comp, Instruction* compare) {
+  if (compare->opcode() != Opcode::kCompare || compare->operand_count() != 2) {
+    return absl::InvalidArgumentError("type=TOTALORDER belongs to a compare of two operands");
+  }
+  const Shape& shape = compare->operand(0)->shape();
+  if (!shape.IsArray() || shape != compare->operand(1)->shape()) {
+    return absl::InvalidArgumentError("a total-order compare needs two arrays of one shape");
+  }
+  ElementType key_type;
+  switch (shape.type()) {
+    case ElementType::kF64: key_type = ElementType::kS64; break;
+    case ElementType::kF32: key_type = ElementType::kS32; break;
+    case ElementType::kF16: case ElementType::kBF16: key_type = ElementType::kS16; break;
+    default:
+      // Integers are totally ordered already.
+      return absl::OkStatus();
+  }
+  const int bits = static_cast<int>(ElementTypeSize(shape.type())) * 8;
+  const Shape keys(key_type, shape.dims());
+  auto add = [&](Opcode op, const Shape& s, const std::string& name,
+                 std::vector<Instruction*> operands) {
+    Instruction* added =
+        comp->AddInstruction(std::make_unique<Instruction>(op, s, name));
+    for (Instruction* o : operands) added->AddOperand(o);
+    return added;
+  };
+  // A scalar constant of the key type broadcast to the operands' shape.
+  auto splat = [&](int64_t value, const std::string& name) {
+    Instruction* scalar = add(Opcode::kConstant, Shape::Scalar(key_type), name + ".scalar", {});
+    scalar->mutable_attrs().literal = Literal::Scalar<int64_t>(key_type, value);
+    if (shape.rank() == 0) return scalar;
+    return add(Opcode::kBroadcast, keys, name, {scalar});
+  };
+  const std::string base = compare->name() + ".total_order";
+  Instruction* shift = splat(bits - 1, base + ".shift");
+  // All bits but the sign: flipping them turns sign-magnitude into two's
+  // complement order (-NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN).
+  const int64_t magnitude =
+      bits == 64 ? std::numeric_limits<int64_t>::max() : (int64_t{1} << (bits - 1)) - 1;
+  Instruction* mask = splat(magnitude, base + ".magnitude");
+  for (int i = 0; i < 2; ++i) {
+    const std::string name = absl::StrCat(base, ".key", i);
+    Instruction* raw = add(Opcode::kBitcastConvert, keys, name + ".bits", {compare->operand(i)});
+    Instruction* sign = add(Opcode::kShiftRightArithmetic, keys, name + ".sign", {raw, shift});
+    Instruction* flip = add(Opcode::kAnd, keys, name + ".flip", {sign, mask});
+    compare->ReplaceOperand(i, add(Opcode::kXor, keys, name, {raw, flip}));
+  }
   return absl::OkStatus();
 }
 

@@ -1,7 +1,8 @@
 // XLA constructs that Kiln's IR spells with other ops, as the HLO text
 // parser rewrites them: `map` becomes a call of its computation applied to
-// whole arrays, and `bitcast` a reshape (with transposes around it where
-// the layouts are not the default row-major ones).
+// whole arrays, `bitcast` a reshape (with transposes around it where the
+// layouts are not the default row-major ones), and a total-order compare
+// a compare of integer keys.
 #ifndef KILN_COMPILER_IR_HLO_LOWERING_H_
 #define KILN_COMPILER_IR_HLO_LOWERING_H_
 
@@ -51,6 +52,13 @@ absl::StatusOr<BitcastSteps> PlanBitcast(const Shape& from, const std::vector<in
 absl::Status LowerBatchingDims(Computation* comp, Instruction* instr,
                                const std::vector<int64_t>& operand_batching,
                                const std::vector<int64_t>& indices_batching);
+
+// Gives a compare written with type=TOTALORDER the same meaning with
+// integer compares: each floating-point operand becomes the signed integer
+// of its bits with the magnitude bits flipped where the sign is set, which
+// orders -NaN < -inf < finite negatives < -0 < +0 < finite positives < +inf
+// < +NaN, as XLA's total order does. Integer compares are left as they are.
+absl::Status LowerTotalOrderCompare(Computation* comp, Instruction* compare);
 
 }  // namespace kiln::ir
 

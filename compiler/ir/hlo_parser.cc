@@ -1,5 +1,6 @@
 #include "compiler/ir/hlo_parser.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -48,8 +49,73 @@ const absl::flat_hash_set<absl::string_view>& IgnoredAttributes() {
       "parameter_replication", "is_composite", "convolution_kind",
       // Where a sharding domain starts and ends; which thread runs an
       // asynchronous op.
-      "domain", "async_execution_thread"};
+      "domain", "async_execution_thread",
+      // A copy-start that prefetches a parameter across programs.
+      "cross_program_prefetch_index"};
   return *kSet;
+}
+
+// The ops each attribute belongs to. An attribute on another op is an
+// error: nothing would read it, so what the text asked for would be lost.
+// (fusion, map and the spelled ops are checked where they are read.)
+bool AttributeApplies(absl::string_view key, Opcode op) {
+  using O = Opcode;
+  static const auto* const kOwners =
+      new absl::flat_hash_map<absl::string_view, std::vector<Opcode>>{
+          {"dimensions", {O::kBroadcast, O::kTranspose, O::kReduce, O::kReverse,
+                          O::kConcatenate, O::kSort, O::kAllGather, O::kReduceScatter,
+                          O::kAllToAll}},
+          {"dynamic_slice_sizes", {O::kDynamicSlice}},
+          {"slice_sizes", {O::kGather, O::kDynamicSlice}},
+          {"slice", {O::kSlice}},
+          {"padding", {O::kPad}},
+          {"window", {O::kConvolution, O::kReduceWindow, O::kSelectAndScatter, O::kCustomCall}},
+          {"dim_labels", {O::kConvolution, O::kCustomCall}},
+          {"feature_group_count", {O::kConvolution, O::kCustomCall}},
+          {"batch_group_count", {O::kConvolution, O::kCustomCall}},
+          {"lhs_batch_dims", {O::kDot}},
+          {"rhs_batch_dims", {O::kDot}},
+          {"lhs_contracting_dims", {O::kDot}},
+          {"rhs_contracting_dims", {O::kDot}},
+          {"direction", {O::kCompare}},
+          {"comparison_direction", {O::kCompare}},
+          {"offset_dims", {O::kGather}},
+          {"collapsed_slice_dims", {O::kGather}},
+          {"start_index_map", {O::kGather}},
+          {"operand_batching_dims", {O::kGather}},
+          {"start_indices_batching_dims", {O::kGather}},
+          {"index_vector_dim", {O::kGather, O::kScatter}},
+          {"update_window_dims", {O::kScatter}},
+          {"inserted_window_dims", {O::kScatter}},
+          {"scatter_dims_to_operand_dims", {O::kScatter}},
+          {"input_batching_dims", {O::kScatter}},
+          {"scatter_indices_batching_dims", {O::kScatter}},
+          {"iota_dimension", {O::kIota}},
+          {"index", {O::kGetTupleElement}},
+          {"replica_groups", {O::kAllReduce, O::kAllGather, O::kReduceScatter, O::kAllToAll}},
+          {"source_target_pairs", {O::kCollectivePermute}},
+          {"exponent_bits", {O::kReducePrecision}},
+          {"mantissa_bits", {O::kReducePrecision}},
+          {"distribution", {O::kRng}},
+          {"operand_precision", {O::kDot, O::kConvolution, O::kCustomCall}},
+          {"is_stable", {O::kSort}},
+          {"custom_call_target", {O::kCustomCall}},
+          {"infeed_config", {O::kInfeed}},
+          {"outfeed_config", {O::kOutfeed}},
+          {"to_apply", {O::kReduce, O::kReduceWindow, O::kScatter, O::kSort, O::kCall,
+                        O::kAllReduce, O::kReduceScatter, O::kCustomCall}},
+          {"select", {O::kSelectAndScatter}},
+          {"scatter", {O::kSelectAndScatter}},
+          {"condition", {O::kWhile}},
+          {"body", {O::kWhile}},
+          {"true_computation", {O::kConditional}},
+          {"false_computation", {O::kConditional}},
+          {"branch_computations", {O::kConditional}},
+          {"calls", {O::kCall}},
+      };
+  auto it = kOwners->find(key);
+  if (it == kOwners->end()) return true;  // not an op attribute: judged by the caller
+  return std::find(it->second.begin(), it->second.end(), op) != it->second.end();
 }
 
 bool IsNameChar(char c) {
@@ -78,6 +144,12 @@ struct PendingInstr {
   // Batching dimensions of a gather or scatter, of the operand and of the
   // indices (lowered to index components once the operands are known).
   std::vector<int64_t> operand_batching, indices_batching;
+  // A compare with type=TOTALORDER (lowered once the operands are known).
+  bool total_order = false;
+  // A get-dimension-size, read as a constant.
+  bool dimension_size = false;
+  // The op as the text names it, for messages.
+  std::string op_name;
 };
 
 // The layout (minor to major) a shape was written with; empty: none.
@@ -385,6 +457,17 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
   Instruction* instr = pending.instr;
   Attributes& a = instr->mutable_attrs();
   const Opcode op = instr->opcode();
+  // fusion (a call), map (a call with dimensions) and get-dimension-size
+  // (read as a constant) carry attributes their op would not.
+  const bool applies = IgnoredAttributes().contains(key) ? true
+                       : pending.map ? key == "dimensions" || key == "to_apply"
+                       : pending.fusion ? key == "calls" || key == "kind"
+                       : pending.dimension_size ? key == "dimensions"
+                                                : AttributeApplies(key, op);
+  if (!applies) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute '", key, "' does not apply to ",
+                                                   pending.op_name));
+  }
   auto computation_ref = [&](absl::string_view v) {
     pending.called_names.push_back(
         {std::string(key), std::string(absl::StripPrefix(
@@ -483,6 +566,15 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
     for (absl::string_view name : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
       computation_ref(name);
     }
+  } else if (key == "type" && op == Opcode::kCompare) {
+    // FLOAT, SIGNED and UNSIGNED are what the element type implies;
+    // TOTALORDER orders NaNs and signed zeros too.
+    absl::string_view type = absl::StripAsciiWhitespace(value);
+    if (type == "TOTALORDER") {
+      pending.total_order = true;
+    } else if (type != "FLOAT" && type != "SIGNED" && type != "UNSIGNED") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown comparison type '", type, "'"));
+    }
   } else if (key == "kind" && pending.fusion) {
     // How XLA grouped the fused ops; the fused computation says what they
     // compute.
@@ -576,6 +668,7 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
   absl::StatusOr<absl::string_view> args = ReadBalanced('(', ')');
   if (!args.ok()) return ErrorAt(line, args.status().message());
   PendingInstr pending(nullptr, {}, line);
+  pending.op_name = std::string(op_name);
   pending.infer_shape = !declared.has_value();
   pending.map = op_name == "map";
   pending.fusion = op_name == "fusion";
@@ -600,8 +693,8 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
                                         pending.operand_names.size()));
     }
     if (attributes) {
-      PendingInstr ignored(nullptr, {}, line);
-      ignored.instr = instr.get();
+      PendingInstr ignored(instr.get(), {}, line);
+      ignored.op_name = std::string(op_name);
       RETURN_IF_ERROR(ParseAttributes(ignored, line));
     }
     root.declared_[name] = *declared;
@@ -609,8 +702,10 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
   }
   if (spelled.spelling != Spelling::kPlain && spelled.spelling != Spelling::kAsyncStart) {
     if (attributes) {
-      PendingInstr ignored(instr.get(), {}, line);
-      RETURN_IF_ERROR(ParseAttributes(ignored, line));
+      PendingInstr read(instr.get(), {}, line);
+      read.op_name = std::string(op_name);
+      read.dimension_size = spelled.spelling == Spelling::kDimensionSize;
+      RETURN_IF_ERROR(ParseAttributes(read, line));
     }
     return AddSpelled(comp, name, op_name, spelled.spelling, declared, instr->attrs(),
                       pending.operand_names, operands_declared, line);
@@ -1060,6 +1155,19 @@ absl::Status Parser::Resolve(Module* module, PendingInstr& p,
     Computation* comp = module->FindComputation(instr->parent()->name());
     absl::Status lowered =
         LowerBatchingDims(comp, instr, p.operand_batching, p.indices_batching);
+    if (!lowered.ok()) {
+      return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": ", lowered.message()));
+    }
+  }
+  if (p.total_order) {
+    for (const Instruction* operand : instr->operands()) {
+      if (unknown_shape_.contains(operand)) {
+        return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": the shape of %",
+                                            operand->name(), " is not known yet; write one"));
+      }
+    }
+    Computation* comp = module->FindComputation(instr->parent()->name());
+    absl::Status lowered = LowerTotalOrderCompare(comp, instr);
     if (!lowered.ok()) {
       return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": ", lowered.message()));
     }

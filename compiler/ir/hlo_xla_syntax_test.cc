@@ -260,9 +260,11 @@ ENTRY e {
 
 // A computation attached to an op that calls none was kept by the parser,
 // dropped by the printer, and so moved the computation in the printed
-// order (hlo_text_fuzzer found it): the verifier refuses it.
-TEST(XlaSyntaxTest, AComputationOnAnOpThatCallsNoneIsRefused) {
-  auto m = ParseModule(R"(
+// order (hlo_text_fuzzer found it). An attribute on an op that does not
+// read it is refused where it is written; a module built otherwise (from
+// its wire form) is refused by the verifier.
+TEST(XlaSyntaxTest, AnAttributeOnAnOpThatDoesNotReadItIsRefused) {
+  EXPECT_THAT(ErrorOf(R"(
 lt {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
@@ -270,10 +272,33 @@ lt {
 }
 ENTRY e {
   x = f32[2,8] parameter(0)
-  ROOT s = f32[2,8] sqrt(x), dimensions={1}, to_apply=lt
-})");
-  ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_THAT(Verify(**m).message(), HasSubstr("sqrt calls no computation, got 1"));
+  ROOT s = f32[2,8] sqrt(x), to_apply=lt
+})"),
+              HasSubstr("line 9: attribute 'to_apply' does not apply to sqrt"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[2,8] parameter(0)\n  ROOT s = f32[2,8] sqrt(x), "
+                      "dimensions={1}\n}"),
+              HasSubstr("line 3: attribute 'dimensions' does not apply to sqrt"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[2,8] parameter(0)\n  ROOT s = f32[2,8] "
+                      "bitcast(x), slice={[0:2]}\n}"),
+              HasSubstr("line 3: attribute 'slice' does not apply to bitcast"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[2] parameter(0)\n  ROOT d = f32[2] "
+                      "opt-barrier(x), index=0\n}"),
+              HasSubstr("line 3: attribute 'index' does not apply to opt-barrier"));
+  Module m("m");
+  Computation* lt = m.AddComputation(std::make_unique<Computation>("lt"));
+  Instruction* a = lt->AddInstruction(std::make_unique<Instruction>(
+      Opcode::kParameter, Shape::Scalar(ElementType::kF32), "a"));
+  lt->set_root(a);
+  Computation* e = m.AddComputation(std::make_unique<Computation>("e"));
+  Instruction* x = e->AddInstruction(std::make_unique<Instruction>(
+      Opcode::kParameter, Shape(ElementType::kF32, {2}), "x"));
+  Instruction* sqrt = e->AddInstruction(
+      std::make_unique<Instruction>(Opcode::kSqrt, Shape(ElementType::kF32, {2}), "s"));
+  sqrt->AddOperand(x);
+  sqrt->AddCalled(lt);
+  e->set_root(sqrt);
+  m.set_entry(e);
+  EXPECT_THAT(Verify(m).message(), HasSubstr("sqrt calls no computation, got 1"));
 }
 
 TEST(XlaSyntaxTest, ElidedConstantsAreNamed) {

@@ -306,6 +306,35 @@ def case_xla_syntax_async():
     return [x, v], outs
 
 
+def total_order_key(v):
+    """XLA's total order of floats: -NaN < -inf < ... < -0 < +0 < ... < +inf
+    < +NaN (NaNs of one payload each)."""
+    negative = bool(np.signbit(v))
+    if math.isnan(v):
+        return (0,) if negative else (2,)
+    return (1, float(v), 0 if negative else 1)
+
+
+def total_compare(a, b, op):
+    return np.array([op(total_order_key(p), total_order_key(q)) for p, q in zip(a, b)])
+
+
+def case_xla_syntax_total_order():
+    neg_nan = np.array([0xFFC00000], dtype=np.uint32).view(np.float32)[0]
+    x = f32([1.5, np.nan, -0.0, 0.0, -np.inf, neg_nan, 3, -2, np.inf, 0.0])
+    y = f32([1.5, np.nan, 0.0, -0.0, -np.inf, np.nan, 2, -2, np.inf, -0.0])
+    d = np.array([-0.0, np.nan, 1.0, -np.nan, -np.inf, 0.0], dtype=np.float64)
+    d[3] = np.copysign(np.nan, -1.0)
+    e = np.array([0.0, 1.0, np.nan, -1.0, -np.inf, -0.0], dtype=np.float64)
+    order = sorted(range(10), key=lambda i: total_order_key(x[i]))  # stable
+    lt = lambda p, q: p < q
+    le_float = np.array([p <= q for p, q in zip(d, e)])  # NaN compares false
+    return [x, y, d, e], [x[order], np.array(order, dtype=np.int32),
+                          total_compare(x, y, lt), total_compare(x, y, lambda p, q: p == q),
+                          total_compare(d, e, lt), total_compare(d, e, lambda p, q: p >= q),
+                          le_float]
+
+
 def conv_batch_groups(x, k, groups, **window):
     """XLA's convolution with batch_group_count: x [N,H,W,C], k [KH,KW,C,O]."""
     n, o = x.shape[0] // groups, k.shape[3] // groups
