@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -50,6 +51,8 @@ const absl::flat_hash_set<absl::string_view>& IgnoredAttributes() {
       // Where a sharding domain starts and ends; which thread runs an
       // asynchronous op.
       "domain", "async_execution_thread",
+      // Values for visualizing a constant.
+      "statistics",
       // A copy-start that prefetches a parameter across programs.
       "cross_program_prefetch_index"};
   return *kSet;
@@ -204,9 +207,12 @@ SpelledOp ReadOpName(absl::string_view op_name) {
     out.op = base == "async" ? std::optional<Opcode>(Opcode::kCall) : OpcodeFromName(base);
     out.spelling = Spelling::kAsyncStart;
     out.started = base;
-  } else if (op_name == "async-update" || absl::ConsumeSuffix(&base, "-done")) {
+  } else if (absl::ConsumeSuffix(&base, "-update")) {
     out.op = Opcode::kCopy;
-    out.spelling = op_name == "async-update" ? Spelling::kAsyncUpdate : Spelling::kAsyncDone;
+    out.spelling = Spelling::kAsyncUpdate;
+  } else if (absl::ConsumeSuffix(&base, "-done")) {
+    out.op = Opcode::kCopy;
+    out.spelling = Spelling::kAsyncDone;
   }
   return out;
 }
@@ -232,6 +238,15 @@ class Parser {
         absl::StrCat("line ", LineAt(pos_), ": ", msg));
   }
   absl::Status ErrorAt(int line, absl::string_view msg) const {
+    // A message from a part of the text that already names its line.
+    if (absl::StartsWith(msg, "line ")) {
+      absl::string_view rest = msg.substr(5);
+      const size_t colon = rest.find(':');
+      int64_t written;
+      if (colon != absl::string_view::npos && absl::SimpleAtoi(rest.substr(0, colon), &written)) {
+        return absl::InvalidArgumentError(msg);
+      }
+    }
     return absl::InvalidArgumentError(absl::StrCat("line ", line, ": ", msg));
   }
   int LineAt(size_t pos) const {
@@ -566,6 +581,10 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
     for (absl::string_view name : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
       computation_ref(name);
     }
+  } else if ((key == "called_computations" || key == "literal") && op == Opcode::kCustomCall) {
+    // What these mean is the target's to say; Kiln's registered targets
+    // (runtime/custom_call.h) take neither, and an unregistered target is
+    // refused when the module is compiled.
   } else if (key == "type" && op == Opcode::kCompare) {
     // FLOAT, SIGNED and UNSIGNED are what the element type implies;
     // TOTALORDER orders NaNs and signed zeros too.
@@ -633,6 +652,10 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
   const SpelledOp spelled = ReadOpName(op_name);
   const std::optional<Opcode> op = spelled.op;
   if (!op.has_value()) {
+    if (Peek() == '[') {
+      // "s4[2] ...": a shape of a type Kiln does not have, not an op.
+      return ErrorAt(line, absl::StrCat("unknown element type '", op_name, "'"));
+    }
     return ErrorAt(line, absl::StrCat("unknown or unsupported opcode '", op_name, "'"));
   }
   if (!declared.has_value() && spelled.spelling == Spelling::kPlain &&
@@ -830,6 +853,23 @@ absl::Status Parser::ParseAttributes(PendingInstr& pending, int line) {
         if (text_[pos_] == '[' || text_[pos_] == '(') ++depth;
         if ((text_[pos_] == ']' || text_[pos_] == ')') && depth > 0) --depth;
         ++pos_;
+      }
+      if (key == "literal") {
+        // A custom call's literal: "s32[2]{0} {1, 2}", a shape and values.
+        size_t after_shape = pos_;
+        while (after_shape < text_.size() && (text_[after_shape] == ' ' || text_[after_shape] == '\t')) {
+          ++after_shape;
+        }
+        if (after_shape < text_.size() && text_[after_shape] == '{') {
+          pos_ = after_shape;
+          RETURN_IF_ERROR(ReadBalanced('{', '}').status());
+        } else {
+          pos_ = after_shape;
+          while (!AtEnd() && text_[pos_] != ',' && text_[pos_] != '\n' &&
+                 !std::isspace(static_cast<unsigned char>(text_[pos_]))) {
+            ++pos_;
+          }
+        }
       }
       value = text_.substr(vstart, pos_ - vstart);
     }
@@ -1067,6 +1107,19 @@ absl::Status Parser::ParseComputation(Module* module) {
       }
       root = comp->instructions().back().get();
     }
+  }
+  // Which thread runs the computation (newer dumps): scheduling only.
+  while (Consume(",")) {
+    SkipWs();
+    if (!ConsumeKeyword("execution_thread") || !Consume("=")) {
+      return Error(absl::StrCat("unsupported attribute after computation ", name, ": '",
+                                text_.substr(pos_, 24), "'"));
+    }
+    SkipWs();
+    if (Peek() != '"') return Error("execution_thread must be a quoted name");
+    const size_t end = text_.find('"', pos_ + 1);
+    if (end == absl::string_view::npos) return Error("unterminated string");
+    pos_ = end + 1;
   }
   if (comp->instructions().empty()) {
     return Error(absl::StrCat("computation ", name, " is empty"));

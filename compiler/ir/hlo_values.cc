@@ -34,6 +34,13 @@ absl::StatusOr<Literal> ParseLiteralValues(absl::string_view text, const Shape& 
       ++p;
       continue;
     }
+    if (text.substr(p, 2) == "/*") {
+      // XLA marks the indices of rank-3 and larger constants: /*i0=1*/.
+      const size_t end = text.find("*/", p + 2);
+      if (end == absl::string_view::npos) return err("unterminated comment in constant");
+      p = end + 2;
+      continue;
+    }
     size_t start = p;
     while (p < text.size() && text[p] != ',' && text[p] != '}' &&
            text[p] != '{' && !std::isspace(static_cast<unsigned char>(text[p]))) {

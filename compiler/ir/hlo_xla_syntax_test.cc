@@ -437,5 +437,38 @@ TEST(XlaSyntaxTest, CollectiveAttributesAreChecked) {
               HasSubstr("line 3: unknown or unsupported opcode 'rng-bit-generator'"));
 }
 
+TEST(XlaSyntaxTest, WhatNewerDumpsWriteAroundInstructions) {
+  // Index comments inside constants of rank 3 and more, a computation's
+  // execution thread, an async update of a custom call, a custom call's
+  // literal and called computations.
+  const std::string printed = Canonical(R"(
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}, execution_thread="main_thread"
+ENTRY e {
+  c = f32[2,1,2]{2,1,0} constant({ { /*i0=0*/ { /*i1=0*/ 1, 2 } }, { /*i0=1*/ { /*i1=0*/ 3, 4 } } })
+  s = ((f32[2,1,2]), f32[4], s32[]) custom-call-start(c), custom_call_target="foo", async_execution_thread="parallel_thread"
+  u = ((f32[2,1,2]), f32[4], s32[]) custom-call-update(s)
+  d = f32[4] custom-call-done(u)
+  ROOT k = f32[4] custom-call(d), custom_call_target="bar", literal=s32[2]{0} {1, 2}, called_computations={max}
+}, execution_thread="main_thread")");
+  EXPECT_THAT(printed, HasSubstr("constant({{{1, 2}}, {{3, 4}}})"));
+  EXPECT_THAT(printed, HasSubstr("%s.value = f32[4] custom-call(%c), custom_call_target=\"foo\""));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  ROOT x = f32[2] parameter(0)\n}, schedule=\"x\""),
+              HasSubstr("line 3: unsupported attribute after computation e"));
+}
+
+TEST(XlaSyntaxTest, MessagesNameTheConstructOnce) {
+  // A type Kiln does not have is named as a type, not as an op.
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  ROOT x = s4[2] parameter(0)\n}"),
+              HasSubstr("line 2: unknown element type 's4'"));
+  // The line is written once.
+  const std::string dynamic = ErrorOf("ENTRY e {\n  ROOT x = f32[<=4] parameter(0)\n}");
+  EXPECT_THAT(dynamic, HasSubstr("line 2: unsupported dimension '<=4'"));
+  EXPECT_THAT(dynamic, ::testing::Not(HasSubstr("line 2: line 2")));
+}
+
 }  // namespace
 }  // namespace kiln::ir
