@@ -232,6 +232,9 @@ std::string PrintAttributes(
     case Opcode::kCollectivePermute:
       add("source_target_pairs", ListOfLists(a.source_target_pairs));
       break;
+    case Opcode::kCollectiveBroadcast:
+      add("replica_groups", ListOfLists(a.replica_groups));
+      break;
     case Opcode::kReducePrecision:
       add("exponent_bits", absl::StrCat(a.exponent_bits));
       add("mantissa_bits", absl::StrCat(a.mantissa_bits));

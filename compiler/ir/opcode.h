@@ -26,7 +26,8 @@ OpCategory OpcodeCategory(Opcode op);
 // Ops in which the replicas of a replicated execution exchange values.
 inline bool IsCollective(Opcode op) {
   return op == Opcode::kAllReduce || op == Opcode::kAllGather || op == Opcode::kReduceScatter ||
-         op == Opcode::kAllToAll || op == Opcode::kCollectivePermute;
+         op == Opcode::kAllToAll || op == Opcode::kCollectivePermute ||
+         op == Opcode::kCollectiveBroadcast;
 }
 inline bool IsElementwise(Opcode op) {
   return OpcodeCategory(op) != OpCategory::kOther;

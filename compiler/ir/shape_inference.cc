@@ -137,7 +137,9 @@ absl::StatusOr<Shape> InferElementwise(const Instruction& instr) {
     case Opcode::kLog: case Opcode::kLog1p: case Opcode::kLogistic:
     case Opcode::kRoundAfz: case Opcode::kRoundEven: case Opcode::kRsqrt:
     case Opcode::kSin: case Opcode::kSqrt: case Opcode::kTan:
-    case Opcode::kTanh: case Opcode::kAtan2:
+    case Opcode::kTanh: case Opcode::kAtan2: case Opcode::kAcos: case Opcode::kAcosh:
+    case Opcode::kAsin: case Opcode::kAsinh: case Opcode::kAtanh: case Opcode::kCosh:
+    case Opcode::kSinh:
       if (!is_float) return type_error();
       break;
     case Opcode::kIsFinite:
@@ -1161,6 +1163,10 @@ absl::StatusOr<Shape> InferUnchecked(const Instruction& instr) {
       }
       return operand_shape(0);
     }
+    case Opcode::kCollectiveBroadcast:
+      RETURN_IF_ERROR(ExpectArray(operand_shape(0), "collective-broadcast operand"));
+      RETURN_IF_ERROR(GroupSize(instr).status());
+      return operand_shape(0);
     case Opcode::kPartitionId:
       return Shape::Scalar(ElementType::kU32);
     case Opcode::kReducePrecision: {

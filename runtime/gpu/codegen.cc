@@ -251,6 +251,13 @@ absl::StatusOr<std::string> ScalarExpr(const Instruction& instr,
       case Opcode::kSqrt: e = Math(t, "sqrt", {x}); break;
       case Opcode::kTan: e = Math(t, "tan", {x}); break;
       case Opcode::kTanh: e = Math(t, "tanh", {x}); break;
+      case Opcode::kAcos: e = Math(t, "acos", {x}); break;
+      case Opcode::kAcosh: e = Math(t, "acosh", {x}); break;
+      case Opcode::kAsin: e = Math(t, "asin", {x}); break;
+      case Opcode::kAsinh: e = Math(t, "asinh", {x}); break;
+      case Opcode::kAtanh: e = Math(t, "atanh", {x}); break;
+      case Opcode::kCosh: e = Math(t, "cosh", {x}); break;
+      case Opcode::kSinh: e = Math(t, "sinh", {x}); break;
       case Opcode::kAdd: e = absl::StrCat("((", x, ") + (", a[1], "))"); break;
       case Opcode::kSubtract: e = absl::StrCat("((", x, ") - (", a[1], "))"); break;
       case Opcode::kMultiply: e = absl::StrCat("((", x, ") * (", a[1], "))"); break;

@@ -64,6 +64,7 @@ bool RunsOnHost(Opcode op) {
     case Opcode::kOutfeed: case Opcode::kAfterAll: case Opcode::kAllReduce:
     case Opcode::kReplicaId: case Opcode::kCustomCall: case Opcode::kAllGather:
     case Opcode::kReduceScatter: case Opcode::kAllToAll: case Opcode::kCollectivePermute:
+    case Opcode::kCollectiveBroadcast:
     case Opcode::kPartitionId: case Opcode::kReducePrecision:
       return true;
     default:

@@ -1,5 +1,6 @@
 // Collectives between the replicas of one replicated execution: all-reduce,
-// all-gather, reduce-scatter, all-to-all and collective-permute. Each is one
+// all-gather, reduce-scatter, all-to-all, collective-permute and
+// collective-broadcast. Each is one
 // round of the execution's rendezvous, in which every replica hands in its
 // operands and reads the others'. Without a rendezvous (one replica) the
 // group is that replica alone.
@@ -292,6 +293,18 @@ Kernel CollectivePermute(std::vector<std::vector<int64_t>> pairs) {
   };
 }
 
+// Every member of a group gets the operand of the group's first member.
+Kernel CollectiveBroadcast(std::vector<std::vector<int64_t>> groups) {
+  return [groups = std::move(groups)](ExecState& st, const std::vector<BufferPtr>& ops)
+             -> absl::StatusOr<BufferPtr> {
+    ASSIGN_OR_RETURN(Round round, Exchange(st, groups, ops));
+    const Buffer& root = *round.members[0][0];
+    ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(root.shape()));
+    std::memcpy(out->data(), root.data(), root.shape().ByteSize());
+    return out;
+  };
+}
+
 }  // namespace
 
 absl::StatusOr<Kernel> MakeCollectiveKernel(const ir::Instruction& instr) {
@@ -323,6 +336,8 @@ absl::StatusOr<Kernel> MakeCollectiveKernel(const ir::Instruction& instr) {
                       at.replica_groups);
     case Opcode::kCollectivePermute:
       return CollectivePermute(at.source_target_pairs);
+    case Opcode::kCollectiveBroadcast:
+      return CollectiveBroadcast(at.replica_groups);
     default:
       return absl::InternalError(
           absl::StrCat(ir::OpcodeName(instr.opcode()), " is not a collective"));

@@ -59,6 +59,13 @@ void UnaryLoop(Opcode op, const T* a, T* out, int64_t n) {
       KILN_FLOAT_UNARY(kSqrt, std::sqrt(x))
       KILN_FLOAT_UNARY(kTan, std::tan(x))
       KILN_FLOAT_UNARY(kTanh, std::tanh(x))
+      KILN_FLOAT_UNARY(kAcos, std::acos(x))
+      KILN_FLOAT_UNARY(kAcosh, std::acosh(x))
+      KILN_FLOAT_UNARY(kAsin, std::asin(x))
+      KILN_FLOAT_UNARY(kAsinh, std::asinh(x))
+      KILN_FLOAT_UNARY(kAtanh, std::atanh(x))
+      KILN_FLOAT_UNARY(kCosh, std::cosh(x))
+      KILN_FLOAT_UNARY(kSinh, std::sinh(x))
 #undef KILN_FLOAT_UNARY
       default:
         break;

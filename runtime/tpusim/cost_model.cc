@@ -20,7 +20,9 @@ bool IsTranscendental(Opcode op) {
     case Opcode::kLog1p:
     case Opcode::kLogistic: case Opcode::kTanh: case Opcode::kSin: case Opcode::kCos:
     case Opcode::kTan: case Opcode::kAtan2: case Opcode::kPower: case Opcode::kRsqrt:
-    case Opcode::kSqrt: case Opcode::kCbrt: case Opcode::kDivide:
+    case Opcode::kSqrt: case Opcode::kCbrt: case Opcode::kDivide: case Opcode::kAcos:
+    case Opcode::kAcosh: case Opcode::kAsin: case Opcode::kAsinh: case Opcode::kAtanh:
+    case Opcode::kCosh: case Opcode::kSinh:
       return true;
     default:
       return false;
@@ -101,10 +103,10 @@ runtime::CostCounters CostModel::StepCost(
     return c;
   }
   if (op == Opcode::kAllReduce || op == Opcode::kAllGather || op == Opcode::kReduceScatter ||
-      op == Opcode::kAllToAll) {
-    // An all-gather, a reduce-scatter and an all-to-all are priced as one
-    // phase of a ring all-reduce: half the traffic of an all-reduce of the
-    // whole (gathered or scattered) array.
+      op == Opcode::kAllToAll || op == Opcode::kCollectiveBroadcast) {
+    // An all-gather, a reduce-scatter, an all-to-all and a broadcast are
+    // priced as one phase of a ring all-reduce: half the traffic of an
+    // all-reduce of the whole (gathered, scattered or broadcast) array.
     int64_t bytes = 0;
     if (op == Opcode::kAllGather) {
       bytes = PaddedBytes(out.shape()) / 2;

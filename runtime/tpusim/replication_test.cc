@@ -336,6 +336,21 @@ ENTRY main {
   }
 }
 
+TEST(CollectivesTest, CollectiveBroadcastSendsEachGroupsFirstMembersValue) {
+  constexpr char kText[] = R"(
+HloModule cb
+ENTRY main {
+  v = f32[2] parameter(0)
+  ROOT b = f32[2] collective-broadcast(v), replica_groups={{2,0},{1,3}}
+})";
+  const auto got = OnCpus(kText, 4, Pair);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_THAT(got[0], ::testing::ElementsAre(2, 20));
+  EXPECT_THAT(got[2], ::testing::ElementsAre(2, 20));
+  EXPECT_THAT(got[1], ::testing::ElementsAre(1, 10));
+  EXPECT_THAT(got[3], ::testing::ElementsAre(1, 10));
+}
+
 // A collective shaped for one group size fails clearly on groups of
 // another, on every replica, without waiting for the timeout.
 TEST(CollectivesTest, AGroupOfTheWrongSizeFailsClearly) {

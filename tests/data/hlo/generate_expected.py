@@ -302,7 +302,7 @@ def case_xla_syntax_async():
     sums = f32(x.astype(np.float64).sum(axis=0))
     outs = [x, x, x, x, sums, x, x, np.int32(4), np.uint32(0), x, x, x, np.zeros_like(x)]
     outs += [reduce_precision(v, 5, 10), reduce_precision(v, 8, 7), reduce_precision(v, 4, 3),
-             reduce_precision(v, 5, 0)]
+             reduce_precision(v, 5, 0), x]
     return [x, v], outs
 
 
@@ -471,7 +471,10 @@ def unary_edges(t):
                    np.log1p(d), 1 / (1 + np.exp(-d)), np.tanh(d), np.sin(d), np.cos(d),
                    np.tan(d), np.array([math.erf(v) if not np.isnan(v) else np.nan for v in d])]
         rounded = [round_to(r, t) for r in results]  # overflow gives inf
-    return [x], rounded + [np.isfinite(d)]
+        # The inverse and hyperbolic functions newer XLA has as ops.
+        newer = [np.arccos(d), np.arccosh(d), np.arcsin(d), np.arcsinh(d), np.arctanh(d),
+                 np.cosh(d), np.sinh(d)]
+    return [x], rounded + [np.isfinite(d)] + [round_to(r, t) for r in newer]
 
 
 def case_edges_unary_f32():
