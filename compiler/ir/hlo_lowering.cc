@@ -259,4 +259,69 @@ absl::Status LowerTotalOrderCompare(Computation* comp, Instruction* compare) {
   return absl::OkStatus();
 }
 
+absl::Status LowerTopK(Module* module, Computation* comp, Instruction* result,
+                       Instruction* operand, int64_t k, bool largest) {
+  const Shape& shape = operand->shape();
+  if (!shape.IsArray() || shape.rank() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("topk needs an array of rank 1 or more, got ",
+                                                   shape.ToString()));
+  }
+  const int64_t last = shape.rank() - 1;
+  if (k < 0 || k > shape.dim(static_cast<int>(last))) {
+    return absl::InvalidArgumentError(absl::StrCat("topk's k=", k, " does not fit ",
+                                                   shape.ToString()));
+  }
+  const std::string base = result->name();
+  auto add = [](Computation* c, Opcode op, const Shape& s, const std::string& name,
+                std::vector<Instruction*> operands) {
+    Instruction* added = c->AddInstruction(std::make_unique<Instruction>(op, s, name));
+    for (Instruction* o : operands) added->AddOperand(o);
+    return added;
+  };
+  // The comparator: values first (greater, or less, in total order), the
+  // indices along for the ride; a stable sort keeps equal values in index
+  // order.
+  const Shape value = Shape::Scalar(shape.type());
+  const Shape index = Shape::Scalar(ElementType::kS32);
+  Computation* cmp = module->AddComputation(std::make_unique<Computation>(base + ".comparator"));
+  std::vector<Instruction*> params;
+  for (int i = 0; i < 4; ++i) {
+    params.push_back(add(cmp, Opcode::kParameter, i < 2 ? value : index,
+                         absl::StrCat(base, ".p", i), {}));
+    params.back()->mutable_attrs().parameter_number = i;
+  }
+  Instruction* compare = add(cmp, Opcode::kCompare, Shape::Scalar(ElementType::kPred),
+                             base + ".before", {params[0], params[1]});
+  compare->mutable_attrs().direction =
+      largest ? ComparisonDirection::kGt : ComparisonDirection::kLt;
+  RETURN_IF_ERROR(LowerTotalOrderCompare(cmp, compare));
+  cmp->set_root(compare);
+  RETURN_IF_ERROR(cmp->Canonicalize());
+
+  const Shape indices(ElementType::kS32, shape.dims());
+  Instruction* iota = add(comp, Opcode::kIota, indices, base + ".indices", {});
+  iota->mutable_attrs().iota_dimension = last;
+  Instruction* sort =
+      add(comp, Opcode::kSort, Shape::Tuple({shape, indices}), base + ".sorted", {operand, iota});
+  sort->mutable_attrs().dimensions = {last};
+  sort->mutable_attrs().is_stable = true;
+  sort->AddCalled(cmp);
+  std::vector<int64_t> kept = shape.dims();
+  kept[last] = k;
+  std::vector<SliceDim> slice;
+  for (int64_t d = 0; d < shape.rank(); ++d) slice.push_back({0, kept[d], 1});
+  for (int i = 0; i < 2; ++i) {
+    const Shape whole = i == 0 ? shape : indices;
+    Instruction* element = add(comp, Opcode::kGetTupleElement, whole,
+                               absl::StrCat(base, i == 0 ? ".sorted_values" : ".sorted_indices"),
+                               {sort});
+    element->mutable_attrs().tuple_index = i;
+    Instruction* top = add(comp, Opcode::kSlice, Shape(whole.type(), kept),
+                           absl::StrCat(base, i == 0 ? ".values" : ".top_indices"), {element});
+    top->mutable_attrs().slice = slice;
+    result->AddOperand(top);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace kiln::ir

@@ -60,6 +60,15 @@ absl::Status LowerBatchingDims(Computation* comp, Instruction* instr,
 // < +NaN, as XLA's total order does. Integer compares are left as they are.
 absl::Status LowerTotalOrderCompare(Computation* comp, Instruction* compare);
 
+// Gives XLA's topk (the k largest, or smallest, elements along the last
+// dimension and their indices, ties to the lower index, floats in total
+// order) as a stable sort of the operand with an iota, sliced to k:
+// `result`, a tuple instruction of `comp` without operands, becomes the
+// tuple of the two slices. The comparator is added to `module` as
+// "<result>.comparator". InvalidArgument when k does not fit.
+absl::Status LowerTopK(Module* module, Computation* comp, Instruction* result,
+                       Instruction* operand, int64_t k, bool largest);
+
 }  // namespace kiln::ir
 
 #endif  // KILN_COMPILER_IR_HLO_LOWERING_H_

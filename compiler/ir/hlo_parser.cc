@@ -152,6 +152,11 @@ struct PendingInstr {
   bool total_order = false;
   // A get-dimension-size, read as a constant.
   bool dimension_size = false;
+  // A topk (a tuple whose elements are lowered once its operand is known):
+  // k and largest.
+  bool topk = false;
+  int64_t topk_k = -1;
+  bool topk_largest = true;
   // The op as the text names it, for messages.
   std::string op_name;
 };
@@ -199,6 +204,8 @@ SpelledOp ReadOpName(absl::string_view op_name) {
     out.op = Opcode::kCopy;
     out.spelling = Spelling::kPassThrough;
   }
+  // topk: the tuple of its values and indices, lowered to a sort.
+  if (op_name == "topk") out.op = Opcode::kTuple;
   if (op_name == "get-dimension-size") {
     out.op = Opcode::kConstant;
     out.spelling = Spelling::kDimensionSize;
@@ -479,6 +486,7 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
                        : pending.map ? key == "dimensions" || key == "to_apply"
                        : pending.fusion ? key == "calls" || key == "kind"
                        : pending.dimension_size ? key == "dimensions"
+                       : pending.topk ? key == "k" || key == "largest"
                                                 : AttributeApplies(key, op);
   if (!applies) {
     return absl::InvalidArgumentError(absl::StrCat("attribute '", key, "' does not apply to ",
@@ -582,6 +590,15 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
     for (absl::string_view name : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
       computation_ref(name);
     }
+  } else if (key == "k" && pending.topk) {
+    ASSIGN_OR_RETURN(pending.topk_k, ParseInt(value));
+  } else if (key == "largest" && pending.topk) {
+    const absl::string_view v = absl::StripAsciiWhitespace(value);
+    if (v != "true" && v != "false") {
+      return absl::InvalidArgumentError(absl::StrCat("largest must be true or false, got '", v,
+                                                     "'"));
+    }
+    pending.topk_largest = v == "true";
   } else if ((key == "called_computations" || key == "literal") && op == Opcode::kCustomCall) {
     // What these mean is the target's to say; Kiln's registered targets
     // (runtime/custom_call.h) take neither, and an unregistered target is
@@ -696,6 +713,7 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
   pending.infer_shape = !declared.has_value();
   pending.map = op_name == "map";
   pending.fusion = op_name == "fusion";
+  pending.topk = op_name == "topk";
   auto instr = std::make_unique<Instruction>(
       *op, declared.has_value() ? declared->shape : Shape::Tuple({}), instr_name);
   std::vector<std::optional<Declared>> operands_declared;
@@ -1164,13 +1182,33 @@ absl::Status Parser::ResolveAll(Module* module) {
 absl::Status Parser::Resolve(Module* module, PendingInstr& p,
                              const absl::flat_hash_map<absl::string_view, Instruction*>& names) {
   Instruction* instr = p.instr;
+  std::vector<Instruction*> operands;
   for (const std::string& operand : p.operand_names) {
     auto it = names.find(operand);
     if (it == names.end()) {
       return ErrorAt(p.line, absl::StrCat("unknown operand %", operand, " of %", instr->name()));
     }
-    instr->AddOperand(it->second);
+    operands.push_back(it->second);
   }
+  if (p.topk) {
+    if (operands.size() != 1 || p.topk_k < 0) {
+      return ErrorAt(p.line, absl::StrCat("topk %", instr->name(),
+                                          " takes one operand and k=, got ", operands.size(),
+                                          " operands"));
+    }
+    if (unknown_shape_.contains(operands[0])) {
+      return ErrorAt(p.line, absl::StrCat("topk %", instr->name(), ": the shape of %",
+                                          operands[0]->name(), " is not known yet; write one"));
+    }
+    Computation* comp = module->FindComputation(instr->parent()->name());
+    absl::Status lowered =
+        LowerTopK(module, comp, instr, operands[0], p.topk_k, p.topk_largest);
+    if (!lowered.ok()) {
+      return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": ", lowered.message()));
+    }
+    operands.clear();
+  }
+  for (Instruction* operand : operands) instr->AddOperand(operand);
   // Called computations in the order the op expects.
   static const char* const kOrder[] = {
       "condition", "body", "select", "scatter", "true_computation",

@@ -470,5 +470,25 @@ TEST(XlaSyntaxTest, MessagesNameTheConstructOnce) {
   EXPECT_THAT(dynamic, ::testing::Not(HasSubstr("line 2: line 2")));
 }
 
+TEST(XlaSyntaxTest, TopKIsAStableSortSlicedToK) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  x = f32[3,8] parameter(0)
+  ROOT t = (f32[3,2], s32[3,2]) topk(x), k=2, largest=true
+})");
+  EXPECT_THAT(printed, HasSubstr("sort(%x, %t.indices), dimensions={1}, is_stable=true, "
+                                 "to_apply=%t.comparator"));
+  EXPECT_THAT(printed, HasSubstr("ROOT %t = (f32[3,2], s32[3,2]) tuple(%t.values, %t.top_indices)"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[3,8] parameter(0)\n  ROOT t = topk(x), k=9, "
+                      "largest=true\n}"),
+              HasSubstr("line 3: %t: topk's k=9 does not fit f32[3,8]"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[3,8] parameter(0)\n  ROOT t = topk(x), k=2, "
+                      "largest=maybe\n}"),
+              HasSubstr("line 3: largest must be true or false, got 'maybe'"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[3,8] parameter(0)\n  ROOT t = topk(x), k=2, "
+                      "dimensions={0}\n}"),
+              HasSubstr("line 3: attribute 'dimensions' does not apply to topk"));
+}
+
 }  // namespace
 }  // namespace kiln::ir

@@ -335,6 +335,26 @@ def case_xla_syntax_total_order():
                           le_float]
 
 
+def topk(rows, k, largest):
+    """Values and indices of the k largest (smallest) of each row, in XLA's
+    total order, ties to the lower index."""
+    values, indices = [], []
+    for row in rows:
+        order = sorted(range(len(row)), key=lambda i: total_order_key(row[i]), reverse=largest)
+        indices.append(order[:k])
+        values.append([row[i] for i in order[:k]])
+    return values, np.array(indices, dtype=np.int32)
+
+
+def case_xla_syntax_topk():
+    x = f32([[3, np.nan, -1, 3, np.inf, -0.0], [1, 2, 3, 4, 5, 6]])
+    y = np.array([5, -3, 5, 0, 7], dtype=np.int32)
+    lv, li = topk(x, 3, True)
+    sv, si = topk(x, 2, False)
+    iv, ii = topk([y], 2, True)
+    return [x, y], [f32(lv), li, f32(sv), si, np.array(iv[0], dtype=np.int32), ii[0]]
+
+
 def conv_batch_groups(x, k, groups, **window):
     """XLA's convolution with batch_group_count: x [N,H,W,C], k [KH,KW,C,O]."""
     n, o = x.shape[0] // groups, k.shape[3] // groups
