@@ -324,4 +324,122 @@ absl::Status LowerTopK(Module* module, Computation* comp, Instruction* result,
   return absl::OkStatus();
 }
 
+absl::Status LowerBatchNorm(Module* module, Computation* comp, Instruction* result,
+                            BatchNormKind kind, const std::vector<Instruction*>& operands,
+                            double epsilon, int64_t feature_index) {
+  const size_t want = kind == BatchNormKind::kTraining ? 3 : 5;
+  if (operands.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat("takes ", want, " operands, got ",
+                                                   operands.size()));
+  }
+  const Shape& shape = operands[0]->shape();
+  if (!shape.IsArray() || !IsFloatType(shape.type())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch normalization takes floating-point arrays, got ", shape.ToString()));
+  }
+  if (feature_index < 0 || feature_index >= shape.rank()) {
+    return absl::InvalidArgumentError(absl::StrCat("feature_index ", feature_index,
+                                                   " is out of range for ", shape.ToString()));
+  }
+  const ElementType t = shape.type();
+  const Shape feature(t, {shape.dim(static_cast<int>(feature_index))});
+  for (size_t i = 1; i < operands.size(); ++i) {
+    const bool whole = kind == BatchNormKind::kGrad && i == 4;
+    if (operands[i]->shape() != (whole ? shape : feature)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "operand ", i, " is ", operands[i]->shape().ToString(), ", expected ",
+          (whole ? shape : feature).ToString()));
+    }
+  }
+  const int64_t per_feature = shape.ElementCount() / std::max<int64_t>(feature.dim(0), 1);
+  const std::string base = result->name();
+  int counter = 0;
+  auto add = [&](Opcode op, const Shape& s, std::vector<Instruction*> ops) {
+    Instruction* added = comp->AddInstruction(
+        std::make_unique<Instruction>(op, s, absl::StrCat(base, ".bn", counter++)));
+    for (Instruction* o : ops) added->AddOperand(o);
+    return added;
+  };
+  auto constant = [&](double value, const Shape& s) {
+    Instruction* scalar = add(Opcode::kConstant, Shape::Scalar(t), {});
+    scalar->mutable_attrs().literal = Literal::Scalar<double>(t, value);
+    Instruction* b = add(Opcode::kBroadcast, s, {scalar});
+    return b;
+  };
+  // A per-feature vector along the operand's feature dimension.
+  auto spread = [&](Instruction* v) {
+    Instruction* b = add(Opcode::kBroadcast, shape, {v});
+    b->mutable_attrs().dimensions = {feature_index};
+    return b;
+  };
+  Computation* sum = module->AddComputation(std::make_unique<Computation>(base + ".add"));
+  {
+    Instruction* a = sum->AddInstruction(
+        std::make_unique<Instruction>(Opcode::kParameter, Shape::Scalar(t), base + ".a"));
+    Instruction* b = sum->AddInstruction(
+        std::make_unique<Instruction>(Opcode::kParameter, Shape::Scalar(t), base + ".b"));
+    b->mutable_attrs().parameter_number = 1;
+    Instruction* s = sum->AddInstruction(
+        std::make_unique<Instruction>(Opcode::kAdd, Shape::Scalar(t), base + ".sum"));
+    s->AddOperand(a);
+    s->AddOperand(b);
+    sum->set_root(s);
+  }
+  // Sum over every dimension but the feature's.
+  auto per_feature_sum = [&](Instruction* v) {
+    Instruction* zero = add(Opcode::kConstant, Shape::Scalar(t), {});
+    zero->mutable_attrs().literal = Literal(Shape::Scalar(t));
+    Instruction* r = add(Opcode::kReduce, feature, {v, zero});
+    for (int64_t d = 0; d < shape.rank(); ++d) {
+      if (d != feature_index) r->mutable_attrs().dimensions.push_back(d);
+    }
+    r->AddCalled(sum);
+    return r;
+  };
+  auto mul = [&](Instruction* a, Instruction* b) { return add(Opcode::kMultiply, a->shape(), {a, b}); };
+  auto sub = [&](Instruction* a, Instruction* b) { return add(Opcode::kSubtract, a->shape(), {a, b}); };
+  auto div_n = [&](Instruction* v) {
+    return add(Opcode::kDivide, v->shape(), {v, constant(static_cast<double>(per_feature), v->shape())});
+  };
+  Instruction* x = operands[0];
+  Instruction* scale = operands[1];
+  Instruction *mean, *variance;
+  if (kind == BatchNormKind::kTraining) {
+    mean = div_n(per_feature_sum(x));
+  } else {
+    mean = operands[kind == BatchNormKind::kInference ? 3 : 2];
+  }
+  Instruction* centered = sub(x, spread(mean));
+  if (kind == BatchNormKind::kTraining) {
+    variance = div_n(per_feature_sum(mul(centered, centered)));
+  } else {
+    variance = operands[kind == BatchNormKind::kInference ? 4 : 3];
+  }
+  Instruction* inv = add(Opcode::kRsqrt, feature,
+                         {add(Opcode::kAdd, feature, {variance, constant(epsilon, feature)})});
+  if (kind != BatchNormKind::kGrad) {
+    Instruction* offset = operands[2];
+    Instruction* scaled = mul(centered, spread(mul(inv, scale)));
+    if (kind == BatchNormKind::kInference) {
+      result->AddOperand(scaled);
+      result->AddOperand(spread(offset));
+      return absl::OkStatus();
+    }
+    result->AddOperand(add(Opcode::kAdd, shape, {scaled, spread(offset)}));
+    result->AddOperand(mean);
+    result->AddOperand(variance);
+    return absl::OkStatus();
+  }
+  Instruction* dy = operands[4];
+  Instruction* grad_offset = per_feature_sum(dy);
+  Instruction* dy_centered = per_feature_sum(mul(dy, centered));
+  Instruction* grad_scale = mul(dy_centered, inv);
+  Instruction* correction = div_n(mul(dy_centered, mul(inv, inv)));
+  Instruction* inner = sub(sub(dy, spread(div_n(grad_offset))), mul(centered, spread(correction)));
+  result->AddOperand(mul(spread(mul(scale, inv)), inner));
+  result->AddOperand(grad_scale);
+  result->AddOperand(grad_offset);
+  return absl::OkStatus();
+}
+
 }  // namespace kiln::ir

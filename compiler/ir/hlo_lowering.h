@@ -69,6 +69,24 @@ absl::Status LowerTotalOrderCompare(Computation* comp, Instruction* compare);
 absl::Status LowerTopK(Module* module, Computation* comp, Instruction* result,
                        Instruction* operand, int64_t k, bool largest);
 
+// XLA's batch normalization ops, written out as elementwise ops, broadcasts
+// and reductions over every dimension but `feature_index`, in the operand's
+// type (N = elements per feature, statistics biased):
+//   training(x, scale, offset) = (y, mean, var): mean = sum(x)/N,
+//     var = sum((x-mean)^2)/N, y = (x-mean) * scale/sqrt(var+eps) + offset;
+//   inference(x, scale, offset, mean, var) = y as above;
+//   grad(x, scale, mean, var, dy) = (dx, dscale, doffset): doffset =
+//     sum(dy), dscale = sum(dy (x-mean)) / sqrt(var+eps), dx = scale /
+//     sqrt(var+eps) * (dy - doffset/N - (x-mean) sum(dy (x-mean)) /
+//     (N (var+eps))).
+// `result` is an instruction of `comp` without operands: a tuple (training,
+// grad) or an add (inference), which gets the final operands. The summing
+// computation is added to `module` as "<result>.add".
+enum class BatchNormKind { kTraining, kInference, kGrad };
+absl::Status LowerBatchNorm(Module* module, Computation* comp, Instruction* result,
+                            BatchNormKind kind, const std::vector<Instruction*>& operands,
+                            double epsilon, int64_t feature_index);
+
 }  // namespace kiln::ir
 
 #endif  // KILN_COMPILER_IR_HLO_LOWERING_H_

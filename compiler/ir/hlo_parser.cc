@@ -157,6 +157,11 @@ struct PendingInstr {
   bool topk = false;
   int64_t topk_k = -1;
   bool topk_largest = true;
+  // A batch-norm-training, -inference or -grad (lowered once its operands
+  // are known), with its epsilon and feature_index.
+  std::optional<BatchNormKind> batch_norm;
+  double epsilon = 0;
+  int64_t feature_index = -1;
   // The op as the text names it, for messages.
   std::string op_name;
 };
@@ -206,6 +211,10 @@ SpelledOp ReadOpName(absl::string_view op_name) {
   }
   // topk: the tuple of its values and indices, lowered to a sort.
   if (op_name == "topk") out.op = Opcode::kTuple;
+  // Batch normalization, written out: a tuple, or for inference the final
+  // add.
+  if (op_name == "batch-norm-training" || op_name == "batch-norm-grad") out.op = Opcode::kTuple;
+  if (op_name == "batch-norm-inference") out.op = Opcode::kAdd;
   if (op_name == "get-dimension-size") {
     out.op = Opcode::kConstant;
     out.spelling = Spelling::kDimensionSize;
@@ -487,6 +496,7 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
                        : pending.fusion ? key == "calls" || key == "kind"
                        : pending.dimension_size ? key == "dimensions"
                        : pending.topk ? key == "k" || key == "largest"
+                       : pending.batch_norm ? key == "epsilon" || key == "feature_index"
                                                 : AttributeApplies(key, op);
   if (!applies) {
     return absl::InvalidArgumentError(absl::StrCat("attribute '", key, "' does not apply to ",
@@ -590,6 +600,12 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
     for (absl::string_view name : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
       computation_ref(name);
     }
+  } else if (key == "epsilon" && pending.batch_norm) {
+    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(value), &pending.epsilon)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad epsilon '", value, "'"));
+    }
+  } else if (key == "feature_index" && pending.batch_norm) {
+    ASSIGN_OR_RETURN(pending.feature_index, ParseInt(value));
   } else if (key == "k" && pending.topk) {
     ASSIGN_OR_RETURN(pending.topk_k, ParseInt(value));
   } else if (key == "largest" && pending.topk) {
@@ -714,6 +730,9 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
   pending.map = op_name == "map";
   pending.fusion = op_name == "fusion";
   pending.topk = op_name == "topk";
+  if (op_name == "batch-norm-training") pending.batch_norm = BatchNormKind::kTraining;
+  if (op_name == "batch-norm-inference") pending.batch_norm = BatchNormKind::kInference;
+  if (op_name == "batch-norm-grad") pending.batch_norm = BatchNormKind::kGrad;
   auto instr = std::make_unique<Instruction>(
       *op, declared.has_value() ? declared->shape : Shape::Tuple({}), instr_name);
   std::vector<std::optional<Declared>> operands_declared;
@@ -1203,6 +1222,21 @@ absl::Status Parser::Resolve(Module* module, PendingInstr& p,
     Computation* comp = module->FindComputation(instr->parent()->name());
     absl::Status lowered =
         LowerTopK(module, comp, instr, operands[0], p.topk_k, p.topk_largest);
+    if (!lowered.ok()) {
+      return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": ", lowered.message()));
+    }
+    operands.clear();
+  }
+  if (p.batch_norm.has_value()) {
+    for (const Instruction* operand : operands) {
+      if (unknown_shape_.contains(operand)) {
+        return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": the shape of %",
+                                            operand->name(), " is not known yet; write one"));
+      }
+    }
+    Computation* comp = module->FindComputation(instr->parent()->name());
+    absl::Status lowered = LowerBatchNorm(module, comp, instr, *p.batch_norm, operands,
+                                          p.epsilon, p.feature_index);
     if (!lowered.ok()) {
       return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": ", lowered.message()));
     }

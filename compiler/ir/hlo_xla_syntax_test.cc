@@ -490,5 +490,27 @@ ENTRY e {
               HasSubstr("line 3: attribute 'dimensions' does not apply to topk"));
 }
 
+TEST(XlaSyntaxTest, BatchNormalizationIsWrittenOut) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  x = f32[2,3] parameter(0)
+  s = f32[3] parameter(1)
+  o = f32[3] parameter(2)
+  ROOT t = (f32[2,3], f32[3], f32[3]) batch-norm-training(x, s, o), epsilon=0.5, feature_index=1
+})");
+  EXPECT_THAT(printed, HasSubstr("reduce("));
+  EXPECT_THAT(printed, HasSubstr("rsqrt("));
+  EXPECT_THAT(printed, HasSubstr("to_apply=%t.add"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[2,3] parameter(0)\n  s = f32[3] parameter(1)\n  "
+                      "ROOT t = batch-norm-training(x, s), epsilon=0.5, feature_index=1\n}"),
+              HasSubstr("line 4: %t: takes 3 operands, got 2"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[2,3] parameter(0)\n  s = f32[3] parameter(1)\n  "
+                      "ROOT t = batch-norm-training(x, s, s), epsilon=0.5, feature_index=2\n}"),
+              HasSubstr("line 4: %t: feature_index 2 is out of range for f32[2,3]"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[2,3] parameter(0)\n  s = f32[2] parameter(1)\n  "
+                      "ROOT t = batch-norm-training(x, s, s), epsilon=0.5, feature_index=1\n}"),
+              HasSubstr("line 4: %t: operand 1 is f32[2], expected f32[3]"));
+}
+
 }  // namespace
 }  // namespace kiln::ir

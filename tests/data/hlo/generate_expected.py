@@ -355,6 +355,36 @@ def case_xla_syntax_topk():
     return [x, y], [f32(lv), li, f32(sv), si, np.array(iv[0], dtype=np.int32), ii[0]]
 
 
+def case_xla_syntax_batch_norm():
+    local = np.random.default_rng(20261127)
+    x = f32(local.uniform(-2, 2, (4, 3, 2, 2)))
+    scale = f32(local.uniform(0.5, 1.5, 3))
+    offset = f32(local.uniform(-1, 1, 3))
+    mean = f32(local.uniform(-0.5, 0.5, 3))
+    var = f32(local.uniform(0.5, 2, 3))
+    dy = f32(local.uniform(-1, 1, (4, 3, 2, 2)))
+    eps = np.float64(np.float32(0.001))
+    axes = (0, 2, 3)
+    feature = lambda v: np.asarray(v, dtype=np.float64).reshape(1, 3, 1, 1)
+    xd, dyd = x.astype(np.float64), dy.astype(np.float64)
+    # Training: the batch's own statistics, the variance biased.
+    m = xd.mean(axis=axes)
+    v = ((xd - feature(m)) ** 2).mean(axis=axes)
+    train = (xd - feature(m)) / np.sqrt(feature(v) + eps) * feature(scale) + feature(offset)
+    infer = (xd - feature(mean)) / np.sqrt(feature(var) + eps) * feature(scale) + feature(offset)
+    # Gradients of the training output with respect to x, scale and offset,
+    # at the given statistics.
+    n = xd.size / 3
+    centered = xd - feature(mean)
+    inv = 1 / np.sqrt(feature(var) + eps)
+    d_offset = dyd.sum(axis=axes)
+    d_scale = (dyd * centered).sum(axis=axes) * inv.reshape(3)
+    dx = feature(scale) * inv * (dyd - feature(d_offset) / n
+                                 - centered * feature((dyd * centered).sum(axis=axes)) * inv ** 2 / n)
+    return [x, scale, offset, mean, var, dy], [f32(train), f32(m), f32(v), f32(infer), f32(dx),
+                                               f32(d_scale), f32(d_offset)]
+
+
 def conv_batch_groups(x, k, groups, **window):
     """XLA's convolution with batch_group_count: x [N,H,W,C], k [KH,KW,C,O]."""
     n, o = x.shape[0] // groups, k.shape[3] // groups
