@@ -141,12 +141,17 @@ absl::Status LowerBatchingDims(Computation* comp, Instruction* instr,
         "the operand has ", operand_batching.size(), " batching dimensions, the indices ",
         indices_batching.size()));
   }
-  if (instr->operand_count() != (gather ? 2 : 3)) {
-    return absl::InvalidArgumentError(absl::StrCat(OpcodeName(instr->opcode()), " takes ",
-                                                   gather ? 2 : 3, " operands"));
+  if (gather ? instr->operand_count() != 2
+             : instr->operand_count() < 3 || instr->operand_count() % 2 == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        OpcodeName(instr->opcode()), " takes ",
+        gather ? "2 operands" : "operands, indices and as many updates"));
   }
+  // The indices follow the operands: the second of a gather's operands, the
+  // middle one of a scatter's.
+  const int indices_at = gather ? 1 : instr->operand_count() / 2;
   const Shape& operand = instr->operand(0)->shape();
-  Instruction* indices = instr->operand(1);
+  Instruction* indices = instr->operand(indices_at);
   if (!operand.IsArray() || !indices->shape().IsArray()) {
     return absl::InvalidArgumentError("batching dimensions need array operands");
   }
@@ -196,7 +201,7 @@ absl::Status LowerBatchingDims(Computation* comp, Instruction* instr,
     position->mutable_attrs().iota_dimension = indices_batching[k];
     joined->AddOperand(position);
   }
-  instr->ReplaceOperand(1, joined);
+  instr->ReplaceOperand(indices_at, joined);
   std::vector<int64_t>& collapsed =
       gather ? a.gather.collapsed_slice_dims : a.scatter.inserted_window_dims;
   std::vector<int64_t>& index_map =

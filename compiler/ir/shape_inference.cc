@@ -418,17 +418,37 @@ absl::StatusOr<Shape> InferGather(const Instruction& instr) {
   return Shape(operand.type(), dims);
 }
 
+// scatter(operands..., indices, updates...): N operands of one shape, the
+// indices, and N updates of one shape, update i of operand i's type.
 absl::StatusOr<Shape> InferScatter(const Instruction& instr) {
+  const int count = instr.operand_count();
+  if (count < 3 || count % 2 == 0) {
+    return Err(absl::StrCat("scatter takes operands, indices and as many updates (an odd count "
+                            "of 3 or more), got ",
+                            count));
+  }
+  const int n = count / 2;
   const Shape& operand = instr.operand(0)->shape();
-  const Shape& indices = instr.operand(1)->shape();
-  const Shape& updates = instr.operand(2)->shape();
-  RETURN_IF_ERROR(ExpectArray(operand, "scatter operand"));
-  RETURN_IF_ERROR(ExpectArray(updates, "scatter updates"));
+  const Shape& indices = instr.operand(n)->shape();
+  const Shape& updates = instr.operand(n + 1)->shape();
+  std::vector<ElementType> types;
+  std::vector<Shape> results;
+  for (int i = 0; i < n; ++i) {
+    const Shape& o = instr.operand(i)->shape();
+    const Shape& u = instr.operand(n + 1 + i)->shape();
+    RETURN_IF_ERROR(ExpectArray(o, "scatter operand"));
+    RETURN_IF_ERROR(ExpectArray(u, "scatter updates"));
+    if (o.dims() != operand.dims() || u.dims() != updates.dims()) {
+      return Err("scatter operands, and its updates, must share their dimensions");
+    }
+    if (u.type() != o.type()) {
+      return Err("scatter updates type differs from operand");
+    }
+    types.push_back(o.type());
+    results.push_back(o);
+  }
   if (!indices.IsArray() || !IsIntegralType(indices.type())) {
     return Err("scatter indices must be an integer array");
-  }
-  if (updates.type() != operand.type()) {
-    return Err("scatter updates type differs from operand");
   }
   const ScatterDims& s = instr.attrs().scatter;
   if (s.index_vector_dim < 0 || s.index_vector_dim > indices.rank()) {
@@ -488,8 +508,8 @@ absl::StatusOr<Shape> InferScatter(const Instruction& instr) {
   if (upd_batch != idx_batch) {
     return Err("scatter updates scatter dims do not match indices");
   }
-  RETURN_IF_ERROR(CheckReducer(instr, {operand.type()}));
-  return operand;
+  RETURN_IF_ERROR(CheckReducer(instr, types));
+  return n == 1 ? operand : Shape::Tuple(results);
 }
 
 // The size of every replica group of a collective, when its groups are

@@ -121,10 +121,17 @@ absl::StatusOr<Kernel> MakeGatherScatterKernel(const ir::Instruction& instr,
     });
   }
 
-  // scatter(operand, indices, updates)
+  // scatter(operands..., indices, updates...): n of each.
+  const int n = instr.operand_count() / 2;
   const ir::ScatterDims s = instr.attrs().scatter;
-  const Shape updates = instr.operand(2)->shape();
-  const IndexReader reader(instr.operand(1)->shape(), s.index_vector_dim);
+  const Shape updates = instr.operand(n + 1)->shape();
+  const IndexReader reader(instr.operand(n)->shape(), s.index_vector_dim);
+  std::vector<int> esizes;
+  std::vector<ir::ElementType> types;
+  for (int i = 0; i < n; ++i) {
+    types.push_back(instr.operand(i)->shape().type());
+    esizes.push_back(ir::ElementTypeSize(types.back()));
+  }
   const std::vector<int64_t> upd_strides = ir::RowMajorStrides(updates.dims());
   std::vector<int64_t> window_sizes, window_upd_strides, window_op_dims;
   for (int64_t d : s.update_window_dims) {
@@ -144,20 +151,31 @@ absl::StatusOr<Kernel> MakeGatherScatterKernel(const ir::Instruction& instr,
   std::optional<Opcode> fast = MatchScalarBinary(*combiner);
   const bool replace = combiner->root() == combiner->parameter(1);
   ASSIGN_OR_RETURN(auto prog, programs.Get(combiner));
-  auto call = std::make_shared<ScalarCall>(
-      prog, std::vector<ir::ElementType>{operand.type(), operand.type()});
+  std::vector<ir::ElementType> arg_types = types;
+  arg_types.insert(arg_types.end(), types.begin(), types.end());
+  auto call = std::make_shared<ScalarCall>(prog, arg_types);
   return Kernel([=](ExecState& st, const std::vector<BufferPtr>& ops)
                     -> absl::StatusOr<BufferPtr> {
     ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
-    if (out->size_bytes() > 0) std::memcpy(out->data(), ops[0]->data(), out->size_bytes());
+    // Each result starts as its operand.
+    std::vector<Buffer*> outs;
+    if (n == 1) outs.push_back(out.get());
+    else for (const BufferPtr& e : out->tuple_elements()) outs.push_back(e.get());
+    for (int i = 0; i < n; ++i) {
+      if (outs[i]->size_bytes() > 0) {
+        std::memcpy(outs[i]->data(), ops[i]->data(), outs[i]->size_bytes());
+      }
+    }
     if (updates.ElementCount() == 0) return out;
+    std::vector<const uint8_t*> args(2 * n);
+    std::vector<uint8_t*> results(n);
     std::vector<int64_t> gi(reader.batch_dims.size(), 0), start;
     std::vector<int64_t> full_start(operand.rank());
     int64_t update = 0;
     do {
       // A cancelled scatter's output is never read.
       if (CancelledAtRow(update++, update_elements)) return out;
-      reader.Read(*ops[1], gi, &start);
+      reader.Read(*ops[n], gi, &start);
       std::fill(full_start.begin(), full_start.end(), 0);
       for (size_t k = 0; k < start.size(); ++k) {
         full_start[s.scatter_dims_to_operand_dims[k]] = start[k];
@@ -188,8 +206,16 @@ absl::StatusOr<Kernel> MakeGatherScatterKernel(const ir::Instruction& instr,
             oo += wi[w] * op_strides[window_op_dims[w]];
           }
           uint8_t* dst = out->data() + oo * esize;
-          const uint8_t* src = ops[2]->data() + uo * esize;
-          if (replace) {
+          const uint8_t* src = ops[n + 1]->data() + uo * esize;
+          if (n > 1) {
+            // The combiner sees every operand's element and every update's.
+            for (int i = 0; i < n; ++i) {
+              results[i] = outs[i]->data() + oo * esizes[i];
+              args[i] = results[i];
+              args[n + i] = ops[n + 1 + i]->data() + uo * esizes[i];
+            }
+            RETURN_IF_ERROR(call->Call(st, args, results));
+          } else if (replace) {
             std::memcpy(dst, src, esize);
           } else if (fast.has_value()) {
             ir::DispatchType(operand.type(), [&](auto tag) {

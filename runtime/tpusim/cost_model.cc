@@ -196,7 +196,9 @@ runtime::CostCounters CostModel::StepCost(
       break;
     }
     case Opcode::kScatter:
-      vector_ops = PaddedElements(out.operand(2)->shape());
+      // Each update of each operand.
+      vector_ops = PaddedElements(out.operand(out.operand_count() - 1)->shape()) *
+                   (out.operand_count() / 2);
       break;
     case Opcode::kIota:
       vector_ops = PaddedElements(out.shape());

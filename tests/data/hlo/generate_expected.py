@@ -385,6 +385,20 @@ def case_xla_syntax_batch_norm():
                                                f32(d_scale), f32(d_offset)]
 
 
+def case_xla_syntax_variadic_scatter():
+    vals = f32([0.5, -1.0, 2.0, 0.0, 3.0])
+    ids = np.arange(5, dtype=np.int32)
+    where = np.array([[1], [3], [1], [7], [4], [0]], dtype=np.int32)  # 7 is out of bounds
+    upd_v = f32([0.25, 1.5, -0.5, 9.0, 2.5, 4.0])
+    upd_i = np.array([10, 11, 12, 13, 14, 15], dtype=np.int32)
+    out_v, out_i = vals.copy(), ids.copy()
+    for k in range(6):
+        p = where[k, 0]
+        if 0 <= p < 5 and upd_v[k] > out_v[p]:
+            out_v[p], out_i[p] = upd_v[k], upd_i[k]
+    return [vals, ids, where, upd_v, upd_i], [out_v, out_i]
+
+
 def conv_batch_groups(x, k, groups, **window):
     """XLA's convolution with batch_group_count: x [N,H,W,C], k [KH,KW,C,O]."""
     n, o = x.shape[0] // groups, k.shape[3] // groups
