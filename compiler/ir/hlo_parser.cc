@@ -1181,6 +1181,7 @@ absl::Status Parser::ResolveAll(Module* module) {
     }
   }
   for (PendingInstr& p : pending_) {
+    p.instr->set_source_line(p.line);
     RETURN_IF_ERROR(Resolve(module, p, by_name[p.instr->parent()]));
   }
   // A map's computation is made elementwise once every computation is

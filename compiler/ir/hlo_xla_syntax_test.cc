@@ -468,6 +468,13 @@ TEST(XlaSyntaxTest, MessagesNameTheConstructOnce) {
   const std::string dynamic = ErrorOf("ENTRY e {\n  ROOT x = f32[<=4] parameter(0)\n}");
   EXPECT_THAT(dynamic, HasSubstr("line 2: unsupported dimension '<=4'"));
   EXPECT_THAT(dynamic, ::testing::Not(HasSubstr("line 2: line 2")));
+  // The verifier names the line an instruction was read from.
+  auto m = ParseModule("ENTRY e {\n  x = f32[2,3] parameter(0)\n  ROOT t = f32[2,3] "
+                       "transpose(x), dimensions={1,0}\n}");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_THAT(Verify(**m).message(),
+              HasSubstr("line 3: computation e, instruction t (transpose): declared shape "
+                        "f32[2,3] but operands give f32[3,2]"));
 }
 
 TEST(XlaSyntaxTest, TopKIsAStableSortSlicedToK) {

@@ -134,6 +134,11 @@ class Instruction {
 
   const Computation* parent() const { return parent_; }
 
+  // The line of the HLO text the instruction was read from; 0 when it was
+  // not read from text. Messages about it name the line.
+  int source_line() const { return source_line_; }
+  void set_source_line(int line) { source_line_ = line; }
+
  private:
   friend class Computation;
   Opcode opcode_;
@@ -144,6 +149,7 @@ class Instruction {
   std::vector<Computation*> called_;
   Attributes attrs_;
   Computation* parent_ = nullptr;
+  int source_line_ = 0;
 };
 
 class Computation {

@@ -12,8 +12,9 @@ namespace {
 absl::Status InstrError(const Computation& c, const Instruction& instr,
                         absl::string_view msg) {
   return absl::InvalidArgumentError(
-      absl::StrCat("computation ", c.name(), ", instruction ", instr.name(),
-                   " (", OpcodeName(instr.opcode()), "): ", msg));
+      absl::StrCat(instr.source_line() > 0 ? absl::StrCat("line ", instr.source_line(), ": ") : "",
+                   "computation ", c.name(), ", instruction ", instr.name(), " (",
+                   OpcodeName(instr.opcode()), "): ", msg));
 }
 
 absl::Status VerifyStructure(Computation& c,
