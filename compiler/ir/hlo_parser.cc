@@ -619,6 +619,16 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
     // What these mean is the target's to say; Kiln's registered targets
     // (runtime/custom_call.h) take neither, and an unregistered target is
     // refused when the module is compiled.
+  } else if (key == "algorithm" && op == Opcode::kRngBitGenerator) {
+    // rng_default is the backend's own generator (Philox4x32-10 here);
+    // the named algorithms promise XLA's exact bit streams, which Kiln's
+    // generator does not reproduce.
+    absl::string_view algorithm = absl::StripAsciiWhitespace(value);
+    if (algorithm != "rng_default") {
+      return absl::UnimplementedError(absl::StrCat(
+          "rng-bit-generator algorithm=", algorithm,
+          " is not supported: only rng_default (a backend-defined generator) is"));
+    }
   } else if (key == "type" && op == Opcode::kCompare) {
     // FLOAT, SIGNED and UNSIGNED are what the element type implies;
     // TOTALORDER orders NaNs and signed zeros too.
@@ -662,7 +672,7 @@ bool NeedsWrittenShape(absl::string_view op_name, Opcode op) {
     case Opcode::kReshape: case Opcode::kRng: case Opcode::kInfeed:
     case Opcode::kCustomCall: case Opcode::kDot:
       return true;
-    case Opcode::kAllGather: case Opcode::kReduceScatter:
+    case Opcode::kAllGather: case Opcode::kReduceScatter: case Opcode::kRngBitGenerator:
       return true;
     default:
       return op_name == "bitcast" || op_name == "map";

@@ -232,6 +232,9 @@ std::string PrintAttributes(
     case Opcode::kCollectivePermute:
       add("source_target_pairs", ListOfLists(a.source_target_pairs));
       break;
+    case Opcode::kRngBitGenerator:
+      add("algorithm", "rng_default");
+      break;
     case Opcode::kCollectiveBroadcast:
       add("replica_groups", ListOfLists(a.replica_groups));
       break;

@@ -1189,6 +1189,23 @@ absl::StatusOr<Shape> InferUnchecked(const Instruction& instr) {
       return operand_shape(0);
     case Opcode::kPartitionId:
       return Shape::Scalar(ElementType::kU32);
+    case Opcode::kRngBitGenerator: {
+      // (new state, bits): the state a u64 vector of a key and a counter.
+      const Shape& state = operand_shape(0);
+      if (!state.IsArray() || state.type() != ElementType::kU64 || state.rank() != 1 ||
+          state.dim(0) < 2) {
+        return Err(absl::StrCat("rng-bit-generator's state must be u64[2] or longer, got ",
+                                state.ToString()));
+      }
+      const Shape& out = instr.shape();
+      if (!out.IsTuple() || out.tuple_shapes().size() != 2 || out.tuple_shape(0) != state ||
+          !out.tuple_shape(1).IsArray() || !IsIntegralType(out.tuple_shape(1).type()) ||
+          out.tuple_shape(1).type() == ElementType::kPred) {
+        return Err(absl::StrCat("rng-bit-generator's result must be (", state.ToString(),
+                                ", an integer array), got ", out.ToString()));
+      }
+      return out;
+    }
     case Opcode::kReducePrecision: {
       const Shape& a = operand_shape(0);
       RETURN_IF_ERROR(ExpectArray(a, "reduce-precision operand"));

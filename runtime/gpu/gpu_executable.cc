@@ -65,7 +65,7 @@ bool RunsOnHost(Opcode op) {
     case Opcode::kReplicaId: case Opcode::kCustomCall: case Opcode::kAllGather:
     case Opcode::kReduceScatter: case Opcode::kAllToAll: case Opcode::kCollectivePermute:
     case Opcode::kCollectiveBroadcast:
-    case Opcode::kPartitionId: case Opcode::kReducePrecision:
+    case Opcode::kPartitionId: case Opcode::kReducePrecision: case Opcode::kRngBitGenerator:
       return true;
     default:
       return false;

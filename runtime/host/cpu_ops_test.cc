@@ -1,4 +1,5 @@
 // Per-op tests of the CPU backend with hand-computed expected values.
+#include <array>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -9,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/custom_call.h"
+#include "runtime/host/philox.h"
 #include "runtime/host/test_util.h"
 
 namespace kiln::host {
@@ -1160,6 +1162,60 @@ ENTRY e {
   EXPECT_TRUE(std::isnan(mn[3]));
   EXPECT_EQ(mn[4], 2.0f);
   EXPECT_EQ(mn[5], -5.0f);
+}
+
+
+// Philox4x32-10's published known-answer vectors (Random123's kat_vectors):
+// counter and key all zeros, and all ones.
+TEST(CpuRngBitGeneratorTest, DrawsPhiloxWordsAndAdvancesTheCounter) {
+  EXPECT_THAT(Philox4x32({0, 0, 0, 0}, {0, 0}),
+              ElementsAre(0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u));
+  EXPECT_THAT(Philox4x32({~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}),
+              ElementsAre(0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu));
+  constexpr char kText[] = R"(
+ENTRY e {
+  s = u64[3] parameter(0)
+  ROOT r = (u64[3], u32[6]) rng-bit-generator(s), algorithm=rng_default
+})";
+  // Key all ones, counter all ones: the second block's counter wraps to 0.
+  const ir::Literal state =
+      ir::Literal::FromVector<uint64_t>(ElementType::kU64, {3}, {~0ull, ~0ull, ~0ull});
+  auto r = RunHlo(kText, {state});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const ir::Literal& next = r->tuple_elements()[0];
+  const ir::Literal& bits = r->tuple_elements()[1];
+  EXPECT_THAT(std::vector<uint32_t>(bits.data<uint32_t>(), bits.data<uint32_t>() + 4),
+              ElementsAre(0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu));
+  const std::array<uint32_t, 4> wrapped = Philox4x32({0, 0, 0, 0}, {~0u, ~0u});
+  EXPECT_EQ(bits.data<uint32_t>()[4], wrapped[0]);
+  EXPECT_EQ(bits.data<uint32_t>()[5], wrapped[1]);
+  // Two blocks used: the counter moved by two, carrying into its high word.
+  EXPECT_THAT(std::vector<uint64_t>(next.data<uint64_t>(), next.data<uint64_t>() + 3),
+              ElementsAre(~0ull, 1ull, 0ull));
+  // Drawing again from the new state gives new bits; the same state, the
+  // same bits.
+  auto again = RunHlo(kText, {next});
+  auto same = RunHlo(kText, {state});
+  ASSERT_TRUE(again.ok() && same.ok());
+  EXPECT_NE(again->tuple_elements()[1].bytes(), bits.bytes());
+  EXPECT_EQ(same->tuple_elements()[1].bytes(), bits.bytes());
+}
+
+TEST(CpuRngBitGeneratorTest, NamedAlgorithmsAndBadShapesAreRefused) {
+  const ir::Literal state = ir::Literal::FromVector<uint64_t>(ElementType::kU64, {2}, {1, 2});
+  auto three_fry = RunHlo(
+      "ENTRY e {\n s = u64[2] parameter(0)\n ROOT r = (u64[2], u32[4]) rng-bit-generator(s), "
+      "algorithm=rng_three_fry\n}",
+      {state});
+  ASSERT_FALSE(three_fry.ok());
+  EXPECT_THAT(three_fry.status().message(),
+              ::testing::HasSubstr("algorithm=rng_three_fry is not supported"));
+  auto floats = RunHlo(
+      "ENTRY e {\n s = u64[2] parameter(0)\n ROOT r = (u64[2], f32[4]) rng-bit-generator(s), "
+      "algorithm=rng_default\n}",
+      {state});
+  ASSERT_FALSE(floats.ok());
+  EXPECT_THAT(floats.status().message(), ::testing::HasSubstr("an integer array"));
 }
 
 }  // namespace
