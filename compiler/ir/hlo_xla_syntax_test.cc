@@ -432,9 +432,9 @@ TEST(XlaSyntaxTest, CollectiveAttributesAreChecked) {
                            "all-to-all(x), dimensions={0}, replica_groups={{0,1,2,3}}\n}"),
               HasSubstr("does not split into 4 blocks"));
   // What Kiln has no op for is still named with its line.
-  EXPECT_THAT(ErrorOf("ENTRY e {\n  k = u64[2] parameter(0)\n  ROOT r = (u64[2], u32[4]) "
-                      "rng-bit-generator(k), algorithm=rng_default\n}"),
-              HasSubstr("line 3: unknown or unsupported opcode 'rng-bit-generator'"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  a = f32[3,3] parameter(0)\n  ROOT c = f32[3,3] "
+                      "cholesky(a), lower=true\n}"),
+              HasSubstr("line 3: unknown or unsupported opcode 'cholesky'"));
 }
 
 TEST(XlaSyntaxTest, WhatNewerDumpsWriteAroundInstructions) {
