@@ -1220,37 +1220,38 @@ absl::Status Parser::Resolve(Module* module, PendingInstr& p,
     }
     operands.push_back(it->second);
   }
+  // The lowerings below (topk, batch normalization, total-order compares)
+  // read their operands' shapes, so each must be known; their errors name
+  // the instruction and its line.
+  auto computation = [&] { return module->FindComputation(instr->parent()->name()); };
+  auto shapes_known = [&](const std::vector<Instruction*>& ops) -> absl::Status {
+    for (const Instruction* operand : ops) {
+      if (unknown_shape_.contains(operand)) {
+        return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": the shape of %",
+                                            operand->name(), " is not known yet; write one"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  auto lowered = [&](const absl::Status& status) -> absl::Status {
+    if (status.ok()) return status;
+    return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": ", status.message()));
+  };
   if (p.topk) {
     if (operands.size() != 1 || p.topk_k < 0) {
       return ErrorAt(p.line, absl::StrCat("topk %", instr->name(),
                                           " takes one operand and k=, got ", operands.size(),
                                           " operands"));
     }
-    if (unknown_shape_.contains(operands[0])) {
-      return ErrorAt(p.line, absl::StrCat("topk %", instr->name(), ": the shape of %",
-                                          operands[0]->name(), " is not known yet; write one"));
-    }
-    Computation* comp = module->FindComputation(instr->parent()->name());
-    absl::Status lowered =
-        LowerTopK(module, comp, instr, operands[0], p.topk_k, p.topk_largest);
-    if (!lowered.ok()) {
-      return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": ", lowered.message()));
-    }
+    RETURN_IF_ERROR(shapes_known(operands));
+    RETURN_IF_ERROR(lowered(
+        LowerTopK(module, computation(), instr, operands[0], p.topk_k, p.topk_largest)));
     operands.clear();
   }
   if (p.batch_norm.has_value()) {
-    for (const Instruction* operand : operands) {
-      if (unknown_shape_.contains(operand)) {
-        return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": the shape of %",
-                                            operand->name(), " is not known yet; write one"));
-      }
-    }
-    Computation* comp = module->FindComputation(instr->parent()->name());
-    absl::Status lowered = LowerBatchNorm(module, comp, instr, *p.batch_norm, operands,
-                                          p.epsilon, p.feature_index);
-    if (!lowered.ok()) {
-      return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": ", lowered.message()));
-    }
+    RETURN_IF_ERROR(shapes_known(operands));
+    RETURN_IF_ERROR(lowered(LowerBatchNorm(module, computation(), instr, *p.batch_norm,
+                                           operands, p.epsilon, p.feature_index)));
     operands.clear();
   }
   for (Instruction* operand : operands) instr->AddOperand(operand);
@@ -1285,29 +1286,15 @@ absl::Status Parser::Resolve(Module* module, PendingInstr& p,
       reverse->mutable_attrs().dimensions.push_back(conv.kernel_spatial[d]);
     }
     reverse->AddOperand(kernel);
-    Computation* comp = module->FindComputation(instr->parent()->name());
-    instr->ReplaceOperand(1, comp->AddInstruction(std::move(reverse)));
+    instr->ReplaceOperand(1, computation()->AddInstruction(std::move(reverse)));
   }
   if (!p.operand_batching.empty() || !p.indices_batching.empty()) {
-    Computation* comp = module->FindComputation(instr->parent()->name());
-    absl::Status lowered =
-        LowerBatchingDims(comp, instr, p.operand_batching, p.indices_batching);
-    if (!lowered.ok()) {
-      return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": ", lowered.message()));
-    }
+    RETURN_IF_ERROR(lowered(
+        LowerBatchingDims(computation(), instr, p.operand_batching, p.indices_batching)));
   }
   if (p.total_order) {
-    for (const Instruction* operand : instr->operands()) {
-      if (unknown_shape_.contains(operand)) {
-        return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": the shape of %",
-                                            operand->name(), " is not known yet; write one"));
-      }
-    }
-    Computation* comp = module->FindComputation(instr->parent()->name());
-    absl::Status lowered = LowerTotalOrderCompare(comp, instr);
-    if (!lowered.ok()) {
-      return ErrorAt(p.line, absl::StrCat("%", instr->name(), ": ", lowered.message()));
-    }
+    RETURN_IF_ERROR(shapes_known(instr->operands()));
+    RETURN_IF_ERROR(lowered(LowerTotalOrderCompare(computation(), instr)));
   }
   if (p.infer_shape) {
     for (const Instruction* operand : instr->operands()) {

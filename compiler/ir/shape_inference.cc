@@ -571,14 +571,17 @@ absl::StatusOr<Shape> InferGatherOrScatterCollective(const Instruction& instr) {
         dims[d] /= *group;
       }
     } else {
+      // The gathered (all-gather's result, reduce-scatter's operand) extent
+      // must be a multiple of the other.
       const Shape& w = n == 1 ? written : written.tuple_shape(i);
-      const int64_t big = gather ? (w.IsArray() && w.rank() == a.rank() ? w.dim(d) : -1) : dims[d];
-      const int64_t small = gather ? dims[d] : (w.IsArray() && w.rank() == a.rank() ? w.dim(d) : -1);
-      if (small < 0 || big < 0 || (small == 0 ? big != 0 : big % small != 0)) {
+      const bool fits = w.IsArray() && w.rank() == a.rank();
+      const int64_t whole = fits ? (gather ? w.dim(d) : dims[d]) : -1;
+      const int64_t part = fits ? (gather ? dims[d] : w.dim(d)) : -1;
+      if (!fits || (part == 0 ? whole != 0 : whole % part != 0)) {
         return Err(absl::StrCat(OpcodeName(op), " result ", w.ToString(), " does not fit ",
                                 a.ToString(), " along dimension ", d));
       }
-      dims[d] = gather ? big : small;
+      dims[d] = w.dim(d);
     }
     outs.push_back(Shape(a.type(), std::move(dims)));
   }

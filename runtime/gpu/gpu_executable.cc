@@ -61,14 +61,13 @@ struct Program {
 bool RunsOnHost(Opcode op) {
   switch (op) {
     case Opcode::kSort: case Opcode::kScatter: case Opcode::kRng: case Opcode::kInfeed:
-    case Opcode::kOutfeed: case Opcode::kAfterAll: case Opcode::kAllReduce:
-    case Opcode::kReplicaId: case Opcode::kCustomCall: case Opcode::kAllGather:
-    case Opcode::kReduceScatter: case Opcode::kAllToAll: case Opcode::kCollectivePermute:
-    case Opcode::kCollectiveBroadcast:
-    case Opcode::kPartitionId: case Opcode::kReducePrecision: case Opcode::kRngBitGenerator:
+    case Opcode::kOutfeed: case Opcode::kAfterAll: case Opcode::kReplicaId:
+    case Opcode::kCustomCall: case Opcode::kPartitionId: case Opcode::kReducePrecision:
+    case Opcode::kRngBitGenerator:
       return true;
     default:
-      return false;
+      // Collectives meet at the host's rendezvous.
+      return ir::IsCollective(op);
   }
 }
 

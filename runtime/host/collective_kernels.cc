@@ -122,6 +122,23 @@ absl::Status CheckGroupSize(const Round& round, int64_t expected, absl::string_v
   return absl::OkStatus();
 }
 
+// Elements [from, from + count) of every member's operand k combined with
+// `op` into `dst`. Every replica of a group combines in the group's order,
+// so all get bit-identical results and stay in step.
+template <typename T>
+void CombineMembers(const Round& round, size_t k, Opcode op, int64_t from, int64_t count,
+                    T* dst) {
+  using A = Accumulator<T>;
+  for (int64_t i = 0; i < count; ++i) {
+    A acc = static_cast<A>(round.members[0][k]->template as<T>()[from + i]);
+    for (size_t g = 1; g < round.members.size(); ++g) {
+      acc = ApplyReducerOp<A>(op, acc,
+                              static_cast<A>(round.members[g][k]->template as<T>()[from + i]));
+    }
+    dst[i] = static_cast<T>(acc);
+  }
+}
+
 Kernel AllReduce(Opcode op, std::vector<std::vector<int64_t>> groups) {
   return [op, groups = std::move(groups)](ExecState& st, const std::vector<BufferPtr>& ops)
              -> absl::StatusOr<BufferPtr> {
@@ -138,17 +155,7 @@ Kernel AllReduce(Opcode op, std::vector<std::vector<int64_t>> groups) {
       const int64_t n = ops[k]->shape().ElementCount();
       ir::DispatchType(ops[k]->shape().type(), [&](auto tag) {
         using T = decltype(tag);
-        using A = Accumulator<T>;
-        // Every replica of a group sums in the same order, so all get
-        // bit-identical results and stay in step.
-        T* dst = out->as<T>();
-        for (int64_t i = 0; i < n; ++i) {
-          A acc = static_cast<A>(round.members[0][k]->template as<T>()[i]);
-          for (size_t g = 1; g < round.members.size(); ++g) {
-            acc = ApplyReducerOp<A>(op, acc, static_cast<A>(round.members[g][k]->template as<T>()[i]));
-          }
-          dst[i] = static_cast<T>(acc);
-        }
+        CombineMembers<T>(round, k, op, 0, n, out->as<T>());
       });
       outs.push_back(std::move(out));
     }
@@ -204,19 +211,9 @@ Kernel ReduceScatter(Opcode op, int64_t d, std::vector<std::vector<int64_t>> gro
       const int64_t inner = a.inner / ir::ElementTypeSize(in.type());
       ir::DispatchType(in.type(), [&](auto tag) {
         using T = decltype(tag);
-        using A = Accumulator<T>;
-        T* dst = out->as<T>();
         for (int64_t o = 0; o < a.outer; ++o) {
-          const int64_t from = (o * extent + round.position * block) * inner;
-          T* to = dst + o * block * inner;
-          for (int64_t i = 0; i < block * inner; ++i) {
-            A acc = static_cast<A>(round.members[0][k]->template as<T>()[from + i]);
-            for (size_t g = 1; g < round.members.size(); ++g) {
-              acc = ApplyReducerOp<A>(op, acc,
-                                      static_cast<A>(round.members[g][k]->template as<T>()[from + i]));
-            }
-            to[i] = static_cast<T>(acc);
-          }
+          CombineMembers<T>(round, k, op, (o * extent + round.position * block) * inner,
+                            block * inner, out->as<T>() + o * block * inner);
         }
       });
       outs.push_back(std::move(out));

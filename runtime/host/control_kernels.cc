@@ -123,10 +123,14 @@ absl::StatusOr<Kernel> MakeControlKernel(const ir::Instruction& instr,
         return st.Allocate(Shape::Token());
       });
     case Opcode::kReplicaId:
-      return Kernel([](ExecState& st, const std::vector<BufferPtr>&)
+    case Opcode::kPartitionId:
+      // One partition per replica: the program is not split across devices,
+      // so the partition id is 0.
+      return Kernel([replica = instr.opcode() == Opcode::kReplicaId](
+                        ExecState& st, const std::vector<BufferPtr>&)
                         -> absl::StatusOr<BufferPtr> {
         ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(Shape::Scalar(ir::ElementType::kU32)));
-        out->as<uint32_t>()[0] = static_cast<uint32_t>(st.options->replica_id);
+        out->as<uint32_t>()[0] = replica ? static_cast<uint32_t>(st.options->replica_id) : 0;
         return out;
       });
     case Opcode::kRngBitGenerator:
@@ -162,14 +166,6 @@ absl::StatusOr<Kernel> MakeControlKernel(const ir::Instruction& instr,
         next[1] = low + static_cast<uint64_t>(blocks);
         if (n > 2 && next[1] < low) ++next[2];
         return Buffer::MakeTuple({state, bits});
-      });
-    case Opcode::kPartitionId:
-      // One partition per replica: the program is not split across devices.
-      return Kernel([](ExecState& st, const std::vector<BufferPtr>&)
-                        -> absl::StatusOr<BufferPtr> {
-        ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(Shape::Scalar(ir::ElementType::kU32)));
-        out->as<uint32_t>()[0] = 0;
-        return out;
       });
     case Opcode::kReducePrecision:
       return Kernel([out_shape, exponent_bits = static_cast<int>(at.exponent_bits),

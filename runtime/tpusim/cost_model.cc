@@ -102,8 +102,7 @@ runtime::CostCounters CostModel::StepCost(
         config_.interconnect_latency;
     return c;
   }
-  if (op == Opcode::kAllReduce || op == Opcode::kAllGather || op == Opcode::kReduceScatter ||
-      op == Opcode::kAllToAll || op == Opcode::kCollectiveBroadcast) {
+  if (ir::IsCollective(op)) {  // the permute is priced above
     // An all-gather, a reduce-scatter, an all-to-all and a broadcast are
     // priced as one phase of a ring all-reduce: half the traffic of an
     // all-reduce of the whole (gathered, scattered or broadcast) array.
