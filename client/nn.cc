@@ -1,6 +1,7 @@
 #include "client/nn.h"
 
 #include <cmath>
+#include <limits>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -308,6 +309,109 @@ absl::StatusOr<std::vector<Tensor>> ScaledGrad(const Tensor& loss,
   ASSIGN_OR_RETURN(std::vector<Tensor> grads, Grad(loss * scale, params));
   for (Tensor& g : grads) g = g * (1.0 / scale);
   return grads;
+}
+
+absl::StatusOr<DynamicLossScale> DynamicLossScale::Create(LazyContext* ctx,
+                                                         const std::string& device,
+                                                         DynamicLossScaleOptions options) {
+  const double largest = std::numeric_limits<float>::max();
+  if (!(options.initial_scale > 0) || !(options.initial_scale <= largest)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "initial loss scale ", options.initial_scale, " is not a positive finite f32"));
+  }
+  if (!(options.growth_factor > 1) || !std::isfinite(options.growth_factor)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loss scale growth factor ", options.growth_factor, " is not above 1"));
+  }
+  if (!(options.backoff_factor > 0 && options.backoff_factor < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss scale backoff factor ", options.backoff_factor, " is not between 0 and 1"));
+  }
+  if (options.growth_interval < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss scale growth interval ", options.growth_interval, " is not at least 1"));
+  }
+  ir::Literal scale(ir::Shape::Scalar(ir::ElementType::kF32));
+  scale.SetFromDouble(0, options.initial_scale);
+  Tensor scale_tensor = ctx->FromLiteral(std::move(scale), device);
+  RETURN_IF_ERROR(scale_tensor.status());
+  ir::Literal count(ir::Shape::Scalar(ir::ElementType::kS32));
+  count.SetFromDouble(0, 0);
+  Tensor count_tensor = ctx->FromLiteral(std::move(count), device);
+  RETURN_IF_ERROR(count_tensor.status());
+  return DynamicLossScale(options, std::move(scale_tensor), std::move(count_tensor));
+}
+
+absl::StatusOr<std::vector<Tensor>> DynamicLossScale::Grad(const Tensor& loss,
+                                                           const std::vector<Tensor>& params) {
+  RETURN_IF_ERROR(loss.status());
+  RETURN_IF_ERROR(scale_.status());
+  if (loss.shape().ElementCount() != 1 || !ir::IsFloatType(loss.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Grad needs a floating-point scalar loss, not ", loss.shape().ToString()));
+  }
+  // A half-precision loss is scaled in f32: the scale itself may exceed
+  // its range.
+  const ir::ElementType type =
+      loss.dtype() == ir::ElementType::kF64 ? ir::ElementType::kF64 : ir::ElementType::kF32;
+  const Tensor scale = Cast(scale_, type);
+  ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(Cast(loss, type) * scale, params));
+  const Tensor inverse = OnesLike(scale) / scale;
+  for (Tensor& g : grads) g = g * Cast(inverse, g.dtype());
+  return grads;
+}
+
+absl::StatusOr<std::vector<Tensor>> DynamicLossScale::Step(Optimizer& optimizer,
+                                                           const std::vector<Tensor>& params,
+                                                           const std::vector<Tensor>& grads) {
+  if (params.size() != grads.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss-scaled step: ", params.size(), " parameters and ", grads.size(), " gradients"));
+  }
+  RETURN_IF_ERROR(scale_.status());
+  RETURN_IF_ERROR(finite_steps_.status());
+  // Every floating-point gradient element finite: the smallest of their
+  // IsFinite as 0 or 1 is 1.
+  Tensor all_finite = Cast(IsFinite(scale_), ir::ElementType::kF32);
+  for (const Tensor& g : grads) {
+    RETURN_IF_ERROR(g.status());
+    if (!ir::IsFloatType(g.dtype())) continue;
+    all_finite = Minimum(all_finite, Reduce(Cast(IsFinite(g), ir::ElementType::kF32),
+                                            Reducer::kMin, {}, /*keep_dims=*/false));
+  }
+  const Tensor finite = Equal(all_finite, OnesLike(all_finite));
+  RETURN_IF_ERROR(finite.status());
+
+  optimizer.InitState(params);
+  std::vector<std::pair<std::string, Tensor*>> state = optimizer.NamedState();
+  std::vector<Tensor> before;
+  for (const auto& [name, t] : state) before.push_back(*t);
+  ASSIGN_OR_RETURN(std::vector<Tensor> next, optimizer.Step(params, grads));
+  if (next.size() != params.size()) {
+    return absl::InternalError(absl::StrCat("the optimizer returned ", next.size(),
+                                            " parameters for ", params.size()));
+  }
+  for (size_t i = 0; i < next.size(); ++i) next[i] = Select(finite, next[i], params[i]);
+  for (size_t k = 0; k < state.size(); ++k) {
+    *state[k].second = Select(finite, *state[k].second, before[k]);
+  }
+
+  const Tensor none = ZerosLike(finite_steps_);
+  const Tensor counted = Select(finite, finite_steps_ + 1.0, none);
+  const Tensor grow = GreaterEqual(
+      counted, FullLike(counted, counted.shape(), static_cast<double>(options_.growth_interval)));
+  const Tensor grown = scale_ * options_.growth_factor;
+  scale_ = Select(grow, Select(IsFinite(grown), grown, scale_),
+                  Select(finite, scale_, scale_ * options_.backoff_factor));
+  finite_steps_ = Select(grow, none, counted);
+  finite_ = finite;
+  for (const Tensor& t : next) RETURN_IF_ERROR(t.status());
+  RETURN_IF_ERROR(scale_.status());
+  return next;
+}
+
+std::vector<std::pair<std::string, Tensor*>> DynamicLossScale::NamedState() {
+  return {{"loss_scale", &scale_}, {"loss_scale_finite_steps", &finite_steps_}};
 }
 
 }  // namespace kiln::client::nn

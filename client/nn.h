@@ -225,6 +225,61 @@ absl::Status ConvertAll(const std::vector<std::pair<std::string, Tensor*>>& name
 absl::StatusOr<std::vector<Tensor>> ScaledGrad(const Tensor& loss,
                                                const std::vector<Tensor>& params, double scale);
 
+// Dynamic loss scaling (as PyTorch's GradScaler and Keras's
+// LossScaleOptimizer): the loss is multiplied by a scale before the
+// backward pass and the gradients divided by it, so that small gradients
+// survive a half-precision backward pass; the scale adapts. A step whose
+// gradients are all finite is taken; after `growth_interval` such steps in
+// a row the scale grows by `growth_factor` (while it stays finite). A step
+// with an infinite or NaN gradient is skipped, parameters and optimizer
+// state unchanged, and the scale shrinks by `backoff_factor`. The scale
+// and the count of finite steps are device scalars (NamedState), so the
+// same step program serves every step, a device loop can carry them, and a
+// checkpoint keeps them.
+//
+//   ASSIGN_OR_RETURN(auto scaler, nn::DynamicLossScale::Create(ctx, "cpu:0"));
+//   ASSIGN_OR_RETURN(std::vector<Tensor> grads, scaler.Grad(loss, params));
+//   ASSIGN_OR_RETURN(std::vector<Tensor> next, scaler.Step(optimizer, params, grads));
+struct DynamicLossScaleOptions {
+  double initial_scale = 65536;
+  double growth_factor = 2;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+class DynamicLossScale {
+ public:
+  // INVALID_ARGUMENT for a scale that is not positive and finite, a growth
+  // factor not above 1, a backoff factor outside (0, 1) or an interval
+  // below 1.
+  static absl::StatusOr<DynamicLossScale> Create(LazyContext* ctx, const std::string& device,
+                                                 DynamicLossScaleOptions options = {});
+
+  // The gradients of loss * scale (the loss converted to f32 first), each
+  // divided by the scale in its own type.
+  absl::StatusOr<std::vector<Tensor>> Grad(const Tensor& loss, const std::vector<Tensor>& params);
+  // One step of `optimizer` taken where every gradient is finite: returns
+  // the new parameters (the old ones on a skipped step), leaves the
+  // optimizer's state as it was on a skipped step, and updates the scale.
+  absl::StatusOr<std::vector<Tensor>> Step(Optimizer& optimizer, const std::vector<Tensor>& params,
+                                           const std::vector<Tensor>& grads);
+
+  // "loss_scale" (f32 scalar) and "loss_scale_finite_steps" (s32 scalar,
+  // finite steps since the scale last changed). The pointers stay valid
+  // while this object lives where it is.
+  std::vector<std::pair<std::string, Tensor*>> NamedState();
+  const Tensor& scale() const { return scale_; }
+  // After Step: whether its gradients were all finite (a pred scalar).
+  const Tensor& last_step_finite() const { return finite_; }
+
+ private:
+  DynamicLossScale(DynamicLossScaleOptions options, Tensor scale, Tensor finite_steps)
+      : options_(options), scale_(std::move(scale)), finite_steps_(std::move(finite_steps)) {}
+
+  DynamicLossScaleOptions options_;
+  Tensor scale_, finite_steps_, finite_;
+};
+
 }  // namespace kiln::client::nn
 
 #endif  // KILN_CLIENT_NN_H_

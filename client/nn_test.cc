@@ -8,8 +8,10 @@
 #include <random>
 
 #include "client/autodiff.h"
+#include "client/loop.h"
 #include "client/nn_test_util.h"
 #include "client/optimizers.h"
+#include "base/status_macros.h"
 #include "embedded/embedded.h"
 #include "gtest/gtest.h"
 
@@ -483,6 +485,141 @@ TEST_F(NnTest, ScaledGradKeepsSmallHalfGradients) {
   for (double g : Values((*scaled)[0])) EXPECT_NEAR(g, 1e-9, 1e-11);
   EXPECT_FALSE(ScaledGrad(loss, {w}, 0).ok());
   EXPECT_FALSE(ScaledGrad(loss, {w}, std::numeric_limits<double>::infinity()).ok());
+}
+
+// Dynamic loss scaling on a loss whose gradient is 10 per weight: a scale
+// of 1e38 or 5e37 makes it infinite in f32 (skipped, scale halved), 2.5e37
+// keeps it finite (taken; after two such steps in a row the scale
+// doubles). Steps 3, 4 and 6 of six are taken, SGD with momentum 0.9.
+struct ScaledRun {
+  std::vector<double> weights, velocity;
+  std::vector<double> scales, finite_steps;
+  std::vector<bool> finite;
+};
+
+constexpr int kScaledSteps = 6;
+
+DynamicLossScaleOptions ScaledRunOptions() {
+  DynamicLossScaleOptions options;
+  options.initial_scale = 1e38;
+  options.growth_interval = 2;
+  return options;
+}
+
+// The loss of the scaled run for weights `w`.
+Tensor ScaledRunLoss(LazyContext* ctx, const Tensor& w) {
+  return Sum(w * ctx->FromVector<float>(ElementType::kF32, {4}, {10, 10, 10, 10}, "cpu:0"));
+}
+
+TEST_F(NnTest, DynamicLossScaleSkipsOverflowingStepsAndAdaptsTheScale) {
+  auto scaler = DynamicLossScale::Create(ctx_.get(), "cpu:0", ScaledRunOptions());
+  ASSERT_TRUE(scaler.ok()) << scaler.status();
+  Sgd sgd(0.01, 0.9);
+  Tensor w = ctx_->FromVector<float>(ElementType::kF32, {4}, {1, 2, 3, 4}, "cpu:0");
+  ScaledRun run;
+  for (int step = 0; step < kScaledSteps; ++step) {
+    auto grads = scaler->Grad(ScaledRunLoss(ctx_.get(), w), {w});
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    auto next = scaler->Step(sgd, {w}, *grads);
+    ASSERT_TRUE(next.ok()) << next.status();
+    w = (*next)[0];
+    ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+    run.finite.push_back(Values(scaler->last_step_finite())[0] != 0);
+    run.scales.push_back(Values(scaler->scale())[0]);
+    run.finite_steps.push_back(Values(*scaler->NamedState()[1].second)[0]);
+    if (step == 1) {
+      // Two skipped steps: weights and momentum untouched.
+      EXPECT_EQ(Values(w), (std::vector<double>{1, 2, 3, 4}));
+      EXPECT_EQ(Values(sgd.velocity()[0]), (std::vector<double>{0, 0, 0, 0}));
+    }
+  }
+  EXPECT_EQ(run.finite, (std::vector<bool>{false, false, true, true, false, true}));
+  const std::vector<double> scales = {5e37, 2.5e37, 2.5e37, 5e37, 2.5e37, 2.5e37};
+  for (int i = 0; i < kScaledSteps; ++i) {
+    EXPECT_NEAR(run.scales[i], scales[i], scales[i] * 1e-6) << "scale after step " << i + 1;
+  }
+  EXPECT_EQ(run.finite_steps, (std::vector<double>{0, 0, 1, 0, 0, 1}));
+  // Velocity 10, 19, 27.1 after the taken steps; the weights moved by
+  // 0.01 * (10 + 19 + 27.1).
+  const std::vector<double> moved = Values(w), velocity = Values(sgd.velocity()[0]);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(moved[i], i + 1 - 0.561, 1e-5) << i;
+    EXPECT_NEAR(velocity[i], 27.1, 1e-4) << i;
+  }
+}
+
+// The same six steps as one device loop carrying the weights, the momentum
+// and the scaler's state end where step mode ends.
+TEST_F(NnTest, DynamicLossScaleRunsInADeviceLoop) {
+  auto scaler = DynamicLossScale::Create(ctx_.get(), "cpu:0", ScaledRunOptions());
+  ASSERT_TRUE(scaler.ok()) << scaler.status();
+  Sgd sgd(0.01, 0.9);
+  Tensor w = ctx_->FromVector<float>(ElementType::kF32, {4}, {1, 2, 3, 4}, "cpu:0");
+  sgd.InitState({w});
+  std::vector<std::pair<std::string, Tensor*>> carried = {{"w", &w}};
+  for (const auto& named : sgd.NamedState()) carried.push_back(named);
+  for (const auto& named : scaler->NamedState()) carried.push_back(named);
+  absl::Status st = WhileCarrying(kScaledSteps, carried, [&](DeviceLoop&) -> absl::Status {
+    ASSIGN_OR_RETURN(std::vector<Tensor> grads, scaler->Grad(ScaledRunLoss(ctx_.get(), w), {w}));
+    ASSIGN_OR_RETURN(std::vector<Tensor> next, scaler->Step(sgd, {w}, grads));
+    w = next[0];
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  const std::vector<double> moved = Values(w);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(moved[i], i + 1 - 0.561, 1e-5) << i;
+  EXPECT_NEAR(Values(scaler->scale())[0], 2.5e37, 2.5e31);
+  EXPECT_EQ(Values(*scaler->NamedState()[1].second), (std::vector<double>{1}));
+}
+
+// A half-precision backward pass keeps a gradient below f16's range, as
+// with static scaling, and the optimizer's every state tensor (Adam's
+// moments and step count) stays put on a skipped step.
+TEST_F(NnTest, DynamicLossScaleKeepsSmallHalfGradientsAndAdamState) {
+  auto scaler = DynamicLossScale::Create(ctx_.get(), "cpu:0");
+  ASSERT_TRUE(scaler.ok()) << scaler.status();
+  Tensor w = ctx_->FromLiteral(Random({4}, 3, 0.5, 1.5), "cpu:0");
+  ir::Literal small(ir::Shape(ElementType::kF16, {}));
+  small.SetFromDouble(0, 1e-3);
+  Tensor c = ctx_->FromLiteral(small, "cpu:0");
+  Tensor loss = Sum(Cast(Cast(w, ElementType::kF16) * c, ElementType::kF32)) * 1e-6;
+  auto grads = scaler->Grad(loss, {w});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  for (double g : Values((*grads)[0])) EXPECT_NEAR(g, 1e-9, 1e-11);
+
+  Adam adam(0.1);
+  const std::vector<double> w0 = Values(w);
+  ir::Literal bad = Random({4}, 4);
+  bad.SetFromDouble(2, std::numeric_limits<double>::quiet_NaN());
+  auto next = scaler->Step(adam, {w}, {ctx_->FromLiteral(bad, "cpu:0")});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(Values((*next)[0]), w0);
+  EXPECT_EQ(Values(adam.step_count()), (std::vector<double>{0}));
+  EXPECT_EQ(Values(adam.first_moment()[0]), (std::vector<double>{0, 0, 0, 0}));
+  EXPECT_EQ(Values(scaler->scale()), (std::vector<double>{32768}));
+  EXPECT_EQ(Values(scaler->last_step_finite()), (std::vector<double>{0}));
+}
+
+TEST_F(NnTest, DynamicLossScaleRefusesBadOptions) {
+  auto with = [&](auto change) {
+    DynamicLossScaleOptions options;
+    change(options);
+    return DynamicLossScale::Create(ctx_.get(), "cpu:0", options).status();
+  };
+  EXPECT_FALSE(with([](auto& o) { o.initial_scale = 0; }).ok());
+  EXPECT_FALSE(with([](auto& o) { o.initial_scale = 1e39; }).ok());
+  EXPECT_FALSE(with([](auto& o) { o.initial_scale = std::nan(""); }).ok());
+  EXPECT_FALSE(with([](auto& o) { o.growth_factor = 1; }).ok());
+  EXPECT_FALSE(with([](auto& o) { o.backoff_factor = 1; }).ok());
+  EXPECT_FALSE(with([](auto& o) { o.backoff_factor = 0; }).ok());
+  EXPECT_FALSE(with([](auto& o) { o.growth_interval = 0; }).ok());
+  EXPECT_TRUE(with([](auto&) {}).ok());
+  auto scaler = DynamicLossScale::Create(ctx_.get(), "cpu:0");
+  ASSERT_TRUE(scaler.ok());
+  Sgd sgd(0.1);
+  Tensor w = ctx_->FromLiteral(Random({2}, 5), "cpu:0");
+  EXPECT_FALSE(scaler->Step(sgd, {w}, {}).ok());
+  EXPECT_FALSE(scaler->Grad(w, {w}).ok());  // not a scalar
 }
 
 }  // namespace

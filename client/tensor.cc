@@ -301,6 +301,7 @@ Tensor Sigmoid(const Tensor& x) { return Unary(Opcode::kLogistic, x); }
 Tensor Sin(const Tensor& x) { return Unary(Opcode::kSin, x); }
 Tensor Cos(const Tensor& x) { return Unary(Opcode::kCos, x); }
 Tensor Relu(const Tensor& x) { return Maximum(x, ZerosLike(x)); }
+Tensor IsFinite(const Tensor& x) { return EmitInferred(Opcode::kIsFinite, {x}, {}); }
 
 Tensor Cast(const Tensor& x, ElementType type) {
   if (!x.status().ok() || x.dtype() == type) return x;

@@ -212,6 +212,8 @@ Tensor Sigmoid(const Tensor& x);
 Tensor Sin(const Tensor& x);
 Tensor Cos(const Tensor& x);
 Tensor Relu(const Tensor& x);
+// pred per element: neither infinite nor NaN (floating-point types only).
+Tensor IsFinite(const Tensor& x);
 Tensor Cast(const Tensor& x, ir::ElementType type);
 
 // Shapes.
