@@ -5,6 +5,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "client/lazy.h"
+#include "client/loop.h"
 
 namespace kiln::client {
 namespace {
@@ -315,10 +317,79 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
       return std::vector<Tensor>{g, Tensor(), Gather(g, x[1], std::move(gather), std::move(sizes))};
     }
     case Opcode::kReduceWindow: return ReduceWindowGrad(node, x[0], g);
+    case Opcode::kGetTupleElement:
+      if (node.operands[0]->op == Opcode::kWhile) {
+        return absl::UnimplementedError(
+            "gradients through a device loop (While): take them inside its body");
+      }
+      return absl::UnimplementedError(absl::StrCat(
+          "no gradient rule for an element of ", ir::OpcodeName(node.operands[0]->op)));
     default:
       return absl::UnimplementedError(
           absl::StrCat("no gradient rule for ", ir::OpcodeName(node.op)));
   }
+}
+
+// The gradients of a conditional's operands (selector, operands, captures)
+// given those of its results (`cotangents`, one per result, undefined where
+// none flows): a conditional on the same selector whose branch k
+// differentiates branch k's graph, reading the forward operands and the
+// cotangents. Integer and pred values take no gradient.
+absl::StatusOr<std::vector<Tensor>> CondGrad(const std::shared_ptr<Node>& node,
+                                             const std::vector<Tensor>& cotangents) {
+  const CondSpec& spec = *node->cond;
+  LazyContext* ctx = node->context.get();
+  std::vector<Tensor> out(node->operands.size());
+  std::vector<size_t> flowing;  // results with a floating-point cotangent
+  for (size_t i = 0; i < cotangents.size(); ++i) {
+    if (cotangents[i].defined() && ir::IsFloatType(node->shape.tuple_shape(i).type())) {
+      flowing.push_back(i);
+    }
+  }
+  std::vector<size_t> wanted;  // operands (after the selector) that take one
+  for (size_t j = 1; j < node->operands.size(); ++j) {
+    if (ir::IsFloatType(node->operands[j]->shape.type())) wanted.push_back(j);
+  }
+  if (flowing.empty() || wanted.empty()) return out;
+  std::vector<Tensor> operands;
+  for (size_t i = 0; i < spec.operand_count; ++i) operands.push_back(Tensor(node->operands[1 + i]));
+  for (size_t i : flowing) operands.push_back(cotangents[i]);
+  std::vector<CondBranch> branches;
+  for (const CondBranch& forward : spec.branches) {
+    CondBranch branch;
+    branch.placeholders = forward.placeholders;
+    std::vector<Tensor> params;
+    for (size_t j : wanted) {
+      params.push_back(Tensor(j - 1 < spec.operand_count
+                                  ? forward.placeholders[j - 1]
+                                  : spec.captures[j - 1 - spec.operand_count]));
+    }
+    ctx->BeginLoopBody();
+    Tensor loss;
+    for (size_t i : flowing) {
+      auto cotangent = std::make_shared<Node>();
+      cotangent->shape = node->shape.tuple_shape(i);
+      cotangent->device = node->device;
+      cotangent->context = node->context;
+      branch.placeholders.push_back(cotangent);
+      Tensor term = Cast(Sum(Tensor(forward.results[i]) * Tensor(cotangent)), ir::ElementType::kF32);
+      loss = loss.defined() ? loss + term : term;
+    }
+    absl::StatusOr<std::vector<Tensor>> grads = Grad(loss, params);
+    LazyContext::LoopBodyNodes traced = ctx->EndLoopBody();
+    RETURN_IF_ERROR(WithContext(grads.status(), "gradient of a conditional branch"));
+    for (const Tensor& g : *grads) branch.results.push_back(g.node());
+    branch.nodes = std::move(traced.nodes);
+    branch.nodes.insert(forward.nodes.begin(), forward.nodes.end());
+    branch.alive = std::move(traced.alive);
+    branch.alive.insert(branch.alive.end(), forward.alive.begin(), forward.alive.end());
+    branches.push_back(std::move(branch));
+  }
+  ASSIGN_OR_RETURN(std::vector<Tensor> grads,
+                   ConditionalOfTracedBranches(Tensor(node->operands[0]), operands,
+                                               std::move(branches)));
+  for (size_t k = 0; k < wanted.size(); ++k) out[wanted[k]] = grads[k];
+  return out;
 }
 
 }  // namespace
@@ -359,12 +430,30 @@ absl::StatusOr<std::vector<Tensor>> Grad(const Tensor& loss, const std::vector<T
     stack.pop_back();
   }
   absl::flat_hash_map<const Node*, Tensor> adjoint;
+  // A conditional's results' gradients, gathered from its tuple elements.
+  absl::flat_hash_map<const Node*, std::vector<Tensor>> result_adjoints;
   adjoint[loss.node().get()] = OnesLike(loss);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const std::shared_ptr<Node>& node = *it;
-    auto a = adjoint.find(node.get());
-    if (a == adjoint.end() || !depends[node.get()] || param_index.contains(node.get())) continue;
-    absl::StatusOr<std::vector<Tensor>> grads = Rule(node, a->second);
+    if (!depends[node.get()] || param_index.contains(node.get())) continue;
+    absl::StatusOr<std::vector<Tensor>> grads;
+    if (node->cond != nullptr) {
+      auto r = result_adjoints.find(node.get());
+      if (r == result_adjoints.end()) continue;
+      grads = CondGrad(node, r->second);
+    } else {
+      auto a = adjoint.find(node.get());
+      if (a == adjoint.end()) continue;
+      if (node->op == Opcode::kGetTupleElement && node->operands.size() == 1 &&
+          node->operands[0]->cond != nullptr) {
+        std::vector<Tensor>& results = result_adjoints[node->operands[0].get()];
+        results.resize(node->operands[0]->shape.tuple_shapes().size());
+        Tensor& slot = results[node->attrs.tuple_index];
+        slot = slot.defined() ? slot + a->second : a->second;
+        continue;
+      }
+      grads = Rule(node, a->second);
+    }
     if (!grads.ok()) return grads.status();
     for (size_t i = 0; i < node->operands.size() && i < grads->size(); ++i) {
       const Node* operand = node->operands[i].get();

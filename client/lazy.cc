@@ -80,6 +80,12 @@ Tensor LazyContext::Record(std::shared_ptr<Node> node) {
 
 void LazyContext::BeginLoopBody() { loop_bodies_.emplace_back(); }
 
+void LazyContext::JoinLoopBody(std::shared_ptr<Node> node) {
+  if (loop_bodies_.empty()) return;
+  loop_bodies_.back().nodes.insert(node.get());
+  loop_bodies_.back().alive.push_back(std::move(node));
+}
+
 LazyContext::LoopBodyNodes LazyContext::EndLoopBody() {
   LoopBodyNodes body = std::move(loop_bodies_.back());
   loop_bodies_.pop_back();
@@ -256,7 +262,8 @@ namespace {
 // handle, no reference from outside the trace); then a parameter is donated
 // when it has no handle, the trace's references and the one in `params` are
 // all there are, and no other node shares its buffer. A trace with a device
-// loop donates nothing (its loop specs hold references of their own).
+// loop or a conditional donates nothing (their specs hold references of
+// their own).
 std::vector<int> DonatableParams(const std::vector<std::shared_ptr<Node>>& outputs,
                                  const std::vector<std::shared_ptr<Node>>& params) {
   absl::flat_hash_map<const Node*, long> edges;  // references from the trace
@@ -271,7 +278,7 @@ std::vector<int> DonatableParams(const std::vector<std::shared_ptr<Node>>& outpu
     const Node* node = stack.back();
     stack.pop_back();
     if (!seen.insert(node).second) continue;
-    if (node->loop != nullptr) return {};
+    if (node->loop != nullptr || node->cond != nullptr) return {};
     if (!output_set.contains(node)) inner.push_back(node);
     for (const auto& operand : node->operands) {
       ++edges[operand.get()];

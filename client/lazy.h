@@ -143,6 +143,9 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
     std::vector<std::shared_ptr<Node>> alive;
   };
   void BeginLoopBody();
+  // A node that is not recorded itself (a loop's or a conditional's own
+  // node, whose elements are) joins the innermost body being traced, if any.
+  void JoinLoopBody(std::shared_ptr<Node> node);
   // Ends the innermost body; returns the nodes recorded in it.
   LoopBodyNodes EndLoopBody();
   bool in_loop_body() const { return !loop_bodies_.empty(); }

@@ -177,6 +177,7 @@ absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<
                            std::move(operands));
   loop_node->loop = spec;  // spec stays writable here: its outputs come next
   loop_node->context = state[0].node()->context;
+  ctx->JoinLoopBody(loop_node);
   std::vector<Tensor> out;
   for (size_t i = 0; i < state.size(); ++i) {
     out.push_back(Tensor(TupleElement(ctx, loop_node, 1 + static_cast<int64_t>(i))));
@@ -188,6 +189,131 @@ absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<
 }  // namespace kiln::client
 
 namespace kiln::client {
+
+absl::StatusOr<std::vector<Tensor>> ConditionalOfTracedBranches(
+    const Tensor& selector, const std::vector<Tensor>& operands, std::vector<CondBranch> branches) {
+  RETURN_IF_ERROR(selector.status());
+  const ir::Shape pred = ir::Shape::Scalar(ir::ElementType::kPred);
+  const ir::Shape index = ir::Shape::Scalar(ir::ElementType::kS32);
+  if (selector.shape() != pred && selector.shape() != index) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a conditional's selector is a pred[] or s32[] scalar, not ", selector.shape().ToString()));
+  }
+  if (branches.empty()) return absl::InvalidArgumentError("a conditional needs a branch");
+  if (selector.shape() == pred && branches.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a conditional on a pred has two branches, not ", branches.size()));
+  }
+  LazyContext* ctx = selector.context();
+  const std::string& device = selector.device();
+  for (size_t i = 0; i < operands.size(); ++i) {
+    RETURN_IF_ERROR(WithContext(operands[i].status(), absl::StrCat("conditional operand ", i)));
+    if (operands[i].device() != device) {
+      return absl::InvalidArgumentError(absl::StrCat("conditional operand ", i, " lives on ",
+                                                     operands[i].device(), ", its selector on ",
+                                                     device));
+    }
+  }
+  auto spec = std::make_shared<CondSpec>();
+  spec->operand_count = operands.size();
+  absl::flat_hash_set<const Node*> captured;
+  std::vector<ir::Shape> result_shapes;
+  for (size_t k = 0; k < branches.size(); ++k) {
+    CondBranch& branch = branches[k];
+    if (branch.placeholders.size() != operands.size()) {
+      return absl::InternalError(absl::StrCat("branch ", k, " has ", branch.placeholders.size(),
+                                              " stand-ins for ", operands.size(), " operands"));
+    }
+    for (size_t i = 0; i < branch.results.size(); ++i) {
+      const Node& r = *branch.results[i];
+      RETURN_IF_ERROR(WithContext(r.status, absl::StrCat("branch ", k, " result ", i)));
+      if (r.device != device) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "branch ", k, " result ", i, " lives on ", r.device, ", the conditional on ", device));
+      }
+    }
+    if (k == 0) {
+      for (const auto& r : branch.results) result_shapes.push_back(r->shape);
+    } else if (branch.results.size() != result_shapes.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("branch ", k, " returns ",
+                                                     branch.results.size(), " tensors, branch 0 ",
+                                                     result_shapes.size()));
+    } else {
+      for (size_t i = 0; i < result_shapes.size(); ++i) {
+        if (branch.results[i]->shape != result_shapes[i]) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "branch ", k, " result ", i, " is ", branch.results[i]->shape.ToString(),
+              ", branch 0's ", result_shapes[i].ToString()));
+        }
+      }
+    }
+    absl::flat_hash_set<const Node*> inputs;
+    for (const auto& p : branch.placeholders) inputs.insert(p.get());
+    for (auto& c : FindCaptures(branch.results, branch.nodes, inputs)) {
+      RETURN_IF_ERROR(c->status);
+      if (c->device != device) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "branch ", k, " of a conditional on ", device, " reads a tensor on ", c->device));
+      }
+      if (captured.insert(c.get()).second) spec->captures.push_back(std::move(c));
+    }
+  }
+  std::vector<std::shared_ptr<Node>> node_operands{selector.node()};
+  for (const Tensor& t : operands) node_operands.push_back(t.node());
+  node_operands.insert(node_operands.end(), spec->captures.begin(), spec->captures.end());
+  spec->branches = std::move(branches);
+  auto cond = NewNode(ir::Opcode::kConditional, ir::Shape::Tuple(result_shapes), device,
+                      std::move(node_operands));
+  cond->cond = std::move(spec);
+  cond->context = selector.node()->context;
+  ctx->JoinLoopBody(cond);
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < result_shapes.size(); ++i) {
+    out.push_back(Tensor(TupleElement(ctx, cond, static_cast<int64_t>(i))));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<Tensor>> Switch(const Tensor& index, const std::vector<Tensor>& operands,
+                                           const std::vector<Branch>& branches) {
+  RETURN_IF_ERROR(index.status());
+  LazyContext* ctx = index.context();
+  std::vector<CondBranch> traced(branches.size());
+  for (size_t k = 0; k < branches.size(); ++k) {
+    CondBranch& branch = traced[k];
+    std::vector<Tensor> inputs;
+    for (const Tensor& t : operands) {
+      RETURN_IF_ERROR(t.status());
+      auto p = NewNode(ir::Opcode::kParameter, t.shape(), t.device(), {});
+      p->context = t.node()->context;
+      branch.placeholders.push_back(p);
+      inputs.push_back(Tensor(std::move(p)));
+    }
+    ctx->BeginLoopBody();
+    absl::StatusOr<std::vector<Tensor>> results =
+        branches[k] ? branches[k](inputs)
+                    : absl::InvalidArgumentError(absl::StrCat("branch ", k, " is empty"));
+    LazyContext::LoopBodyNodes nodes = ctx->EndLoopBody();
+    if (!results.ok()) return WithContext(results.status(), absl::StrCat("conditional branch ", k));
+    for (const Tensor& r : *results) {
+      RETURN_IF_ERROR(WithContext(r.status(), absl::StrCat("conditional branch ", k)));
+      branch.results.push_back(r.node());
+    }
+    branch.nodes = std::move(nodes.nodes);
+    branch.alive = std::move(nodes.alive);
+  }
+  return ConditionalOfTracedBranches(index, operands, std::move(traced));
+}
+
+absl::StatusOr<std::vector<Tensor>> Cond(const Tensor& pred, const std::vector<Tensor>& operands,
+                                         const Branch& on_true, const Branch& on_false) {
+  RETURN_IF_ERROR(pred.status());
+  if (pred.shape() != ir::Shape::Scalar(ir::ElementType::kPred)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Cond's predicate is a pred[] scalar, not ", pred.shape().ToString()));
+  }
+  return Switch(pred, operands, {on_true, on_false});
+}
 
 absl::Status WhileCarrying(int64_t trip_count,
                            const std::vector<std::pair<std::string, Tensor*>>& carried,

@@ -1,4 +1,4 @@
-// Device loops: a step function traced once and run `trip_count` times on
+// Control flow. Device loops: a step function traced once and run `trip_count` times on
 // the device as one program (a while loop). Its inputs can come from the
 // device's infeed and its results can go to the outfeed, so the host only
 // streams data in and reads losses out while the loop trains.
@@ -79,6 +79,28 @@ absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<
 absl::Status WhileCarrying(int64_t trip_count,
                            const std::vector<std::pair<std::string, Tensor*>>& carried,
                            const std::function<absl::Status(DeviceLoop& loop)>& step);
+
+// Conditionals: a branch traced once over stand-ins for `operands`,
+// returning tensors of the same shapes in every branch. The program runs
+// only the branch the selector picks. A branch may read other tensors
+// (they are captured, as by a loop body) and may contain conditionals and
+// device loops; it cannot read or write feeds. Gradients flow through
+// conditionals (Grad differentiates the branch that ran).
+using Branch = std::function<absl::StatusOr<std::vector<Tensor>>(
+    const std::vector<Tensor>& operands)>;
+
+// `on_true` where `pred` (a pred scalar) is true, else `on_false`.
+absl::StatusOr<std::vector<Tensor>> Cond(const Tensor& pred, const std::vector<Tensor>& operands,
+                                         const Branch& on_true, const Branch& on_false);
+// `branches[index]` for an s32 scalar `index`; an index outside
+// [0, branches.size()) runs the last branch (as XLA's conditional does).
+absl::StatusOr<std::vector<Tensor>> Switch(const Tensor& index, const std::vector<Tensor>& operands,
+                                           const std::vector<Branch>& branches);
+
+// A conditional of branches already traced, whose placeholders stand for
+// `operands` (for autodiff, which traces the branches of a gradient).
+absl::StatusOr<std::vector<Tensor>> ConditionalOfTracedBranches(
+    const Tensor& selector, const std::vector<Tensor>& operands, std::vector<CondBranch> branches);
 
 }  // namespace kiln::client
 

@@ -126,6 +126,19 @@ TEST_F(LoopTest, ReadingTheStateTensorByTensorRunsTheLoopOnce) {
   EXPECT_EQ(ctx_->metrics().executions, before + 1);
 }
 
+// A device loop inside a loop body: 3 outer iterations of 4 doublings.
+TEST_F(LoopTest, LoopsNest) {
+  auto out = While(3, {Vec({1})}, [](DeviceLoop&, const std::vector<Tensor>& outer)
+                                      -> absl::StatusOr<std::vector<Tensor>> {
+    return While(4, {outer[0]}, [](DeviceLoop&, const std::vector<Tensor>& inner)
+                                    -> absl::StatusOr<std::vector<Tensor>> {
+      return std::vector<Tensor>{inner[0] * 2.0};
+    });
+  });
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Values((*out)[0]), (std::vector<double>{4096}));
+}
+
 TEST_F(LoopTest, BodyMustKeepTheStateShapes) {
   auto out = While(2, {Vec({1, 2})}, [&](DeviceLoop&, const std::vector<Tensor>& s) {
     return absl::StatusOr<std::vector<Tensor>>({Sum(s[0])});

@@ -106,9 +106,10 @@ class Lowerer {
     if (node.op == ir::Opcode::kConstant) return b.Constant(node.attrs.literal);
     if (node.op == ir::Opcode::kParameter) {
       return absl::FailedPreconditionError(
-          "a device loop's state tensor was used outside the loop body");
+          "a tensor of a device loop body or a conditional branch was used outside it");
     }
     if (node.op == ir::Opcode::kWhile) return LowerLoop(b, node, std::move(operands));
+    if (node.op == ir::Opcode::kConditional) return LowerCond(b, node, std::move(operands));
     std::vector<ir::Computation*> called;
     const ir::ElementType type =
         node.operands.empty() ? node.shape.type() : node.operands[0]->shape.type();
@@ -175,9 +176,48 @@ class Lowerer {
     return b.While(cond_comp, body_comp, b.Tuple(init));
   }
 
+  // Every branch reads one tuple (operands..., captures...): the node's
+  // operands after the selector.
+  absl::StatusOr<ir::Instruction*> LowerCond(ir::Builder& b, const Node& node,
+                                             std::vector<ir::Instruction*> operands) {
+    if (node.cond == nullptr) return absl::InternalError("a conditional node without branches");
+    const CondSpec& spec = *node.cond;
+    const int id = conds_++;
+    std::vector<ir::Instruction*> inputs(operands.begin() + 1, operands.end());
+    std::vector<ir::Shape> input_shapes;
+    for (size_t i = 1; i < node.operands.size(); ++i) input_shapes.push_back(node.operands[i]->shape);
+    const ir::Shape tuple = ir::Shape::Tuple(input_shapes);
+    std::vector<ir::Computation*> called;
+    for (size_t k = 0; k < spec.branches.size(); ++k) {
+      const CondBranch& branch = spec.branches[k];
+      ir::Builder bb(module_, absl::StrCat("cond", id, "_branch", k));
+      ir::Instruction* bp = bb.Parameter(0, tuple, "operands");
+      absl::flat_hash_map<const Node*, int64_t> slot;
+      for (size_t i = 0; i < branch.placeholders.size(); ++i) {
+        slot[branch.placeholders[i].get()] = static_cast<int64_t>(i);
+      }
+      for (size_t i = 0; i < spec.captures.size(); ++i) {
+        slot[spec.captures[i].get()] = static_cast<int64_t>(spec.operand_count + i);
+      }
+      LeafFn leaf = [&](const std::shared_ptr<Node>& n) -> absl::StatusOr<ir::Instruction*> {
+        auto it = slot.find(n.get());
+        if (it == slot.end()) return nullptr;
+        return bb.GetTupleElement(bp, it->second);
+      };
+      ASSIGN_OR_RETURN(std::vector<ir::Instruction*> outs, LowerInto(bb, branch.results, leaf));
+      ASSIGN_OR_RETURN(ir::Computation * c, bb.Build(bb.Tuple(outs)));
+      called.push_back(c);
+    }
+    ir::Instruction* packed = b.Tuple(inputs);
+    std::vector<ir::Instruction*> cond_operands{operands[0]};
+    for (size_t k = 0; k < called.size(); ++k) cond_operands.push_back(packed);
+    return b.AddOp(ir::Opcode::kConditional, std::move(cond_operands), {}, called, node.shape);
+  }
+
   ir::Module* module_;
   ReducerCache reducers_;
   int loops_ = 0;
+  int conds_ = 0;
 };
 
 }  // namespace

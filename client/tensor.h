@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "client/client.h"
 #include "compiler/ir/instruction.h"
@@ -48,6 +49,25 @@ struct LoopSpec {
   std::vector<std::weak_ptr<Node>> outputs;
 };
 
+// A conditional as traced (client/loop.h builds it, Switch and Cond): per
+// branch, the graph from stand-ins for the operands to its results. The
+// conditional node's operands are the selector, the operands, then the
+// captures; every branch reads one tuple of (operands..., captures...).
+struct CondBranch {
+  // Stand-ins for the operands (unrealized parameter nodes).
+  std::vector<std::shared_ptr<Node>> placeholders;
+  std::vector<std::shared_ptr<Node>> results;
+  // The nodes traced in the branch, kept alive with it.
+  absl::flat_hash_set<const Node*> nodes;
+  std::vector<std::shared_ptr<Node>> alive;
+};
+struct CondSpec {
+  std::vector<CondBranch> branches;
+  // Values from outside the branches that some branch reads.
+  std::vector<std::shared_ptr<Node>> captures;
+  size_t operand_count = 0;
+};
+
 // One recorded op (or a realized value). Not thread-safe: a trace belongs to
 // one thread at a time.
 struct Node {
@@ -71,6 +91,8 @@ struct Node {
   std::shared_ptr<LazyContext> context;
   // Set on a while node: the loop it runs.
   std::shared_ptr<const LoopSpec> loop;
+  // Set on a conditional node: its branches.
+  std::shared_ptr<const CondSpec> cond;
   // How many Tensor handles refer to this node. A barrier realizes the
   // nodes a program can still read through a handle; a node that only other
   // nodes refer to (an intermediate of a step) is computed inside the

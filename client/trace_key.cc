@@ -148,6 +148,7 @@ class Writer {
 using LeafFn = std::function<bool(const std::shared_ptr<Node>&, Writer&)>;
 
 absl::Status WriteLoop(Writer& w, const LoopSpec* loop);
+absl::Status WriteCond(Writer& w, const CondSpec* cond);
 
 // Writes the nodes `roots` need, in the walk Lower lowers them in
 // (WalkTrace), each as its op, shape, attributes and the ids of its
@@ -171,6 +172,7 @@ absl::Status WriteComputation(Writer& w, const std::vector<std::shared_ptr<Node>
             w.Shape(o->shape);
           }
           if (node->op == ir::Opcode::kWhile) RETURN_IF_ERROR(WriteLoop(w, node->loop.get()));
+          if (node->op == ir::Opcode::kConditional) RETURN_IF_ERROR(WriteCond(w, node->cond.get()));
         }
         const int64_t n = static_cast<int64_t>(id.size());
         id[node.get()] = n;
@@ -209,6 +211,35 @@ absl::Status WriteLoop(Writer& w, const LoopSpec* loop) {
   std::vector<std::shared_ptr<Node>> body_roots = loop->results;
   if (loop->effects != nullptr) body_roots.push_back(loop->effects);
   RETURN_IF_ERROR(WriteComputation(w, body_roots, body_leaf));
+  w.Byte('E');
+  return absl::OkStatus();
+}
+
+// Writes a conditional node's branches, whose leaves are the slots of the
+// tuple every branch reads (as LowerCond gives them).
+absl::Status WriteCond(Writer& w, const CondSpec* cond) {
+  if (cond == nullptr) return absl::InternalError("a conditional node without branches");
+  w.Byte('C');
+  w.Int(static_cast<int64_t>(cond->branches.size()));
+  w.Int(static_cast<int64_t>(cond->operand_count));
+  w.Int(static_cast<int64_t>(cond->captures.size()));
+  for (const CondBranch& branch : cond->branches) {
+    absl::flat_hash_map<const Node*, int64_t> slots;
+    for (size_t i = 0; i < branch.placeholders.size(); ++i) {
+      slots[branch.placeholders[i].get()] = static_cast<int64_t>(i);
+    }
+    for (size_t i = 0; i < cond->captures.size(); ++i) {
+      slots[cond->captures[i].get()] = static_cast<int64_t>(cond->operand_count + i);
+    }
+    LeafFn branch_leaf = [&slots](const std::shared_ptr<Node>& n, Writer& bw) {
+      auto it = slots.find(n.get());
+      if (it == slots.end()) return false;
+      bw.Byte('S');
+      bw.Int(it->second);
+      return true;
+    };
+    RETURN_IF_ERROR(WriteComputation(w, branch.results, branch_leaf));
+  }
   w.Byte('E');
   return absl::OkStatus();
 }
