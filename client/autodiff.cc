@@ -201,7 +201,7 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
                       Select(LessEqual(x[1], x[2]), OnesLike(x[1]), ZerosLike(x[1]));
       return std::vector<Tensor>{Tensor(), g * inside, Tensor()};
     }
-    case Opcode::kConvert: return std::vector<Tensor>{Cast(g, x[0].dtype())};
+    case Opcode::kConvert: return std::vector<Tensor>{Cast(g, x[0].storage_type())};
     case Opcode::kBroadcast:
       return std::vector<Tensor>{UnBroadcast(g, x[0], node.attrs.dimensions)};
     case Opcode::kReshape: return std::vector<Tensor>{Reshape(g, x[0].shape().dims())};
@@ -369,6 +369,7 @@ absl::StatusOr<std::vector<Tensor>> CondGrad(const std::shared_ptr<Node>& node,
     for (size_t i : flowing) {
       auto cotangent = std::make_shared<Node>();
       cotangent->shape = node->shape.tuple_shape(i);
+      cotangent->reduced_precision = forward.results[i]->reduced_precision;
       cotangent->device = node->device;
       cotangent->context = node->context;
       branch.placeholders.push_back(cotangent);
@@ -396,7 +397,7 @@ absl::StatusOr<std::vector<Tensor>> CondGrad(const std::shared_ptr<Node>& node,
 
 absl::StatusOr<std::vector<Tensor>> Grad(const Tensor& loss, const std::vector<Tensor>& params) {
   RETURN_IF_ERROR(loss.status());
-  if (loss.shape().ElementCount() != 1 || !ir::IsFloatType(loss.dtype())) {
+  if (loss.shape().ElementCount() != 1 || !ir::IsFloatType(loss.storage_type())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Grad needs a floating-point scalar loss, not ", loss.shape().ToString()));
   }
@@ -472,6 +473,10 @@ absl::StatusOr<std::vector<Tensor>> Grad(const Tensor& loss, const std::vector<T
   for (const Tensor& p : params) {
     auto a = adjoint.find(p.node().get());
     out.push_back(a == adjoint.end() ? ZerosLike(p) : a->second);
+    // The gradient of a reduced-precision parameter is one too.
+    if (p.IsReducedPrecision() && out.back().storage_type() == p.storage_type()) {
+      out.back().node()->reduced_precision = true;
+    }
   }
   return out;
 }

@@ -157,14 +157,19 @@ absl::Status RestoreTensors(const Checkpoint& checkpoint,
     if (it == checkpoint.tensors.end()) {
       return absl::InvalidArgumentError(absl::StrCat("the checkpoint has no tensor '", name, "'"));
     }
-    if (it->second.shape() != target->shape()) {
+    // Values are saved as the tensors stand (a reduced-precision tensor's
+    // as f32) and stored again as the target is.
+    const ir::Shape logical(target->dtype(), target->shape().dims());
+    if (it->second.shape() != logical) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the checkpoint's '", name, "' is ", it->second.shape().ToString(), ", not ",
-          target->shape().ToString()));
+          logical.ToString()));
     }
   }
   for (const auto& [name, target] : targets) {
+    const bool reduced = target->IsReducedPrecision();
     *target = ctx->FromLiteral(checkpoint.tensors.at(name), device);
+    if (reduced) *target = target->ToReducedPrecision();
   }
   return absl::OkStatus();
 }

@@ -8,10 +8,11 @@
 namespace kiln::client {
 
 absl::StatusOr<Tensor> DataParallel::Replicate(const Tensor& t) const {
-  ASSIGN_OR_RETURN(ir::Literal value, t.ToHost());
+  ASSIGN_OR_RETURN(ir::Literal value, t.ReadStorage());
   Tensor out = ctx_->FromReplicaLiterals(std::vector<ir::Literal>(devices_.size(), value),
                                          devices_);
   RETURN_IF_ERROR(out.status());
+  out.node()->reduced_precision = t.IsReducedPrecision();
   return out;
 }
 
@@ -55,7 +56,7 @@ std::vector<Tensor> DataParallel::AllReduceMean(const std::vector<Tensor>& grads
 }
 
 absl::StatusOr<ir::Literal> DataParallel::CheckInStep(const Tensor& t) const {
-  ASSIGN_OR_RETURN(ir::Literal first, t.ToHost());
+  ASSIGN_OR_RETURN(ir::Literal first, t.ReadStorage());
   const auto& replicas = t.node()->replicas;
   for (size_t r = 1; r < replicas.size(); ++r) {
     ASSIGN_OR_RETURN(ir::Literal value, ctx_->client()->TransferFromDevice(*replicas[r]));
@@ -64,6 +65,7 @@ absl::StatusOr<ir::Literal> DataParallel::CheckInStep(const Tensor& t) const {
           absl::StrCat("replica ", r, " on ", replicas[r]->device(), " differs from replica 0"));
     }
   }
+  if (t.IsReducedPrecision()) return t.ToHost();
   return first;
 }
 

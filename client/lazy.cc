@@ -196,7 +196,7 @@ absl::StatusOr<std::vector<ReplicaArguments>> LazyContext::ReplicaInputs(
       // Read from the lead device only (a learning rate, a constant
       // uploaded once): every replica gets a copy, kept on the node.
       RETURN_IF_ERROR(UploadHostValue(p));
-      ASSIGN_OR_RETURN(ir::Literal value, Tensor(params[i]).ToHost());
+      ASSIGN_OR_RETURN(ir::Literal value, Tensor(params[i]).ReadStorage());
       p.replicas.push_back(p.data);
       for (size_t r = 1; r < replicas.size(); ++r) {
         ASSIGN_OR_RETURN(std::shared_ptr<DeviceBuffer> copy,
@@ -681,6 +681,15 @@ std::string LazyContext::Report() const {
 }
 
 absl::StatusOr<ir::Literal> Tensor::ToHost(std::source_location where) const {
+  ASSIGN_OR_RETURN(ir::Literal stored, ReadStorage(where));
+  if (!IsReducedPrecision()) return stored;
+  // bf16 to f32 is exact.
+  ir::Literal value(ir::Shape(ir::ElementType::kF32, stored.shape().dims()));
+  for (int64_t i = 0; i < stored.element_count(); ++i) value.SetFromDouble(i, stored.GetAsDouble(i));
+  return value;
+}
+
+absl::StatusOr<ir::Literal> Tensor::ReadStorage(std::source_location where) const {
   if (node_ != nullptr && node_->in_flight()) RETURN_IF_ERROR(context()->Sync());
   RETURN_IF_ERROR(status());
   if (!node_->realized()) RETURN_IF_ERROR(context()->Realize({*this}, where));
@@ -702,9 +711,10 @@ absl::StatusOr<double> Tensor::Item(std::source_location where) const {
 
 absl::StatusOr<Tensor> Tensor::ToDevice(const std::string& device,
                                         std::source_location where) const {
-  ASSIGN_OR_RETURN(ir::Literal value, ToHost(where));
+  ASSIGN_OR_RETURN(ir::Literal value, ReadStorage(where));
   Tensor copy = context()->FromLiteral(value, device);
   RETURN_IF_ERROR(copy.status());
+  copy.node()->reduced_precision = IsReducedPrecision();
   return copy;
 }
 

@@ -130,6 +130,7 @@ absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<
   for (const Tensor& t : state) {
     auto p = NewNode(ir::Opcode::kParameter, t.shape(), device, {});
     p->context = t.node()->context;
+    p->reduced_precision = t.IsReducedPrecision();
     spec->placeholders.push_back(p);
     input_set.insert(p.get());
     inputs.push_back(Tensor(p));
@@ -181,6 +182,7 @@ absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<
   std::vector<Tensor> out;
   for (size_t i = 0; i < state.size(); ++i) {
     out.push_back(Tensor(TupleElement(ctx, loop_node, 1 + static_cast<int64_t>(i))));
+    out.back().node()->reduced_precision = state[i].IsReducedPrecision();
     spec->outputs.push_back(out.back().node());
   }
   return out;
@@ -270,6 +272,7 @@ absl::StatusOr<std::vector<Tensor>> ConditionalOfTracedBranches(
   std::vector<Tensor> out;
   for (size_t i = 0; i < result_shapes.size(); ++i) {
     out.push_back(Tensor(TupleElement(ctx, cond, static_cast<int64_t>(i))));
+    out.back().node()->reduced_precision = cond->cond->branches[0].results[i]->reduced_precision;
   }
   return out;
 }
@@ -286,6 +289,7 @@ absl::StatusOr<std::vector<Tensor>> Switch(const Tensor& index, const std::vecto
       RETURN_IF_ERROR(t.status());
       auto p = NewNode(ir::Opcode::kParameter, t.shape(), t.device(), {});
       p->context = t.node()->context;
+      p->reduced_precision = t.IsReducedPrecision();
       branch.placeholders.push_back(p);
       inputs.push_back(Tensor(std::move(p)));
     }

@@ -1,6 +1,7 @@
 #include "client/nn.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 
@@ -104,8 +105,8 @@ namespace {
 template <typename Product>
 Tensor InComputeType(std::optional<ir::ElementType> type, const Tensor& x, const Tensor& w,
                      Product product) {
-  if (!type.has_value() || !x.status().ok() || *type == x.dtype()) return product(x, w);
-  return Cast(product(Cast(x, *type), Cast(w, *type)), x.dtype());
+  if (!type.has_value() || !x.status().ok() || *type == x.storage_type()) return product(x, w);
+  return Cast(product(Cast(x, *type), Cast(w, *type)), x.storage_type());
 }
 
 }  // namespace
@@ -262,7 +263,7 @@ Dropout::Dropout(LazyContext* ctx, const std::string& device, double p, uint64_t
 Tensor Dropout::Forward(const Tensor& x) {
   if (!training() || p_ <= 0) return x;
   if (!x.status().ok()) return x;
-  if (!ir::IsFloatType(x.dtype())) {
+  if (!ir::IsFloatType(x.storage_type())) {
     return ErrorTensor(x, absl::InvalidArgumentError(absl::StrCat(
                               "Dropout needs a floating-point tensor, not ", x.shape().ToString())));
   }
@@ -270,7 +271,7 @@ Tensor Dropout::Forward(const Tensor& x) {
   // 1 and the threshold with them.
   Tensor u = CounterUniform(*counter_, seed_, x.shape().dims());
   *counter_ = *counter_ + 1.0;
-  Tensor keep = Cast(GreaterEqual(u, FullLike(u, u.shape(), p_)), x.dtype());
+  Tensor keep = Cast(GreaterEqual(u, FullLike(u, u.shape(), p_)), x.storage_type());
   return x * keep * (1.0 / (1.0 - p_));
 }
 
@@ -282,23 +283,43 @@ std::vector<std::pair<std::string, Tensor*>> TrainingState(Module& module, Optim
   return state;
 }
 
-absl::Status ConvertAll(const std::vector<std::pair<std::string, Tensor*>>& named,
-                        ir::ElementType type) {
-  if (!ir::IsFloatType(type)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ConvertAll converts to a floating-point type, not ", ir::ElementTypeName(type)));
-  }
+namespace {
+
+// Replaces each tensor `named` points at by `convert` of it, all or none.
+absl::Status ConvertEach(const std::vector<std::pair<std::string, Tensor*>>& named,
+                         const std::function<Tensor(const Tensor&)>& convert) {
   std::vector<Tensor> converted;
   for (const auto& [name, t] : named) {
     if (t == nullptr || !t->defined()) {
       return absl::FailedPreconditionError(absl::StrCat("'", name, "' has no value"));
     }
     RETURN_IF_ERROR(WithContext(t->status(), name));
-    converted.push_back(ir::IsFloatType(t->dtype()) ? Cast(*t, type) : *t);
+    converted.push_back(convert(*t));
     RETURN_IF_ERROR(WithContext(converted.back().status(), name));
   }
   for (size_t i = 0; i < named.size(); ++i) *named[i].second = converted[i];
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ConvertAll(const std::vector<std::pair<std::string, Tensor*>>& named,
+                        ir::ElementType type) {
+  if (!ir::IsFloatType(type)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ConvertAll converts to a floating-point type, not ", ir::ElementTypeName(type)));
+  }
+  return ConvertEach(named, [type](const Tensor& t) {
+    return ir::IsFloatType(t.storage_type()) ? Cast(t, type) : t;
+  });
+}
+
+absl::Status ToReducedPrecision(const std::vector<std::pair<std::string, Tensor*>>& named) {
+  return ConvertEach(named, [](const Tensor& t) { return t.ToReducedPrecision(); });
+}
+
+absl::Status ToFullPrecision(const std::vector<std::pair<std::string, Tensor*>>& named) {
+  return ConvertEach(named, [](const Tensor& t) { return t.ToFullPrecision(); });
 }
 
 absl::StatusOr<std::vector<Tensor>> ScaledGrad(const Tensor& loss,
@@ -346,18 +367,18 @@ absl::StatusOr<std::vector<Tensor>> DynamicLossScale::Grad(const Tensor& loss,
                                                            const std::vector<Tensor>& params) {
   RETURN_IF_ERROR(loss.status());
   RETURN_IF_ERROR(scale_.status());
-  if (loss.shape().ElementCount() != 1 || !ir::IsFloatType(loss.dtype())) {
+  if (loss.shape().ElementCount() != 1 || !ir::IsFloatType(loss.storage_type())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Grad needs a floating-point scalar loss, not ", loss.shape().ToString()));
   }
   // A half-precision loss is scaled in f32: the scale itself may exceed
   // its range.
   const ir::ElementType type =
-      loss.dtype() == ir::ElementType::kF64 ? ir::ElementType::kF64 : ir::ElementType::kF32;
+      loss.storage_type() == ir::ElementType::kF64 ? ir::ElementType::kF64 : ir::ElementType::kF32;
   const Tensor scale = Cast(scale_, type);
   ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(Cast(loss, type) * scale, params));
   const Tensor inverse = OnesLike(scale) / scale;
-  for (Tensor& g : grads) g = g * Cast(inverse, g.dtype());
+  for (Tensor& g : grads) g = g * Cast(inverse, g.storage_type());
   return grads;
 }
 
@@ -375,7 +396,7 @@ absl::StatusOr<std::vector<Tensor>> DynamicLossScale::Step(Optimizer& optimizer,
   Tensor all_finite = Cast(IsFinite(scale_), ir::ElementType::kF32);
   for (const Tensor& g : grads) {
     RETURN_IF_ERROR(g.status());
-    if (!ir::IsFloatType(g.dtype())) continue;
+    if (!ir::IsFloatType(g.storage_type())) continue;
     all_finite = Minimum(all_finite, Reduce(Cast(IsFinite(g), ir::ElementType::kF32),
                                             Reducer::kMin, {}, /*keep_dims=*/false));
   }

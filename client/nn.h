@@ -218,6 +218,14 @@ std::vector<std::pair<std::string, Tensor*>> TrainingState(Module& module, Optim
 absl::Status ConvertAll(const std::vector<std::pair<std::string, Tensor*>>& named,
                         ir::ElementType type);
 
+// Reduced precision (Tensor::ToReducedPrecision) for every full-precision
+// f32 tensor that `named` points at, or full precision again for every
+// reduced-precision one; other tensors stay as they are. A whole model and
+// its optimizer keep their f32 element types and are stored and computed
+// in bf16.
+absl::Status ToReducedPrecision(const std::vector<std::pair<std::string, Tensor*>>& named);
+absl::Status ToFullPrecision(const std::vector<std::pair<std::string, Tensor*>>& named);
+
 // Gradients of `loss` with static loss scaling: the gradients of
 // loss * scale, divided by scale. Small gradients that a half type would
 // flush to zero in the backward pass survive (f16 needs it; bf16 has f32's

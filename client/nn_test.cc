@@ -8,6 +8,7 @@
 #include <random>
 
 #include "client/autodiff.h"
+#include "client/checkpoint.h"
 #include "client/loop.h"
 #include "client/nn_test_util.h"
 #include "client/optimizers.h"
@@ -620,6 +621,62 @@ TEST_F(NnTest, DynamicLossScaleRefusesBadOptions) {
   Tensor w = ctx_->FromLiteral(Random({2}, 5), "cpu:0");
   EXPECT_FALSE(scaler->Step(sgd, {w}, {}).ok());
   EXPECT_FALSE(scaler->Grad(w, {w}).ok());  // not a scalar
+}
+
+// A whole model and its optimizer in reduced precision: the tensors stay
+// f32, are stored in bf16, train so, save to a checkpoint as f32 values and
+// come back reduced.
+TEST_F(NnTest, AWholeModelInReducedPrecisionTrainsAndCheckpoints) {
+  Linear fc(ctx_.get(), "cpu:0", 4, 3, 1);
+  Sgd sgd(0.1, 0.9);
+  sgd.InitState(fc.Parameters());
+  std::vector<std::pair<std::string, Tensor*>> state = fc.NamedParameters();
+  for (const auto& named : sgd.NamedState()) state.push_back(named);
+  const std::vector<double> w_full = Values(fc.weight());
+  ASSERT_TRUE(ToReducedPrecision(state).ok());
+  for (const auto& [name, t] : state) {
+    EXPECT_TRUE(t->IsReducedPrecision()) << name;
+    EXPECT_EQ(t->dtype(), ElementType::kF32) << name;
+  }
+  const std::vector<double> w_reduced = Values(fc.weight());
+  ASSERT_EQ(w_reduced.size(), w_full.size());
+  for (size_t i = 0; i < w_full.size(); ++i) {
+    EXPECT_NEAR(w_reduced[i], w_full[i], std::abs(w_full[i]) * 1.0 / 256) << i;  // bf16: 8 bits
+  }
+  Tensor x = ctx_->FromLiteral(Random({2, 4}, 9), "cpu:0").ToReducedPrecision();
+  for (int step = 0; step < 2; ++step) {
+    Tensor loss = Sum(fc.Forward(x) * fc.Forward(x));
+    ASSERT_TRUE(loss.IsReducedPrecision());
+    auto grads = Grad(loss, fc.Parameters());
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    auto next = sgd.Step(fc.Parameters(), *grads);
+    ASSERT_TRUE(next.ok()) << next.status();
+    ASSERT_TRUE(fc.SetParameters(*next).ok());
+    ASSERT_TRUE(ctx_->Barrier("cpu:0").ok());
+  }
+  for (const auto& [name, t] : state) {
+    EXPECT_TRUE(t->IsReducedPrecision()) << name << " after training";
+  }
+  EXPECT_NE(Values(fc.weight()), w_reduced);
+
+  const std::string dir = ::testing::TempDir() + "/reduced_checkpoint";
+  std::vector<std::pair<std::string, const Tensor*>> to_save;
+  for (const auto& [name, t] : state) to_save.push_back({name, t});
+  ASSERT_TRUE(SaveCheckpoint(dir, 2, to_save).ok());
+  auto loaded = LoadLatestCheckpoint(dir);
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  EXPECT_EQ((*loaded)->tensors.at("weight").shape().type(), ElementType::kF32);
+  Linear fresh(ctx_.get(), "cpu:0", 4, 3, 5);
+  ASSERT_TRUE(ToReducedPrecision(fresh.NamedParameters()).ok());
+  ASSERT_TRUE(RestoreTensors(**loaded, fresh.NamedParameters(), ctx_.get(), "cpu:0").ok());
+  EXPECT_TRUE(fresh.weight().IsReducedPrecision());
+  EXPECT_EQ(Values(fresh.weight()), Values(fc.weight()));
+
+  ASSERT_TRUE(ToFullPrecision(state).ok());
+  for (const auto& [name, t] : state) {
+    EXPECT_FALSE(t->IsReducedPrecision()) << name;
+    EXPECT_EQ(t->storage_type(), ElementType::kF32) << name;
+  }
 }
 
 }  // namespace

@@ -33,8 +33,8 @@ Tensor DeviceZeros(const Tensor& like) {
 // `rate` as a device scalar of `like`'s type, unless `tensor` holds it.
 void UploadRate(double rate, const Tensor& like, Tensor& tensor) {
   // Again after the parameters changed type (nn::ConvertAll).
-  if (tensor.defined() && tensor.dtype() == like.dtype()) return;
-  ir::Literal lr(ir::Shape::Scalar(like.dtype()));
+  if (tensor.defined() && tensor.storage_type() == like.storage_type()) return;
+  ir::Literal lr(ir::Shape::Scalar(like.storage_type()));
   lr.SetFromDouble(0, rate);
   tensor = like.context()->FromLiteral(lr, like.device());
 }
@@ -118,7 +118,7 @@ absl::StatusOr<std::vector<Tensor>> Adam::Step(const std::vector<Tensor>& params
   // The bias corrections in f32, then in the parameters' type.
   const Tensor t = Cast(t_, ir::ElementType::kF32);
   const Tensor one = OnesLike(t);
-  const ir::ElementType type = params[0].dtype();
+  const ir::ElementType type = params[0].storage_type();
   Tensor correction1 = Cast(one - Pow(OnesLike(t) * beta1_, t), type);
   Tensor correction2 = Cast(one - Pow(OnesLike(t) * beta2_, t), type);
   std::vector<Tensor> updated;

@@ -44,8 +44,8 @@ absl::Status CheckOperands(Opcode op, const std::vector<Tensor>& operands) {
   }
   bool reduced = false, full = false;
   for (const Tensor& t : operands) {
-    if (!ir::IsFloatType(t.dtype())) continue;
-    (t.IsReducedPrecision() ? reduced : full) = true;
+    if (!ir::IsFloatType(t.storage_type())) continue;
+    (t.storage_type() == ElementType::kBF16 ? reduced : full) = true;
   }
   if (reduced && full && op != Opcode::kConvert) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -67,7 +67,13 @@ Tensor Emit(Opcode op, Shape shape, std::vector<Tensor> operands, ir::Attributes
   node->attrs = std::move(attrs);
   node->reducer = reducer;
   node->operands.reserve(operands.size());
-  for (Tensor& t : operands) node->operands.push_back(t.node());
+  for (Tensor& t : operands) {
+    // A bf16 result of reduced-precision operands is reduced precision.
+    if (t.IsReducedPrecision() && node->shape.type() == ElementType::kBF16) {
+      node->reduced_precision = true;
+    }
+    node->operands.push_back(t.node());
+  }
   node->context = operands[0].node()->context;
   LazyContext* ctx = operands[0].context();
   return ctx->Record(std::move(node));
@@ -163,7 +169,12 @@ Node::~Node() {
   }
 }
 
-Tensor Tensor::ToReducedPrecision() const { return Cast(*this, ElementType::kBF16); }
+Tensor Tensor::ToReducedPrecision() const {
+  if (!status().ok() || IsReducedPrecision() || storage_type() != ElementType::kF32) return *this;
+  Tensor reduced = Cast(*this, ElementType::kBF16);
+  if (reduced.status().ok()) reduced.node()->reduced_precision = true;
+  return reduced;
+}
 Tensor Tensor::ToFullPrecision() const {
   return IsReducedPrecision() ? Cast(*this, ElementType::kF32) : *this;
 }
@@ -173,7 +184,7 @@ Tensor BroadcastInDim(const Tensor& x, std::vector<int64_t> dims, std::vector<in
   if (x.shape().dims() == dims) return x;
   ir::Attributes a;
   a.dimensions = std::move(mapping);
-  return EmitInferred(Opcode::kBroadcast, {x}, std::move(a), Shape(x.dtype(), dims));
+  return EmitInferred(Opcode::kBroadcast, {x}, std::move(a), Shape(x.storage_type(), dims));
 }
 
 Tensor BroadcastTo(const Tensor& x, std::vector<int64_t> dims) {
@@ -211,19 +222,21 @@ Tensor BinaryWith(Opcode op, const Tensor& a, const Tensor& b, ir::Attributes at
     node->attrs = std::move(attrs);
     node->operands = {a.node(), b.node()};
     node->context = a.node()->context;
+    node->reduced_precision = op != Opcode::kCompare && (a.node()->reduced_precision ||
+                                                         b.node()->reduced_precision);
     return a.context()->Record(std::move(node));
   }
   if (absl::Status st = CheckOperands(op, {a, b}); !st.ok()) return ErrorTensor(a, st);
   absl::Status st;
   std::vector<int64_t> dims = BroadcastDims(a.shape(), b.shape(), &st);
   if (!st.ok()) return ErrorTensor(a, st);
-  if (a.dtype() != b.dtype()) {
+  if (a.storage_type() != b.storage_type()) {
     return ErrorTensor(a, absl::InvalidArgumentError(absl::StrCat(
                               ir::OpcodeName(op), " of ", a.shape().ToString(), " and ",
                               b.shape().ToString(), ": element types differ; use Cast()")));
   }
   Tensor x = BroadcastTo(a, dims), y = BroadcastTo(b, dims);
-  const ElementType out = op == Opcode::kCompare ? ElementType::kPred : a.dtype();
+  const ElementType out = op == Opcode::kCompare ? ElementType::kPred : a.storage_type();
   return Emit(op, Shape(out, dims), {x, y}, std::move(attrs));
 }
 
@@ -239,12 +252,12 @@ Tensor operator+(const Tensor& a, const Tensor& b) { return Binary(Opcode::kAdd,
 Tensor operator-(const Tensor& a, const Tensor& b) { return Binary(Opcode::kSubtract, a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return Binary(Opcode::kMultiply, a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return Binary(Opcode::kDivide, a, b); }
-Tensor operator+(const Tensor& a, double b) { return a + ScalarLike(a, b, a.dtype()); }
-Tensor operator-(const Tensor& a, double b) { return a - ScalarLike(a, b, a.dtype()); }
-Tensor operator*(const Tensor& a, double b) { return a * ScalarLike(a, b, a.dtype()); }
-Tensor operator/(const Tensor& a, double b) { return a / ScalarLike(a, b, a.dtype()); }
-Tensor operator*(double a, const Tensor& b) { return ScalarLike(b, a, b.dtype()) * b; }
-Tensor operator-(double a, const Tensor& b) { return ScalarLike(b, a, b.dtype()) - b; }
+Tensor operator+(const Tensor& a, double b) { return a + ScalarLike(a, b, a.storage_type()); }
+Tensor operator-(const Tensor& a, double b) { return a - ScalarLike(a, b, a.storage_type()); }
+Tensor operator*(const Tensor& a, double b) { return a * ScalarLike(a, b, a.storage_type()); }
+Tensor operator/(const Tensor& a, double b) { return a / ScalarLike(a, b, a.storage_type()); }
+Tensor operator*(double a, const Tensor& b) { return ScalarLike(b, a, b.storage_type()) * b; }
+Tensor operator-(double a, const Tensor& b) { return ScalarLike(b, a, b.storage_type()) - b; }
 Tensor operator-(const Tensor& a) { return Unary(Opcode::kNegate, a); }
 Tensor Maximum(const Tensor& a, const Tensor& b) { return Binary(Opcode::kMaximum, a, b); }
 Tensor Minimum(const Tensor& a, const Tensor& b) { return Binary(Opcode::kMinimum, a, b); }
@@ -265,20 +278,20 @@ Tensor Select(const Tensor& pred, const Tensor& on_true, const Tensor& on_false)
   }
   absl::Status st;
   std::vector<int64_t> dims = BroadcastDims(on_true.shape(), on_false.shape(), &st);
-  if (st.ok()) dims = BroadcastDims(pred.shape(), Shape(on_true.dtype(), dims), &st);
+  if (st.ok()) dims = BroadcastDims(pred.shape(), Shape(on_true.storage_type(), dims), &st);
   if (!st.ok()) return ErrorTensor(on_true, st);
-  if (pred.dtype() != ElementType::kPred || on_true.dtype() != on_false.dtype()) {
+  if (pred.storage_type() != ElementType::kPred || on_true.storage_type() != on_false.storage_type()) {
     return ErrorTensor(on_true, absl::InvalidArgumentError(
                                     "Select needs a pred tensor and two branches of one type"));
   }
-  return Emit(Opcode::kSelect, Shape(on_true.dtype(), dims),
+  return Emit(Opcode::kSelect, Shape(on_true.storage_type(), dims),
               {BroadcastTo(pred, dims), BroadcastTo(on_true, dims), BroadcastTo(on_false, dims)});
 }
 
 Tensor Clamp(const Tensor& x, double lo, double hi) {
   if (!x.status().ok()) return x;
   return Emit(Opcode::kClamp, x.shape(),
-              {ScalarLike(x, lo, x.dtype()), x, ScalarLike(x, hi, x.dtype())});
+              {ScalarLike(x, lo, x.storage_type()), x, ScalarLike(x, hi, x.storage_type())});
 }
 
 Tensor Unary(Opcode op, const Tensor& x) {
@@ -304,13 +317,13 @@ Tensor Relu(const Tensor& x) { return Maximum(x, ZerosLike(x)); }
 Tensor IsFinite(const Tensor& x) { return EmitInferred(Opcode::kIsFinite, {x}, {}); }
 
 Tensor Cast(const Tensor& x, ElementType type) {
-  if (!x.status().ok() || x.dtype() == type) return x;
+  if (!x.status().ok() || x.storage_type() == type) return x;
   return Emit(Opcode::kConvert, Shape(type, x.shape().dims()), {x});
 }
 
 Tensor Reshape(const Tensor& x, std::vector<int64_t> dims) {
   if (!x.status().ok() || x.shape().dims() == dims) return x;
-  return EmitInferred(Opcode::kReshape, {x}, {}, Shape(x.dtype(), std::move(dims)));
+  return EmitInferred(Opcode::kReshape, {x}, {}, Shape(x.storage_type(), std::move(dims)));
 }
 
 Tensor Transpose(const Tensor& x, std::vector<int64_t> permutation) {
@@ -350,7 +363,7 @@ Tensor Pad(const Tensor& x, double value, std::vector<ir::PadDim> padding) {
   if (!x.status().ok()) return x;
   ir::Attributes a;
   a.padding = std::move(padding);
-  return EmitInferred(Opcode::kPad, {x, ScalarLike(x, value, x.dtype())}, std::move(a));
+  return EmitInferred(Opcode::kPad, {x, ScalarLike(x, value, x.storage_type())}, std::move(a));
 }
 
 Tensor Reduce(const Tensor& x, Reducer reducer, std::vector<int64_t> dims, bool keep_dims) {
@@ -370,8 +383,8 @@ Tensor Reduce(const Tensor& x, Reducer reducer, std::vector<int64_t> dims, bool 
   }
   ir::Attributes a;
   a.dimensions = dims;
-  Tensor init = ScalarLike(x, InitValue(reducer, x.dtype()), x.dtype());
-  Tensor r = Emit(Opcode::kReduce, Shape(x.dtype(), out_dims), {x, init}, std::move(a), reducer);
+  Tensor init = ScalarLike(x, InitValue(reducer, x.storage_type()), x.storage_type());
+  Tensor r = Emit(Opcode::kReduce, Shape(x.storage_type(), out_dims), {x, init}, std::move(a), reducer);
   return keep_dims ? Reshape(r, kept_shape) : r;
 }
 
@@ -403,7 +416,7 @@ Tensor Argmax(const Tensor& x, int64_t dim) {
 Tensor Dot(const Tensor& a, const Tensor& b, ir::DotDims dims) {
   ir::Attributes attrs;
   attrs.dot = std::move(dims);
-  return EmitInferred(Opcode::kDot, {a, b}, std::move(attrs), Shape(a.dtype(), {}));
+  return EmitInferred(Opcode::kDot, {a, b}, std::move(attrs), Shape(a.storage_type(), {}));
 }
 
 Tensor Matmul(const Tensor& a, const Tensor& b) {
@@ -420,7 +433,7 @@ Tensor Convolution(const Tensor& x, const Tensor& w, std::vector<ir::WindowDim> 
   a.conv = std::move(dims);
   a.feature_group_count = feature_groups;
   a.batch_group_count = batch_groups;
-  return EmitInferred(Opcode::kConvolution, {x, w}, std::move(a), Shape(x.dtype(), {}));
+  return EmitInferred(Opcode::kConvolution, {x, w}, std::move(a), Shape(x.storage_type(), {}));
 }
 
 ir::ConvDims Nhwc() {
@@ -467,7 +480,7 @@ Tensor ReduceWindow(const Tensor& x, Reducer reducer, std::vector<ir::WindowDim>
   if (!x.status().ok()) return x;
   ir::Attributes a;
   a.window = std::move(window);
-  Tensor init = ScalarLike(x, InitValue(reducer, x.dtype()), x.dtype());
+  Tensor init = ScalarLike(x, InitValue(reducer, x.storage_type()), x.storage_type());
   std::vector<Tensor> operands = {x, init};
   if (absl::Status st = CheckOperands(Opcode::kReduceWindow, operands); !st.ok()) {
     return ErrorTensor(x, st);
@@ -483,7 +496,7 @@ Tensor ReduceWindow(const Tensor& x, Reducer reducer, std::vector<ir::WindowDim>
   if (a.window.size() != size_t(x.rank())) {
     return ErrorTensor(x, absl::InvalidArgumentError("window rank does not match the tensor"));
   }
-  return Emit(Opcode::kReduceWindow, Shape(x.dtype(), dims), std::move(operands), std::move(a),
+  return Emit(Opcode::kReduceWindow, Shape(x.storage_type(), dims), std::move(operands), std::move(a),
               reducer);
 }
 
@@ -544,7 +557,7 @@ Tensor SelectAndScatterMax(const Tensor& operand, const Tensor& source,
   if (!operand.status().ok()) return operand;
   ir::Attributes a;
   a.window = std::move(window);
-  Tensor zero = ScalarLike(operand, 0, operand.dtype());
+  Tensor zero = ScalarLike(operand, 0, operand.storage_type());
   return Emit(Opcode::kSelectAndScatter, operand.shape(), {operand, source, zero}, std::move(a));
 }
 
@@ -556,7 +569,7 @@ Tensor DynamicSlice(const Tensor& x, const std::vector<Tensor>& starts,
   std::vector<Tensor> operands = {x};
   operands.insert(operands.end(), starts.begin(), starts.end());
   return EmitInferred(Opcode::kDynamicSlice, std::move(operands), std::move(a),
-                      Shape(x.dtype(), std::move(sizes)));
+                      Shape(x.storage_type(), std::move(sizes)));
 }
 
 Tensor DynamicUpdateSlice(const Tensor& x, const Tensor& update,
@@ -573,13 +586,13 @@ Tensor Gather(const Tensor& x, const Tensor& indices, ir::GatherDims dims,
   ir::Attributes a;
   a.gather = std::move(dims);
   a.slice_sizes = std::move(slice_sizes);
-  return EmitInferred(Opcode::kGather, {x, indices}, std::move(a), Shape(x.dtype(), {}));
+  return EmitInferred(Opcode::kGather, {x, indices}, std::move(a), Shape(x.storage_type(), {}));
 }
 
 Tensor Take(const Tensor& table, const Tensor& indices) {
   if (!table.status().ok()) return table;
   if (!indices.status().ok()) return indices;
-  if (table.rank() < 1 || !ir::IsIntegralType(indices.dtype())) {
+  if (table.rank() < 1 || !ir::IsIntegralType(indices.storage_type())) {
     return ErrorTensor(table, absl::InvalidArgumentError(absl::StrCat(
                                   "Take needs a table of rank 1 or more and integer indices, not ",
                                   table.shape().ToString(), " and ",
@@ -632,7 +645,7 @@ Tensor OneHot(const Tensor& labels, int64_t classes, ElementType type) {
   if (!labels.status().ok()) return labels;
   std::vector<int64_t> dims = labels.shape().dims();
   dims.push_back(classes);
-  Tensor index = Iota(labels, Shape(labels.dtype(), dims), labels.rank());
+  Tensor index = Iota(labels, Shape(labels.storage_type(), dims), labels.rank());
   std::vector<int64_t> mapping(labels.rank());
   std::iota(mapping.begin(), mapping.end(), 0);
   Tensor expanded = BroadcastInDim(labels, dims, mapping);
@@ -642,7 +655,7 @@ Tensor OneHot(const Tensor& labels, int64_t classes, ElementType type) {
 Tensor Argsort(const Tensor& x, int64_t dim, bool descending) {
   if (!x.status().ok()) return x;
   if (dim < 0) dim += x.rank();
-  if (x.rank() == 0 || dim < 0 || dim >= x.rank() || x.dtype() == ElementType::kPred) {
+  if (x.rank() == 0 || dim < 0 || dim >= x.rank() || x.storage_type() == ElementType::kPred) {
     return ErrorTensor(x, absl::InvalidArgumentError(absl::StrCat(
                               "Argsort needs a numeric tensor of rank 1 or more and one of its "
                               "dimensions, not ", x.shape().ToString(), " and ", dim)));
@@ -663,7 +676,7 @@ Tensor TakeAlong(const Tensor& x, const Tensor& indices, int64_t dim) {
   if (!x.status().ok()) return x;
   if (!indices.status().ok()) return indices;
   if (dim < 0) dim += x.rank();
-  bool fits = indices.dtype() == ElementType::kS32 && indices.rank() == x.rank() && dim >= 0 &&
+  bool fits = indices.storage_type() == ElementType::kS32 && indices.rank() == x.rank() && dim >= 0 &&
               dim < x.rank();
   for (int d = 0; fits && d < x.rank(); ++d) fits = d == dim || indices.dim(d) == x.dim(d);
   if (!fits) {
@@ -716,20 +729,25 @@ Tensor CrossReplicaSum(const Tensor& x) {
 Tensor FullLike(const Tensor& like, const Shape& shape, double value) {
   if (!like.status().ok()) return like;
   Tensor s = ScalarLike(like, value, shape.type());
-  if (shape.rank() == 0) return s;
-  return BroadcastInDim(s, shape.dims(), {});
+  Tensor full = shape.rank() == 0 ? s : BroadcastInDim(s, shape.dims(), {});
+  // Values of a reduced-precision tensor's storage type are reduced
+  // precision too.
+  if (like.IsReducedPrecision() && shape.type() == like.storage_type() && full.status().ok()) {
+    full.node()->reduced_precision = true;
+  }
+  return full;
 }
 Tensor RngUniform(const Tensor& like, std::vector<int64_t> dims, double low, double high) {
   if (!like.status().ok()) return like;
-  if (!ir::IsFloatType(like.dtype())) {
+  if (!ir::IsFloatType(like.storage_type())) {
     return ErrorTensor(like, absl::InvalidArgumentError(
                                  "RngUniform needs a floating-point tensor to take its type from"));
   }
   ir::Attributes a;
   a.distribution = ir::RngDistribution::kUniform;
   return EmitInferred(Opcode::kRng,
-                      {ScalarLike(like, low, like.dtype()), ScalarLike(like, high, like.dtype())},
-                      std::move(a), Shape(like.dtype(), std::move(dims)));
+                      {ScalarLike(like, low, like.storage_type()), ScalarLike(like, high, like.storage_type())},
+                      std::move(a), Shape(like.storage_type(), std::move(dims)));
 }
 Tensor Iota(const Tensor& like, const Shape& shape, int64_t dimension) {
   if (!like.status().ok()) return like;
@@ -751,7 +769,7 @@ Tensor Iota(const Tensor& like, const Shape& shape, int64_t dimension) {
 Tensor CounterUniform(const Tensor& counter, uint64_t seed, std::vector<int64_t> dims,
                       ElementType type) {
   if (!counter.status().ok()) return counter;
-  if (counter.dtype() != ElementType::kU32 || counter.rank() != 0 || !ir::IsFloatType(type)) {
+  if (counter.storage_type() != ElementType::kU32 || counter.rank() != 0 || !ir::IsFloatType(type)) {
     return ErrorTensor(counter, absl::InvalidArgumentError(absl::StrCat(
                                     "CounterUniform needs a u32[] counter and a float type, not ",
                                     counter.shape().ToString(), " and ",
@@ -829,9 +847,14 @@ void FormatDim(const ir::Literal& value, int dim, int64_t offset, bool elide,
 
 std::string Tensor::ToString() const {
   if (!defined()) return "Tensor(undefined)";
-  std::string out = absl::StrCat("Tensor(", shape().ToString(), " on ", device());
+  std::string out =
+      IsReducedPrecision()
+          ? absl::StrCat("Tensor(", ir::Shape(dtype(), shape().dims()).ToString(),
+                         " stored as bf16 on ", device())
+          : absl::StrCat("Tensor(", shape().ToString(), " on ", device());
   if (replica_count() > 1) absl::StrAppend(&out, ", replica 0 of ", replica_count());
-  absl::StatusOr<ir::Literal> value = ToHost();
+  // The stored values (a reduced-precision value prints as its bf16).
+  absl::StatusOr<ir::Literal> value = ReadStorage(std::source_location::current());
   if (!value.ok()) return absl::StrCat(out, ": ", value.status().ToString(), ")");
   out.append(rank() > 1 ? "\n" : " ");
   if (rank() == 0) {

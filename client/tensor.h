@@ -93,6 +93,9 @@ struct Node {
   std::shared_ptr<const LoopSpec> loop;
   // Set on a conditional node: its branches.
   std::shared_ptr<const CondSpec> cond;
+  // An f32 value stored in bf16 (Tensor::ToReducedPrecision): `shape`
+  // is the storage's, the tensor's element type is f32.
+  bool reduced_precision = false;
   // How many Tensor handles refer to this node. A barrier realizes the
   // nodes a program can still read through a handle; a node that only other
   // nodes refer to (an intermediate of a step) is computed inside the
@@ -141,8 +144,14 @@ class Tensor {
   ~Tensor() { Drop(); }
 
   bool defined() const { return node_ != nullptr; }
+  // The shape as stored: for a reduced-precision tensor, bf16 (see below).
   const ir::Shape& shape() const { return node_->shape; }
-  ir::ElementType dtype() const { return node_->shape.type(); }
+  // The element type the tensor stands for: f32 for a reduced-precision
+  // tensor, otherwise its storage type.
+  ir::ElementType dtype() const {
+    return node_->reduced_precision ? ir::ElementType::kF32 : node_->shape.type();
+  }
+  ir::ElementType storage_type() const { return node_->shape.type(); }
   int rank() const { return node_->shape.rank(); }
   int64_t dim(int i) const { return node_->shape.dim(i); }
   const std::string& device() const { return node_->device; }
@@ -156,13 +165,23 @@ class Tensor {
   const std::shared_ptr<Node>& node() const { return node_; }
   LazyContext* context() const { return node_ ? node_->context.get() : nullptr; }
 
-  // Reduced precision means bf16 storage.
-  bool IsReducedPrecision() const { return dtype() == ir::ElementType::kBF16; }
+  // Reduced precision is a property of the storage (as X10's): an f32
+  // tensor converted with ToReducedPrecision() stays an f32 tensor (dtype()
+  // is f32, ToHost() gives f32 values) whose values are stored, computed on
+  // and rounded to in bf16. Ops on reduced-precision tensors give
+  // reduced-precision results; an op that mixes them with full-precision
+  // tensors is an error. ToReducedPrecision() of anything but a
+  // full-precision f32 tensor returns it unchanged, as ToFullPrecision()
+  // does for anything but a reduced-precision tensor.
+  bool IsReducedPrecision() const { return node_ != nullptr && node_->reduced_precision; }
   Tensor ToReducedPrecision() const;
   Tensor ToFullPrecision() const;
 
   // Force execution of what this tensor needs and read it.
   absl::StatusOr<ir::Literal> ToHost(
+      std::source_location where = std::source_location::current()) const;
+  // The value as stored: bf16 for a reduced-precision tensor.
+  absl::StatusOr<ir::Literal> ReadStorage(
       std::source_location where = std::source_location::current()) const;
   // The value of a one-element tensor as a double.
   absl::StatusOr<double> Item(std::source_location where = std::source_location::current()) const;

@@ -4,7 +4,9 @@
 
 #include <sstream>
 
+#include "client/autodiff.h"
 #include "client/lazy.h"
+#include "client/loop.h"
 #include "client/loop_test_util.h"
 #include "embedded/embedded.h"
 #include "gtest/gtest.h"
@@ -290,6 +292,8 @@ TEST_F(TensorTest, PrintsShapeDeviceAndValuesInShortestForm) {
   EXPECT_EQ(Sum(Vec({1, 2}), {}).ToString(), "Tensor(f32[] on cpu:0 3)");
   // bf16 storage prints the shortest decimal that rounds to the same bf16.
   EXPECT_EQ(Vec({40, 0.1f}).ToReducedPrecision().ToString(),
+            "Tensor(f32[2] stored as bf16 on cpu:0 [40, 0.1])");
+  EXPECT_EQ(Cast(Vec({40, 0.1f}), ElementType::kBF16).ToString(),
             "Tensor(bf16[2] on cpu:0 [40, 0.1])");
   Tensor m = ctx_->FromVector<int32_t>(ElementType::kS32, {2, 2, 2},
                                        std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8}, "cpu:1");
@@ -475,6 +479,86 @@ TEST_F(TensorTest, ReducedPrecisionRoundTripAndMixingError) {
   ASSERT_FALSE(mixed.status().ok());
   EXPECT_NE(mixed.status().message().find("reduced precision"), std::string::npos);
   EXPECT_EQ(Values(r * r), (std::vector<double>{1, 1, 9}));
+}
+
+// Reduced precision is a property of the storage: the tensor stays f32
+// (its type, its values read on the host), is stored and computed in bf16,
+// and so are the results of ops on it; mixing stays an error.
+TEST_F(TensorTest, ReducedPrecisionKeepsTheLogicalType) {
+  Tensor a = Vec({1.0f, 1.00390625f, 3.0f});
+  Tensor r = a.ToReducedPrecision();
+  EXPECT_EQ(r.dtype(), ElementType::kF32);
+  EXPECT_EQ(r.storage_type(), ElementType::kBF16);
+  auto host = r.ToHost();
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ(host->shape(), ir::Shape(ElementType::kF32, {3}));
+  EXPECT_EQ(Values(r), (std::vector<double>{1, 1, 3}));
+  auto stored = r.ReadStorage();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->shape(), ir::Shape(ElementType::kBF16, {3}));
+  // Results of ops on it (with scalars, reductions, broadcasts, zeros like
+  // it) are reduced precision; a comparison's is pred.
+  for (const Tensor& t : {r * r, r * 2.0, 1.0 - r, Sum(r), Exp(r), ZerosLike(r),
+                          BroadcastTo(Sum(r), {2, 3}), Select(Greater(r, r), r, r)}) {
+    ASSERT_TRUE(t.status().ok()) << t.status();
+    EXPECT_TRUE(t.IsReducedPrecision()) << t.ToString();
+    EXPECT_EQ(t.dtype(), ElementType::kF32) << t.ToString();
+  }
+  EXPECT_EQ(Values(r * 2.0), (std::vector<double>{2, 2, 6}));
+  EXPECT_FALSE(Greater(r, r).IsReducedPrecision());
+  EXPECT_EQ(Greater(r, r).dtype(), ElementType::kPred);
+  // A bf16 tensor by conversion is a bf16 tensor, not a reduced f32 one.
+  Tensor genuine = Cast(a, ElementType::kBF16);
+  EXPECT_EQ(genuine.dtype(), ElementType::kBF16);
+  EXPECT_FALSE(genuine.IsReducedPrecision());
+  // Converting twice, or what is not full-precision f32, changes nothing.
+  EXPECT_EQ(r.ToReducedPrecision().node(), r.node());
+  Tensor ints = ctx_->FromVector<int32_t>(ElementType::kS32, {2}, {1, 2}, "cpu:0");
+  EXPECT_EQ(ints.ToReducedPrecision().node(), ints.node());
+  EXPECT_EQ(a.ToFullPrecision().node(), a.node());
+  Tensor back = r.ToFullPrecision();
+  EXPECT_EQ(back.storage_type(), ElementType::kF32);
+  EXPECT_FALSE(back.IsReducedPrecision());
+  // Mixing reduced and full precision in one op is an error.
+  Tensor mixed = a * r;
+  ASSERT_FALSE(mixed.status().ok());
+  EXPECT_NE(mixed.status().message().find("mixes reduced precision"), std::string::npos);
+  // Copies to another device stay reduced.
+  auto moved = r.ToDevice("cpu:1");
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_TRUE(moved->IsReducedPrecision());
+  EXPECT_EQ(Values(*moved), (std::vector<double>{1, 1, 3}));
+}
+
+// Reduced precision survives device loops, conditionals and gradients.
+TEST_F(TensorTest, ReducedPrecisionThroughLoopsConditionalsAndGradients) {
+  Tensor r = Vec({0.5f, 2.0f}).ToReducedPrecision();
+  auto looped = While(3, {r}, [](DeviceLoop&, const std::vector<Tensor>& s)
+                                  -> absl::StatusOr<std::vector<Tensor>> {
+    EXPECT_TRUE(s[0].IsReducedPrecision());
+    return std::vector<Tensor>{s[0] * 2.0};
+  });
+  ASSERT_TRUE(looped.ok()) << looped.status();
+  EXPECT_TRUE((*looped)[0].IsReducedPrecision());
+  EXPECT_EQ(Values((*looped)[0]), (std::vector<double>{4, 16}));
+  ir::Literal yes(ir::Shape::Scalar(ElementType::kPred));
+  yes.SetFromDouble(0, 1);
+  auto branched = Cond(
+      ctx_->FromLiteral(yes, "cpu:0"), {r},
+      [](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+        return std::vector<Tensor>{in[0] + 1.0};
+      },
+      [](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+        return std::vector<Tensor>{in[0]};
+      });
+  ASSERT_TRUE(branched.ok()) << branched.status();
+  EXPECT_TRUE((*branched)[0].IsReducedPrecision());
+  EXPECT_EQ(Values((*branched)[0]), (std::vector<double>{1.5, 3}));
+  auto grads = Grad(Sum(r * r), {r});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_TRUE((*grads)[0].IsReducedPrecision());
+  EXPECT_EQ((*grads)[0].dtype(), ElementType::kF32);
+  EXPECT_EQ(Values((*grads)[0]), (std::vector<double>{1, 4}));
 }
 
 TEST_F(TensorTest, EagerModeRunsEveryOp) {

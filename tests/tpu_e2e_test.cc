@@ -155,7 +155,8 @@ TEST_F(TpuE2ETest, ReducedPrecisionTensorsAreStoredAsBf16Tiles) {
   ASSERT_TRUE(client_->FlushReleases().ok());
   // f32[20,200]: 24 rows (tiles of 8) x 256 lanes x 4 bytes; bf16[20,200]
   // next to it: 32 rows (tiles of 16) x 256 lanes x 2 bytes.
-  EXPECT_EQ(half.dtype(), ir::ElementType::kBF16);
+  EXPECT_EQ(half.storage_type(), ir::ElementType::kBF16);
+  EXPECT_EQ(half.dtype(), ir::ElementType::kF32);
   EXPECT_EQ(client_->MemoryInfo("tpu:2")->bytes_in_use() - before, 24 * 256 * 4 + 32 * 256 * 2);
 }
 
