@@ -55,6 +55,17 @@ std::vector<Tensor> DataParallel::AllReduceMean(const std::vector<Tensor>& grads
   return out;
 }
 
+Tensor DataParallel::Lead(const Tensor& t) const {
+  if (!t.defined() || !t.status().ok() || t.node()->replicas.empty()) return t;
+  auto node = std::make_shared<Node>();
+  node->shape = t.shape();
+  node->device = t.device();
+  node->data = t.node()->replicas[0];
+  node->reduced_precision = t.IsReducedPrecision();
+  node->context = t.node()->context;
+  return Tensor(std::move(node));
+}
+
 absl::StatusOr<ir::Literal> DataParallel::CheckInStep(const Tensor& t) const {
   ASSIGN_OR_RETURN(ir::Literal first, t.ReadStorage());
   const auto& replicas = t.node()->replicas;

@@ -44,6 +44,10 @@ class DataParallel {
   // Each gradient summed over the replicas and scaled by 1/N: with equal
   // shards, the gradient of the mean loss over the whole batch.
   std::vector<Tensor> AllReduceMean(const std::vector<Tensor>& grads) const;
+  // Replica 0 of `t` alone (its buffer, not a copy): a program that reads
+  // it runs once, on the lead device (an evaluation between replicated
+  // steps). `t` itself when it is not replicated.
+  Tensor Lead(const Tensor& t) const;
   // The value every replica holds, or FAILED_PRECONDITION naming the first
   // replica that differs from replica 0 (bitwise).
   absl::StatusOr<ir::Literal> CheckInStep(const Tensor& t) const;

@@ -5,7 +5,10 @@
 #include <cmath>
 #include <random>
 
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "client/autodiff.h"
+#include "client/loop.h"
 #include "client/optimizers.h"
 #include "embedded/embedded.h"
 #include "gmock/gmock.h"
@@ -133,6 +136,99 @@ TEST_P(DataParallelTest, ReplicatedTrainingMatchesOneDeviceWithNTimesTheBatch) {
     ASSERT_TRUE(ctx_->metrics().last_profile.has_value());
     EXPECT_GT(ctx_->metrics().last_profile->simulated_seconds(), 0);
     EXPECT_GT(ctx_->metrics().last_profile->interconnect_seconds(), 0);
+  }
+}
+
+// The same training as one device loop per replica: each replica's loop
+// reads its shards from its own device's infeed, the gradients are
+// all-reduced inside the loop body, and every replica ends with the
+// weights of step-mode training on one device with whole batches.
+TEST_P(DataParallelTest, ReplicatedDeviceLoopMatchesOneDeviceWithNTimesTheBatch) {
+  constexpr int kSteps = 4, kReplicas = 4, kBatch = 32;
+  std::vector<std::pair<ir::Literal, ir::Literal>> batches;
+  std::mt19937_64 rng(9);
+  for (int step = 0; step < kSteps; ++step) {
+    ir::Literal labels(Shape(ElementType::kS32, {kBatch}));
+    for (int i = 0; i < kBatch; ++i) labels.SetFromDouble(i, static_cast<double>(rng() % 3));
+    batches.push_back({Random(Shape(ElementType::kF32, {kBatch, 8}), 300 + step), labels});
+  }
+  std::vector<double> single_losses;
+  std::vector<ir::Literal> single = Train(ctx_.get(), {GetParam() + ":0"}, batches, &single_losses);
+
+  DataParallel dp(ctx_.get(), Devices(GetParam(), kReplicas));
+  const std::string& lead = dp.lead_device();
+  std::vector<Tensor> params = {
+      ctx_->FromLiteral(Random(Shape(ElementType::kF32, {8, 16}), 1), lead),
+      ctx_->FromLiteral(ir::Literal(Shape(ElementType::kF32, {16})), lead),
+      ctx_->FromLiteral(Random(Shape(ElementType::kF32, {16, 3}), 2), lead)};
+  ASSERT_TRUE(dp.ReplicateAll(&params).ok());
+  Sgd sgd(0.1, 0.9);
+  sgd.InitState(params);
+  ASSERT_TRUE(dp.ReplicateAll(&sgd.velocity()).ok());
+  const Shape x_shard(ElementType::kF32, {kBatch / kReplicas, 8});
+  const Shape y_shard(ElementType::kS32, {kBatch / kReplicas});
+  for (int r = 0; r < kReplicas; ++r) {
+    auto in = client_->OpenInfeed(dp.devices()[r]);
+    ASSERT_TRUE(in.ok()) << in.status();
+    for (const auto& [images, labels] : batches) {
+      auto x = dp.Shard(images);
+      auto y = dp.Shard(labels);
+      ASSERT_TRUE(x.ok() && y.ok());
+      // Shard r of each batch, as the producer of replica r would send it.
+      ASSERT_TRUE((*in)->Write(*client_->TransferFromDevice(*x->node()->replicas[r])).ok());
+      ASSERT_TRUE((*in)->Write(*client_->TransferFromDevice(*y->node()->replicas[r])).ok());
+    }
+    ASSERT_TRUE((*in)->Finish().ok());
+  }
+  std::vector<std::pair<std::string, Tensor*>> carried;
+  for (size_t i = 0; i < params.size(); ++i) carried.push_back({absl::StrCat("p", i), &params[i]});
+  for (const auto& named : sgd.NamedState()) carried.push_back(named);
+  absl::Status st = WhileCarrying(kSteps, carried, [&](DeviceLoop& loop) -> absl::Status {
+    Tensor x = loop.Infeed(x_shard);
+    Tensor y = loop.Infeed(y_shard);
+    Tensor h = Relu(Matmul(x, params[0]) + params[1]);
+    Tensor loss = SoftmaxCrossEntropy(Matmul(h, params[2]), OneHot(y, 3));
+    ASSIGN_OR_RETURN(std::vector<Tensor> grads, Grad(loss, params));
+    loop.Outfeed(CrossReplicaSum(loss) * (1.0 / dp.replicas()));
+    ASSIGN_OR_RETURN(std::vector<Tensor> next, sgd.Step(params, dp.AllReduceMean(grads)));
+    for (size_t i = 0; i < params.size(); ++i) params[i] = next[i];  // the carried pointers
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(ctx_->Realize(params).ok());
+  EXPECT_GE(ctx_->metrics().replicated_executions, 1);
+  for (size_t p = 0; p < params.size(); ++p) {
+    ASSERT_EQ(params[p].replica_count(), kReplicas);
+    auto every = dp.CheckInStep(params[p]);
+    ASSERT_TRUE(every.ok()) << every.status();
+    std::vector<double> a = Values(single[p]), b = Values(*every);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(a[i], b[i], 1e-4) << "parameter " << p << " element " << i;
+    }
+  }
+  // Replica 0 alone: a program reading it runs once, on the lead device.
+  const int64_t replicated = ctx_->metrics().replicated_executions;
+  Tensor first = dp.Lead(params[0]);
+  EXPECT_EQ(first.replica_count(), 1);
+  auto lead_sum = Sum(first * 2.0).Item();
+  ASSERT_TRUE(lead_sum.ok()) << lead_sum.status();
+  double want_sum = 0;
+  for (double v : Values(single[0])) want_sum += 2 * v;
+  EXPECT_NEAR(*lead_sum, want_sum, 1e-3);
+  EXPECT_EQ(ctx_->metrics().replicated_executions, replicated);
+  // Every replica streamed the mean loss of each step.
+  for (int r = 0; r < kReplicas; ++r) {
+    OutfeedOptions options;
+    options.max_values = kSteps;
+    options.timeout = absl::Seconds(5);
+    auto reader = client_->OpenOutfeed(dp.devices()[r], options);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    for (int s = 0; s < kSteps; ++s) {
+      auto v = (*reader)->Next();
+      ASSERT_TRUE(v.ok() && v->has_value()) << v.status();
+      EXPECT_NEAR(Values(**v)[0], single_losses[s], 1e-4) << "replica " << r << " step " << s;
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 #include "examples/fashion_mnist/feeding.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <memory>
 #include <numeric>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace kiln::examples {
 
@@ -96,6 +98,49 @@ client::InfeedLoader::BatchSource ShuffledBatches(const Dataset* data, int batch
   };
 }
 
+namespace {
+
+absl::StatusOr<ir::Literal> ShardOfValue(const ir::Literal& value, int shard, int shards) {
+  const ir::Shape& shape = value.shape();
+  if (shape.IsTuple()) {
+    std::vector<ir::Literal> parts;
+    for (const ir::Literal& e : value.tuple_elements()) {
+      ASSIGN_OR_RETURN(ir::Literal part, ShardOfValue(e, shard, shards));
+      parts.push_back(std::move(part));
+    }
+    return ir::Literal::Tuple(std::move(parts));
+  }
+  if (shape.rank() == 0 || shape.dim(0) % shards != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot split ", shape.ToString(), " into ", shards, " equal parts along dimension 0"));
+  }
+  ir::Shape part_shape = shape;
+  part_shape.mutable_dims()[0] = shape.dim(0) / shards;
+  ir::Literal part(part_shape);
+  const int64_t bytes = part_shape.ByteSize();
+  if (bytes > 0) {
+    std::memcpy(part.mutable_bytes().data(), value.bytes().data() + shard * bytes, bytes);
+  }
+  return part;
+}
+
+}  // namespace
+
+client::InfeedLoader::BatchSource ShardOf(client::InfeedLoader::BatchSource source, int shard,
+                                          int shards) {
+  return [source = std::move(source), shard,
+          shards]() -> absl::StatusOr<std::optional<std::vector<ir::Literal>>> {
+    ASSIGN_OR_RETURN(std::optional<std::vector<ir::Literal>> values, source());
+    if (!values.has_value()) return values;
+    std::vector<ir::Literal> parts;
+    for (const ir::Literal& v : *values) {
+      ASSIGN_OR_RETURN(ir::Literal part, ShardOfValue(v, shard, shards));
+      parts.push_back(std::move(part));
+    }
+    return std::optional<std::vector<ir::Literal>>(std::move(parts));
+  };
+}
+
 absl::StatusOr<double> RunLoopEpoch(
     client::Client& client, const std::string& device, const LoopEpochOptions& options,
     const std::function<absl::Status(client::CallCanceller* cancel)>& run_loop) {
@@ -104,14 +149,24 @@ absl::StatusOr<double> RunLoopEpoch(
   client::OutfeedOptions out_options;
   out_options.max_values = options.steps;
   auto reader = client.OpenOutfeed(device, out_options);
+  std::vector<std::unique_ptr<client::OutfeedStream>> others;
+  absl::Status read_status = reader.status();
+  for (const std::string& other : options.other_devices) {
+    if (!read_status.ok()) break;
+    auto other_reader = client.OpenOutfeed(other, out_options);
+    read_status = other_reader.status();
+    if (other_reader.ok()) others.push_back(*std::move(other_reader));
+  }
   absl::Status loop_status;
   std::thread runner([&]() {
     loop_status = run_loop(&cancel);
     // A loop that fails before its program runs (while tracing, say)
     // writes no loss: stop the reader waiting for one.
     if (!loop_status.ok() && reader.ok()) (*reader)->Cancel();
+    if (!loop_status.ok()) {
+      for (auto& other : others) other->Cancel();
+    }
   });
-  absl::Status read_status = reader.status();
   const int log_every = std::max(1, options.log_every);
   double loss_sum = 0, window = 0;
   for (int64_t step = 1; read_status.ok() && step <= options.steps; ++step) {
@@ -120,6 +175,15 @@ absl::StatusOr<double> RunLoopEpoch(
       read_status = value.ok() ? absl::DataLossError("the outfeed ended early") : value.status();
       break;
     }
+    for (auto& other : others) {
+      auto dropped = other->Next();
+      if (!dropped.ok() || !dropped->has_value()) {
+        read_status = dropped.ok() ? absl::DataLossError("a replica's outfeed ended early")
+                                   : dropped.status();
+        break;
+      }
+    }
+    if (!read_status.ok()) break;
     const double loss = (**value).GetAsDouble(0);
     loss_sum += loss;
     window += loss;
@@ -136,6 +200,7 @@ absl::StatusOr<double> RunLoopEpoch(
   // A reader that fails stops the program; the program's own error wins.
   if (!read_status.ok()) cancel.Cancel();
   if (reader.ok()) (*reader)->Cancel();
+  for (auto& other : others) other->Cancel();
   runner.join();
   if (!loop_status.ok()) return loop_status;
   if (!read_status.ok()) return read_status;

@@ -35,7 +35,12 @@
 ABSL_FLAG(std::string, server, "", "kiln-server address; empty runs the service embedded");
 ABSL_FLAG(std::string, devices, "cpu:1",
           "embedded service only: its devices, as kiln-server's --devices (e.g. cpu:1,tpu:8)");
-ABSL_FLAG(std::string, device, "", "device to train on (default: the service's default device)");
+ABSL_FLAG(std::string, device, "",
+          "device to train on, or a kind (tpu) for its first device (default: the service's "
+          "default device)");
+ABSL_FLAG(int, replicas, 1,
+          "data-parallel replicas: the first N devices of --device's kind each train on 1/N of "
+          "every batch in a device loop of their own, gradients averaged inside the loop");
 ABSL_FLAG(int, width, 16, "channels of the first stage (then 2x, 4x, 8x)");
 ABSL_FLAG(int, epochs, 10, "passes over the training set");
 ABSL_FLAG(int, batch_size, 128, "examples per step");
@@ -120,6 +125,28 @@ absl::StatusOr<Evaluation> Evaluate(kiln::examples::ResNet& net, kiln::client::L
   return e;
 }
 
+// While it lives, the tensors of `state` are replica 0 of themselves, so
+// that a program reading them (an evaluation) runs once, on the lead device.
+class LeadViews {
+ public:
+  LeadViews(const kiln::client::DataParallel* dp,
+            const std::vector<std::pair<std::string, Tensor*>>& state)
+      : state_(state) {
+    if (dp == nullptr) return;
+    for (const auto& [name, t] : state_) {
+      saved_.push_back(*t);
+      *t = dp->Lead(*t);
+    }
+  }
+  ~LeadViews() {
+    for (size_t i = 0; i < saved_.size(); ++i) *state_[i].second = saved_[i];
+  }
+
+ private:
+  const std::vector<std::pair<std::string, Tensor*>>& state_;
+  std::vector<Tensor> saved_;
+};
+
 // The sum of squares of every tensor of `state`: a fingerprint of where a
 // run ended, to compare runs by.
 absl::StatusOr<double> SumOfSquares(
@@ -150,9 +177,19 @@ absl::Status Run() {
                                                     absl::GetFlag(FLAGS_test_limit)));
   const int64_t steps = train.count / batch;
   if (steps == 0) return absl::InvalidArgumentError("fewer training images than one batch");
+  const int replicas = absl::GetFlag(FLAGS_replicas);
+  if (replicas < 1 || batch % replicas != 0) {
+    return absl::InvalidArgumentError("--batch_size must be a multiple of --replicas (at least 1)");
+  }
 
   ASSIGN_OR_RETURN(std::unique_ptr<kiln::client::Client> client, Connect());
-  const std::string device = kiln::examples::TrainingDevice(*client, absl::GetFlag(FLAGS_device));
+  // --device names a device, or a kind whose first devices take the replicas.
+  const std::string device_flag = absl::GetFlag(FLAGS_device);
+  std::vector<std::string> devices = {kiln::examples::TrainingDevice(*client, device_flag)};
+  if (replicas > 1 || (!device_flag.empty() && device_flag.find(':') == std::string::npos)) {
+    ASSIGN_OR_RETURN(devices, kiln::examples::ReplicaDevices(*client, device_flag, replicas));
+  }
+  const std::string device = devices[0];
   auto ctx = kiln::client::LazyContext::Create(client.get());
   kiln::examples::ResNet net(ctx.get(), device, width, absl::GetFlag(FLAGS_seed));
   const std::string compute = absl::GetFlag(FLAGS_compute);
@@ -193,28 +230,44 @@ absl::Status Run() {
   if (first_epoch > epochs) {
     std::printf("the checkpoint is of epoch %d: nothing left to train\n", first_epoch - 1);
   }
+  // Data parallel: every replica holds the whole training state.
+  std::unique_ptr<kiln::client::DataParallel> dp;
+  if (replicas > 1) {
+    dp = std::make_unique<kiln::client::DataParallel>(ctx.get(), devices);
+    for (const auto& [name, t] : state) {
+      ASSIGN_OR_RETURN(*t, dp->Replicate(*t));
+    }
+  }
 
-  std::printf("training a ResNet (width %d, %lld parameters) on %s in loop mode: %lld steps "
+  std::printf("training a ResNet (width %d, %lld parameters) on %s%s in loop mode: %lld steps "
               "per epoch program, batch %d, SGD lr %g, matrix work in %s, %s\n",
               width, static_cast<long long>(parameters), device.c_str(),
+              replicas > 1 ? absl::StrCat(" and ", replicas - 1, " more replicas (",
+                                          batch / replicas, " examples each per step)")
+                                 .c_str()
+                           : "",
               static_cast<long long>(steps), batch, lr, compute.c_str(),
               absl::GetFlag(FLAGS_server).empty()
                   ? "embedded service"
                   : ("through kiln-server at " + absl::GetFlag(FLAGS_server)).c_str());
   std::fflush(stdout);
 
-  std::unique_ptr<kiln::client::InfeedLoader> loader;
-  if (first_epoch <= epochs) {
+  // One producer per replica, each streaming its part of every batch (the
+  // same shuffled batches, drawn from the same seed) into its device.
+  std::vector<std::unique_ptr<kiln::client::InfeedLoader>> loaders;
+  for (int r = 0; first_epoch <= epochs && r < replicas; ++r) {
     ASSIGN_OR_RETURN(std::unique_ptr<kiln::client::InfeedStream> stream,
-                     client->OpenInfeed(device));
-    loader = std::make_unique<kiln::client::InfeedLoader>(
-        std::move(stream),
-        kiln::examples::ShuffledBatches(&train, batch, first_epoch, epochs,
-                                        absl::GetFlag(FLAGS_seed) + 1, absl::GetFlag(FLAGS_augment)),
-        absl::GetFlag(FLAGS_prefetch));
+                     client->OpenInfeed(devices[r]));
+    kiln::client::InfeedLoader::BatchSource batches = kiln::examples::ShuffledBatches(
+        &train, batch, first_epoch, epochs, absl::GetFlag(FLAGS_seed) + 1,
+        absl::GetFlag(FLAGS_augment));
+    if (replicas > 1) batches = kiln::examples::ShardOf(std::move(batches), r, replicas);
+    loaders.push_back(std::make_unique<kiln::client::InfeedLoader>(
+        std::move(stream), std::move(batches), absl::GetFlag(FLAGS_prefetch)));
   }
-  const std::vector<Shape> batch_shapes = {Shape(ElementType::kF32, {batch, 784}),
-                                           Shape(ElementType::kS32, {batch})};
+  const int shard = batch / replicas;
+  const std::vector<Shape> batch_shapes = {Shape(ElementType::kF32, {shard, 784}),
+                                           Shape(ElementType::kS32, {shard})};
   Evaluation last;
   for (int epoch = first_epoch; epoch <= epochs; ++epoch) {
     const double epoch_lr = kiln::examples::CosineLearningRate(lr, epoch, epochs);
@@ -224,6 +277,7 @@ absl::Status Run() {
     options.epoch = epoch;
     options.steps = steps;
     options.log_every = absl::GetFlag(FLAGS_log_every);
+    options.other_devices.assign(devices.begin() + 1, devices.end());
     ASSIGN_OR_RETURN(
         double train_loss,
         kiln::examples::RunLoopEpoch(
@@ -231,8 +285,9 @@ absl::Status Run() {
               RETURN_IF_ERROR(kiln::client::WhileCarrying(
                   steps, state, [&](kiln::client::DeviceLoop& loop) -> absl::Status {
                     std::vector<Tensor> pair = loop.InfeedTuple(batch_shapes);
-                    ASSIGN_OR_RETURN(Tensor loss, kiln::examples::TraceTrainStep(
-                                                      net, optimizer, pair[0], pair[1]));
+                    ASSIGN_OR_RETURN(Tensor loss,
+                                     kiln::examples::TraceTrainStep(net, optimizer, pair[0],
+                                                                    pair[1], dp.get()));
                     loop.Outfeed(loss);
                     return absl::OkStatus();
                   }));
@@ -241,8 +296,11 @@ absl::Status Run() {
               return ctx->Realize(finals, std::source_location::current(), cancel);
             }));
     const double train_seconds = kiln::examples::SecondsSince(start);
-    ASSIGN_OR_RETURN(last,
-                     Evaluate(net, ctx.get(), device, test, absl::GetFlag(FLAGS_eval_batch_size)));
+    {
+      LeadViews lead(dp.get(), state);
+      ASSIGN_OR_RETURN(last, Evaluate(net, ctx.get(), device, test,
+                                      absl::GetFlag(FLAGS_eval_batch_size)));
+    }
     std::printf("epoch %d: train loss %.4f, test loss %.4f, test accuracy %.4f, %.1f s "
                 "(%.1f ms per step), lr %.5f, compiles %lld\n",
                 epoch, train_loss, last.loss, last.accuracy, train_seconds,
@@ -257,10 +315,18 @@ absl::Status Run() {
       std::printf("  saved epoch %d to %s\n", epoch, checkpoint_dir.c_str());
     }
   }
-  if (loader != nullptr) RETURN_IF_ERROR(loader->Wait());
+  for (auto& loader : loaders) RETURN_IF_ERROR(loader->Wait());
   if (first_epoch > epochs) {
+    LeadViews lead(dp.get(), state);
     ASSIGN_OR_RETURN(last,
                      Evaluate(net, ctx.get(), device, test, absl::GetFlag(FLAGS_eval_batch_size)));
+  }
+  if (dp != nullptr) {
+    // Every replica applied the same averaged updates: they hold one model.
+    for (const auto& [name, t] : state) {
+      RETURN_IF_ERROR(kiln::WithContext(dp->CheckInStep(*t).status(), name));
+    }
+    std::printf("all %d replicas hold the same %zu tensors\n", replicas, state.size());
   }
   int64_t values = 0;
   ASSIGN_OR_RETURN(double squares, SumOfSquares(state, &values));

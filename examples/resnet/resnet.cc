@@ -38,10 +38,18 @@ Tensor ResNet::Forward(const Tensor& images) {
 }
 
 absl::StatusOr<Tensor> TraceTrainStep(ResNet& net, client::Optimizer& optimizer,
-                                      const Tensor& images, const Tensor& labels) {
+                                      const Tensor& images, const Tensor& labels,
+                                      const client::DataParallel* data_parallel) {
   Tensor loss = client::SoftmaxCrossEntropy(net.Forward(images), client::OneHot(labels, 10));
   RETURN_IF_ERROR(loss.status());
   ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(loss, net.Parameters()));
+  if (data_parallel != nullptr) {
+    grads = data_parallel->AllReduceMean(grads);
+    loss = data_parallel->AllReduceMean({loss})[0];
+    for (const auto& [name, buffer] : net.NamedBuffers()) {
+      if (ir::IsFloatType(buffer->storage_type())) *buffer = data_parallel->AllReduceMean({*buffer})[0];
+    }
+  }
   ASSIGN_OR_RETURN(std::vector<Tensor> updated, optimizer.Step(net.Parameters(), grads));
   RETURN_IF_ERROR(net.SetParameters(updated));
   return loss;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/data_parallel.h"
 #include "client/lazy.h"
 #include "client/nn.h"
 #include "client/optimizers.h"
@@ -33,10 +34,14 @@ class ResNet : public client::nn::Module {
 
 // One training step (forward, softmax cross-entropy, backward, the
 // optimizer's update), traced the same way in step mode and in a device
-// loop. Returns the batch's mean loss.
+// loop. Returns the batch's mean loss. With `data_parallel`, each replica
+// traces its part of the batch: the gradients and the loss are averaged
+// over the replicas, and so are the batch normalization statistics after
+// the step, so that every replica holds the same model.
 absl::StatusOr<client::Tensor> TraceTrainStep(ResNet& net, client::Optimizer& optimizer,
                                               const client::Tensor& images,
-                                              const client::Tensor& labels);
+                                              const client::Tensor& labels,
+                                              const client::DataParallel* data_parallel = nullptr);
 
 }  // namespace kiln::examples
 
