@@ -318,10 +318,6 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
     }
     case Opcode::kReduceWindow: return ReduceWindowGrad(node, x[0], g);
     case Opcode::kGetTupleElement:
-      if (node.operands[0]->op == Opcode::kWhile) {
-        return absl::UnimplementedError(
-            "gradients through a device loop (While): take them inside its body");
-      }
       return absl::UnimplementedError(absl::StrCat(
           "no gradient rule for an element of ", ir::OpcodeName(node.operands[0]->op)));
     default:
@@ -393,6 +389,178 @@ absl::StatusOr<std::vector<Tensor>> CondGrad(const std::shared_ptr<Node>& node,
   return out;
 }
 
+// A body-side stand-in (an unrealized parameter node) of `shape`.
+std::shared_ptr<Node> StandIn(const Node& like, const ir::Shape& shape, bool reduced) {
+  auto node = std::make_shared<Node>();
+  node->shape = shape;
+  node->device = like.device;
+  node->context = like.context;
+  node->reduced_precision = reduced;
+  return node;
+}
+
+Tensor S32Scalar(const Node& like, int64_t value) {
+  ir::Literal lit(ir::Shape::Scalar(ir::ElementType::kS32));
+  lit.SetFromDouble(0, static_cast<double>(value));
+  return like.context->Constant(lit, like.device);
+}
+
+// [index, 0, 0, ...]: the start of row `index` of a stack of `rank`-dim values.
+std::vector<Tensor> RowStart(const Node& like, const Tensor& index, int rank) {
+  std::vector<Tensor> starts{index};
+  for (int d = 0; d < rank; ++d) starts.push_back(S32Scalar(like, 0));
+  return starts;
+}
+
+// The gradients of a device loop's operands (its state, then its captures)
+// given those of its tuple's elements (`cotangents`: the counter, the
+// state, the captures; undefined where none flows). Two loops over the
+// forward body: one runs it again and keeps the state each iteration
+// enters with in stacks [trip_count, ...]; the other walks back through
+// them, each iteration the reverse-mode gradient of the body at the state
+// it read, adding up the captures' gradients. A loop with feeds is refused:
+// running it again would read other values.
+absl::StatusOr<std::vector<Tensor>> WhileGrad(const std::shared_ptr<Node>& node,
+                                              const std::vector<Tensor>& cotangents) {
+  const LoopSpec& loop = *node->loop;
+  const size_t m = loop.placeholders.size();
+  std::vector<Tensor> out(node->operands.size());
+  std::vector<size_t> float_state, float_captures;
+  std::vector<Tensor> seed;  // the cotangent of each floating-point state element
+  bool flows = false;
+  for (size_t i = 0; i < m; ++i) {
+    if (!ir::IsFloatType(node->operands[i]->shape.type())) continue;
+    float_state.push_back(i);
+    const bool given = 1 + i < cotangents.size() && cotangents[1 + i].defined();
+    flows = flows || given;
+    seed.push_back(given ? cotangents[1 + i] : ZerosLike(Tensor(node->operands[i])));
+  }
+  for (size_t j = m; j < node->operands.size(); ++j) {
+    if (ir::IsFloatType(node->operands[j]->shape.type())) float_captures.push_back(j);
+  }
+  if (!flows) return out;
+  if (loop.effects != nullptr) {
+    return absl::UnimplementedError(
+        "gradients through a device loop that reads or writes feeds (it would run twice)");
+  }
+  const int64_t n = loop.trip_count;
+  if (n == 0) {
+    for (size_t k = 0; k < float_state.size(); ++k) out[float_state[k]] = seed[k];
+    return out;
+  }
+  LazyContext* ctx = node->context.get();
+  const Node& like = *node;
+
+  // The forward body again, stacking the state each iteration enters with.
+  auto forward = std::make_shared<LoopSpec>();
+  forward->placeholders = loop.placeholders;
+  forward->results = loop.results;
+  std::vector<Tensor> init;
+  for (size_t i = 0; i < m; ++i) init.push_back(Tensor(node->operands[i]));
+  ctx->BeginLoopBody();
+  std::shared_ptr<Node> counter = StandIn(like, ir::Shape::Scalar(ir::ElementType::kS32), false);
+  for (size_t i = 0; i < m; ++i) {
+    const Node& s = *loop.placeholders[i];
+    std::vector<int64_t> row_dims{1}, stack_dims{n};
+    for (int64_t d : s.shape.dims()) {
+      row_dims.push_back(d);
+      stack_dims.push_back(d);
+    }
+    const ir::Shape stack_shape(s.shape.type(), stack_dims);
+    std::shared_ptr<Node> stack = StandIn(like, stack_shape, s.reduced_precision);
+    forward->placeholders.push_back(stack);
+    forward->results.push_back(
+        DynamicUpdateSlice(Tensor(stack), Reshape(Tensor(loop.placeholders[i]), row_dims),
+                           RowStart(like, Tensor(counter), s.shape.rank()))
+            .node());
+    init.push_back(FullLike(init[i], stack_shape, 0));
+  }
+  forward->placeholders.push_back(counter);
+  forward->results.push_back((Tensor(counter) + 1.0).node());
+  init.push_back(S32Scalar(like, 0));
+  LazyContext::LoopBodyNodes traced = ctx->EndLoopBody();
+  forward->nodes = std::move(traced.nodes);
+  forward->nodes.insert(loop.nodes.begin(), loop.nodes.end());
+  forward->alive = std::move(traced.alive);
+  forward->alive.insert(forward->alive.end(), loop.alive.begin(), loop.alive.end());
+  ASSIGN_OR_RETURN(std::vector<Tensor> stacked, WhileOfTracedBody(n, init, forward));
+  const std::vector<Tensor> stacks(stacked.begin() + m, stacked.begin() + 2 * m);
+
+  // Back through the iterations: state (cotangents of the floating-point
+  // state, the captures' gradients so far, the state iteration k entered
+  // with, k), from k = n - 1 down.
+  auto backward = std::make_shared<LoopSpec>();
+  init.clear();
+  ctx->BeginLoopBody();
+  std::vector<std::shared_ptr<Node>> cotangent_in, sums_in;
+  for (size_t k = 0; k < float_state.size(); ++k) {
+    const Node& s = *loop.placeholders[float_state[k]];
+    cotangent_in.push_back(StandIn(like, s.shape, s.reduced_precision));
+    init.push_back(seed[k]);
+  }
+  for (size_t j : float_captures) {
+    const Node& c = *node->operands[j];
+    sums_in.push_back(StandIn(like, c.shape, c.reduced_precision));
+    init.push_back(ZerosLike(Tensor(node->operands[j])));
+  }
+  std::shared_ptr<Node> index = StandIn(like, ir::Shape::Scalar(ir::ElementType::kS32), false);
+  Tensor loss;
+  for (size_t k = 0; k < float_state.size(); ++k) {
+    Tensor term = Cast(Sum(Tensor(loop.results[float_state[k]]) * Tensor(cotangent_in[k])),
+                       ir::ElementType::kF32);
+    loss = loss.defined() ? loss + term : term;
+  }
+  std::vector<Tensor> params;
+  for (size_t i : float_state) params.push_back(Tensor(loop.placeholders[i]));
+  for (size_t j : float_captures) params.push_back(Tensor(node->operands[j]));
+  absl::StatusOr<std::vector<Tensor>> grads = Grad(loss, params);
+  std::vector<std::shared_ptr<Node>> results;
+  if (grads.ok()) {
+    for (size_t k = 0; k < float_state.size(); ++k) results.push_back((*grads)[k].node());
+    for (size_t j = 0; j < float_captures.size(); ++j) {
+      results.push_back((Tensor(sums_in[j]) + (*grads)[float_state.size() + j]).node());
+    }
+    const Tensor previous = Tensor(index) - 1.0;
+    for (size_t i = 0; i < m; ++i) {
+      const ir::Shape& shape = loop.placeholders[i]->shape;
+      std::vector<int64_t> row_dims{1};
+      for (int64_t d : shape.dims()) row_dims.push_back(d);
+      results.push_back(
+          Reshape(DynamicSlice(stacks[i], RowStart(like, previous, shape.rank()), row_dims),
+                  shape.dims())
+              .node());
+    }
+    results.push_back(previous.node());
+  }
+  traced = ctx->EndLoopBody();
+  RETURN_IF_ERROR(WithContext(grads.status(), "gradient of a device loop body"));
+  backward->placeholders = cotangent_in;
+  backward->placeholders.insert(backward->placeholders.end(), sums_in.begin(), sums_in.end());
+  backward->placeholders.insert(backward->placeholders.end(), loop.placeholders.begin(),
+                                loop.placeholders.end());
+  backward->placeholders.push_back(index);
+  backward->results = std::move(results);
+  backward->nodes = std::move(traced.nodes);
+  backward->nodes.insert(loop.nodes.begin(), loop.nodes.end());
+  backward->alive = std::move(traced.alive);
+  backward->alive.insert(backward->alive.end(), loop.alive.begin(), loop.alive.end());
+  for (size_t i = 0; i < m; ++i) {
+    const ir::Shape& shape = loop.placeholders[i]->shape;
+    std::vector<int64_t> row_dims{1};
+    for (int64_t d : shape.dims()) row_dims.push_back(d);
+    init.push_back(Reshape(DynamicSlice(stacks[i], RowStart(like, S32Scalar(like, n - 1), shape.rank()),
+                                        row_dims),
+                           shape.dims()));
+  }
+  init.push_back(S32Scalar(like, n - 1));
+  ASSIGN_OR_RETURN(std::vector<Tensor> back, WhileOfTracedBody(n, init, backward));
+  for (size_t k = 0; k < float_state.size(); ++k) out[float_state[k]] = back[k];
+  for (size_t j = 0; j < float_captures.size(); ++j) {
+    out[float_captures[j]] = back[float_state.size() + j];
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<Tensor>> Grad(const Tensor& loss, const std::vector<Tensor>& params) {
@@ -438,15 +606,15 @@ absl::StatusOr<std::vector<Tensor>> Grad(const Tensor& loss, const std::vector<T
     const std::shared_ptr<Node>& node = *it;
     if (!depends[node.get()] || param_index.contains(node.get())) continue;
     absl::StatusOr<std::vector<Tensor>> grads;
-    if (node->cond != nullptr) {
+    if (node->cond != nullptr || node->loop != nullptr) {
       auto r = result_adjoints.find(node.get());
       if (r == result_adjoints.end()) continue;
-      grads = CondGrad(node, r->second);
+      grads = node->cond != nullptr ? CondGrad(node, r->second) : WhileGrad(node, r->second);
     } else {
       auto a = adjoint.find(node.get());
       if (a == adjoint.end()) continue;
       if (node->op == Opcode::kGetTupleElement && node->operands.size() == 1 &&
-          node->operands[0]->cond != nullptr) {
+          (node->operands[0]->cond != nullptr || node->operands[0]->loop != nullptr)) {
         std::vector<Tensor>& results = result_adjoints[node->operands[0].get()];
         results.resize(node->operands[0]->shape.tuple_shapes().size());
         Tensor& slot = results[node->attrs.tuple_index];

@@ -111,6 +111,42 @@ void DeviceLoop::Outfeed(const Tensor& value) {
 absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<Tensor>& state,
                                           const LoopBody& body) {
   if (state.empty()) return absl::InvalidArgumentError("a device loop needs state");
+  for (const Tensor& t : state) RETURN_IF_ERROR(t.status());
+  LazyContext* ctx = state[0].context();
+  const std::string device = state[0].device();
+  auto spec = std::make_shared<LoopSpec>();
+  std::vector<Tensor> inputs;
+  for (const Tensor& t : state) {
+    auto p = NewNode(ir::Opcode::kParameter, t.shape(), device, {});
+    p->context = t.node()->context;
+    p->reduced_precision = t.IsReducedPrecision();
+    spec->placeholders.push_back(p);
+    inputs.push_back(Tensor(p));
+  }
+  DeviceLoop loop(ctx, device);
+  ctx->BeginLoopBody();
+  absl::StatusOr<std::vector<Tensor>> next = body(loop, inputs);
+  LazyContext::LoopBodyNodes body_nodes = ctx->EndLoopBody();
+  if (!next.ok()) return WithContext(next.status(), "device loop body");
+  RETURN_IF_ERROR(loop.status());
+  if (next->size() != state.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the loop body returned ", next->size(), " tensors for ", state.size(), " state tensors"));
+  }
+  for (size_t i = 0; i < state.size(); ++i) {
+    RETURN_IF_ERROR(WithContext((*next)[i].status(), absl::StrCat("loop state ", i)));
+    spec->results.push_back((*next)[i].node());
+  }
+  spec->effects = loop.last_token();
+  spec->nodes = std::move(body_nodes.nodes);
+  spec->alive = std::move(body_nodes.alive);
+  return WhileOfTracedBody(trip_count, state, std::move(spec));
+}
+
+absl::StatusOr<std::vector<Tensor>> WhileOfTracedBody(int64_t trip_count,
+                                                      const std::vector<Tensor>& state,
+                                                      std::shared_ptr<LoopSpec> spec) {
+  if (state.empty()) return absl::InvalidArgumentError("a device loop needs state");
   if (trip_count < 0 || trip_count > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat("trip count ", trip_count, " out of range"));
   }
@@ -123,41 +159,25 @@ absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<
                                                      state[i].device(), ", state 0 on ", device));
     }
   }
-  auto spec = std::make_shared<LoopSpec>();
-  spec->trip_count = trip_count;
-  std::vector<Tensor> inputs;
-  absl::flat_hash_set<const Node*> input_set;
-  for (const Tensor& t : state) {
-    auto p = NewNode(ir::Opcode::kParameter, t.shape(), device, {});
-    p->context = t.node()->context;
-    p->reduced_precision = t.IsReducedPrecision();
-    spec->placeholders.push_back(p);
-    input_set.insert(p.get());
-    inputs.push_back(Tensor(p));
-  }
-  DeviceLoop loop(ctx, device);
-  ctx->BeginLoopBody();
-  absl::StatusOr<std::vector<Tensor>> next = body(loop, inputs);
-  const LazyContext::LoopBodyNodes body_nodes = ctx->EndLoopBody();
-  if (!next.ok()) return WithContext(next.status(), "device loop body");
-  RETURN_IF_ERROR(loop.status());
-  if (next->size() != state.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the loop body returned ", next->size(), " tensors for ", state.size(), " state tensors"));
+  if (spec->placeholders.size() != state.size() || spec->results.size() != state.size()) {
+    return absl::InternalError(absl::StrCat("a loop body of ", spec->placeholders.size(),
+                                            " stand-ins and ", spec->results.size(),
+                                            " results for ", state.size(), " state tensors"));
   }
   for (size_t i = 0; i < state.size(); ++i) {
-    RETURN_IF_ERROR(WithContext((*next)[i].status(), absl::StrCat("loop state ", i)));
-    if ((*next)[i].shape() != state[i].shape() || (*next)[i].device() != device) {
+    const Node& r = *spec->results[i];
+    if (r.shape != state[i].shape() || r.device != device) {
       return absl::InvalidArgumentError(absl::StrCat(
           "loop state ", i, " enters as ", state[i].shape().ToString(), " on ", device,
-          " but the body returns ", (*next)[i].shape().ToString(), " on ", (*next)[i].device()));
+          " but the body returns ", r.shape.ToString(), " on ", r.device));
     }
-    spec->results.push_back((*next)[i].node());
   }
-  spec->effects = loop.last_token();
+  spec->trip_count = trip_count;
+  absl::flat_hash_set<const Node*> input_set;
+  for (const auto& p : spec->placeholders) input_set.insert(p.get());
   std::vector<std::shared_ptr<Node>> roots = spec->results;
   if (spec->effects) roots.push_back(spec->effects);
-  spec->captures = FindCaptures(roots, body_nodes.nodes, input_set);
+  spec->captures = FindCaptures(roots, spec->nodes, input_set);
 
   std::vector<ir::Shape> carried{ir::Shape::Scalar(ir::ElementType::kS32)};
   std::vector<std::shared_ptr<Node>> operands;

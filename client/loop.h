@@ -97,6 +97,13 @@ absl::StatusOr<std::vector<Tensor>> Cond(const Tensor& pred, const std::vector<T
 absl::StatusOr<std::vector<Tensor>> Switch(const Tensor& index, const std::vector<Tensor>& operands,
                                            const std::vector<Branch>& branches);
 
+// A device loop of a body already traced (`body`'s placeholders, results,
+// effects, nodes and alive set; the rest is filled in), whose placeholders
+// stand for `state` (for autodiff, which traces the loops of a gradient).
+absl::StatusOr<std::vector<Tensor>> WhileOfTracedBody(int64_t trip_count,
+                                                      const std::vector<Tensor>& state,
+                                                      std::shared_ptr<LoopSpec> body);
+
 // A conditional of branches already traced, whose placeholders stand for
 // `operands` (for autodiff, which traces the branches of a gradient).
 absl::StatusOr<std::vector<Tensor>> ConditionalOfTracedBranches(

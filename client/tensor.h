@@ -47,6 +47,10 @@ struct LoopSpec {
   // of the while node): realizing one realizes those still alive with it,
   // so that reading the state tensor by tensor runs the loop once.
   std::vector<std::weak_ptr<Node>> outputs;
+  // The nodes traced in the body, kept alive with it (a gradient traces
+  // new loops over the same body).
+  absl::flat_hash_set<const Node*> nodes;
+  std::vector<std::shared_ptr<Node>> alive;
 };
 
 // A conditional as traced (client/loop.h builds it, Switch and Cond): per
