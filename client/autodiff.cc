@@ -292,12 +292,13 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
       return std::vector<Tensor>{ScatterAdd(ZerosLike(x[0]), x[1], g, std::move(s)), Tensor()};
     }
     case Opcode::kScatter: {
-      if (node.reducer != Reducer::kAdd) {
-        return absl::UnimplementedError("gradients of scatter cover scatter-add");
+      if (node.reducer != Reducer::kAdd && node.reducer != Reducer::kReplace) {
+        return absl::UnimplementedError("gradients of scatter cover adding and replacing");
       }
-      // The operand's gradient passes through; each update's is the part
-      // of the result it was added to: a gather with the mirrored
-      // dimension numbers, as large as an update's window.
+      // Adding: the operand's gradient passes through. Replacing: except
+      // where the updates overwrote it. Each update's gradient is the part
+      // of the result it went to: a gather with the mirrored dimension
+      // numbers, as large as an update's window.
       const ir::ScatterDims& d = node.attrs.scatter;
       ir::GatherDims gather;
       gather.offset_dims = d.update_window_dims;
@@ -314,7 +315,10 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
         }
         sizes[dim] = x[2].dim(static_cast<int>(d.update_window_dims[window++]));
       }
-      return std::vector<Tensor>{g, Tensor(), Gather(g, x[1], std::move(gather), std::move(sizes))};
+      Tensor operand_grad =
+          node.reducer == Reducer::kAdd ? g : Scatter(g, x[1], ZerosLike(x[2]), d);
+      return std::vector<Tensor>{operand_grad, Tensor(),
+                                 Gather(g, x[1], std::move(gather), std::move(sizes))};
     }
     case Opcode::kReduceWindow: return ReduceWindowGrad(node, x[0], g);
     case Opcode::kGetTupleElement:

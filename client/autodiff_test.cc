@@ -195,6 +195,42 @@ TEST_F(GradTest, ScatterAddSendsEachUpdateTheGradientOfWhereItWent) {
   CheckGradient(scatter, {base, updates});
 }
 
+TEST_F(GradTest, ScatterReplacingSendsTheOverwrittenRowsNoGradient) {
+  auto base = Random({5, 3}, -1, 1, 36), updates = Random({2, 3}, -1, 1, 37);
+  // Rows 3 and 0 are overwritten: the base's rows there get no gradient,
+  // each update the gradient of where it landed.
+  auto scatter = [](auto& t) {
+    Tensor ids = t[0].context()->template FromVector<int32_t>(
+        ElementType::kS32, {2}, std::vector<int32_t>{3, 0}, "cpu:0");
+    ir::ScatterDims dims;
+    dims.update_window_dims = {1};
+    dims.inserted_window_dims = {0};
+    dims.scatter_dims_to_operand_dims = {0};
+    dims.index_vector_dim = 1;
+    Tensor out = Scatter(t[0], ids, t[1], dims);
+    return out * out;
+  };
+  CheckGradient(scatter, {base, updates});
+  // And the values: NumPy's base[[3, 0]] = updates.
+  Tensor b = ctx_->FromLiteral(base, "cpu:0"), u = ctx_->FromLiteral(updates, "cpu:0");
+  Tensor ids = ctx_->FromVector<int32_t>(ElementType::kS32, {2}, {3, 0}, "cpu:0");
+  ir::ScatterDims dims;
+  dims.update_window_dims = {1};
+  dims.inserted_window_dims = {0};
+  dims.scatter_dims_to_operand_dims = {0};
+  dims.index_vector_dim = 1;
+  auto got = Scatter(b, ids, u, dims).ToHost();
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (int r = 0; r < 5; ++r) {
+    for (int c = 0; c < 3; ++c) {
+      const double want = r == 3   ? updates.GetAsDouble(c)
+                          : r == 0 ? updates.GetAsDouble(3 + c)
+                                   : base.GetAsDouble(r * 3 + c);
+      EXPECT_EQ(got->GetAsDouble(r * 3 + c), want) << r << "," << c;
+    }
+  }
+}
+
 TEST_F(GradTest, SortAndTopKSendGradientsBackWhereElementsCameFrom) {
   auto x = Random({3, 5}, -1, 1, 35);
   // Weights that differ by position, so that the order matters.

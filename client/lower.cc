@@ -19,6 +19,15 @@ class ReducerCache {
     auto key = std::make_pair(r, type);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
+    if (r == Reducer::kReplace) {
+      // (old, new) -> new.
+      ir::Builder b(module_, absl::StrCat("replace_", ir::ElementTypeName(type)));
+      b.Parameter(0, ir::Shape::Scalar(type), "old");
+      ir::Instruction* update = b.Parameter(1, ir::Shape::Scalar(type), "new");
+      ir::Computation* c = b.Build(update).value_or(nullptr);
+      cache_[key] = c;
+      return c;
+    }
     ir::Opcode op = r == Reducer::kAdd   ? ir::Opcode::kAdd
                     : r == Reducer::kMax ? ir::Opcode::kMaximum
                     : r == Reducer::kMin ? ir::Opcode::kMinimum

@@ -618,6 +618,15 @@ Tensor ScatterAdd(const Tensor& x, const Tensor& indices, const Tensor& updates,
   return Emit(Opcode::kScatter, x.shape(), {x, indices, updates}, std::move(a), Reducer::kAdd);
 }
 
+Tensor Scatter(const Tensor& x, const Tensor& indices, const Tensor& updates,
+               ir::ScatterDims dims) {
+  if (!x.status().ok()) return x;
+  ir::Attributes a;
+  a.scatter = std::move(dims);
+  return Emit(Opcode::kScatter, x.shape(), {x, indices, updates}, std::move(a),
+              Reducer::kReplace);
+}
+
 Tensor Softmax(const Tensor& x, int64_t dim) {
   if (dim < 0) dim += x.rank();
   Tensor shifted = x - ReduceMax(x, {dim}, true);

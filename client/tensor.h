@@ -26,8 +26,9 @@ namespace kiln::client {
 
 class LazyContext;
 
-// The scalar combiner of reduce, reduce-window and all-reduce nodes.
-enum class Reducer : uint8_t { kNone, kAdd, kMax, kMin, kMultiply };
+// The scalar combiner of reduce, reduce-window, scatter and all-reduce
+// nodes; kReplace (a scatter's) keeps the new value.
+enum class Reducer : uint8_t { kNone, kAdd, kMax, kMin, kMultiply, kReplace };
 
 struct Node;
 
@@ -338,6 +339,12 @@ Tensor Gather(const Tensor& x, const Tensor& indices, ir::GatherDims dims,
 // batching dimensions): repeated indices add up.
 Tensor ScatterAdd(const Tensor& x, const Tensor& indices, const Tensor& updates,
                   ir::ScatterDims dims);
+// `x` with `updates` written at `indices` (XLA's scatter whose combiner
+// keeps the update; NumPy's x[indices] = updates, JAX's .at[].set). Where
+// indices repeat, which update lands is unspecified (as in XLA), and the
+// gradient assumes they do not.
+Tensor Scatter(const Tensor& x, const Tensor& indices, const Tensor& updates,
+               ir::ScatterDims dims);
 
 // The indices (s32) that sort `x` along `dim` (negative counts from the
 // end), smallest first, or largest first when `descending`: XLA's stable
