@@ -152,6 +152,19 @@ TEST_F(GradTest, Reductions) {
   CheckGradient([](auto& x) { return SoftmaxCrossEntropy(x[0], x[1]); }, {a, labels});
 }
 
+TEST_F(GradTest, MeanSquaredError) {
+  auto p = Random({3, 2}, -1, 1, 16), t = Random({3, 2}, -1, 1, 17);
+  CheckGradient([](auto& x) { return MeanSquaredError(x[0], x[1]); }, {p, t});
+  double want = 0;
+  for (int i = 0; i < 6; ++i) {
+    const double d = p.GetAsDouble(i) - t.GetAsDouble(i);
+    want += d * d / 6;
+  }
+  auto got = MeanSquaredError(ctx_->FromLiteral(p, "cpu:0"), ctx_->FromLiteral(t, "cpu:0")).Item();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_NEAR(*got, want, 1e-6);
+}
+
 TEST_F(GradTest, MatrixProducts) {
   auto a = Random({2, 3}, -1, 1, 12), b = Random({3, 4}, -1, 1, 13);
   CheckGradient([](auto& x) { return Matmul(x[0], x[1]); }, {a, b});

@@ -314,6 +314,15 @@ absl::Status ConvertAll(const std::vector<std::pair<std::string, Tensor*>>& name
   });
 }
 
+absl::Status ToDevice(const std::vector<std::pair<std::string, Tensor*>>& named,
+                      const std::string& device) {
+  return ConvertEach(named, [&device](const Tensor& t) {
+    if (t.device() == device && t.replica_count() == 1) return t;
+    absl::StatusOr<Tensor> moved = t.ToDevice(device);
+    return moved.ok() ? *moved : ErrorTensor(t, moved.status());
+  });
+}
+
 absl::Status ToReducedPrecision(const std::vector<std::pair<std::string, Tensor*>>& named) {
   return ConvertEach(named, [](const Tensor& t) { return t.ToReducedPrecision(); });
 }

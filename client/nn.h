@@ -226,6 +226,13 @@ absl::Status ConvertAll(const std::vector<std::pair<std::string, Tensor*>>& name
 absl::Status ToReducedPrecision(const std::vector<std::pair<std::string, Tensor*>>& named);
 absl::Status ToFullPrecision(const std::vector<std::pair<std::string, Tensor*>>& named);
 
+// Copies every tensor that `named` points at (a model's parameters and
+// buffers, an optimizer's state) to `device`, all or none; replicated
+// tensors give their replica 0. The optimizers upload their learning rate
+// on the parameters' device at their next step.
+absl::Status ToDevice(const std::vector<std::pair<std::string, Tensor*>>& named,
+                      const std::string& device);
+
 // Gradients of `loss` with static loss scaling: the gradients of
 // loss * scale, divided by scale. Small gradients that a half type would
 // flush to zero in the backward pass survive (f16 needs it; bf16 has f32's

@@ -623,6 +623,35 @@ TEST_F(NnTest, DynamicLossScaleRefusesBadOptions) {
   EXPECT_FALSE(scaler->Grad(w, {w}).ok());  // not a scalar
 }
 
+// A model and its optimizer moved to another device in one call train
+// there; the learning rate follows the parameters.
+TEST_F(NnTest, AModelAndItsOptimizerMoveToAnotherDevice) {
+  embedded::Options options;
+  options.devices = "cpu:2";
+  auto client = embedded::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto ctx = LazyContext::Create(client->get());
+  Linear fc(ctx.get(), "cpu:0", 3, 2, 1);
+  Adam adam(0.01);
+  std::vector<std::pair<std::string, Tensor*>> state = TrainingState(fc, adam);
+  const std::vector<double> before = Values(fc.weight());
+  ASSERT_TRUE(ToDevice(state, "cpu:1").ok());
+  for (const auto& [name, t] : state) EXPECT_EQ(t->device(), "cpu:1") << name;
+  EXPECT_EQ(Values(fc.weight()), before);
+  Tensor x = ctx->FromLiteral(Random({4, 3}, 8), "cpu:1");
+  auto grads = Grad(Sum(fc.Forward(x)), fc.Parameters());
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  auto next = adam.Step(fc.Parameters(), *grads);
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_TRUE(fc.SetParameters(*next).ok());
+  ASSERT_TRUE(ctx->Barrier("cpu:1").ok());
+  EXPECT_EQ(fc.weight().device(), "cpu:1");
+  EXPECT_NE(Values(fc.weight()), before);
+  // An unknown device moves nothing.
+  EXPECT_FALSE(ToDevice(state, "cpu:7").ok());
+  for (const auto& [name, t] : state) EXPECT_EQ(t->device(), "cpu:1") << name;
+}
+
 // A whole model and its optimizer in reduced precision: the tensors stay
 // f32, are stored in bf16, train so, save to a checkpoint as f32 values and
 // come back reduced.

@@ -27,13 +27,19 @@ absl::Status CheckPairs(const std::vector<Tensor>& params, const std::vector<Ten
 // Zeros uploaded as device data: state starts as a parameter of the step
 // program, like it stays, so the first and later steps share one graph.
 Tensor DeviceZeros(const Tensor& like) {
-  return like.context()->FromLiteral(ir::Literal(like.shape()), like.device());
+  Tensor zeros = like.context()->FromLiteral(ir::Literal(like.shape()), like.device());
+  if (zeros.status().ok()) zeros.node()->reduced_precision = like.IsReducedPrecision();
+  return zeros;
 }
 
 // `rate` as a device scalar of `like`'s type, unless `tensor` holds it.
 void UploadRate(double rate, const Tensor& like, Tensor& tensor) {
-  // Again after the parameters changed type (nn::ConvertAll).
-  if (tensor.defined() && tensor.storage_type() == like.storage_type()) return;
+  // Again after the parameters changed type (nn::ConvertAll) or device
+  // (nn::ToDevice).
+  if (tensor.defined() && tensor.storage_type() == like.storage_type() &&
+      tensor.device() == like.device()) {
+    return;
+  }
   ir::Literal lr(ir::Shape::Scalar(like.storage_type()));
   lr.SetFromDouble(0, rate);
   tensor = like.context()->FromLiteral(lr, like.device());

@@ -640,6 +640,11 @@ Tensor LogSoftmax(const Tensor& x, int64_t dim) {
   return shifted - Log(Sum(Exp(shifted), {dim}, true));
 }
 
+Tensor MeanSquaredError(const Tensor& predictions, const Tensor& targets) {
+  const Tensor diff = predictions - targets;
+  return Mean(diff * diff);
+}
+
 Tensor SoftmaxCrossEntropy(const Tensor& logits, const Tensor& one_hot_labels) {
   if (!logits.status().ok()) return logits;
   const double batch = static_cast<double>(logits.dim(0));

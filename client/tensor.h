@@ -311,6 +311,8 @@ Tensor Softmax(const Tensor& x, int64_t dim = -1);
 Tensor LogSoftmax(const Tensor& x, int64_t dim = -1);
 // Mean over the batch of -sum(labels * log_softmax(logits)).
 Tensor SoftmaxCrossEntropy(const Tensor& logits, const Tensor& one_hot_labels);
+// The mean over every element of (predictions - targets)^2.
+Tensor MeanSquaredError(const Tensor& predictions, const Tensor& targets);
 // How many rows of `logits` [batch, classes] have their largest entry at
 // their label (`labels` [batch], integers), as an f32 scalar: the count
 // behind an accuracy.
