@@ -61,7 +61,9 @@ class ClientCore {
     auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return sent_generation_ >= target || stopping_;
     };
+    ++flushing_;  // the releaser sends at once
     mu_.Await(absl::Condition(&done));
+    --flushing_;
     return last_release_error_;
   }
 
@@ -74,7 +76,9 @@ class ClientCore {
       auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return sent_generation_ >= target || session_id_.empty();
       };
+      ++flushing_;
       mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(5));
+      --flushing_;
       stopping_ = true;
       if (dispatching_ != nullptr) dispatching_->canceller_.Cancel();
     }
@@ -102,6 +106,15 @@ class ClientCore {
       };
       mu_.Await(absl::Condition(&ready));
       if (pending_buffers_.empty() && pending_executables_.empty()) return;  // stopping
+      // Gather more for a moment, so that a stream of small releases (an
+      // eager op frees its operand's buffer each time) costs one call and
+      // one wake-up of this thread per batch, not one per handle; Flush
+      // and Shutdown cut the wait short.
+      auto full = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopping_ || flushing_ > 0 ||
+               pending_buffers_.size() + pending_executables_.size() >= kReleaseBatch;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&full), kReleaseGather);
       v1::ReleaseRequest req;
       req.set_session_id(session_id_);
       for (auto& h : pending_buffers_) req.add_buffer_handles(std::move(h));
@@ -176,6 +189,10 @@ class ClientCore {
   uint64_t sent_generation_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status last_release_error_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Callers waiting for everything queued to be sent (Flush, Shutdown).
+  int flushing_ ABSL_GUARDED_BY(mu_) = 0;
+  static constexpr size_t kReleaseBatch = 256;
+  static constexpr absl::Duration kReleaseGather = absl::Milliseconds(2);
   struct Dispatched {
     std::shared_ptr<PendingExecution> pending;
     std::function<void()> work;

@@ -1,8 +1,11 @@
 #include "server/session.h"
 
 #include <malloc.h>
+#include <sys/random.h>
 
 #include <cstdio>
+#include <cerrno>
+#include <cstring>
 #include <random>
 
 #include "absl/strings/escaping.h"
@@ -12,18 +15,34 @@
 namespace kiln::server {
 
 std::string NewHandle(absl::string_view prefix) {
+  // 128 bits from the kernel's random source per handle, read 4 KiB at a
+  // time: one system call serves 256 handles.
   static absl::Mutex mu(absl::kConstInit);
-  static std::random_device* device = new std::random_device();
-  uint64_t a, b;
+  static unsigned char pool[4096] ABSL_GUARDED_BY(mu);
+  static size_t used ABSL_GUARDED_BY(mu) = sizeof(pool);
+  unsigned char bits[16];
   {
     absl::MutexLock lock(&mu);
-    a = (uint64_t{(*device)()} << 32) | (*device)();
-    b = (uint64_t{(*device)()} << 32) | (*device)();
+    if (used == sizeof(pool)) {
+      size_t filled = 0;
+      while (filled < sizeof(pool)) {
+        const ssize_t n = getrandom(pool + filled, sizeof(pool) - filled, 0);
+        if (n > 0) {
+          filled += static_cast<size_t>(n);
+        } else if (n < 0 && errno != EINTR) {
+          // No getrandom (an old kernel, a sandbox): the library's source.
+          std::random_device device;
+          for (; filled < sizeof(pool); ++filled) pool[filled] = static_cast<unsigned char>(device());
+        }
+      }
+      used = 0;
+    }
+    std::memcpy(bits, pool + used, sizeof(bits));
+    std::memset(pool + used, 0, sizeof(bits));  // a handle is handed out once
+    used += sizeof(bits);
   }
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(a),
-                static_cast<unsigned long long>(b));
-  return absl::StrCat(prefix, buf);
+  return absl::StrCat(
+      prefix, absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(bits), sizeof(bits))));
 }
 
 Session::Session(std::string id, std::string client_name, size_t feed_capacity,
