@@ -317,7 +317,15 @@ Tensor Relu(const Tensor& x) { return Maximum(x, ZerosLike(x)); }
 Tensor IsFinite(const Tensor& x) { return EmitInferred(Opcode::kIsFinite, {x}, {}); }
 
 Tensor Cast(const Tensor& x, ElementType type) {
-  if (!x.status().ok() || x.storage_type() == type) return x;
+  if (!x.status().ok()) return x;
+  if (x.IsReducedPrecision() && type == ElementType::kBF16) {
+    // A reduced-precision tensor cast to bf16: the same values as a bf16
+    // tensor.
+    Tensor genuine = Emit(Opcode::kCopy, x.shape(), {x});
+    if (genuine.status().ok()) genuine.node()->reduced_precision = false;
+    return genuine;
+  }
+  if (x.storage_type() == type) return x;
   return Emit(Opcode::kConvert, Shape(type, x.shape().dims()), {x});
 }
 

@@ -507,10 +507,18 @@ TEST_F(TensorTest, ReducedPrecisionKeepsTheLogicalType) {
   EXPECT_EQ(Values(r * 2.0), (std::vector<double>{2, 2, 6}));
   EXPECT_FALSE(Greater(r, r).IsReducedPrecision());
   EXPECT_EQ(Greater(r, r).dtype(), ElementType::kPred);
-  // A bf16 tensor by conversion is a bf16 tensor, not a reduced f32 one.
+  // A bf16 tensor by conversion is a bf16 tensor, not a reduced f32 one,
+  // whether it was full or reduced precision; a reduced one cast to f32 is
+  // full precision.
   Tensor genuine = Cast(a, ElementType::kBF16);
   EXPECT_EQ(genuine.dtype(), ElementType::kBF16);
   EXPECT_FALSE(genuine.IsReducedPrecision());
+  Tensor recast = Cast(r, ElementType::kBF16);
+  EXPECT_EQ(recast.dtype(), ElementType::kBF16);
+  EXPECT_FALSE(recast.IsReducedPrecision());
+  EXPECT_EQ(Values(recast), (std::vector<double>{1, 1, 3}));
+  EXPECT_EQ(Cast(r, ElementType::kF32).storage_type(), ElementType::kF32);
+  EXPECT_FALSE(Cast(r, ElementType::kF32).IsReducedPrecision());
   // Converting twice, or what is not full-precision f32, changes nothing.
   EXPECT_EQ(r.ToReducedPrecision().node(), r.node());
   Tensor ints = ctx_->FromVector<int32_t>(ElementType::kS32, {2}, {1, 2}, "cpu:0");
