@@ -113,7 +113,7 @@ TEST_F(CondTest, BadConditionalsAreRefusedWithTheirReason) {
   auto selector = Cond(Vec({1}), {x}, same, same);
   EXPECT_NE(message(selector).find("pred[] scalar"), std::string::npos) << message(selector);
   auto three = Switch(Pred(true), {x}, {same, same, same});
-  EXPECT_NE(message(three).find("two branches"), std::string::npos) << message(three);
+  EXPECT_NE(message(three).find("s32[] scalar"), std::string::npos) << message(three);
   auto none = Switch(Index(0), {x}, {});
   EXPECT_FALSE(none.ok());
   auto failed = Cond(Pred(true), {x}, same, failing);
@@ -132,6 +132,75 @@ TEST_F(CondTest, BadConditionalsAreRefusedWithTheirReason) {
       same);
   ASSERT_TRUE(leak.ok()) << leak.status();
   EXPECT_FALSE(escaped.ToHost().ok());
+}
+
+// Feeds run along a device loop body's own token chain: a branch that uses
+// them, or a loop with feeds nested in a branch or a body, is refused.
+TEST_F(CondTest, BranchesAndNestedLoopsCannotUseFeeds) {
+  auto same = [](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+    return std::vector<Tensor>{in[0]};
+  };
+  auto in_branch = While(2, {Vec({1})}, [&](DeviceLoop& loop, const std::vector<Tensor>& s)
+                                            -> absl::StatusOr<std::vector<Tensor>> {
+    return Cond(
+        Pred(true), {s[0]},
+        [&](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+          return std::vector<Tensor>{in[0] + loop.Infeed(ir::Shape(ElementType::kF32, {1}))};
+        },
+        same);
+  });
+  ASSERT_FALSE(in_branch.ok());
+  EXPECT_NE(in_branch.status().message().find("reads or writes feeds"), std::string::npos)
+      << in_branch.status();
+  // A body that drops the branch's error still cannot run its feeds there.
+  auto ignored = While(2, {Vec({1})}, [&](DeviceLoop& loop, const std::vector<Tensor>& s)
+                                          -> absl::StatusOr<std::vector<Tensor>> {
+    Cond(Pred(true), {s[0]},
+         [&](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+           loop.Outfeed(in[0]);
+           return std::vector<Tensor>{in[0]};
+         },
+         same)
+        .IgnoreError();
+    return std::vector<Tensor>{s[0]};
+  });
+  ASSERT_FALSE(ignored.ok());
+  EXPECT_NE(ignored.status().message().find("inside a conditional branch or a nested loop"),
+            std::string::npos) << ignored.status();
+  auto nested = While(2, {Vec({1})}, [&](DeviceLoop&, const std::vector<Tensor>& s)
+                                         -> absl::StatusOr<std::vector<Tensor>> {
+    return While(1, {s[0]}, [](DeviceLoop& inner, const std::vector<Tensor>& t)
+                                -> absl::StatusOr<std::vector<Tensor>> {
+      return std::vector<Tensor>{t[0] + inner.Infeed(ir::Shape(ElementType::kF32, {1}))};
+    });
+  });
+  ASSERT_FALSE(nested.ok());
+  EXPECT_NE(nested.status().message().find("cannot read or write feeds"), std::string::npos)
+      << nested.status();
+  auto empty = While(1, {Vec({1})}, LoopBody());
+  EXPECT_NE(empty.status().message().find("body is empty"), std::string::npos) << empty.status();
+}
+
+// Switch takes an s32 index (with a pred, which branch runs would read
+// backwards); branches agree in precision as in type.
+TEST_F(CondTest, SwitchTakesAnIndexAndBranchesAgreeInPrecision) {
+  auto same = [](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+    return std::vector<Tensor>{in[0]};
+  };
+  auto by_pred = Switch(Pred(false), {Vec({1})}, {same, same});
+  ASSERT_FALSE(by_pred.ok());
+  EXPECT_NE(by_pred.status().message().find("s32[] scalar"), std::string::npos) << by_pred.status();
+  Tensor r = Vec({1, 2}).ToReducedPrecision();
+  Tensor b = Cast(Vec({3, 4}), ElementType::kBF16);
+  auto mixed = Cond(
+      Pred(false), {r},
+      [&](const std::vector<Tensor>&) -> absl::StatusOr<std::vector<Tensor>> {
+        return std::vector<Tensor>{b};
+      },
+      same);
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("reduced precision"), std::string::npos)
+      << mixed.status();
 }
 
 // A conditional inside a device loop's body, reading the carried state:

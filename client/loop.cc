@@ -123,12 +123,26 @@ absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<
     spec->placeholders.push_back(p);
     inputs.push_back(Tensor(p));
   }
+  if (!body) return absl::InvalidArgumentError("the device loop's body is empty");
+  const bool nested = ctx->in_loop_body();
   DeviceLoop loop(ctx, device);
   ctx->BeginLoopBody();
   absl::StatusOr<std::vector<Tensor>> next = body(loop, inputs);
   LazyContext::LoopBodyNodes body_nodes = ctx->EndLoopBody();
   if (!next.ok()) return WithContext(next.status(), "device loop body");
   RETURN_IF_ERROR(loop.status());
+  // Feeds run in traced order along the body's own token chain: one used in
+  // a conditional branch or a nested body, or a loop with feeds inside
+  // another body or a branch, would run out of that order.
+  if (loop.last_token() != nullptr && !body_nodes.nodes.contains(loop.last_token().get())) {
+    return absl::InvalidArgumentError(
+        "the device loop's feeds were used inside a conditional branch or a nested loop body; "
+        "use them in the loop body itself");
+  }
+  if (nested && loop.last_token() != nullptr) {
+    return absl::InvalidArgumentError(
+        "a device loop inside a loop body or a conditional branch cannot read or write feeds");
+  }
   if (next->size() != state.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the loop body returned ", next->size(), " tensors for ", state.size(), " state tensors"));
@@ -267,6 +281,14 @@ absl::StatusOr<std::vector<Tensor>> ConditionalOfTracedBranches(
               "branch ", k, " result ", i, " is ", branch.results[i]->shape.ToString(),
               ", branch 0's ", result_shapes[i].ToString()));
         }
+        if (branch.results[i]->reduced_precision != branches[0].results[i]->reduced_precision) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "branch ", k, " result ", i, " is ",
+              branch.results[i]->reduced_precision ? "" : "not ",
+              "reduced precision, branch 0's is ",
+              branches[0].results[i]->reduced_precision ? "" : "not ",
+              "(convert one with ToReducedPrecision() or ToFullPrecision())"));
+        }
       }
     }
     absl::flat_hash_set<const Node*> inputs;
@@ -297,10 +319,24 @@ absl::StatusOr<std::vector<Tensor>> ConditionalOfTracedBranches(
   return out;
 }
 
-absl::StatusOr<std::vector<Tensor>> Switch(const Tensor& index, const std::vector<Tensor>& operands,
-                                           const std::vector<Branch>& branches) {
-  RETURN_IF_ERROR(index.status());
-  LazyContext* ctx = index.context();
+namespace {
+
+// Whether `nodes` (traced in a body or branch) read or write feeds: a feed
+// op, or a device loop that does.
+bool UsesFeeds(const absl::flat_hash_set<const Node*>& nodes) {
+  for (const Node* n : nodes) {
+    if (n->op == ir::Opcode::kInfeed || n->op == ir::Opcode::kOutfeed) return true;
+    if (n->loop != nullptr && n->loop->effects != nullptr) return true;
+  }
+  return false;
+}
+
+// Traces each branch over stand-ins for `operands`; the conditional of them.
+absl::StatusOr<std::vector<Tensor>> TraceConditional(const Tensor& selector,
+                                                     const std::vector<Tensor>& operands,
+                                                     const std::vector<Branch>& branches) {
+  RETURN_IF_ERROR(selector.status());
+  LazyContext* ctx = selector.context();
   std::vector<CondBranch> traced(branches.size());
   for (size_t k = 0; k < branches.size(); ++k) {
     CondBranch& branch = traced[k];
@@ -323,10 +359,28 @@ absl::StatusOr<std::vector<Tensor>> Switch(const Tensor& index, const std::vecto
       RETURN_IF_ERROR(WithContext(r.status(), absl::StrCat("conditional branch ", k)));
       branch.results.push_back(r.node());
     }
+    if (UsesFeeds(nodes.nodes)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "conditional branch ", k, " reads or writes feeds; a branch cannot (the feeds of a "
+          "device loop run in the loop body itself)"));
+    }
     branch.nodes = std::move(nodes.nodes);
     branch.alive = std::move(nodes.alive);
   }
-  return ConditionalOfTracedBranches(index, operands, std::move(traced));
+  return ConditionalOfTracedBranches(selector, operands, std::move(traced));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Tensor>> Switch(const Tensor& index, const std::vector<Tensor>& operands,
+                                           const std::vector<Branch>& branches) {
+  RETURN_IF_ERROR(index.status());
+  if (index.shape() != ir::Shape::Scalar(ir::ElementType::kS32)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Switch's index is an s32[] scalar, not ", index.shape().ToString(),
+        " (Cond takes a pred)"));
+  }
+  return TraceConditional(index, operands, branches);
 }
 
 absl::StatusOr<std::vector<Tensor>> Cond(const Tensor& pred, const std::vector<Tensor>& operands,
@@ -336,13 +390,14 @@ absl::StatusOr<std::vector<Tensor>> Cond(const Tensor& pred, const std::vector<T
     return absl::InvalidArgumentError(
         absl::StrCat("Cond's predicate is a pred[] scalar, not ", pred.shape().ToString()));
   }
-  return Switch(pred, operands, {on_true, on_false});
+  return TraceConditional(pred, operands, {on_true, on_false});
 }
 
 absl::Status WhileCarrying(int64_t trip_count,
                            const std::vector<std::pair<std::string, Tensor*>>& carried,
                            const std::function<absl::Status(DeviceLoop& loop)>& step) {
   if (carried.empty()) return absl::InvalidArgumentError("WhileCarrying needs state to carry");
+  if (!step) return absl::InvalidArgumentError("WhileCarrying's step is empty");
   std::vector<Tensor> before;
   for (const auto& [name, tensor] : carried) {
     if (tensor == nullptr || !tensor->defined()) {

@@ -369,7 +369,12 @@ absl::StatusOr<DynamicLossScale> DynamicLossScale::Create(LazyContext* ctx,
   count.SetFromDouble(0, 0);
   Tensor count_tensor = ctx->FromLiteral(std::move(count), device);
   RETURN_IF_ERROR(count_tensor.status());
-  return DynamicLossScale(options, std::move(scale_tensor), std::move(count_tensor));
+  ir::Literal finite(ir::Shape::Scalar(ir::ElementType::kPred));
+  finite.SetFromDouble(0, 1);
+  Tensor finite_tensor = ctx->FromLiteral(std::move(finite), device);
+  RETURN_IF_ERROR(finite_tensor.status());
+  return DynamicLossScale(options, std::move(scale_tensor), std::move(count_tensor),
+                          std::move(finite_tensor));
 }
 
 absl::StatusOr<std::vector<Tensor>> DynamicLossScale::Grad(const Tensor& loss,
@@ -387,7 +392,14 @@ absl::StatusOr<std::vector<Tensor>> DynamicLossScale::Grad(const Tensor& loss,
   const Tensor scale = Cast(scale_, type);
   ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(Cast(loss, type) * scale, params));
   const Tensor inverse = OnesLike(scale) / scale;
-  for (Tensor& g : grads) g = g * Cast(inverse, g.storage_type());
+  for (Tensor& g : grads) {
+    if (!ir::IsFloatType(g.storage_type())) continue;
+    // Unscaled in f32 (f64 for f64): 1/scale may be below a half type's range.
+    const ir::ElementType wide =
+        g.storage_type() == ir::ElementType::kF64 ? ir::ElementType::kF64 : ir::ElementType::kF32;
+    const Tensor unscaled = Cast(g, wide) * Cast(inverse, wide);
+    g = g.IsReducedPrecision() ? unscaled.ToReducedPrecision() : Cast(unscaled, g.storage_type());
+  }
   return grads;
 }
 
@@ -441,7 +453,9 @@ absl::StatusOr<std::vector<Tensor>> DynamicLossScale::Step(Optimizer& optimizer,
 }
 
 std::vector<std::pair<std::string, Tensor*>> DynamicLossScale::NamedState() {
-  return {{"loss_scale", &scale_}, {"loss_scale_finite_steps", &finite_steps_}};
+  return {{"loss_scale", &scale_},
+          {"loss_scale_finite_steps", &finite_steps_},
+          {"loss_scale_last_step_finite", &finite_}};
 }
 
 }  // namespace kiln::client::nn

@@ -271,7 +271,7 @@ class DynamicLossScale {
                                                  DynamicLossScaleOptions options = {});
 
   // The gradients of loss * scale (the loss converted to f32 first), each
-  // divided by the scale in its own type.
+  // divided by the scale in f32 (f64 for f64) and returned in its type.
   absl::StatusOr<std::vector<Tensor>> Grad(const Tensor& loss, const std::vector<Tensor>& params);
   // One step of `optimizer` taken where every gradient is finite: returns
   // the new parameters (the old ones on a skipped step), leaves the
@@ -279,17 +279,20 @@ class DynamicLossScale {
   absl::StatusOr<std::vector<Tensor>> Step(Optimizer& optimizer, const std::vector<Tensor>& params,
                                            const std::vector<Tensor>& grads);
 
-  // "loss_scale" (f32 scalar) and "loss_scale_finite_steps" (s32 scalar,
-  // finite steps since the scale last changed). The pointers stay valid
-  // while this object lives where it is.
+  // "loss_scale" (f32 scalar), "loss_scale_finite_steps" (s32 scalar,
+  // finite steps since the scale last changed) and
+  // "loss_scale_last_step_finite" (pred scalar, true before any step). The
+  // pointers stay valid while this object lives where it is.
   std::vector<std::pair<std::string, Tensor*>> NamedState();
   const Tensor& scale() const { return scale_; }
-  // After Step: whether its gradients were all finite (a pred scalar).
+  // Whether the last Step's gradients were all finite (a pred scalar).
   const Tensor& last_step_finite() const { return finite_; }
 
  private:
-  DynamicLossScale(DynamicLossScaleOptions options, Tensor scale, Tensor finite_steps)
-      : options_(options), scale_(std::move(scale)), finite_steps_(std::move(finite_steps)) {}
+  DynamicLossScale(DynamicLossScaleOptions options, Tensor scale, Tensor finite_steps,
+                   Tensor finite)
+      : options_(options), scale_(std::move(scale)), finite_steps_(std::move(finite_steps)),
+        finite_(std::move(finite)) {}
 
   DynamicLossScaleOptions options_;
   Tensor scale_, finite_steps_, finite_;

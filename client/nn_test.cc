@@ -571,6 +571,23 @@ TEST_F(NnTest, DynamicLossScaleRunsInADeviceLoop) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(moved[i], i + 1 - 0.561, 1e-5) << i;
   EXPECT_NEAR(Values(scaler->scale())[0], 2.5e37, 2.5e31);
   EXPECT_EQ(Values(*scaler->NamedState()[1].second), (std::vector<double>{1}));
+  // The last step's verdict is carried too, and readable after the loop.
+  EXPECT_EQ(Values(scaler->last_step_finite()), (std::vector<double>{1}));
+}
+
+// Half-precision parameters with a scale above 2^24, whose inverse f16
+// cannot hold: the gradients are unscaled in f32 and survive.
+TEST_F(NnTest, DynamicLossScaleUnscalesHalfGradientsInF32) {
+  DynamicLossScaleOptions options;
+  options.initial_scale = 33554432;  // 2^25
+  auto scaler = DynamicLossScale::Create(ctx_.get(), "cpu:0", options);
+  ASSERT_TRUE(scaler.ok()) << scaler.status();
+  Tensor w = Cast(ctx_->FromVector<float>(ElementType::kF32, {2}, {1, 2}, "cpu:0"),
+                  ElementType::kF16);
+  auto grads = scaler->Grad(Sum(Cast(w, ElementType::kF32)) * 1e-4, {w});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ((*grads)[0].dtype(), ElementType::kF16);
+  for (double g : Values((*grads)[0])) EXPECT_NEAR(g, 1e-4, 1e-7);
 }
 
 // A half-precision backward pass keeps a gradient below f16's range, as
