@@ -72,8 +72,11 @@ TEST_F(CondTest, RunsTheBranchThePredicatePicks) {
         return std::vector<Tensor>{in[1] - in[0], Sum(in[0])};
       });
   ASSERT_TRUE(out.ok()) << out.status();
+  const int64_t executions = ctx_->metrics().executions;
   EXPECT_EQ(Values((*out)[0]), (std::vector<double>{9, 18, 27}));
   EXPECT_EQ(Values((*out)[1]), (std::vector<double>{6}));
+  // Both results came out of one run.
+  EXPECT_EQ(ctx_->metrics().executions, executions + 1);
 }
 
 TEST_F(CondTest, SwitchRunsTheLastBranchForAnIndexOutOfRange) {

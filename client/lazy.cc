@@ -442,16 +442,18 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
     outputs.push_back(t.node());
   }
   if (outputs.empty()) return absl::OkStatus();
-  // A device loop's other results come out of the same run: realize those
-  // still held with the ones asked for, or reading them later would run
-  // the loop again (and find its infeed drained).
+  // A device loop's or a conditional's other results come out of the same
+  // run: realize those still held with the ones asked for, or reading them
+  // later would run it again (a loop would find its infeed drained).
   for (size_t i = 0, n = outputs.size(); i < n; ++i) {
     const Node& out = *outputs[i];
     if (out.op != ir::Opcode::kGetTupleElement || out.operands.size() != 1 ||
-        out.operands[0]->loop == nullptr) {
+        (out.operands[0]->loop == nullptr && out.operands[0]->cond == nullptr)) {
       continue;
     }
-    for (const std::weak_ptr<Node>& weak : out.operands[0]->loop->outputs) {
+    const Node& producer = *out.operands[0];
+    for (const std::weak_ptr<Node>& weak :
+         producer.loop != nullptr ? producer.loop->outputs : producer.cond->outputs) {
       std::shared_ptr<Node> sibling = weak.lock();
       if (sibling == nullptr || sibling->realized() || !sibling->status.ok() ||
           std::find(outputs.begin(), outputs.end(), sibling) != outputs.end()) {

@@ -308,13 +308,15 @@ absl::StatusOr<std::vector<Tensor>> ConditionalOfTracedBranches(
   spec->branches = std::move(branches);
   auto cond = NewNode(ir::Opcode::kConditional, ir::Shape::Tuple(result_shapes), device,
                       std::move(node_operands));
+  CondSpec* writable = spec.get();  // its outputs come next
   cond->cond = std::move(spec);
   cond->context = selector.node()->context;
   ctx->JoinLoopBody(cond);
   std::vector<Tensor> out;
   for (size_t i = 0; i < result_shapes.size(); ++i) {
     out.push_back(Tensor(TupleElement(ctx, cond, static_cast<int64_t>(i))));
-    out.back().node()->reduced_precision = cond->cond->branches[0].results[i]->reduced_precision;
+    out.back().node()->reduced_precision = writable->branches[0].results[i]->reduced_precision;
+    writable->outputs.push_back(out.back().node());
   }
   return out;
 }

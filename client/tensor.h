@@ -71,6 +71,9 @@ struct CondSpec {
   // Values from outside the branches that some branch reads.
   std::vector<std::shared_ptr<Node>> captures;
   size_t operand_count = 0;
+  // The results as the tracing program holds them (realized together, as
+  // a loop's are).
+  std::vector<std::weak_ptr<Node>> outputs;
 };
 
 // One recorded op (or a realized value). Not thread-safe: a trace belongs to
