@@ -40,14 +40,14 @@ Tensor UnBroadcast(const Tensor& g, const Tensor& x, const std::vector<int64_t>&
 
 absl::StatusOr<std::vector<Tensor>> ConvolutionGrad(const Node& node, const Tensor& x,
                                                     const Tensor& w, const Tensor& g) {
-  const int64_t groups = node.attrs.feature_group_count;
-  if (node.attrs.conv != Nhwc() || node.attrs.batch_group_count != 1) {
+  const int64_t groups = node.attrs->feature_group_count;
+  if (node.attrs->conv != Nhwc() || node.attrs->batch_group_count != 1) {
     return absl::UnimplementedError(
         "gradients of convolution need NHWC/HWIO layout and no batch groups");
   }
   std::vector<ir::WindowDim> in_window(2), k_window(2);
   for (int i = 0; i < 2; ++i) {
-    const ir::WindowDim f = node.attrs.window.empty() ? ir::WindowDim() : node.attrs.window[i];
+    const ir::WindowDim f = node.attrs->window.empty() ? ir::WindowDim() : node.attrs->window[i];
     if (f.base_dilation != 1) {
       return absl::UnimplementedError("gradients of convolution with input dilation");
     }
@@ -72,7 +72,7 @@ absl::StatusOr<std::vector<Tensor>> ConvolutionGrad(const Node& node, const Tens
   }
   Tensor dx;
   if (groups == 1) {
-    ir::ConvDims in_dims = node.attrs.conv;  // b01f_01oi->b01f
+    ir::ConvDims in_dims = node.attrs->conv;  // b01f_01oi->b01f
     in_dims.kernel_input_feature = 3;
     in_dims.kernel_output_feature = 2;
     dx = Convolution(g, Reverse(w, {0, 1}), in_window, in_dims);
@@ -105,7 +105,7 @@ absl::StatusOr<std::vector<Tensor>> ConvolutionGrad(const Node& node, const Tens
 
 absl::StatusOr<std::vector<Tensor>> DotGrad(const Node& node, const Tensor& a, const Tensor& b,
                                             const Tensor& g) {
-  const ir::DotDims& d = node.attrs.dot;
+  const ir::DotDims& d = node.attrs->dot;
   if (a.rank() == 2 && b.rank() == 2 && d.lhs_batch.empty() &&
       d.lhs_contracting == std::vector<int64_t>{1} && d.rhs_contracting == std::vector<int64_t>{0}) {
     return std::vector<Tensor>{Dot(g, b, ir::DotDims{{}, {}, {1}, {1}}),
@@ -123,7 +123,7 @@ absl::StatusOr<std::vector<Tensor>> DotGrad(const Node& node, const Tensor& a, c
 
 absl::StatusOr<std::vector<Tensor>> ReduceWindowGrad(const Node& node, const Tensor& x,
                                                      const Tensor& g) {
-  for (const ir::WindowDim& w : node.attrs.window) {
+  for (const ir::WindowDim& w : node.attrs->window) {
     if (w.base_dilation != 1 || w.window_dilation != 1) {
       return absl::UnimplementedError("gradients of dilated reduce-window");
     }
@@ -131,7 +131,7 @@ absl::StatusOr<std::vector<Tensor>> ReduceWindowGrad(const Node& node, const Ten
   if (node.reducer == Reducer::kMax) {
     // Select-and-scatter looks only at the operand's own elements in each
     // padded window, as the forward maximum takes only those.
-    return std::vector<Tensor>{SelectAndScatterMax(x, g, node.attrs.window), Tensor()};
+    return std::vector<Tensor>{SelectAndScatterMax(x, g, node.attrs->window), Tensor()};
   }
   if (node.reducer == Reducer::kAdd) {
     // Every input element receives the gradients of the windows that hold
@@ -139,7 +139,7 @@ absl::StatusOr<std::vector<Tensor>> ReduceWindowGrad(const Node& node, const Ten
     std::vector<ir::PadDim> pad;
     std::vector<ir::WindowDim> window;
     for (int i = 0; i < x.rank(); ++i) {
-      const ir::WindowDim& w = node.attrs.window[i];
+      const ir::WindowDim& w = node.attrs->window[i];
       ir::PadDim p;
       p.lo = w.size - 1 - w.pad_lo;
       p.interior = w.stride - 1;
@@ -203,15 +203,15 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
     }
     case Opcode::kConvert: return std::vector<Tensor>{Cast(g, x[0].storage_type())};
     case Opcode::kBroadcast:
-      return std::vector<Tensor>{UnBroadcast(g, x[0], node.attrs.dimensions)};
+      return std::vector<Tensor>{UnBroadcast(g, x[0], node.attrs->dimensions)};
     case Opcode::kReshape: return std::vector<Tensor>{Reshape(g, x[0].shape().dims())};
     case Opcode::kTranspose:
-      return std::vector<Tensor>{Transpose(g, InversePermutation(node.attrs.dimensions))};
-    case Opcode::kReverse: return std::vector<Tensor>{Reverse(g, node.attrs.dimensions)};
+      return std::vector<Tensor>{Transpose(g, InversePermutation(node.attrs->dimensions))};
+    case Opcode::kReverse: return std::vector<Tensor>{Reverse(g, node.attrs->dimensions)};
     case Opcode::kSlice: {
       std::vector<ir::PadDim> pad;
       for (int i = 0; i < x[0].rank(); ++i) {
-        const ir::SliceDim& s = node.attrs.slice[i];
+        const ir::SliceDim& s = node.attrs->slice[i];
         const int64_t n = node.shape.dim(i);
         const int64_t last = n == 0 ? s.start : s.start + (n - 1) * s.stride + 1;
         pad.push_back({s.start, x[0].dim(i) - last, n == 0 ? 0 : s.stride - 1});
@@ -221,7 +221,7 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
     case Opcode::kPad: {
       std::vector<int64_t> start, limit, stride;
       for (int i = 0; i < x[0].rank(); ++i) {
-        const ir::PadDim& p = node.attrs.padding[i];
+        const ir::PadDim& p = node.attrs->padding[i];
         if (p.lo < 0 || p.hi < 0) {
           return absl::UnimplementedError("gradients of negative padding");
         }
@@ -234,7 +234,7 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
     }
     case Opcode::kConcatenate: {
       std::vector<Tensor> grads;
-      const int64_t dim = node.attrs.dimensions[0];
+      const int64_t dim = node.attrs->dimensions[0];
       int64_t offset = 0;
       for (const Tensor& o : x) {
         std::vector<int64_t> start(g.rank(), 0), limit = g.shape().dims();
@@ -248,8 +248,8 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
     case Opcode::kReduce: {
       std::vector<int64_t> kept;
       for (int i = 0; i < x[0].rank(); ++i) {
-        if (std::find(node.attrs.dimensions.begin(), node.attrs.dimensions.end(), i) ==
-            node.attrs.dimensions.end()) {
+        if (std::find(node.attrs->dimensions.begin(), node.attrs->dimensions.end(), i) ==
+            node.attrs->dimensions.end()) {
           kept.push_back(i);
         }
       }
@@ -283,7 +283,7 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
     case Opcode::kGather: {
       // Each gathered element goes back where it came from, adding up where
       // slices overlap: a scatter-add with the mirrored dimension numbers.
-      const ir::GatherDims& d = node.attrs.gather;
+      const ir::GatherDims& d = node.attrs->gather;
       ir::ScatterDims s;
       s.update_window_dims = d.offset_dims;
       s.inserted_window_dims = d.collapsed_slice_dims;
@@ -299,7 +299,7 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
       // where the updates overwrote it. Each update's gradient is the part
       // of the result it went to: a gather with the mirrored dimension
       // numbers, as large as an update's window.
-      const ir::ScatterDims& d = node.attrs.scatter;
+      const ir::ScatterDims& d = node.attrs->scatter;
       ir::GatherDims gather;
       gather.offset_dims = d.update_window_dims;
       gather.collapsed_slice_dims = d.inserted_window_dims;
@@ -621,7 +621,7 @@ absl::StatusOr<std::vector<Tensor>> Grad(const Tensor& loss, const std::vector<T
           (node->operands[0]->cond != nullptr || node->operands[0]->loop != nullptr)) {
         std::vector<Tensor>& results = result_adjoints[node->operands[0].get()];
         results.resize(node->operands[0]->shape.tuple_shapes().size());
-        Tensor& slot = results[node->attrs.tuple_index];
+        Tensor& slot = results[node->attrs->tuple_index];
         slot = slot.defined() ? slot + a->second : a->second;
         continue;
       }

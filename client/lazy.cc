@@ -228,7 +228,7 @@ Tensor LazyContext::Constant(const ir::Literal& value, const std::string& device
   node->op = ir::Opcode::kConstant;
   node->shape = value.shape();
   node->device = device;
-  node->attrs.literal = value;
+  node->attrs.Mutable().literal = value;
   node->context = shared_from_this();
   return Tensor(std::move(node));
 }
@@ -428,10 +428,10 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
     if (t.node()->realized()) continue;
     if (t.node()->op == ir::Opcode::kConstant && t.node()->operands.empty() && tensors.size() == 1) {
       // A lone constant: upload it.
-      Tensor up = FromLiteral(t.node()->attrs.literal, t.device());
+      Tensor up = FromLiteral(t.node()->attrs->literal, t.device());
       RETURN_IF_ERROR(up.status());
       t.node()->data = up.node()->data;
-      t.node()->host_value = t.node()->attrs.literal;
+      t.node()->host_value = t.node()->attrs->literal;
       continue;
     }
     if (!device.empty() && t.device() != device) {

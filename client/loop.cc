@@ -22,7 +22,7 @@ std::shared_ptr<Node> TupleElement(LazyContext* ctx, const std::shared_ptr<Node>
                                    int64_t index) {
   auto node = NewNode(ir::Opcode::kGetTupleElement, tuple->shape.tuple_shape(index),
                       tuple->device, {tuple});
-  node->attrs.tuple_index = index;
+  node->attrs.Mutable().tuple_index = index;
   return ctx->Record(std::move(node)).node();
 }
 

@@ -112,7 +112,7 @@ class Lowerer {
  private:
   absl::StatusOr<ir::Instruction*> LowerOp(ir::Builder& b, const Node& node,
                                            std::vector<ir::Instruction*> operands) {
-    if (node.op == ir::Opcode::kConstant) return b.Constant(node.attrs.literal);
+    if (node.op == ir::Opcode::kConstant) return b.Constant(node.attrs->literal);
     if (node.op == ir::Opcode::kParameter) {
       return absl::FailedPreconditionError(
           "a tensor of a device loop body or a conditional branch was used outside it");
@@ -125,13 +125,13 @@ class Lowerer {
     if (node.op == ir::Opcode::kSort) {
       std::vector<ir::ElementType> types;
       for (const auto& o : node.operands) types.push_back(o->shape.type());
-      called = {reducers_.SortComparator(types, node.attrs.direction)};
+      called = {reducers_.SortComparator(types, node.attrs->direction)};
     } else if (node.op == ir::Opcode::kSelectAndScatter) {
       called = {reducers_.SelectGe(type), reducers_.Get(Reducer::kAdd, type)};
     } else if (node.reducer != Reducer::kNone) {
       called = {reducers_.Get(node.reducer, type)};
     }
-    return b.AddOp(node.op, std::move(operands), node.attrs, called, node.shape);
+    return b.AddOp(node.op, std::move(operands), *node.attrs, called, node.shape);
   }
 
   // The carried tuple is (s32 counter, state..., captured...): the condition

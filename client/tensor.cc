@@ -64,7 +64,7 @@ Tensor Emit(Opcode op, Shape shape, std::vector<Tensor> operands, ir::Attributes
   node->op = op;
   node->shape = std::move(shape);
   node->device = operands[0].device();
-  node->attrs = std::move(attrs);
+  node->attrs.Set(std::move(attrs));
   node->reducer = reducer;
   node->operands.reserve(operands.size());
   for (Tensor& t : operands) {
@@ -219,7 +219,7 @@ Tensor BinaryWith(Opcode op, const Tensor& a, const Tensor& b, ir::Attributes at
     node->op = op;
     node->shape = op == Opcode::kCompare ? Shape(ElementType::kPred, a.shape().dims()) : a.shape();
     node->device = a.device();
-    node->attrs = std::move(attrs);
+    node->attrs.Set(std::move(attrs));
     node->operands = {a.node(), b.node()};
     node->context = a.node()->context;
     node->reduced_precision = op != Opcode::kCompare && (a.node()->reduced_precision ||
@@ -783,7 +783,7 @@ Tensor Iota(const Tensor& like, const Shape& shape, int64_t dimension) {
   iota->op = Opcode::kIota;
   iota->shape = shape;
   iota->device = like.device();
-  iota->attrs.iota_dimension = dimension;
+  iota->attrs.Mutable().iota_dimension = dimension;
   iota->context = like.node()->context;
   return like.context()->Record(std::move(iota));
 }

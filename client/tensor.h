@@ -76,13 +76,40 @@ struct CondSpec {
   std::vector<std::weak_ptr<Node>> outputs;
 };
 
+// A node's attributes, held only by the ops that have some (an elementwise
+// op has none): a node stays small (an IR attribute set is most of a
+// kilobyte), and cheap to allocate.
+class NodeAttributes {
+ public:
+  const ir::Attributes& operator*() const { return value_ != nullptr ? *value_ : Empty(); }
+  const ir::Attributes* operator->() const { return &**this; }
+  ir::Attributes& Mutable() {
+    if (value_ == nullptr) value_ = std::make_unique<ir::Attributes>();
+    return *value_;
+  }
+  void Set(ir::Attributes attrs) {
+    if (attrs == Empty()) {
+      value_.reset();
+    } else {
+      value_ = std::make_unique<ir::Attributes>(std::move(attrs));
+    }
+  }
+
+ private:
+  static const ir::Attributes& Empty() {
+    static const ir::Attributes* empty = new ir::Attributes();
+    return *empty;
+  }
+  std::unique_ptr<ir::Attributes> value_;
+};
+
 // One recorded op (or a realized value). Not thread-safe: a trace belongs to
 // one thread at a time.
 struct Node {
   ir::Opcode op = ir::Opcode::kParameter;
   ir::Shape shape;
   std::vector<std::shared_ptr<Node>> operands;
-  ir::Attributes attrs;
+  NodeAttributes attrs;
   Reducer reducer = Reducer::kNone;
   std::string device;
   // Set once the value exists on the device; the node then drops its operands.

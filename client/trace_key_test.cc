@@ -469,12 +469,12 @@ TEST_F(TraceKeyTest, EveryAttributeIsKeyed) {
     n->op = ir::Opcode::kAdd;
     n->shape = a.shape();
     n->operands = {a.node(), a.node()};
-    n->attrs.slice = {ir::SliceDim{}};
-    n->attrs.padding = {ir::PadDim{}};
-    n->attrs.window = {ir::WindowDim{}};
-    n->attrs.replica_groups = {{0}};
-    n->attrs.operand_precision = {ir::Precision::kDefault};
-    edit(n->attrs);
+    n->attrs.Mutable().slice = {ir::SliceDim{}};
+    n->attrs.Mutable().padding = {ir::PadDim{}};
+    n->attrs.Mutable().window = {ir::WindowDim{}};
+    n->attrs.Mutable().replica_groups = {{0}};
+    n->attrs.Mutable().operand_precision = {ir::Precision::kDefault};
+    edit(n->attrs.Mutable());
     absl::StatusOr<TraceKey> key = KeyOfTrace({n});
     EXPECT_TRUE(key.ok()) << key.status();
     return key.ok() ? key->bytes : "";
