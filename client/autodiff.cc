@@ -330,6 +330,43 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
   }
 }
 
+Tensor S32Scalar(const Node& like, int64_t value) {
+  ir::Literal lit(ir::Shape::Scalar(ir::ElementType::kS32));
+  lit.SetFromDouble(0, static_cast<double>(value));
+  return like.context->Constant(lit, like.device);
+}
+
+// [lead, dims...].
+std::vector<int64_t> Prepended(int64_t lead, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> out{lead};
+  out.insert(out.end(), dims.begin(), dims.end());
+  return out;
+}
+
+// [index, 0, 0, ...]: the start of row `index` of a stack of `rank`-dim values.
+std::vector<Tensor> RowStart(const Node& like, const Tensor& index, int rank) {
+  std::vector<Tensor> starts{index};
+  for (int d = 0; d < rank; ++d) starts.push_back(S32Scalar(like, 0));
+  return starts;
+}
+
+// Row `index` of `stack` (a [rows, shape...] stack of values of `shape`).
+Tensor StackRow(const Node& like, const Tensor& stack, const Tensor& index,
+                const ir::Shape& shape) {
+  return Reshape(DynamicSlice(stack, RowStart(like, index, shape.rank()), Prepended(1, shape.dims())),
+                 shape.dims());
+}
+
+// `body` (a loop spec or a branch traced for a gradient) keeps the nodes
+// just traced for it and those of the forward body it reads.
+template <typename Body, typename Forward>
+void KeepNodes(Body& body, LazyContext::LoopBodyNodes traced, const Forward& forward) {
+  body.nodes = std::move(traced.nodes);
+  body.nodes.insert(forward.nodes.begin(), forward.nodes.end());
+  body.alive = std::move(traced.alive);
+  body.alive.insert(body.alive.end(), forward.alive.begin(), forward.alive.end());
+}
+
 // The gradients of a conditional's operands (selector, operands, captures)
 // given those of its results (`cotangents`, one per result, undefined where
 // none flows): a conditional on the same selector whose branch k
@@ -367,23 +404,16 @@ absl::StatusOr<std::vector<Tensor>> CondGrad(const std::shared_ptr<Node>& node,
     ctx->BeginLoopBody();
     Tensor loss;
     for (size_t i : flowing) {
-      auto cotangent = std::make_shared<Node>();
-      cotangent->shape = node->shape.tuple_shape(i);
-      cotangent->reduced_precision = forward.results[i]->reduced_precision;
-      cotangent->device = node->device;
-      cotangent->context = node->context;
+      std::shared_ptr<Node> cotangent =
+          StandIn(*node, node->shape.tuple_shape(i), forward.results[i]->reduced_precision);
       branch.placeholders.push_back(cotangent);
       Tensor term = Cast(Sum(Tensor(forward.results[i]) * Tensor(cotangent)), ir::ElementType::kF32);
       loss = loss.defined() ? loss + term : term;
     }
     absl::StatusOr<std::vector<Tensor>> grads = Grad(loss, params);
-    LazyContext::LoopBodyNodes traced = ctx->EndLoopBody();
+    KeepNodes(branch, ctx->EndLoopBody(), forward);
     RETURN_IF_ERROR(WithContext(grads.status(), "gradient of a conditional branch"));
     for (const Tensor& g : *grads) branch.results.push_back(g.node());
-    branch.nodes = std::move(traced.nodes);
-    branch.nodes.insert(forward.nodes.begin(), forward.nodes.end());
-    branch.alive = std::move(traced.alive);
-    branch.alive.insert(branch.alive.end(), forward.alive.begin(), forward.alive.end());
     branches.push_back(std::move(branch));
   }
   ASSIGN_OR_RETURN(std::vector<Tensor> grads,
@@ -391,29 +421,6 @@ absl::StatusOr<std::vector<Tensor>> CondGrad(const std::shared_ptr<Node>& node,
                                                std::move(branches)));
   for (size_t k = 0; k < wanted.size(); ++k) out[wanted[k]] = grads[k];
   return out;
-}
-
-// A body-side stand-in (an unrealized parameter node) of `shape`.
-std::shared_ptr<Node> StandIn(const Node& like, const ir::Shape& shape, bool reduced) {
-  auto node = std::make_shared<Node>();
-  node->shape = shape;
-  node->device = like.device;
-  node->context = like.context;
-  node->reduced_precision = reduced;
-  return node;
-}
-
-Tensor S32Scalar(const Node& like, int64_t value) {
-  ir::Literal lit(ir::Shape::Scalar(ir::ElementType::kS32));
-  lit.SetFromDouble(0, static_cast<double>(value));
-  return like.context->Constant(lit, like.device);
-}
-
-// [index, 0, 0, ...]: the start of row `index` of a stack of `rank`-dim values.
-std::vector<Tensor> RowStart(const Node& like, const Tensor& index, int rank) {
-  std::vector<Tensor> starts{index};
-  for (int d = 0; d < rank; ++d) starts.push_back(S32Scalar(like, 0));
-  return starts;
 }
 
 // The gradients of a device loop's operands (its state, then its captures)
@@ -465,16 +472,12 @@ absl::StatusOr<std::vector<Tensor>> WhileGrad(const std::shared_ptr<Node>& node,
   std::shared_ptr<Node> counter = StandIn(like, ir::Shape::Scalar(ir::ElementType::kS32), false);
   for (size_t i = 0; i < m; ++i) {
     const Node& s = *loop.placeholders[i];
-    std::vector<int64_t> row_dims{1}, stack_dims{n};
-    for (int64_t d : s.shape.dims()) {
-      row_dims.push_back(d);
-      stack_dims.push_back(d);
-    }
-    const ir::Shape stack_shape(s.shape.type(), stack_dims);
+    const ir::Shape stack_shape(s.shape.type(), Prepended(n, s.shape.dims()));
     std::shared_ptr<Node> stack = StandIn(like, stack_shape, s.reduced_precision);
     forward->placeholders.push_back(stack);
     forward->results.push_back(
-        DynamicUpdateSlice(Tensor(stack), Reshape(Tensor(loop.placeholders[i]), row_dims),
+        DynamicUpdateSlice(Tensor(stack),
+                           Reshape(Tensor(loop.placeholders[i]), Prepended(1, s.shape.dims())),
                            RowStart(like, Tensor(counter), s.shape.rank()))
             .node());
     init.push_back(FullLike(init[i], stack_shape, 0));
@@ -482,11 +485,7 @@ absl::StatusOr<std::vector<Tensor>> WhileGrad(const std::shared_ptr<Node>& node,
   forward->placeholders.push_back(counter);
   forward->results.push_back((Tensor(counter) + 1.0).node());
   init.push_back(S32Scalar(like, 0));
-  LazyContext::LoopBodyNodes traced = ctx->EndLoopBody();
-  forward->nodes = std::move(traced.nodes);
-  forward->nodes.insert(loop.nodes.begin(), loop.nodes.end());
-  forward->alive = std::move(traced.alive);
-  forward->alive.insert(forward->alive.end(), loop.alive.begin(), loop.alive.end());
+  KeepNodes(*forward, ctx->EndLoopBody(), loop);
   ASSIGN_OR_RETURN(std::vector<Tensor> stacked, WhileOfTracedBody(n, init, forward));
   const std::vector<Tensor> stacks(stacked.begin() + m, stacked.begin() + 2 * m);
 
@@ -526,17 +525,11 @@ absl::StatusOr<std::vector<Tensor>> WhileGrad(const std::shared_ptr<Node>& node,
     }
     const Tensor previous = Tensor(index) - 1.0;
     for (size_t i = 0; i < m; ++i) {
-      const ir::Shape& shape = loop.placeholders[i]->shape;
-      std::vector<int64_t> row_dims{1};
-      for (int64_t d : shape.dims()) row_dims.push_back(d);
-      results.push_back(
-          Reshape(DynamicSlice(stacks[i], RowStart(like, previous, shape.rank()), row_dims),
-                  shape.dims())
-              .node());
+      results.push_back(StackRow(like, stacks[i], previous, loop.placeholders[i]->shape).node());
     }
     results.push_back(previous.node());
   }
-  traced = ctx->EndLoopBody();
+  KeepNodes(*backward, ctx->EndLoopBody(), loop);
   RETURN_IF_ERROR(WithContext(grads.status(), "gradient of a device loop body"));
   backward->placeholders = cotangent_in;
   backward->placeholders.insert(backward->placeholders.end(), sums_in.begin(), sums_in.end());
@@ -544,17 +537,8 @@ absl::StatusOr<std::vector<Tensor>> WhileGrad(const std::shared_ptr<Node>& node,
                                 loop.placeholders.end());
   backward->placeholders.push_back(index);
   backward->results = std::move(results);
-  backward->nodes = std::move(traced.nodes);
-  backward->nodes.insert(loop.nodes.begin(), loop.nodes.end());
-  backward->alive = std::move(traced.alive);
-  backward->alive.insert(backward->alive.end(), loop.alive.begin(), loop.alive.end());
   for (size_t i = 0; i < m; ++i) {
-    const ir::Shape& shape = loop.placeholders[i]->shape;
-    std::vector<int64_t> row_dims{1};
-    for (int64_t d : shape.dims()) row_dims.push_back(d);
-    init.push_back(Reshape(DynamicSlice(stacks[i], RowStart(like, S32Scalar(like, n - 1), shape.rank()),
-                                        row_dims),
-                           shape.dims()));
+    init.push_back(StackRow(like, stacks[i], S32Scalar(like, n - 1), loop.placeholders[i]->shape));
   }
   init.push_back(S32Scalar(like, n - 1));
   ASSIGN_OR_RETURN(std::vector<Tensor> back, WhileOfTracedBody(n, init, backward));

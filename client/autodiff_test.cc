@@ -190,6 +190,17 @@ TEST_F(GradTest, GatherAddsGradientsBackWhereRowsCameFrom) {
   }, {vec});
 }
 
+// Scatter rows: index i of a [N] index vector picks the row of a [rows,
+// columns] operand that update row i goes to.
+ir::ScatterDims RowScatter() {
+  ir::ScatterDims dims;
+  dims.update_window_dims = {1};
+  dims.inserted_window_dims = {0};
+  dims.scatter_dims_to_operand_dims = {0};
+  dims.index_vector_dim = 1;
+  return dims;
+}
+
 TEST_F(GradTest, ScatterAddSendsEachUpdateTheGradientOfWhereItWent) {
   auto base = Random({5, 3}, -1, 1, 33), updates = Random({4, 3}, -1, 1, 34);
   // Rows 1 and 4 take two updates each; the result is squared so that the
@@ -197,12 +208,7 @@ TEST_F(GradTest, ScatterAddSendsEachUpdateTheGradientOfWhereItWent) {
   auto scatter = [](auto& t) {
     Tensor ids = t[0].context()->template FromVector<int32_t>(
         ElementType::kS32, {4}, std::vector<int32_t>{1, 4, 4, 1}, "cpu:0");
-    ir::ScatterDims dims;
-    dims.update_window_dims = {1};
-    dims.inserted_window_dims = {0};
-    dims.scatter_dims_to_operand_dims = {0};
-    dims.index_vector_dim = 1;
-    Tensor out = ScatterAdd(t[0], ids, t[1], dims);
+    Tensor out = ScatterAdd(t[0], ids, t[1], RowScatter());
     return out * out;
   };
   CheckGradient(scatter, {base, updates});
@@ -215,24 +221,14 @@ TEST_F(GradTest, ScatterReplacingSendsTheOverwrittenRowsNoGradient) {
   auto scatter = [](auto& t) {
     Tensor ids = t[0].context()->template FromVector<int32_t>(
         ElementType::kS32, {2}, std::vector<int32_t>{3, 0}, "cpu:0");
-    ir::ScatterDims dims;
-    dims.update_window_dims = {1};
-    dims.inserted_window_dims = {0};
-    dims.scatter_dims_to_operand_dims = {0};
-    dims.index_vector_dim = 1;
-    Tensor out = Scatter(t[0], ids, t[1], dims);
+    Tensor out = Scatter(t[0], ids, t[1], RowScatter());
     return out * out;
   };
   CheckGradient(scatter, {base, updates});
   // And the values: NumPy's base[[3, 0]] = updates.
   Tensor b = ctx_->FromLiteral(base, "cpu:0"), u = ctx_->FromLiteral(updates, "cpu:0");
   Tensor ids = ctx_->FromVector<int32_t>(ElementType::kS32, {2}, {3, 0}, "cpu:0");
-  ir::ScatterDims dims;
-  dims.update_window_dims = {1};
-  dims.inserted_window_dims = {0};
-  dims.scatter_dims_to_operand_dims = {0};
-  dims.index_vector_dim = 1;
-  auto got = Scatter(b, ids, u, dims).ToHost();
+  auto got = Scatter(b, ids, u, RowScatter()).ToHost();
   ASSERT_TRUE(got.ok()) << got.status();
   for (int r = 0; r < 5; ++r) {
     for (int c = 0; c < 3; ++c) {

@@ -23,23 +23,28 @@ absl::Status DataParallel::ReplicateAll(std::vector<Tensor>* tensors) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> DataParallel::Shard(const ir::Literal& batch) const {
+absl::StatusOr<ir::Literal> BatchShard(const ir::Literal& batch, int shard, int shards) {
   const ir::Shape& shape = batch.shape();
-  const int64_t n = replicas();
-  if (!shape.IsArray() || shape.rank() == 0 || shape.dim(0) % n != 0) {
+  if (!shape.IsArray() || shape.rank() == 0 || shards < 1 || shape.dim(0) % shards != 0 ||
+      shard < 0 || shard >= shards) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cannot split ", shape.ToString(), " into ", n, " equal shards along dimension 0"));
+        "cannot split ", shape.ToString(), " into ", shards, " equal shards along dimension 0"));
   }
   ir::Shape shard_shape = shape;
-  shard_shape.mutable_dims()[0] = shape.dim(0) / n;
+  shard_shape.mutable_dims()[0] = shape.dim(0) / shards;
   const int64_t shard_bytes = shard_shape.ByteSize();
+  ir::Literal out(shard_shape);
+  if (shard_bytes > 0) {
+    std::memcpy(out.mutable_bytes().data(), batch.bytes().data() + shard * shard_bytes,
+                shard_bytes);
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> DataParallel::Shard(const ir::Literal& batch) const {
   std::vector<ir::Literal> shards;
-  for (int64_t r = 0; r < n; ++r) {
-    ir::Literal shard(shard_shape);
-    if (shard_bytes > 0) {
-      std::memcpy(shard.mutable_bytes().data(), batch.bytes().data() + r * shard_bytes,
-                  shard_bytes);
-    }
+  for (int r = 0; r < replicas(); ++r) {
+    ASSIGN_OR_RETURN(ir::Literal shard, BatchShard(batch, r, replicas()));
     shards.push_back(std::move(shard));
   }
   Tensor out = ctx_->FromReplicaLiterals(shards, devices_);

@@ -22,6 +22,11 @@
 
 namespace kiln::client {
 
+// Part `shard` of `shards` equal parts of `batch` along its first
+// dimension (what DataParallel::Shard gives replica `shard`).
+// INVALID_ARGUMENT when the dimension is not a multiple of `shards`.
+absl::StatusOr<ir::Literal> BatchShard(const ir::Literal& batch, int shard, int shards);
+
 // Not thread-safe (it traces on the context's thread). The context is
 // borrowed and must outlive the helper.
 class DataParallel {

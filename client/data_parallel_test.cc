@@ -70,6 +70,18 @@ TEST_P(DataParallelTest, CrossReplicaSumOfIdenticalInputsIsNTimesTheValue) {
   EXPECT_THAT(Values(*once.ToHost()), ::testing::ElementsAre(1, -2, 0.5));
 }
 
+// The small two-layer classifier's parameters on `device`, and its loss.
+std::vector<Tensor> InitialParams(LazyContext* ctx, const std::string& device) {
+  return {ctx->FromLiteral(Random(Shape(ElementType::kF32, {8, 16}), 1), device),
+          ctx->FromLiteral(ir::Literal(Shape(ElementType::kF32, {16})), device),
+          ctx->FromLiteral(Random(Shape(ElementType::kF32, {16, 3}), 2), device)};
+}
+
+Tensor ClassifierLoss(const std::vector<Tensor>& params, const Tensor& x, const Tensor& y) {
+  Tensor h = Relu(Matmul(x, params[0]) + params[1]);
+  return SoftmaxCrossEntropy(Matmul(h, params[2]), OneHot(y, 3));
+}
+
 // A small two-layer classifier; returns the parameters after `steps` SGD
 // steps on `batches`, trained either on one device with whole batches or
 // data-parallel over `replicas` devices with each batch split among them.
@@ -78,9 +90,7 @@ std::vector<ir::Literal> Train(LazyContext* ctx, const std::vector<std::string>&
                                std::vector<double>* losses) {
   DataParallel dp(ctx, devices);
   const std::string& lead = dp.lead_device();
-  std::vector<Tensor> params = {ctx->FromLiteral(Random(Shape(ElementType::kF32, {8, 16}), 1), lead),
-                                ctx->FromLiteral(ir::Literal(Shape(ElementType::kF32, {16})), lead),
-                                ctx->FromLiteral(Random(Shape(ElementType::kF32, {16, 3}), 2), lead)};
+  std::vector<Tensor> params = InitialParams(ctx, lead);
   const bool parallel = devices.size() > 1;
   if (parallel) {
     EXPECT_TRUE(dp.ReplicateAll(&params).ok());
@@ -89,8 +99,7 @@ std::vector<ir::Literal> Train(LazyContext* ctx, const std::vector<std::string>&
   for (const auto& [images, labels] : batches) {
     Tensor x = parallel ? *dp.Shard(images) : ctx->FromLiteral(images, lead);
     Tensor y = parallel ? *dp.Shard(labels) : ctx->FromLiteral(labels, lead);
-    Tensor h = Relu(Matmul(x, params[0]) + params[1]);
-    Tensor loss = SoftmaxCrossEntropy(Matmul(h, params[2]), OneHot(y, 3));
+    Tensor loss = ClassifierLoss(params, x, y);
     std::vector<Tensor> grads = *Grad(loss, params);
     if (parallel) grads = dp.AllReduceMean(grads);
     Tensor mean_loss = parallel ? CrossReplicaSum(loss) * (1.0 / dp.replicas()) : loss;
@@ -157,10 +166,7 @@ TEST_P(DataParallelTest, ReplicatedDeviceLoopMatchesOneDeviceWithNTimesTheBatch)
 
   DataParallel dp(ctx_.get(), Devices(GetParam(), kReplicas));
   const std::string& lead = dp.lead_device();
-  std::vector<Tensor> params = {
-      ctx_->FromLiteral(Random(Shape(ElementType::kF32, {8, 16}), 1), lead),
-      ctx_->FromLiteral(ir::Literal(Shape(ElementType::kF32, {16})), lead),
-      ctx_->FromLiteral(Random(Shape(ElementType::kF32, {16, 3}), 2), lead)};
+  std::vector<Tensor> params = InitialParams(ctx_.get(), lead);
   ASSERT_TRUE(dp.ReplicateAll(&params).ok());
   Sgd sgd(0.1, 0.9);
   sgd.InitState(params);
@@ -186,8 +192,7 @@ TEST_P(DataParallelTest, ReplicatedDeviceLoopMatchesOneDeviceWithNTimesTheBatch)
   absl::Status st = WhileCarrying(kSteps, carried, [&](DeviceLoop& loop) -> absl::Status {
     Tensor x = loop.Infeed(x_shard);
     Tensor y = loop.Infeed(y_shard);
-    Tensor h = Relu(Matmul(x, params[0]) + params[1]);
-    Tensor loss = SoftmaxCrossEntropy(Matmul(h, params[2]), OneHot(y, 3));
+    Tensor loss = ClassifierLoss(params, x, y);
     ASSIGN_OR_RETURN(std::vector<Tensor> grads, Grad(loss, params));
     loop.Outfeed(CrossReplicaSum(loss) * (1.0 / dp.replicas()));
     ASSIGN_OR_RETURN(std::vector<Tensor> next, sgd.Step(params, dp.AllReduceMean(grads)));

@@ -50,7 +50,28 @@ std::vector<std::shared_ptr<Node>> FindCaptures(const std::vector<std::shared_pt
   return captures;
 }
 
+// A loop's state: some, each without an error, all on one device.
+absl::Status CheckLoopState(const std::vector<Tensor>& state) {
+  if (state.empty()) return absl::InvalidArgumentError("a device loop needs state");
+  for (const Tensor& t : state) RETURN_IF_ERROR(t.status());
+  for (size_t i = 0; i < state.size(); ++i) {
+    if (state[i].device() != state[0].device()) {
+      return absl::InvalidArgumentError(absl::StrCat("loop state ", i, " lives on ",
+                                                     state[i].device(), ", state 0 on ",
+                                                     state[0].device()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::shared_ptr<Node> StandIn(const Node& like, const ir::Shape& shape, bool reduced_precision) {
+  auto node = NewNode(ir::Opcode::kParameter, shape, like.device, {});
+  node->context = like.context;
+  node->reduced_precision = reduced_precision;
+  return node;
+}
 
 std::shared_ptr<Node> DeviceLoop::Token() {
   if (token_ == nullptr) {
@@ -110,18 +131,14 @@ void DeviceLoop::Outfeed(const Tensor& value) {
 
 absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<Tensor>& state,
                                           const LoopBody& body) {
-  if (state.empty()) return absl::InvalidArgumentError("a device loop needs state");
-  for (const Tensor& t : state) RETURN_IF_ERROR(t.status());
+  RETURN_IF_ERROR(CheckLoopState(state));
   LazyContext* ctx = state[0].context();
   const std::string device = state[0].device();
   auto spec = std::make_shared<LoopSpec>();
   std::vector<Tensor> inputs;
   for (const Tensor& t : state) {
-    auto p = NewNode(ir::Opcode::kParameter, t.shape(), device, {});
-    p->context = t.node()->context;
-    p->reduced_precision = t.IsReducedPrecision();
-    spec->placeholders.push_back(p);
-    inputs.push_back(Tensor(p));
+    spec->placeholders.push_back(StandIn(*t.node(), t.shape(), t.IsReducedPrecision()));
+    inputs.push_back(Tensor(spec->placeholders.back()));
   }
   if (!body) return absl::InvalidArgumentError("the device loop's body is empty");
   const bool nested = ctx->in_loop_body();
@@ -160,19 +177,12 @@ absl::StatusOr<std::vector<Tensor>> While(int64_t trip_count, const std::vector<
 absl::StatusOr<std::vector<Tensor>> WhileOfTracedBody(int64_t trip_count,
                                                       const std::vector<Tensor>& state,
                                                       std::shared_ptr<LoopSpec> spec) {
-  if (state.empty()) return absl::InvalidArgumentError("a device loop needs state");
+  RETURN_IF_ERROR(CheckLoopState(state));
   if (trip_count < 0 || trip_count > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat("trip count ", trip_count, " out of range"));
   }
-  for (const Tensor& t : state) RETURN_IF_ERROR(t.status());
   LazyContext* ctx = state[0].context();
   const std::string device = state[0].device();
-  for (size_t i = 0; i < state.size(); ++i) {
-    if (state[i].device() != device) {
-      return absl::InvalidArgumentError(absl::StrCat("loop state ", i, " lives on ",
-                                                     state[i].device(), ", state 0 on ", device));
-    }
-  }
   if (spec->placeholders.size() != state.size() || spec->results.size() != state.size()) {
     return absl::InternalError(absl::StrCat("a loop body of ", spec->placeholders.size(),
                                             " stand-ins and ", spec->results.size(),
@@ -345,11 +355,8 @@ absl::StatusOr<std::vector<Tensor>> TraceConditional(const Tensor& selector,
     std::vector<Tensor> inputs;
     for (const Tensor& t : operands) {
       RETURN_IF_ERROR(t.status());
-      auto p = NewNode(ir::Opcode::kParameter, t.shape(), t.device(), {});
-      p->context = t.node()->context;
-      p->reduced_precision = t.IsReducedPrecision();
-      branch.placeholders.push_back(p);
-      inputs.push_back(Tensor(std::move(p)));
+      branch.placeholders.push_back(StandIn(*t.node(), t.shape(), t.IsReducedPrecision()));
+      inputs.push_back(Tensor(branch.placeholders.back()));
     }
     ctx->BeginLoopBody();
     absl::StatusOr<std::vector<Tensor>> results =

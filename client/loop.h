@@ -97,6 +97,10 @@ absl::StatusOr<std::vector<Tensor>> Cond(const Tensor& pred, const std::vector<T
 absl::StatusOr<std::vector<Tensor>> Switch(const Tensor& index, const std::vector<Tensor>& operands,
                                            const std::vector<Branch>& branches);
 
+// A stand-in for a value inside a body or branch being traced (an
+// unrealized parameter node) of `shape`, on `like`'s device and context.
+std::shared_ptr<Node> StandIn(const Node& like, const ir::Shape& shape, bool reduced_precision);
+
 // A device loop of a body already traced (`body`'s placeholders, results,
 // effects, nodes and alive set; the rest is filled in), whose placeholders
 // stand for `state` (for autodiff, which traces the loops of a gradient).

@@ -134,6 +134,17 @@ class Lowerer {
     return b.AddOp(node.op, std::move(operands), *node.attrs, called, node.shape);
   }
 
+  // Leaves read from the computation's tuple parameter `tuple` at `slots`.
+  static LeafFn TupleLeaf(ir::Builder& b, ir::Instruction* tuple,
+                          absl::flat_hash_map<const Node*, int64_t> slots) {
+    return [&b, tuple, slots = std::move(slots)](
+               const std::shared_ptr<Node>& n) -> absl::StatusOr<ir::Instruction*> {
+      auto it = slots.find(n.get());
+      if (it == slots.end()) return nullptr;
+      return b.GetTupleElement(tuple, it->second);
+    };
+  }
+
   // The carried tuple is (s32 counter, state..., captured...): the condition
   // compares the counter with the trip count; the body reads the rest.
   absl::StatusOr<ir::Instruction*> LowerLoop(ir::Builder& b, const Node& node,
@@ -154,21 +165,11 @@ class Lowerer {
 
     ir::Builder body(module_, absl::StrCat("loop", id, "_body"));
     ir::Instruction* bp = body.Parameter(0, tuple, "state");
-    absl::flat_hash_map<const Node*, int64_t> slot;
-    for (size_t i = 0; i < loop.placeholders.size(); ++i) {
-      slot[loop.placeholders[i].get()] = 1 + static_cast<int64_t>(i);
-    }
-    for (size_t i = 0; i < loop.captures.size(); ++i) {
-      slot[loop.captures[i].get()] = 1 + static_cast<int64_t>(loop.placeholders.size() + i);
-    }
-    LeafFn leaf = [&](const std::shared_ptr<Node>& n) -> absl::StatusOr<ir::Instruction*> {
-      auto it = slot.find(n.get());
-      if (it == slot.end()) return nullptr;
-      return body.GetTupleElement(bp, it->second);
-    };
     std::vector<std::shared_ptr<Node>> roots = loop.results;
     if (loop.effects != nullptr) roots.push_back(loop.effects);
-    ASSIGN_OR_RETURN(std::vector<ir::Instruction*> outs, LowerInto(body, roots, leaf));
+    ASSIGN_OR_RETURN(std::vector<ir::Instruction*> outs,
+                     LowerInto(body, roots,
+                               TupleLeaf(body, bp, BodySlots(loop.placeholders, loop.captures, 1))));
     std::vector<ir::Instruction*> next{body.Binary(
         ir::Opcode::kAdd, body.GetTupleElement(bp, 0),
         body.ConstantScalar<int32_t>(ir::ElementType::kS32, 1))};
@@ -201,19 +202,10 @@ class Lowerer {
       const CondBranch& branch = spec.branches[k];
       ir::Builder bb(module_, absl::StrCat("cond", id, "_branch", k));
       ir::Instruction* bp = bb.Parameter(0, tuple, "operands");
-      absl::flat_hash_map<const Node*, int64_t> slot;
-      for (size_t i = 0; i < branch.placeholders.size(); ++i) {
-        slot[branch.placeholders[i].get()] = static_cast<int64_t>(i);
-      }
-      for (size_t i = 0; i < spec.captures.size(); ++i) {
-        slot[spec.captures[i].get()] = static_cast<int64_t>(spec.operand_count + i);
-      }
-      LeafFn leaf = [&](const std::shared_ptr<Node>& n) -> absl::StatusOr<ir::Instruction*> {
-        auto it = slot.find(n.get());
-        if (it == slot.end()) return nullptr;
-        return bb.GetTupleElement(bp, it->second);
-      };
-      ASSIGN_OR_RETURN(std::vector<ir::Instruction*> outs, LowerInto(bb, branch.results, leaf));
+      ASSIGN_OR_RETURN(
+          std::vector<ir::Instruction*> outs,
+          LowerInto(bb, branch.results,
+                    TupleLeaf(bb, bp, BodySlots(branch.placeholders, spec.captures, 0))));
       ASSIGN_OR_RETURN(ir::Computation * c, bb.Build(bb.Tuple(outs)));
       called.push_back(c);
     }

@@ -7,12 +7,31 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "client/tensor.h"
 #include "compiler/ir/instruction.h"
 
 namespace kiln::client {
+
+// Where a loop body or a conditional branch finds each of its leaves in the
+// tuple it takes: the stand-ins from index `first` on, the captures after
+// them (a loop's tuple starts with its counter, so its body's `first` is 1;
+// a branch's is 0). Lower and the trace key both place leaves by this.
+inline absl::flat_hash_map<const Node*, int64_t> BodySlots(
+    const std::vector<std::shared_ptr<Node>>& placeholders,
+    const std::vector<std::shared_ptr<Node>>& captures, int64_t first) {
+  absl::flat_hash_map<const Node*, int64_t> slots;
+  for (size_t i = 0; i < placeholders.size(); ++i) {
+    slots[placeholders[i].get()] = first + static_cast<int64_t>(i);
+  }
+  const int64_t after = first + static_cast<int64_t>(placeholders.size());
+  for (size_t i = 0; i < captures.size(); ++i) {
+    slots[captures[i].get()] = after + static_cast<int64_t>(i);
+  }
+  return slots;
+}
 
 // Walks the nodes `roots` need, each once, operands before the node, in the
 // order Lower builds instructions (so that anything keyed by the walk agrees

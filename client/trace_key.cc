@@ -184,6 +184,17 @@ absl::Status WriteComputation(Writer& w, const std::vector<std::shared_ptr<Node>
   return absl::OkStatus();
 }
 
+// Leaves of a loop body or branch: the tuple slot each reads (BodySlots).
+LeafFn SlotLeaf(absl::flat_hash_map<const Node*, int64_t> slots) {
+  return [slots = std::move(slots)](const std::shared_ptr<Node>& n, Writer& w) {
+    auto it = slots.find(n.get());
+    if (it == slots.end()) return false;
+    w.Byte('S');
+    w.Int(it->second);
+    return true;
+  };
+}
+
 // Writes a while node's loop: its counts and its body, whose leaves are the
 // carried state's slots (as LowerLoop gives them).
 absl::Status WriteLoop(Writer& w, const LoopSpec* loop) {
@@ -194,23 +205,10 @@ absl::Status WriteLoop(Writer& w, const LoopSpec* loop) {
   w.Int(static_cast<int64_t>(loop->results.size()));
   w.Int(static_cast<int64_t>(loop->captures.size()));
   w.Byte(loop->effects != nullptr ? 1 : 0);
-  absl::flat_hash_map<const Node*, int64_t> slots;
-  for (size_t i = 0; i < loop->placeholders.size(); ++i) {
-    slots[loop->placeholders[i].get()] = 1 + static_cast<int64_t>(i);
-  }
-  for (size_t i = 0; i < loop->captures.size(); ++i) {
-    slots[loop->captures[i].get()] = 1 + static_cast<int64_t>(loop->placeholders.size() + i);
-  }
-  LeafFn body_leaf = [&slots](const std::shared_ptr<Node>& n, Writer& bw) {
-    auto it = slots.find(n.get());
-    if (it == slots.end()) return false;
-    bw.Byte('S');
-    bw.Int(it->second);
-    return true;
-  };
   std::vector<std::shared_ptr<Node>> body_roots = loop->results;
   if (loop->effects != nullptr) body_roots.push_back(loop->effects);
-  RETURN_IF_ERROR(WriteComputation(w, body_roots, body_leaf));
+  RETURN_IF_ERROR(WriteComputation(w, body_roots,
+                                   SlotLeaf(BodySlots(loop->placeholders, loop->captures, 1))));
   w.Byte('E');
   return absl::OkStatus();
 }
@@ -224,21 +222,8 @@ absl::Status WriteCond(Writer& w, const CondSpec* cond) {
   w.Int(static_cast<int64_t>(cond->operand_count));
   w.Int(static_cast<int64_t>(cond->captures.size()));
   for (const CondBranch& branch : cond->branches) {
-    absl::flat_hash_map<const Node*, int64_t> slots;
-    for (size_t i = 0; i < branch.placeholders.size(); ++i) {
-      slots[branch.placeholders[i].get()] = static_cast<int64_t>(i);
-    }
-    for (size_t i = 0; i < cond->captures.size(); ++i) {
-      slots[cond->captures[i].get()] = static_cast<int64_t>(cond->operand_count + i);
-    }
-    LeafFn branch_leaf = [&slots](const std::shared_ptr<Node>& n, Writer& bw) {
-      auto it = slots.find(n.get());
-      if (it == slots.end()) return false;
-      bw.Byte('S');
-      bw.Int(it->second);
-      return true;
-    };
-    RETURN_IF_ERROR(WriteComputation(w, branch.results, branch_leaf));
+    RETURN_IF_ERROR(WriteComputation(
+        w, branch.results, SlotLeaf(BodySlots(branch.placeholders, cond->captures, 0))));
   }
   w.Byte('E');
   return absl::OkStatus();

@@ -1,7 +1,6 @@
 #include "examples/fashion_mnist/feeding.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cstdio>
 #include <memory>
 #include <numeric>
@@ -12,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "client/data_parallel.h"
 
 namespace kiln::examples {
 
@@ -101,27 +101,13 @@ client::InfeedLoader::BatchSource ShuffledBatches(const Dataset* data, int batch
 namespace {
 
 absl::StatusOr<ir::Literal> ShardOfValue(const ir::Literal& value, int shard, int shards) {
-  const ir::Shape& shape = value.shape();
-  if (shape.IsTuple()) {
-    std::vector<ir::Literal> parts;
-    for (const ir::Literal& e : value.tuple_elements()) {
-      ASSIGN_OR_RETURN(ir::Literal part, ShardOfValue(e, shard, shards));
-      parts.push_back(std::move(part));
-    }
-    return ir::Literal::Tuple(std::move(parts));
+  if (!value.shape().IsTuple()) return client::BatchShard(value, shard, shards);
+  std::vector<ir::Literal> parts;
+  for (const ir::Literal& e : value.tuple_elements()) {
+    ASSIGN_OR_RETURN(ir::Literal part, ShardOfValue(e, shard, shards));
+    parts.push_back(std::move(part));
   }
-  if (shape.rank() == 0 || shape.dim(0) % shards != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot split ", shape.ToString(), " into ", shards, " equal parts along dimension 0"));
-  }
-  ir::Shape part_shape = shape;
-  part_shape.mutable_dims()[0] = shape.dim(0) / shards;
-  ir::Literal part(part_shape);
-  const int64_t bytes = part_shape.ByteSize();
-  if (bytes > 0) {
-    std::memcpy(part.mutable_bytes().data(), value.bytes().data() + shard * bytes, bytes);
-  }
-  return part;
+  return ir::Literal::Tuple(std::move(parts));
 }
 
 }  // namespace
