@@ -24,6 +24,9 @@ struct CostCounters {
   // Bytes read and written in HBM, in padded tiles, and the unpadded part.
   int64_t hbm_bytes = 0;
   int64_t hbm_logical_bytes = 0;
+  // Infeed and outfeed bytes: costed once the replica count says how many
+  // cores share a chip's host link.
+  int64_t feed_bytes = 0;
   // All-reduces over every replica: costed once the replica count is known.
   int64_t all_replica_reduce_bytes = 0;
   int64_t all_replica_reduce_calls = 0;
@@ -37,6 +40,7 @@ struct CostCounters {
     matrix_flops += o.matrix_flops;
     hbm_bytes += o.hbm_bytes;
     hbm_logical_bytes += o.hbm_logical_bytes;
+    feed_bytes += o.feed_bytes;
     all_replica_reduce_bytes += o.all_replica_reduce_bytes;
     all_replica_reduce_calls += o.all_replica_reduce_calls;
     return *this;

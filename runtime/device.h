@@ -74,6 +74,13 @@ class Executable {
   // True when executions fill ExecuteOptions::profile (a backend with a
   // cost model, such as tpusim).
   virtual bool has_cost_model() const { return false; }
+  // The profile of one execution over `replica_count` replicas, priced
+  // without running it (a backend with a cost model that can price the
+  // program statically); UNIMPLEMENTED elsewhere.
+  virtual absl::StatusOr<ExecutionProfile> Estimate(int replica_count) const {
+    (void)replica_count;
+    return absl::UnimplementedError("this backend has no cost model to price programs with");
+  }
   // Whether the program reads its infeed or writes its outfeed (a backend
   // that cannot tell says true).
   virtual bool uses_feeds() const { return true; }

@@ -7,19 +7,24 @@
 
 namespace kiln::passes {
 
-std::unique_ptr<Pipeline> CpuPipeline(bool verify) {
-  auto pipeline = std::make_unique<Pipeline>(
-      "cpu", PipelineOptions{.max_iterations = 1, .verify = verify});
+Pipeline& AddSimplify(Pipeline& pipeline, bool verify) {
   // Each pass opens work for the others: folding makes constants the
   // simplifier recognizes, simplifying makes duplicates CSE merges, and DCE
   // drops what they leave behind.
-  Pipeline& simplify = pipeline->AddPass<Pipeline>(
+  Pipeline& simplify = pipeline.AddPass<Pipeline>(
       "simplify",
       PipelineOptions{.max_iterations = kCpuSimplifyRounds, .verify = verify});
   simplify.AddPass<AlgebraicSimplifier>();
   simplify.AddPass<ConstantFolding>();
   simplify.AddPass<Cse>();
   simplify.AddPass<Dce>();
+  return simplify;
+}
+
+std::unique_ptr<Pipeline> CpuPipeline(bool verify) {
+  auto pipeline = std::make_unique<Pipeline>(
+      "cpu", PipelineOptions{.max_iterations = 1, .verify = verify});
+  AddSimplify(*pipeline, verify);
   return pipeline;
 }
 

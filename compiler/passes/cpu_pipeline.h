@@ -12,6 +12,10 @@ namespace kiln::passes {
 // none changes anything.
 inline constexpr int kCpuSimplifyRounds = 8;
 
+// Appends "simplify" (algebraic-simplifier, constant-folding, cse, dce)
+// repeated to a fixed point, at most kCpuSimplifyRounds rounds.
+Pipeline& AddSimplify(Pipeline& pipeline, bool verify);
+
 // The CPU pipeline: "simplify" (algebraic-simplifier, constant-folding,
 // cse, dce) repeated to a fixed point, at most kCpuSimplifyRounds rounds.
 // `verify` runs the verifier before and after every pass (default: in

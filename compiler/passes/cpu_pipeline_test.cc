@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compiler/passes/test_util.h"
+#include "compiler/passes/tpu_pipeline.h"
 #include "gtest/gtest.h"
 
 namespace kiln::passes {
@@ -78,30 +79,39 @@ ENTRY main {
   EXPECT_FALSE(*changed);
 }
 
-class CpuPipelineCorpusTest : public ::testing::TestWithParam<std::string> {};
+class PipelineCorpusTest : public ::testing::TestWithParam<std::string> {};
 
-// Every corpus module goes through the pipeline with the verifier after
-// each pass, keeps its signature and reaches a fixed point. (That results
-// stay the same is checked where modules run: runtime/cpu.)
-TEST_P(CpuPipelineCorpusTest, VerifiesAndKeepsTheSignature) {
-  std::ifstream in(kCorpus / (GetParam() + ".hlo"));
+// Every corpus module goes through `make`'s pipeline with the verifier
+// after each pass, keeps its signature and reaches a fixed point. (That
+// results stay the same is checked where modules run: runtime/cpu and
+// runtime/tpusim.)
+void CheckCorpusModule(const std::string& name, std::unique_ptr<Pipeline> (*make)(bool)) {
+  std::ifstream in(kCorpus / (name + ".hlo"));
   const std::string text(std::istreambuf_iterator<char>(in), {});
   auto module = Parse(text);
   ASSERT_NE(module, nullptr);
   const std::vector<ir::Shape> params = module->entry()->ParameterShapes();
   const ir::Shape result = module->entry()->root()->shape();
-  std::unique_ptr<Pipeline> cpu = CpuPipeline(/*verify=*/true);
-  absl::StatusOr<bool> changed = cpu->Run(module.get());
+  std::unique_ptr<Pipeline> pipeline = make(/*verify=*/true);
+  absl::StatusOr<bool> changed = pipeline->Run(module.get());
   ASSERT_TRUE(changed.ok()) << changed.status();
   ASSERT_TRUE(ir::Verify(*module).ok());
   EXPECT_EQ(module->entry()->ParameterShapes(), params);
   EXPECT_EQ(module->entry()->root()->shape(), result);
-  changed = cpu->Run(module.get());
+  changed = pipeline->Run(module.get());
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed) << ir::PrintModule(*module);
 }
 
-INSTANTIATE_TEST_SUITE_P(Corpus, CpuPipelineCorpusTest,
+TEST_P(PipelineCorpusTest, CpuVerifiesAndKeepsTheSignature) {
+  CheckCorpusModule(GetParam(), &CpuPipeline);
+}
+
+TEST_P(PipelineCorpusTest, TpuVerifiesAndKeepsTheSignature) {
+  CheckCorpusModule(GetParam(), &TpuPipeline);
+}
+
+INSTANTIATE_TEST_SUITE_P(Corpus, PipelineCorpusTest,
                          ::testing::ValuesIn(CorpusModules()),
                          [](const auto& info) { return info.param; });
 

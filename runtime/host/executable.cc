@@ -51,6 +51,11 @@ ProgramExecutable::ProgramExecutable(std::string kind, std::shared_ptr<const Pro
       on_worker_(on_worker),
       profile_(std::move(profile)) {}
 
+absl::StatusOr<runtime::ExecutionProfile> ProgramExecutable::Estimate(int replica_count) const {
+  if (profile_ == nullptr || !estimate_.ok()) return estimate_.status();
+  return profile_(*estimate_, replica_count);
+}
+
 absl::StatusOr<runtime::BufferPtr> ProgramExecutable::Execute(
     runtime::Device& device, const std::vector<runtime::BufferPtr>& args,
     const runtime::ExecuteOptions& options) {

@@ -41,6 +41,12 @@ class ProgramExecutable : public runtime::Executable {
     return parameter_shapes_;
   }
   bool has_cost_model() const override { return profile_ != nullptr; }
+  absl::StatusOr<runtime::ExecutionProfile> Estimate(int replica_count) const override;
+  // What one execution costs, priced when the program was built (or why it
+  // cannot be), for Estimate.
+  void set_estimate(absl::StatusOr<runtime::CostCounters> estimate) {
+    estimate_ = std::move(estimate);
+  }
   bool uses_feeds() const override { return uses_feeds_; }
   int64_t held_bytes() const override { return held_bytes_; }
   void set_held_bytes(int64_t bytes) { held_bytes_ = bytes; }
@@ -55,6 +61,8 @@ class ProgramExecutable : public runtime::Executable {
   bool uses_rng_;
   bool on_worker_;
   int64_t held_bytes_ = 0;
+  absl::StatusOr<runtime::CostCounters> estimate_ =
+      absl::UnimplementedError("this backend has no cost model to price programs with");
   std::atomic<uint64_t> executions_{0};
   ProfileFn profile_;
 };

@@ -36,9 +36,16 @@ const std::vector<Field>& Fields() {
       {"vector_ops_per_cycle", &ChipConfig::vector_ops_per_cycle},
       {"transcendental_ops", &ChipConfig::transcendental_ops},
       {"hbm_bandwidth", &ChipConfig::hbm_bandwidth},
-      {"interconnect_bandwidth", &ChipConfig::interconnect_bandwidth},
+      {"matrix_efficiency", &ChipConfig::matrix_efficiency},
+      {"hbm_efficiency", &ChipConfig::hbm_efficiency},
+      {"region_overhead", &ChipConfig::region_overhead, true},
+      {"chips_x", &ChipConfig::chips_x},
+      {"chips_y", &ChipConfig::chips_y},
+      {"cores_per_chip", &ChipConfig::cores_per_chip},
+      {"ici_link_bandwidth", &ChipConfig::ici_link_bandwidth},
+      {"on_chip_bandwidth", &ChipConfig::on_chip_bandwidth},
       {"interconnect_latency", &ChipConfig::interconnect_latency, true},
-      {"infeed_bandwidth", &ChipConfig::infeed_bandwidth},
+      {"host_link_bandwidth", &ChipConfig::host_link_bandwidth},
   };
   return *kFields;
 }
@@ -79,8 +86,12 @@ absl::Status ChipConfig::Apply(absl::string_view text) {
     auto field = std::find_if(fields.begin(), fields.end(),
                               [&](const Field& f) { return f.name == key; });
     if (field == fields.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chip config line ", line_number, ": unknown field '", key, "'"));
+      const absl::string_view replaced =
+          key == "interconnect_bandwidth" ? " (now ici_link_bandwidth, per link)"
+          : key == "infeed_bandwidth"     ? " (now host_link_bandwidth, per chip)"
+                                          : "";
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chip config line ", line_number, ": unknown field '", key, "'", replaced));
     }
     if (absl::Status st = SetField(*this, *field, value); !st.ok()) {
       return absl::InvalidArgumentError(
@@ -88,6 +99,14 @@ absl::Status ChipConfig::Apply(absl::string_view text) {
     }
   }
   if (cores > 1024) return absl::InvalidArgumentError("chip config: at most 1024 cores");
+  if (matrix_efficiency > 1 || hbm_efficiency > 1) {
+    return absl::InvalidArgumentError("chip config: an efficiency is a share, at most 1");
+  }
+  if (static_cast<int64_t>(chips_x) * chips_y * cores_per_chip < cores) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chip config: ", cores, " cores do not fit chips_x x chips_y x cores_per_chip = ",
+        chips_x, " x ", chips_y, " x ", cores_per_chip));
+  }
   return absl::OkStatus();
 }
 

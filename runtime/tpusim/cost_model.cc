@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <set>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "runtime/tpusim/layout.h"
 
 namespace kiln::tpusim {
@@ -29,19 +33,6 @@ bool IsTranscendental(Opcode op) {
   }
 }
 
-// Steps that move no data and do no work of their own.
-bool IsFree(Opcode op) {
-  switch (op) {
-    case Opcode::kParameter: case Opcode::kConstant: case Opcode::kTuple:
-    case Opcode::kGetTupleElement: case Opcode::kWhile: case Opcode::kCall:
-    case Opcode::kConditional: case Opcode::kAfterAll: case Opcode::kReplicaId:
-    case Opcode::kPartitionId:
-      return true;
-    default:
-      return false;
-  }
-}
-
 int64_t Product(const ir::Shape& s, const std::vector<int64_t>& dims) {
   int64_t p = 1;
   for (int64_t d : dims) p *= s.dim(d);
@@ -54,11 +45,101 @@ int64_t WindowSize(const std::vector<ir::WindowDim>& window) {
   return p;
 }
 
+bool ReadsOnlyWhatItOutputs(Opcode op) {
+  return op == Opcode::kSlice || op == Opcode::kDynamicSlice || op == Opcode::kGather;
+}
+
+// The bf16 passes a dot or convolution takes: f32 operands at `high`
+// precision take 3, at `highest` 6 (XLA's bf16_3x and bf16_6x).
+int MatrixPasses(const Instruction& instr) {
+  if (instr.operand(0)->shape().type() != ir::ElementType::kF32 &&
+      instr.operand(1)->shape().type() != ir::ElementType::kF32) {
+    return 1;
+  }
+  ir::Precision p = ir::Precision::kDefault;
+  for (ir::Precision q : instr.attrs().operand_precision) p = std::max(p, q);
+  switch (p) {
+    case ir::Precision::kHighest: return 6;
+    case ir::Precision::kHigh: return 3;
+    default: return 1;
+  }
+}
+
+// Matrix time (before efficiency) and useful flops of a dot or convolution.
+std::pair<double, int64_t> MatrixWork(const Instruction& out, const CostModel& model) {
+  if (out.opcode() == Opcode::kDot) {
+    const ir::DotDims& d = out.attrs().dot;
+    const ir::Shape& lhs = out.operand(0)->shape();
+    const ir::Shape& rhs = out.operand(1)->shape();
+    const int64_t batch = Product(lhs, d.lhs_batch);
+    const int64_t k = Product(lhs, d.lhs_contracting);
+    const int64_t m = lhs.ElementCount() / std::max<int64_t>(1, batch * k);
+    const int64_t n = rhs.ElementCount() / std::max<int64_t>(1, batch * k);
+    return {model.MatrixSeconds(batch, m, k, n, MatrixPasses(out)), 2 * batch * m * k * n};
+  }
+  const ir::ConvDims& d = out.attrs().conv;
+  const ir::Shape& input = out.operand(0)->shape();
+  const ir::Shape& kernel = out.operand(1)->shape();
+  const int64_t groups = std::max<int64_t>(1, out.attrs().feature_group_count);
+  const int64_t m = out.shape().dim(d.output_batch) * Product(out.shape(), d.output_spatial);
+  const int64_t k = input.dim(d.input_feature) / groups * Product(kernel, d.kernel_spatial);
+  const int64_t n = kernel.dim(d.kernel_output_feature) / groups;
+  return {model.MatrixSeconds(groups, m, k, n, MatrixPasses(out)), 2 * groups * m * k * n};
+}
+
+// Vector-unit ops of one member of a region.
+int64_t VectorOps(const Instruction& m, int64_t transcendental) {
+  switch (m.opcode()) {
+    case Opcode::kReduce: {
+      int64_t ops = 0;
+      for (int i = 0; i < m.operand_count() / 2; ++i) ops += PaddedElements(m.operand(i)->shape());
+      return ops;
+    }
+    case Opcode::kReduceWindow:
+      return PaddedElements(m.shape().IsTuple() ? m.shape().tuple_shapes()[0] : m.shape()) *
+             WindowSize(m.attrs().window);
+    case Opcode::kSelectAndScatter:
+      return 2 * PaddedElements(m.operand(1)->shape()) * WindowSize(m.attrs().window);
+    case Opcode::kSort: {
+      const int64_t n = m.operand(0)->shape().ElementCount();
+      const int64_t log_n = n > 1 ? static_cast<int64_t>(std::ceil(std::log2(double(n)))) : 1;
+      return PaddedElements(m.operand(0)->shape()) * log_n * m.operand_count();
+    }
+    case Opcode::kScatter:
+      // Each update of each operand.
+      return PaddedElements(m.operand(m.operand_count() - 1)->shape()) * (m.operand_count() / 2);
+    case Opcode::kIota:
+      return PaddedElements(m.shape());
+    case Opcode::kRng:
+      return PaddedElements(m.shape()) * transcendental;
+    default:
+      if (!ir::IsElementwise(m.opcode())) return 0;
+      return PaddedElements(m.shape()) * (IsTranscendental(m.opcode()) ? transcendental : 1);
+  }
+}
+
+// Where core `core` sits: {chip x, chip y, chip}.
+struct Place {
+  int64_t x, y, chip;
+};
+Place PlaceOf(const ChipConfig& c, int64_t core) {
+  const int64_t chip = core / c.cores_per_chip;
+  return {chip % c.chips_x, (chip / c.chips_x) % c.chips_y, chip};
+}
+
+// Ring distance between two positions of a torus dimension of `size`.
+int64_t TorusDistance(int64_t a, int64_t b, int64_t size) {
+  const int64_t d = std::abs(a - b) % size;
+  return std::min(d, size - d);
+}
+
 }  // namespace
 
-double CostModel::MatrixSeconds(int64_t batch, int64_t m, int64_t k, int64_t n) const {
+double CostModel::MatrixSeconds(int64_t batch, int64_t m, int64_t k, int64_t n,
+                                int passes) const {
   const int64_t s = config_.matrix_unit_size;
-  return 2.0 * batch * RoundUp(m, 8) * RoundUp(k, s) * RoundUp(n, s) / config_.PeakMatrixFlops();
+  return passes * 2.0 * batch * RoundUp(m, 8) * RoundUp(k, s) * RoundUp(n, s) /
+         config_.PeakMatrixFlops();
 }
 
 double CostModel::VectorSeconds(int64_t ops) const {
@@ -69,42 +150,78 @@ double CostModel::HbmSeconds(int64_t bytes) const {
   return static_cast<double>(bytes) / config_.hbm_bandwidth;
 }
 
+double CostModel::AllReduceSeconds(int64_t bytes, const std::vector<int64_t>& cores,
+                                   int64_t calls) const {
+  if (cores.size() <= 1 || calls <= 0) return 0;
+  std::set<int64_t> chips, xs, ys;
+  absl::flat_hash_map<int64_t, int64_t> per_chip;
+  for (int64_t core : cores) {
+    const Place p = PlaceOf(config_, core);
+    chips.insert(p.chip);
+    xs.insert(p.x);
+    ys.insert(p.y);
+    ++per_chip[p.chip];
+  }
+  int64_t c = 1;
+  for (const auto& [chip, n] : per_chip) c = std::max(c, n);
+  const double m = static_cast<double>(chips.size());
+  const double b = static_cast<double>(bytes);
+  const double on_chip = 2.0 * (c - 1) / c * b / config_.on_chip_bandwidth;
+  const int64_t dims = (xs.size() > 1 ? 1 : 0) + (ys.size() > 1 ? 1 : 0);
+  const double across =
+      dims == 0 ? 0 : 2.0 * (m - 1) / m * b / (2.0 * dims * config_.ici_link_bandwidth);
+  const int64_t hops = static_cast<int64_t>(xs.size() + ys.size()) - 2;
+  return std::max(on_chip, across) +
+         2.0 * static_cast<double>((c - 1 + hops) * calls) * config_.interconnect_latency;
+}
+
 double CostModel::AllReduceSeconds(int64_t bytes, int64_t replicas, int64_t calls) const {
-  if (replicas <= 1 || calls <= 0) return 0;
-  const double n = static_cast<double>(replicas);
-  return 2.0 * (n - 1) / n * static_cast<double>(bytes) / config_.interconnect_bandwidth +
-         2.0 * (n - 1) * config_.interconnect_latency * static_cast<double>(calls);
+  std::vector<int64_t> cores;
+  for (int64_t r = 0; r < replicas; ++r) cores.push_back(r);
+  return AllReduceSeconds(bytes, cores, calls);
 }
 
-double CostModel::InfeedSeconds(int64_t bytes) const {
-  return static_cast<double>(bytes) / config_.infeed_bandwidth;
+double CostModel::TransferSeconds(int64_t bytes, int64_t from, int64_t to) const {
+  const Place a = PlaceOf(config_, from), b = PlaceOf(config_, to);
+  if (a.chip == b.chip) return static_cast<double>(bytes) / config_.on_chip_bandwidth;
+  const int64_t hops = TorusDistance(a.x, b.x, config_.chips_x) +
+                       TorusDistance(a.y, b.y, config_.chips_y);
+  return static_cast<double>(bytes) / config_.ici_link_bandwidth +
+         static_cast<double>(hops) * config_.interconnect_latency;
 }
 
-runtime::CostCounters CostModel::StepCost(
-    const std::vector<const Instruction*>& members) const {
+double CostModel::FeedSeconds(int64_t bytes, int sharing) const {
+  return static_cast<double>(bytes) * std::max(1, sharing) / config_.host_link_bandwidth;
+}
+
+runtime::CostCounters CostModel::RegionCost(const FusedRegion& region) const {
   runtime::CostCounters c;
+  const std::vector<const Instruction*>& members = region.members;
   if (members.empty()) return c;
   const Instruction& out = *members.back();
   const Opcode op = out.opcode();
-  if (members.size() == 1 && IsFree(op)) return c;
+  if (members.size() == 1 && IsFreeOp(op)) return c;
   if (op == Opcode::kInfeed) {
-    c.infeed_seconds = InfeedSeconds(PaddedBytes(out.shape()));
+    c.feed_bytes = PaddedBytes(out.shape());
     return c;
   }
   if (op == Opcode::kOutfeed) {
-    c.infeed_seconds = InfeedSeconds(PaddedBytes(out.operand(0)->shape()));
+    c.feed_bytes = PaddedBytes(out.operand(0)->shape());
     return c;
   }
   if (op == Opcode::kCollectivePermute) {
-    // One hop of the operand to its target.
-    c.interconnect_seconds =
-        static_cast<double>(PaddedBytes(out.shape())) / config_.interconnect_bandwidth +
-        config_.interconnect_latency;
+    // Every pair moves at once; the slowest path bounds.
+    const int64_t bytes = PaddedBytes(out.shape());
+    for (const std::vector<int64_t>& pair : out.attrs().source_target_pairs) {
+      if (pair.size() != 2) continue;
+      c.interconnect_seconds =
+          std::max(c.interconnect_seconds, TransferSeconds(bytes, pair[0], pair[1]));
+    }
     return c;
   }
   if (ir::IsCollective(op)) {  // the permute is priced above
     // An all-gather, a reduce-scatter, an all-to-all and a broadcast are
-    // priced as one phase of a ring all-reduce: half the traffic of an
+    // priced as one phase of an all-reduce: half the traffic of an
     // all-reduce of the whole (gathered, scattered or broadcast) array.
     int64_t bytes = 0;
     if (op == Opcode::kAllGather) {
@@ -118,28 +235,49 @@ runtime::CostCounters CostModel::StepCost(
       c.all_replica_reduce_bytes = bytes;
       c.all_replica_reduce_calls = 1;
     } else {
-      c.interconnect_seconds = AllReduceSeconds(bytes, static_cast<int64_t>(groups[0].size()));
+      // Groups run at once; the slowest bounds.
+      for (const std::vector<int64_t>& group : groups) {
+        c.interconnect_seconds = std::max(c.interconnect_seconds, AllReduceSeconds(bytes, group));
+      }
     }
     return c;
   }
 
-  // HBM traffic: what the step reads from outside itself and what it writes.
+  // HBM traffic: what the region reads from outside itself and what it
+  // writes.
+  const absl::flat_hash_set<const Instruction*> inside(members.begin(), members.end());
   int64_t read = 0, read_logical = 0;
-  if (op == Opcode::kSlice || op == Opcode::kDynamicSlice || op == Opcode::kGather) {
-    read = PaddedBytes(out.shape());
-    read_logical = out.shape().ByteSize();
-  } else if (op == Opcode::kDynamicUpdateSlice) {
+  if (op == Opcode::kDynamicUpdateSlice) {
     read = PaddedBytes(out.operand(1)->shape());
     read_logical = out.operand(1)->shape().ByteSize();
   } else {
-    absl::flat_hash_set<const Instruction*> inside(members.begin(), members.end());
-    absl::flat_hash_set<const Instruction*> seen;
+    // Per outside input: the bytes its readers in the region take.
+    absl::flat_hash_map<const Instruction*, std::pair<int64_t, int64_t>> taken;
+    absl::flat_hash_set<const Instruction*> whole;
     for (const Instruction* m : members) {
-      for (const Instruction* o : m->operands()) {
-        if (inside.contains(o) || !seen.insert(o).second) continue;
-        read += PaddedBytes(o->shape());
-        read_logical += o->shape().ByteSize();
+      if (m->opcode() == Opcode::kConstant && m->shape().ElementCount() > 1) {
+        read += PaddedBytes(m->shape());
+        read_logical += m->shape().ByteSize();
       }
+      for (int i = 0; i < m->operand_count(); ++i) {
+        const Instruction* o = m->operand(i);
+        if (inside.contains(o)) continue;
+        if (i == 0 && ReadsOnlyWhatItOutputs(m->opcode())) {
+          taken[o].first += PaddedBytes(m->shape());
+          taken[o].second += m->shape().ByteSize();
+        } else {
+          whole.insert(o);
+        }
+      }
+    }
+    for (const Instruction* o : whole) {
+      read += PaddedBytes(o->shape());
+      read_logical += o->shape().ByteSize();
+    }
+    for (const auto& [o, bytes] : taken) {
+      if (whole.contains(o)) continue;
+      read += std::min(bytes.first, PaddedBytes(o->shape()));
+      read_logical += std::min(bytes.second, o->shape().ByteSize());
     }
   }
   const ir::Shape& written_shape =
@@ -149,76 +287,24 @@ runtime::CostCounters CostModel::StepCost(
 
   double matrix = 0;
   int64_t vector_ops = 0;
-  const int64_t transcendental = config_.transcendental_ops;
-  switch (op) {
-    case Opcode::kDot: {
-      const ir::DotDims& d = out.attrs().dot;
-      const ir::Shape& lhs = out.operand(0)->shape();
-      const ir::Shape& rhs = out.operand(1)->shape();
-      const int64_t batch = Product(lhs, d.lhs_batch);
-      const int64_t k = Product(lhs, d.lhs_contracting);
-      const int64_t m = lhs.ElementCount() / std::max<int64_t>(1, batch * k);
-      const int64_t n = rhs.ElementCount() / std::max<int64_t>(1, batch * k);
-      matrix = MatrixSeconds(batch, m, k, n);
-      c.matrix_flops = 2 * batch * m * k * n;
-      break;
+  for (const Instruction* m : members) {
+    if (m->opcode() == Opcode::kDot || m->opcode() == Opcode::kConvolution) {
+      const auto [seconds, flops] = MatrixWork(*m, *this);
+      matrix += seconds / config_.matrix_efficiency;
+      c.matrix_flops += flops;
+    } else {
+      vector_ops += VectorOps(*m, config_.transcendental_ops);
     }
-    case Opcode::kConvolution: {
-      const ir::ConvDims& d = out.attrs().conv;
-      const ir::Shape& input = out.operand(0)->shape();
-      const ir::Shape& kernel = out.operand(1)->shape();
-      const int64_t groups = std::max<int64_t>(1, out.attrs().feature_group_count);
-      const int64_t m = out.shape().dim(d.output_batch) * Product(out.shape(), d.output_spatial);
-      const int64_t k = input.dim(d.input_feature) / groups * Product(kernel, d.kernel_spatial);
-      const int64_t n = kernel.dim(d.kernel_output_feature) / groups;
-      matrix = MatrixSeconds(groups, m, k, n);
-      c.matrix_flops = 2 * groups * m * k * n;
-      break;
-    }
-    case Opcode::kReduce:
-      for (int i = 0; i < out.operand_count() / 2; ++i) {
-        vector_ops += PaddedElements(out.operand(i)->shape());
-      }
-      break;
-    case Opcode::kReduceWindow:
-      vector_ops = PaddedElements(out.shape().IsTuple() ? out.shape().tuple_shapes()[0]
-                                                        : out.shape()) *
-                   WindowSize(out.attrs().window);
-      break;
-    case Opcode::kSelectAndScatter:
-      vector_ops = 2 * PaddedElements(out.operand(1)->shape()) * WindowSize(out.attrs().window);
-      break;
-    case Opcode::kSort: {
-      const int64_t n = out.operand(0)->shape().ElementCount();
-      const int64_t log_n = n > 1 ? static_cast<int64_t>(std::ceil(std::log2(double(n)))) : 1;
-      vector_ops = PaddedElements(out.operand(0)->shape()) * log_n * out.operand_count();
-      break;
-    }
-    case Opcode::kScatter:
-      // Each update of each operand.
-      vector_ops = PaddedElements(out.operand(out.operand_count() - 1)->shape()) *
-                   (out.operand_count() / 2);
-      break;
-    case Opcode::kIota:
-      vector_ops = PaddedElements(out.shape());
-      break;
-    case Opcode::kRng:
-      vector_ops = PaddedElements(out.shape()) * transcendental;
-      break;
-    default:
-      for (const Instruction* m : members) {
-        if (!ir::IsElementwise(m->opcode())) continue;
-        vector_ops += PaddedElements(m->shape()) * (IsTranscendental(m->opcode()) ? transcendental : 1);
-      }
-      break;
   }
   const double vector = VectorSeconds(vector_ops);
-  const double memory = HbmSeconds(c.hbm_bytes);
+  const double memory = HbmSeconds(c.hbm_bytes) / config_.hbm_efficiency;
   if (memory > matrix + vector) {
-    c.hbm_seconds = memory;
-  } else {
-    c.matrix_seconds = matrix;
+    c.hbm_seconds = memory + config_.region_overhead;
+  } else if (matrix > 0) {
+    c.matrix_seconds = matrix + config_.region_overhead;
     c.vector_seconds = vector;
+  } else {
+    c.vector_seconds = vector + config_.region_overhead;
   }
   return c;
 }
@@ -229,7 +315,11 @@ runtime::ExecutionProfile CostModel::Profile(const runtime::CostCounters& c,
   p.matrix_seconds = c.matrix_seconds;
   p.vector_seconds = c.vector_seconds;
   p.hbm_seconds = c.hbm_seconds;
-  p.infeed_seconds = c.infeed_seconds;
+  // Replicas r on cores r: the first chip runs min(cores_per_chip,
+  // replicas) of them, which share its host link.
+  p.infeed_seconds =
+      c.infeed_seconds +
+      FeedSeconds(c.feed_bytes, std::min(std::max(1, replica_count), config_.cores_per_chip));
   p.interconnect_seconds =
       c.interconnect_seconds + AllReduceSeconds(c.all_replica_reduce_bytes, replica_count,
                                                 c.all_replica_reduce_calls);
@@ -245,6 +335,159 @@ runtime::ExecutionProfile CostModel::Profile(const runtime::CostCounters& c,
     p.padding_waste = 1.0 - static_cast<double>(c.hbm_logical_bytes) / c.hbm_bytes;
   }
   return p;
+}
+
+ModulePrices::ModulePrices(const ir::Module& module, const CostModel& model)
+    : module_(module), model_(model), plan_(module) {
+  for (const auto& region : plan_.regions()) {
+    cost_of_root_[region->members.back()] = model_.RegionCost(*region);
+  }
+}
+
+runtime::CostCounters ModulePrices::StepCost(
+    const std::vector<const Instruction*>& members) const {
+  runtime::CostCounters c;
+  for (const Instruction* m : members) {
+    auto it = cost_of_root_.find(m);
+    if (it != cost_of_root_.end()) c += it->second;
+  }
+  return c;
+}
+
+namespace {
+
+// The constant scalar `instr` holds, if it is one.
+std::optional<int64_t> ConstantScalar(const Instruction* instr) {
+  if (instr->opcode() != Opcode::kConstant || !instr->shape().IsArray() ||
+      instr->shape().ElementCount() != 1) {
+    return std::nullopt;
+  }
+  return instr->attrs().literal.GetAsInt64(0);
+}
+
+// Element `index` of a loop state tuple of `state` (a parameter), when
+// `instr` is get-tuple-element(state), index.
+bool IsStateElement(const Instruction* instr, const Instruction* state, int64_t index) {
+  return instr->opcode() == Opcode::kGetTupleElement && instr->operand(0) == state &&
+         instr->attrs().tuple_index == index;
+}
+
+// `c` repeated `n` times.
+runtime::CostCounters Times(const runtime::CostCounters& c, int64_t n) {
+  runtime::CostCounters r = c;
+  const double f = static_cast<double>(n);
+  r.matrix_seconds *= f;
+  r.vector_seconds *= f;
+  r.hbm_seconds *= f;
+  r.interconnect_seconds *= f;
+  r.infeed_seconds *= f;
+  r.matrix_flops *= n;
+  r.hbm_bytes *= n;
+  r.hbm_logical_bytes *= n;
+  r.feed_bytes *= n;
+  r.all_replica_reduce_bytes *= n;
+  r.all_replica_reduce_calls *= n;
+  return r;
+}
+
+}  // namespace
+
+int64_t StaticTripCount(const Instruction& loop) {
+  if (loop.opcode() != Opcode::kWhile || loop.called().size() != 2) return -1;
+  const ir::Computation& cond = *loop.called(0);
+  const ir::Computation& body = *loop.called(1);
+  const Instruction* init = loop.operand(0);
+  if (init->opcode() != Opcode::kTuple || cond.parameter_count() != 1 ||
+      body.parameter_count() != 1) {
+    return -1;
+  }
+  const Instruction* compare = cond.root();
+  if (compare->opcode() != Opcode::kCompare) return -1;
+  // counter < limit (or limit > counter), with `index` the counter's place.
+  for (int side = 0; side < 2; ++side) {
+    const Instruction* counter = compare->operand(side);
+    const std::optional<int64_t> limit = ConstantScalar(compare->operand(1 - side));
+    const ir::ComparisonDirection want =
+        side == 0 ? ir::ComparisonDirection::kLt : ir::ComparisonDirection::kGt;
+    if (!limit.has_value() || compare->attrs().direction != want ||
+        counter->opcode() != Opcode::kGetTupleElement || counter->operand(0) != cond.parameter(0)) {
+      continue;
+    }
+    const int64_t index = counter->attrs().tuple_index;
+    if (index < 0 || index >= init->operand_count()) return -1;
+    const std::optional<int64_t> start = ConstantScalar(init->operand(index));
+    const Instruction* next = body.root();
+    if (!start.has_value() || next->opcode() != Opcode::kTuple || index >= next->operand_count()) {
+      return -1;
+    }
+    const Instruction* step_op = next->operand(index);
+    if (step_op->opcode() != Opcode::kAdd) return -1;
+    std::optional<int64_t> step;
+    for (int s = 0; s < 2; ++s) {
+      if (IsStateElement(step_op->operand(s), body.parameter(0), index)) {
+        step = ConstantScalar(step_op->operand(1 - s));
+      }
+    }
+    if (!step.has_value() || *step <= 0) return -1;
+    return *limit <= *start ? 0 : (*limit - *start + *step - 1) / *step;
+  }
+  return -1;
+}
+
+absl::StatusOr<runtime::CostCounters> ModulePrices::Estimate() const {
+  if (module_.entry() == nullptr) return absl::InvalidArgumentError("module has no entry");
+  return EstimateComputation(*module_.entry(), 0);
+}
+
+absl::StatusOr<runtime::CostCounters> ModulePrices::EstimateComputation(
+    const ir::Computation& computation, int depth) const {
+  if (depth > 64) return absl::FailedPreconditionError("control flow nests too deep to price");
+  runtime::CostCounters total;
+  for (const auto& instr : computation.instructions()) {
+    auto it = cost_of_root_.find(instr.get());
+    if (it != cost_of_root_.end()) total += it->second;
+    switch (instr->opcode()) {
+      case Opcode::kCall: {
+        ASSIGN_OR_RETURN(runtime::CostCounters c,
+                         EstimateComputation(*instr->called(0), depth + 1));
+        total += c;
+        break;
+      }
+      case Opcode::kWhile: {
+        const int64_t trips = StaticTripCount(*instr);
+        if (trips < 0) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "cannot price loop ", instr->name(), " in ", computation.name(),
+              " without running it: its trip count is not a constant (a counter from a "
+              "constant start, stepped by a constant, compared less-than a constant)"));
+        }
+        ASSIGN_OR_RETURN(runtime::CostCounters cond,
+                         EstimateComputation(*instr->called(0), depth + 1));
+        ASSIGN_OR_RETURN(runtime::CostCounters body,
+                         EstimateComputation(*instr->called(1), depth + 1));
+        total += cond;
+        body += cond;
+        total += Times(body, trips);
+        break;
+      }
+      case Opcode::kConditional: {
+        std::optional<runtime::CostCounters> dearest;
+        for (const ir::Computation* branch : instr->called()) {
+          ASSIGN_OR_RETURN(runtime::CostCounters c, EstimateComputation(*branch, depth + 1));
+          if (!dearest.has_value() ||
+              model_.Profile(c, 1).simulated_seconds >
+                  model_.Profile(*dearest, 1).simulated_seconds) {
+            dearest = c;
+          }
+        }
+        if (dearest.has_value()) total += *dearest;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return total;
 }
 
 }  // namespace kiln::tpusim

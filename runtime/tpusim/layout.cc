@@ -1,5 +1,7 @@
 #include "runtime/tpusim/layout.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace kiln::tpusim {
@@ -27,10 +29,18 @@ int64_t PaddedElements(const ir::Shape& shape) {
   if (rank <= 1) {
     return RoundUp(CeilDiv(count, kLaneCount), tile_rows) * kLaneCount;
   }
-  int64_t leading = 1;
-  for (int d = 0; d + 2 < rank; ++d) leading *= shape.dim(d);
-  return leading * RoundUp(shape.dim(rank - 2), tile_rows) *
-         RoundUp(shape.dim(rank - 1), kLaneCount);
+  // The default pair first, so that ties keep it.
+  int64_t best = count / (shape.dim(rank - 2) * shape.dim(rank - 1)) *
+                 RoundUp(shape.dim(rank - 2), tile_rows) * RoundUp(shape.dim(rank - 1), kLaneCount);
+  for (int lane = 0; lane < rank; ++lane) {
+    for (int row = 0; row < rank; ++row) {
+      if (row == lane) continue;
+      const int64_t rest = count / (shape.dim(lane) * shape.dim(row));
+      best = std::min(best, rest * RoundUp(shape.dim(row), tile_rows) *
+                                RoundUp(shape.dim(lane), kLaneCount));
+    }
+  }
+  return best;
 }
 
 int64_t PaddedBytes(const ir::Shape& shape) {

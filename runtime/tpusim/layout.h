@@ -1,10 +1,15 @@
 // How tpusim stores arrays in HBM, and which element types it has.
 //
-// The two minor dimensions of an array are padded to whole tiles of
-// (rows, 128) elements: 8 rows for 32-bit types, 16 for 16-bit types (bf16),
-// 32 for 8-bit types and pred. A rank-1 array of n elements is laid out as
-// ceil(n/128) rows of 128; a scalar takes one row. Memory accounting and
-// the cost model's HBM traffic count these padded sizes.
+// An array is stored in tiles of (rows, 128) elements: 8 rows for 32-bit
+// types, 16 for 16-bit types (bf16), 32 for 8-bit types and pred. Layout
+// assignment puts the tile on the two dimensions that waste least: one
+// dimension goes to the 128 lanes and another to the rows, both padded to
+// whole tiles, as XLA's TPU layout assignment moves a small feature
+// dimension away from the lanes (an image's 3 channels would otherwise take
+// 128). Ties keep the two minor dimensions (lanes minor). A rank-1 array of
+// n elements is laid out as ceil(n/128) rows of 128; a scalar takes one
+// row. Memory accounting and the cost model's HBM traffic count these
+// padded sizes.
 #ifndef KILN_RUNTIME_TPUSIM_LAYOUT_H_
 #define KILN_RUNTIME_TPUSIM_LAYOUT_H_
 

@@ -100,11 +100,16 @@ TEST(ReplicationTest, AllReduceOfIdenticalInputsIsNTimesTheValueOnTpuCores) {
                   ::testing::ElementsAre(1.5 * n, -2.0 * n, 4.0 * n));
       EXPECT_EQ(Values(ElementOf((*out)[r], 1))[0], r);
       // The interconnect is priced for n replicas: one all-reduce of one
-      // (8,128) tile.
+      // (8,128) tile. Two replicas are the two cores of chip 0: one on-chip
+      // exchange and one latency. Eight span the 2x2 torus: the four
+      // chips' phase over 2 links in each of 2 dimensions is slower than
+      // the on-chip one, and the latency counts 1 on-chip step and 1 + 1
+      // torus steps.
       const CostModel model{ChipConfig{}};
       EXPECT_DOUBLE_EQ(profiles[r].interconnect_seconds, model.AllReduceSeconds(4096, n));
-      EXPECT_DOUBLE_EQ(profiles[r].interconnect_seconds,
-                       2.0 * (n - 1) / n * 4096 / 70e9 + 2.0 * (n - 1) * 2e-6);
+      const double expected = n == 2 ? 2.0 * 1 / 2 * 4096 / 450e9 + 2.0 * 1 * 2e-6
+                                     : 2.0 * 3 / 4 * 4096 / (4 * 82e9) + 2.0 * 3 * 2e-6;
+      EXPECT_DOUBLE_EQ(profiles[r].interconnect_seconds, expected);
     }
   }
 }
@@ -387,9 +392,10 @@ ENTRY main {
   const ChipConfig chip;
   const CostModel model{chip};
   // The gather as half an all-reduce of its 64 KiB result; the permute as
-  // one hop of it.
+  // its slowest path: 3 -> 0 goes from chip 1 at (1,0) to chip 0 at (0,0),
+  // one link.
   const double gather = model.AllReduceSeconds(32 * 128 * 4 / 2, 4);
-  const double permute = 32.0 * 128 * 4 / chip.interconnect_bandwidth + chip.interconnect_latency;
+  const double permute = 32.0 * 128 * 4 / chip.ici_link_bandwidth + chip.interconnect_latency;
   EXPECT_DOUBLE_EQ(profiles[0].interconnect_seconds, gather + permute);
 }
 

@@ -6,6 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "base/half.h"
 #include "base/status_macros.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/passes/clone.h"
+#include "compiler/passes/tpu_pipeline.h"
 #include "runtime/host/executable.h"
 #include "runtime/host/kernel.h"
 #include "runtime/tpusim/layout.h"
@@ -75,13 +78,21 @@ absl::StatusOr<runtime::Compiler::Compiled> TpuSimCompiler::CompileForCache(
     return absl::InvalidArgumentError("module has no entry computation");
   }
   RETURN_IF_ERROR(CheckTpuTypes(module));
+  // Optimizes a copy: the caller's module (from which the server computed
+  // the cache key) stays as it was.
+  ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> optimized, passes::CloneModule(module));
+  RETURN_IF_ERROR(WithContext(passes::TpuPipeline()->Run(optimized.get()).status(),
+                              "optimizing the module"));
+  if (absl::Status st = ir::Verify(*optimized); !st.ok()) {
+    return absl::InternalError(absl::StrCat("the optimized module is invalid: ", st.message()));
+  }
   host::TuningRecord tuning;
   std::shared_ptr<runtime::Executable> executable;
   {
     host::TuningScope scope(&tuning);
-    ASSIGN_OR_RETURN(executable, Build(module, options));
+    ASSIGN_OR_RETURN(executable, Build(*optimized, options));
   }
-  return Compiled{std::move(executable), host::EncodeArtifact(module, tuning)};
+  return Compiled{std::move(executable), host::EncodeArtifact(*optimized, tuning)};
 }
 
 absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimCompiler::Load(
@@ -99,16 +110,21 @@ std::string TpuSimCompiler::ArtifactDependencies() const {
 absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimCompiler::Build(
     const ir::Module& module, const runtime::CompileOptions& options) const {
   std::shared_ptr<const CostModel> model = cost_model_;
+  // Priced once here, while the module lives; the steps keep their costs.
+  auto prices = std::make_shared<const ModulePrices>(module, *model);
   host::ProgramOptions program_options;
   program_options.wrap_kernel = RoundMatrixInputs;
-  program_options.step_cost = [model](const std::vector<const ir::Instruction*>& members) {
-    return model->StepCost(members);
+  program_options.step_cost = [prices](const std::vector<const ir::Instruction*>& members) {
+    return prices->StepCost(members);
   };
-  return host::CompileProgram(
-      "tpu", module, options, std::move(program_options),
-      [model](const runtime::CostCounters& counters, int replica_count) {
-        return model->Profile(counters, replica_count);
-      });
+  ASSIGN_OR_RETURN(std::shared_ptr<runtime::Executable> executable,
+                   host::CompileProgram(
+                       "tpu", module, options, std::move(program_options),
+                       [model](const runtime::CostCounters& counters, int replica_count) {
+                         return model->Profile(counters, replica_count);
+                       }));
+  static_cast<host::ProgramExecutable&>(*executable).set_estimate(prices->Estimate());
+  return executable;
 }
 
 TpuSimBackend::TpuSimBackend(const ChipConfig& chip, int cores, size_t feed_queue_capacity)

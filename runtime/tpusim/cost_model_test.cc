@@ -1,0 +1,255 @@
+// The cost model's pricing of fused regions, precision, feeds, static
+// estimates and trip counts, against hand-computed values.
+#include "runtime/tpusim/cost_model.h"
+
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/ir/verifier.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/host/test_util.h"
+#include "runtime/tpusim/layout.h"
+#include "runtime/tpusim/tpusim_device.h"
+
+namespace kiln::tpusim {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<ir::Module> Parse(const std::string& text) {
+  auto module = ir::ParseModule(text);
+  EXPECT_TRUE(module.ok()) << module.status();
+  if (!module.ok()) return nullptr;
+  EXPECT_TRUE(ir::Verify(**module).ok());
+  return *std::move(module);
+}
+
+const ir::Instruction* Named(const ir::Module& module, absl::string_view name) {
+  for (const auto& c : module.computations()) {
+    for (const auto& i : c->instructions()) {
+      if (i->name() == name) return i.get();
+    }
+  }
+  return nullptr;
+}
+
+constexpr double kPeak = 2.0 * 2 * 128 * 128 * 940e6;
+constexpr double kHbm = 0.85 * 450e9;   // reached HBM bytes/s
+constexpr double kOverhead = 0.5e-6;    // per region
+
+TEST(TpuFusionTest, BiasAndActivationFuseIntoTheDot) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  x = f32[256,512] parameter(0)
+  w = f32[512,256] parameter(1)
+  b = f32[256] parameter(2)
+  d = f32[256,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  bb = f32[256,256] broadcast(b), dimensions={1}
+  a = f32[256,256] add(d, bb)
+  z = f32[] constant(0)
+  zb = f32[256,256] broadcast(z), dimensions={}
+  ROOT r = f32[256,256] maximum(a, zb)
+})");
+  const CostModel model{ChipConfig{}};
+  const ModulePrices prices(*module, model);
+  ASSERT_EQ(prices.plan().regions().size(), 1u);
+  const FusedRegion* region = prices.plan().RegionRootedAt(Named(*module, "r"));
+  ASSERT_NE(region, nullptr);
+  EXPECT_EQ(region->members.size(), 6u);  // d, bb, a, z, zb, r
+  // Reads x, w and the bias (one (8,128) tile), writes r once: the dot's
+  // result and the sum never reach HBM.
+  const int64_t bytes = (256 * 512 + 512 * 256 + 256 * 256) * 4 + 4096;
+  const runtime::CostCounters c = prices.StepCost({Named(*module, "r")});
+  EXPECT_EQ(c.hbm_bytes, bytes);
+  EXPECT_EQ(c.matrix_flops, int64_t{2} * 256 * 512 * 256);
+  // HBM bounds it: max(matrix / 0.9 + vector, bytes / (0.85 * 450e9)).
+  const double matrix = 2.0 * 256 * 512 * 256 / kPeak / 0.9;
+  const double vector = 2.0 * 256 * 256 / (1024 * 940e6);
+  ASSERT_GT(bytes / kHbm, matrix + vector);
+  EXPECT_DOUBLE_EQ(c.hbm_seconds, bytes / kHbm + kOverhead);
+  EXPECT_DOUBLE_EQ(c.matrix_seconds, 0);
+  // The other members cost nothing of their own.
+  EXPECT_EQ(prices.StepCost({Named(*module, "a")}).hbm_bytes, 0);
+}
+
+TEST(TpuFusionTest, AValueTwoRegionsReadIsWrittenOnce) {
+  auto module = Parse(R"(
+HloModule m
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[64,128] parameter(0)
+  e = f32[64,128] exponential(x)
+  zero = f32[] constant(0)
+  r = f32[64] reduce(e, zero), dimensions={1}, to_apply=sum
+  n = f32[64,128] negate(e)
+  ROOT t = (f32[64], f32[64,128]) tuple(r, n)
+})");
+  const CostModel model{ChipConfig{}};
+  const ModulePrices prices(*module, model);
+  const FusionPlan& plan = prices.plan();
+  // e has users in two regions: it is its own region, written once and
+  // read by both.
+  ASSERT_NE(plan.RegionRootedAt(Named(*module, "e")), nullptr);
+  ASSERT_NE(plan.RegionRootedAt(Named(*module, "r")), nullptr);
+  ASSERT_NE(plan.RegionRootedAt(Named(*module, "n")), nullptr);
+  const int64_t x_bytes = 64 * 128 * 4;
+  EXPECT_EQ(prices.StepCost({Named(*module, "e")}).hbm_bytes, 2 * x_bytes);
+  // The reduce reads e and writes f32[64] (one tile).
+  EXPECT_EQ(prices.StepCost({Named(*module, "r")}).hbm_bytes, x_bytes + 4096);
+}
+
+TEST(TpuFusionTest, ElementwiseProducersFuseIntoAReduction) {
+  auto module = Parse(R"(
+HloModule m
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[512,1024] parameter(0)
+  sq = f32[512,1024] multiply(x, x)
+  zero = f32[] constant(0)
+  ROOT r = f32[512] reduce(sq, zero), dimensions={1}, to_apply=sum
+})");
+  const CostModel model{ChipConfig{}};
+  const ModulePrices prices(*module, model);
+  ASSERT_EQ(prices.plan().regions().size(), 1u);
+  // x read once; f32[512] written as 4 rows of 128 -> one (8,128) tile.
+  const runtime::CostCounters c = prices.StepCost({Named(*module, "r")});
+  EXPECT_EQ(c.hbm_bytes, 512 * 1024 * 4 + 4096);
+}
+
+TEST(TpuCostTest, PrecisionPricesBf16Passes) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  a = f32[2048,2048] parameter(0)
+  b = f32[2048,2048] parameter(1)
+  d = f32[2048,2048] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  h = f32[2048,2048] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, operand_precision={highest,highest}
+  g = f32[2048,2048] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, operand_precision={high,default}
+  ROOT t = (f32[2048,2048], f32[2048,2048], f32[2048,2048]) tuple(d, h, g)
+})");
+  const CostModel model{ChipConfig{}};
+  const ModulePrices prices(*module, model);
+  const double one = 2.0 * 2048 * 2048 * 2048 / kPeak;
+  EXPECT_DOUBLE_EQ(model.MatrixSeconds(1, 2048, 2048, 2048), one);
+  // Default: one bf16 pass; high: 3; highest: 6 (the dearer operand wins).
+  EXPECT_DOUBLE_EQ(prices.StepCost({Named(*module, "d")}).matrix_seconds, one / 0.9 + kOverhead);
+  EXPECT_DOUBLE_EQ(prices.StepCost({Named(*module, "g")}).matrix_seconds,
+                   3 * one / 0.9 + kOverhead);
+  EXPECT_DOUBLE_EQ(prices.StepCost({Named(*module, "h")}).matrix_seconds,
+                   6 * one / 0.9 + kOverhead);
+}
+
+TEST(TpuCostTest, CoresOfOneChipShareItsHostLink) {
+  const CostModel model{ChipConfig{}};
+  runtime::CostCounters c;
+  c.feed_bytes = 1 << 20;
+  const double alone = (1 << 20) / 15.75e9;
+  EXPECT_DOUBLE_EQ(model.Profile(c, 1).infeed_seconds, alone);
+  EXPECT_DOUBLE_EQ(model.Profile(c, 2).infeed_seconds, 2 * alone);
+  // Eight replicas: still two per chip.
+  EXPECT_DOUBLE_EQ(model.Profile(c, 8).infeed_seconds, 2 * alone);
+}
+
+TEST(TpuCostTest, TransfersFollowTheTorus) {
+  const CostModel model{ChipConfig{}};
+  // Cores 0 and 1 share chip 0; core 2 is on chip 1 (one link away); core
+  // 6 on chip 3 at (1,1), two hops from chip 0.
+  EXPECT_DOUBLE_EQ(model.TransferSeconds(4096, 0, 1), 4096 / 450e9);
+  EXPECT_DOUBLE_EQ(model.TransferSeconds(4096, 0, 2), 4096 / 82e9 + 2e-6);
+  EXPECT_DOUBLE_EQ(model.TransferSeconds(4096, 0, 6), 4096 / 82e9 + 2 * 2e-6);
+  // An all-reduce over the two cores of chip 2 stays on that chip; one
+  // over a core of each chip uses both torus dimensions.
+  EXPECT_DOUBLE_EQ(model.AllReduceSeconds(1 << 20, std::vector<int64_t>{4, 5}),
+                   (1 << 20) / 450e9 + 2 * 2e-6);
+  EXPECT_DOUBLE_EQ(model.AllReduceSeconds(1 << 20, std::vector<int64_t>{0, 2, 4, 6}),
+                   2.0 * 3 / 4 * (1 << 20) / (4 * 82e9) + 2 * 2 * 2e-6);
+}
+
+constexpr char kLoop[] = R"(
+HloModule loop
+cond {
+  p = (s32[], f32[256,256]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(10)
+  ROOT c = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[256,256]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  x = f32[256,256] get-tuple-element(p), index=1
+  y = f32[256,256] dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  e = f32[256,256] tanh(y)
+  ROOT t = (s32[], f32[256,256]) tuple(next, e)
+}
+ENTRY main {
+  x = f32[256,256] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[256,256]) tuple(zero, x)
+  w = (s32[], f32[256,256]) while(init), condition=cond, body=body
+  ROOT r = f32[256,256] get-tuple-element(w), index=1
+})";
+
+TEST(TpuEstimateTest, AStaticLoopIsPricedAsItRuns) {
+  auto module = Parse(kLoop);
+  EXPECT_EQ(StaticTripCount(*Named(*module, "w")), 10);
+  TpuSimDevice tpu({});
+  TpuSimCompiler compiler({});
+  auto exe = compiler.Compile(*module, {});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  absl::StatusOr<runtime::ExecutionProfile> estimate = (*exe)->Estimate(1);
+  ASSERT_TRUE(estimate.ok()) << estimate.status();
+  runtime::ExecutionProfile ran;
+  ASSERT_TRUE(host::RunHlo(kLoop, {ir::Literal(ir::Shape(ir::ElementType::kF32, {256, 256}))},
+                           &tpu, &compiler, &ran)
+                  .ok());
+  EXPECT_DOUBLE_EQ(estimate->simulated_seconds, ran.simulated_seconds);
+  EXPECT_EQ(estimate->matrix_flops, ran.matrix_flops);
+  EXPECT_EQ(estimate->matrix_flops, int64_t{10} * 2 * 256 * 256 * 256);
+  EXPECT_EQ(estimate->hbm_bytes, ran.hbm_bytes);
+}
+
+TEST(TpuEstimateTest, ALoopWithoutAStaticTripCountIsNamed) {
+  // The limit is an argument, carried in the loop state.
+  auto module = Parse(R"(
+HloModule loop
+cond {
+  p = (s32[], s32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] get-tuple-element(p), index=1
+  ROOT c = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], s32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  n = s32[] get-tuple-element(p), index=1
+  ROOT t = (s32[], s32[]) tuple(next, n)
+}
+ENTRY main {
+  n = s32[] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], s32[]) tuple(zero, n)
+  ROOT spin = (s32[], s32[]) while(init), condition=cond, body=body
+})");
+  EXPECT_EQ(StaticTripCount(*Named(*module, "spin")), -1);
+  TpuSimCompiler compiler({});
+  auto exe = compiler.Compile(*module, {});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  absl::StatusOr<runtime::ExecutionProfile> estimate = (*exe)->Estimate(1);
+  EXPECT_EQ(estimate.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(estimate.status().message(), HasSubstr("loop spin"));
+}
+
+}  // namespace
+}  // namespace kiln::tpusim
