@@ -228,6 +228,14 @@ Executable::Executable(std::shared_ptr<ClientCore> core, const v1::CompileRespon
     parameter_shapes_.push_back(ir::ShapeFromProto(p).value_or(ir::Shape()));
   }
   result_shape_ = ir::ShapeFromProto(r.result_shape()).value_or(ir::Shape());
+  if (r.has_estimate()) {
+    estimate_ = r.estimate();
+  } else if (!r.estimate_error().empty()) {
+    estimate_ = absl::FailedPreconditionError(r.estimate_error());
+  } else {
+    estimate_ = absl::UnimplementedError(
+        absl::StrCat(device_, " has no cost model to price programs with (tpu devices do)"));
+  }
 }
 
 Executable::~Executable() { core_->QueueRelease(handle_, /*executable=*/true); }
@@ -339,6 +347,21 @@ absl::StatusOr<std::shared_ptr<Executable>> Client::Compile(const ir::Module& mo
   req.mutable_options()->set_rng_seed(rng_seed);
   ASSIGN_OR_RETURN(v1::CompileResponse resp, core_->transport().Compile(req));
   return std::make_shared<Executable>(core_, resp, device);
+}
+
+absl::StatusOr<v1::ExecutionProfileProto> Client::Estimate(const ir::Module& module,
+                                                           const std::string& device,
+                                                           int replicas) {
+  if (replicas < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot price ", replicas, " replicas"));
+  }
+  v1::CompileRequest req;
+  req.set_session_id(core_->session_id());
+  req.set_device(device);
+  *req.mutable_module() = ir::ModuleToProto(module);
+  req.set_estimate_replicas(replicas);
+  ASSIGN_OR_RETURN(v1::CompileResponse resp, core_->transport().Compile(req));
+  return Executable(core_, resp, device).estimate();
 }
 
 namespace {

@@ -98,6 +98,10 @@ class Executable {
   int64_t compile_micros() const { return compile_micros_; }
   const std::vector<ir::Shape>& parameter_shapes() const { return parameter_shapes_; }
   const ir::Shape& result_shape() const { return result_shape_; }
+  // One execution priced without running it, on a device with a cost model
+  // (tpu); FAILED_PRECONDITION saying why the program cannot be priced
+  // statically, UNIMPLEMENTED on devices without a cost model.
+  absl::StatusOr<v1::ExecutionProfileProto> estimate() const { return estimate_; }
 
  private:
   std::shared_ptr<ClientCore> core_;
@@ -107,6 +111,7 @@ class Executable {
   int64_t compile_micros_;
   std::vector<ir::Shape> parameter_shapes_;
   ir::Shape result_shape_;
+  absl::StatusOr<v1::ExecutionProfileProto> estimate_;
 };
 
 struct ExecuteOptions {
@@ -206,6 +211,12 @@ class Client {
   absl::StatusOr<std::shared_ptr<Executable>> Compile(const ir::Module& module,
                                                       const std::string& device,
                                                       uint64_t rng_seed = 0);
+  // What one execution of `module` over `replicas` replicas would cost on
+  // `device`, priced by its cost model without running it (a dry run: the
+  // server compiles, nothing executes, no arguments are needed).
+  absl::StatusOr<v1::ExecutionProfileProto> Estimate(const ir::Module& module,
+                                                     const std::string& device,
+                                                     int replicas = 1);
   absl::StatusOr<ExecuteResult> Execute(
       const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
       const ExecuteOptions& options = {});

@@ -720,4 +720,21 @@ absl::StatusOr<Tensor> Tensor::ToDevice(const std::string& device,
   return copy;
 }
 
+absl::StatusOr<v1::ExecutionProfileProto> LazyContext::Estimate(
+    const std::vector<Tensor>& tensors, int replicas) {
+  if (tensors.empty()) return absl::InvalidArgumentError("nothing to price");
+  std::vector<std::shared_ptr<Node>> outputs;
+  for (const Tensor& t : tensors) {
+    if (t.node() == nullptr) return absl::InvalidArgumentError("cannot price an empty tensor");
+    if (t.node()->device != tensors[0].node()->device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot price tensors of two devices together (", tensors[0].node()->device, " and ",
+          t.node()->device, ")"));
+    }
+    outputs.push_back(t.node());
+  }
+  ASSIGN_OR_RETURN(Lowered lowered, Lower(outputs));
+  return client_->Estimate(*lowered.module, tensors[0].node()->device, replicas);
+}
+
 }  // namespace kiln::client

@@ -97,6 +97,11 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   // a given graph compiles; later ones with the same graph are cache hits.
   absl::Status Barrier(const std::string& device,
                        std::source_location where = std::source_location::current());
+  // What computing `tensors` (all on one device) would cost on that device
+  // over `replicas` replicas, priced by its cost model without running
+  // anything: the dry run of Realize. The tensors stay pending.
+  absl::StatusOr<v1::ExecutionProfileProto> Estimate(const std::vector<Tensor>& tensors,
+                                                     int replicas = 1);
   // Executes what `tensors` need (and only that). `cancel` (borrowed) can
   // stop the program from another thread, e.g. a device loop.
   absl::Status Realize(const std::vector<Tensor>& tensors,

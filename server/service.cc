@@ -305,6 +305,15 @@ absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& r
     ir::ShapeToProto(p, resp.add_parameter_shapes());
   }
   ir::ShapeToProto(result.executable->result_shape(), resp.mutable_result_shape());
+  if (result.executable->has_cost_model()) {
+    absl::StatusOr<runtime::ExecutionProfile> estimate =
+        result.executable->Estimate(std::max(1, req.estimate_replicas()));
+    if (estimate.ok()) {
+      ProfileToProto(*estimate, resp.mutable_estimate());
+    } else {
+      resp.set_estimate_error(std::string(estimate.status().message()));
+    }
+  }
   logging::Debug("compile {} on {}: {}", fingerprint, device->name(), result.hit ? "hit" : "miss");
   if (options_.trace != nullptr) {
     options_.trace->Complete(

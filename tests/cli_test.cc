@@ -165,6 +165,17 @@ ENTRY main {
   EXPECT_NE(r.output.find("matrix unit"), std::string::npos) << r.output;
   // 2 * 256 * 512 * 256 useful flops.
   EXPECT_NE(r.output.find("67108864 flops"), std::string::npos) << r.output;
+  // A dry run prices the same program without inputs and without running
+  // it: the same flops, and no output printed.
+  auto dry = Kiln("run " + m + " --device=tpu:0 --profile --dry_run");
+  ASSERT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("profile: predicted time (not run) on tpu:0"), std::string::npos)
+      << dry.output;
+  EXPECT_NE(dry.output.find("67108864 flops"), std::string::npos) << dry.output;
+  EXPECT_EQ(dry.output.find("out_0"), std::string::npos) << dry.output;
+  ExpectCleanFailure(Kiln("run " + m + " --device=cpu:0 --profile --dry_run"),
+                     "cpu:0 has no cost model");
+  ExpectCleanFailure(Kiln("run " + m + " --device=tpu:0 --dry_run"), "--dry_run goes with --profile");
   auto cpu = Kiln("run " + m + " --random_inputs=3 --profile");
   ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
   EXPECT_NE(cpu.output.find("cpu:0 has no cost model"), std::string::npos) << cpu.output;

@@ -2,7 +2,8 @@
 //
 //   kiln check FILE.hlo
 //   kiln run FILE.hlo [--server=ADDR] [--device=cpu:0] [--input=a.npy ...]
-//            [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N] [--profile]
+//            [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N]
+//            [--profile [--dry_run]]
 //   kiln devices [--server=ADDR]
 //   kiln stats --server=ADDR
 //   kiln health --server=ADDR
@@ -42,7 +43,7 @@ constexpr char kUsage[] =
     "usage:\n"
     "  kiln check FILE.hlo\n"
     "  kiln run FILE.hlo [--server=ADDR] [--device=cpu:0] [--input=a.npy ...]\n"
-    "           [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N] [--profile]\n"
+    "           [--random_inputs=SEED] [--output_dir=DIR] [--repeat=N] [--profile [--dry_run]]\n"
     "  kiln devices [--server=ADDR]\n"
     "  kiln stats --server=ADDR\n"
     "  kiln health --server=ADDR   (exit 0 when the server is serving: a readiness probe)\n"
@@ -63,6 +64,7 @@ struct Args {
   std::string output_dir;
   int64_t repeat = 1;
   bool profile = false;  // print the simulated cost (tpu devices)
+  bool dry_run = false;  // price without running (with --profile)
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
@@ -101,6 +103,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       }
     } else if (a == "--profile") {
       args.profile = true;
+    } else if (a == "--dry_run") {
+      args.dry_run = true;
     } else if (absl::StartsWith(a, "--")) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", a));
     } else {
@@ -200,14 +204,10 @@ absl::StatusOr<std::unique_ptr<client::Client>> OpenClient(const Args& args) {
   return client;
 }
 
-void PrintProfile(const std::string& device, const client::ExecuteResult& result) {
-  if (!result.profile.has_value()) {
-    std::printf("profile: %s has no cost model (tpu devices do)\n", device.c_str());
-    return;
-  }
-  const v1::ExecutionProfileProto& p = *result.profile;
+void PrintProfile(const std::string& device, const v1::ExecutionProfileProto& p,
+                  const char* what) {
   const double total = p.simulated_seconds();
-  std::printf("profile: simulated time on %s %.6f ms\n", device.c_str(), total * 1e3);
+  std::printf("profile: %s on %s %.6f ms\n", what, device.c_str(), total * 1e3);
   auto part = [&](const char* name, double seconds) {
     std::printf("  %-13s %.6f ms (%5.1f%%)\n", name, seconds * 1e3,
                 total > 0 ? 100 * seconds / total : 0.0);
@@ -228,6 +228,12 @@ absl::Status Run(const Args& args) {
   ASSIGN_OR_RETURN(std::unique_ptr<client::Client> client, OpenClient(args));
   std::string device = args.device.empty() ? client->default_device().name : args.device;
   if (device.find(':') == std::string::npos) device += ":0";  // "tpu" means tpu:0
+  if (args.dry_run) {
+    if (!args.profile) return absl::InvalidArgumentError("--dry_run goes with --profile");
+    ASSIGN_OR_RETURN(v1::ExecutionProfileProto estimate, client->Estimate(*module, device));
+    PrintProfile(device, estimate, "predicted time (not run)");
+    return absl::OkStatus();
+  }
   const std::vector<ir::Shape> params = module->entry()->ParameterShapes();
   std::vector<ir::Literal> inputs;
   if (args.random_seed.has_value()) {
@@ -278,7 +284,11 @@ absl::Status Run(const Args& args) {
           absl::StrCat("cannot create ", args.output_dir, ": ", ec.message()));
     }
   }
-  if (args.profile) PrintProfile(device, result);
+  if (args.profile && !result.profile.has_value()) {
+    std::printf("profile: %s has no cost model (tpu devices do)\n", device.c_str());
+  } else if (args.profile) {
+    PrintProfile(device, *result.profile, "simulated time");
+  }
   for (size_t i = 0; i < result.outputs.size(); ++i) {
     ASSIGN_OR_RETURN(ir::Literal value, client->TransferFromDevice(*result.outputs[i]));
     std::printf("out_%zu: %s\n", i, Summary(value).c_str());

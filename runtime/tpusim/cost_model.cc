@@ -270,6 +270,10 @@ runtime::CostCounters CostModel::RegionCost(const FusedRegion& region) const {
         }
       }
     }
+    for (const Instruction* o : region.shared_reads) {
+      whole.erase(o);
+      taken.erase(o);
+    }
     for (const Instruction* o : whole) {
       read += PaddedBytes(o->shape());
       read_logical += o->shape().ByteSize();
@@ -352,6 +356,30 @@ runtime::CostCounters ModulePrices::StepCost(
     if (it != cost_of_root_.end()) c += it->second;
   }
   return c;
+}
+
+std::string ModulePrices::Dearest(int n) const {
+  auto seconds = [](const runtime::CostCounters& c) {
+    return c.matrix_seconds + c.vector_seconds + c.hbm_seconds + c.interconnect_seconds +
+           c.infeed_seconds;
+  };
+  std::vector<std::pair<const Instruction*, const runtime::CostCounters*>> all;
+  for (const auto& [root, cost] : cost_of_root_) all.push_back({root, &cost});
+  std::sort(all.begin(), all.end(), [&](const auto& a, const auto& b) {
+    return seconds(*a.second) != seconds(*b.second) ? seconds(*a.second) > seconds(*b.second)
+                                                    : a.first->name() < b.first->name();
+  });
+  std::string out;
+  for (int i = 0; i < n && i < static_cast<int>(all.size()); ++i) {
+    const auto& [root, c] = all[i];
+    const FusedRegion* region = plan_.RegionRootedAt(root);
+    absl::StrAppend(&out, root->name(), " ", ir::OpcodeName(root->opcode()), " ",
+                    root->shape().ToString(), ", ", region ? region->members.size() : 1,
+                    " members: ", seconds(*c) * 1e6, " us (",
+                    c->hbm_seconds > 0 ? "hbm" : c->matrix_seconds > 0 ? "matrix" : "other",
+                    "), ", c->hbm_bytes, " HBM bytes\n");
+  }
+  return out;
 }
 
 namespace {

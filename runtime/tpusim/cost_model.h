@@ -57,6 +57,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -119,6 +120,10 @@ class ModulePrices {
   // conditional's dearest branch, a call's callee. FAILED_PRECONDITION
   // names a loop whose trip count is not static.
   absl::StatusOr<runtime::CostCounters> Estimate() const;
+
+  // The `n` regions that cost most per run, dearest first, a line each:
+  // root, opcode, shape, members, seconds and the bound unit, HBM bytes.
+  std::string Dearest(int n) const;
 
   const FusionPlan& plan() const { return plan_; }
 

@@ -98,8 +98,44 @@ ENTRY main {
   ASSERT_NE(plan.RegionRootedAt(Named(*module, "n")), nullptr);
   const int64_t x_bytes = 64 * 128 * 4;
   EXPECT_EQ(prices.StepCost({Named(*module, "e")}).hbm_bytes, 2 * x_bytes);
-  // The reduce reads e and writes f32[64] (one tile).
-  EXPECT_EQ(prices.StepCost({Named(*module, "r")}).hbm_bytes, x_bytes + 4096);
+  // The reduce runs in e's pass (multi-output fusion of producer and
+  // consumer): it reads nothing and writes f32[64] (one tile). The negate
+  // reads e.
+  EXPECT_EQ(prices.StepCost({Named(*module, "r")}).hbm_bytes, 4096);
+  EXPECT_EQ(prices.StepCost({Named(*module, "n")}).hbm_bytes, 2 * x_bytes);
+}
+
+// Batch statistics as XLA's batch-norm expander computes them: E[x] and
+// E[x^2] read x in one pass; a variance of x - E[x] must wait for E[x].
+TEST(TpuFusionTest, IndependentSiblingReductionsShareTheirRead) {
+  auto module = Parse(R"(
+HloModule m
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[256,128] parameter(0)
+  zero = f32[] constant(0)
+  s1 = f32[128] reduce(x, zero), dimensions={0}, to_apply=sum
+  sq = f32[256,128] multiply(x, x)
+  s2 = f32[128] reduce(sq, zero), dimensions={0}, to_apply=sum
+  b1 = f32[256,128] broadcast(s1), dimensions={1}
+  c = f32[256,128] subtract(x, b1)
+  c2 = f32[256,128] multiply(c, c)
+  s3 = f32[128] reduce(c2, zero), dimensions={0}, to_apply=sum
+  ROOT t = (f32[128], f32[128], f32[128]) tuple(s1, s2, s3)
+})");
+  const CostModel model{ChipConfig{}};
+  const ModulePrices prices(*module, model);
+  const int64_t x_bytes = 256 * 128 * 4, out = 4096;
+  const int64_t s1 = prices.StepCost({Named(*module, "s1")}).hbm_bytes;
+  const int64_t s2 = prices.StepCost({Named(*module, "s2")}).hbm_bytes;
+  // One of the two pays for x.
+  EXPECT_EQ(s1 + s2, x_bytes + 2 * out);
+  // s3 reads x and s1 itself.
+  EXPECT_EQ(prices.StepCost({Named(*module, "s3")}).hbm_bytes, x_bytes + out + out);
 }
 
 TEST(TpuFusionTest, ElementwiseProducersFuseIntoAReduction) {

@@ -99,6 +99,7 @@ void FusionPlan::Plan(const ir::Computation& computation) {
   }
   // Instructions some region computes for itself alone.
   absl::flat_hash_set<const Instruction*> claimed;
+  std::vector<FusedRegion*> reductions;
   // The region that computes each instruction once.
   absl::flat_hash_map<const Instruction*, const FusedRegion*> region_of;
   // Duplicable instructions and the regions that recompute them.
@@ -175,7 +176,80 @@ void FusionPlan::Plan(const ir::Computation& computation) {
       if (!recomputed.contains(m)) region_of[m] = region.get();
     }
     root_of_[root] = region.get();
+    if (op == Opcode::kReduce) reductions.push_back(region.get());
     regions_.push_back(std::move(region));
+  }
+  ShareSiblingReads(reductions);
+}
+
+void FusionPlan::ShareSiblingReads(const std::vector<FusedRegion*>& reductions) {
+  // The inputs each reduction reads from outside itself.
+  absl::flat_hash_map<const Instruction*, std::vector<FusedRegion*>> readers;
+  std::vector<const Instruction*> inputs;
+  for (FusedRegion* r : reductions) {
+    const absl::flat_hash_set<const Instruction*> inside(r->members.begin(), r->members.end());
+    absl::flat_hash_set<const Instruction*> seen;
+    for (const Instruction* m : r->members) {
+      for (const Instruction* o : m->operands()) {
+        if (inside.contains(o) || !o->shape().IsArray() || !seen.insert(o).second) continue;
+        if (readers[o].empty()) inputs.push_back(o);
+        readers[o].push_back(r);
+      }
+    }
+  }
+  // Whether `to` reads `from`'s value, directly or through others.
+  auto depends = [](const Instruction* to, const Instruction* from) {
+    std::vector<const Instruction*> work{to};
+    absl::flat_hash_set<const Instruction*> seen{to};
+    while (!work.empty()) {
+      const Instruction* i = work.back();
+      work.pop_back();
+      if (i == from) return true;
+      for (const Instruction* o : i->operands()) {
+        if (seen.insert(o).second) work.push_back(o);
+      }
+    }
+    return false;
+  };
+  // Each reduction's outside inputs, for the cycle check below.
+  absl::flat_hash_map<const FusedRegion*, std::vector<const Instruction*>> inputs_of;
+  for (const Instruction* input : inputs) {
+    for (FusedRegion* r : readers[input]) inputs_of[r].push_back(input);
+  }
+  for (const Instruction* input : inputs) {
+    std::vector<FusedRegion*>& group = readers[input];
+    // A reduction of an elementwise region's result runs in that region's
+    // pass (multi-output fusion of producer and consumer) unless it also
+    // reads something computed from that result elsewhere, which would
+    // make the fused pass wait for itself.
+    if (root_of_.contains(input) && IsLoopOp(input->opcode())) {
+      std::vector<FusedRegion*> rest;
+      for (FusedRegion* r : group) {
+        const std::vector<const Instruction*>& others = inputs_of[r];
+        const bool cycle = std::any_of(others.begin(), others.end(), [&](const Instruction* y) {
+          return y != input && depends(y, input);
+        });
+        if (cycle) {
+          rest.push_back(r);
+        } else {
+          r->shared_reads.push_back(input);
+        }
+      }
+      group = std::move(rest);
+    }
+    // The first reader reads it; each later one independent of every
+    // reader before it shares that read.
+    std::vector<const Instruction*> fused_roots;
+    for (FusedRegion* r : group) {
+      const Instruction* root = r->members.back();
+      const bool independent = std::none_of(
+          fused_roots.begin(), fused_roots.end(), [&](const Instruction* other) {
+            return depends(root, other) || depends(other, root);
+          });
+      if (!independent) continue;
+      if (!fused_roots.empty()) r->shared_reads.push_back(input);
+      fused_roots.push_back(root);
+    }
   }
 }
 

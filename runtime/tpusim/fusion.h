@@ -21,6 +21,12 @@
 // - Everything else (sort, scatter, gather, dynamic-update-slice, feeds,
 //   collectives, random numbers, custom calls) is a region of its own, and
 //   parameters, tuples, get-tuple-element and control flow are free.
+// - Reductions that read the same input and do not depend on each other
+//   read it in one pass (XLA's multi-output fusion of siblings): the
+//   first pays for the read. A reduction of an elementwise region's
+//   result runs in that region's pass (multi-output fusion of producer and
+//   consumer) and reads nothing for it, unless it also reads a value
+//   computed from that result elsewhere.
 #ifndef KILN_RUNTIME_TPUSIM_FUSION_H_
 #define KILN_RUNTIME_TPUSIM_FUSION_H_
 
@@ -37,6 +43,9 @@ struct FusedRegion {
   std::vector<const ir::Instruction*> members;
   // Members recomputed here whose value other regions read too.
   std::vector<const ir::Instruction*> duplicated;
+  // Inputs this region reads in the same pass as a sibling region
+  // (multi-output fusion), which pays for the read.
+  std::vector<const ir::Instruction*> shared_reads;
 };
 
 // Plans the computations that run as programs (the entry, loop bodies and
@@ -54,6 +63,7 @@ class FusionPlan {
 
  private:
   void Plan(const ir::Computation& computation);
+  void ShareSiblingReads(const std::vector<FusedRegion*>& reductions);
 
   std::vector<std::unique_ptr<FusedRegion>> regions_;
   absl::flat_hash_map<const ir::Instruction*, const FusedRegion*> root_of_;

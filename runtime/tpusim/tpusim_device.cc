@@ -1,10 +1,13 @@
 #include "runtime/tpusim/tpusim_device.h"
 
+#include <cstdlib>
+
 #include "runtime/host/artifact.h"
 #include "runtime/host/tuning.h"
 
 #include "absl/strings/str_cat.h"
 #include "base/half.h"
+#include "base/logging.h"
 #include "base/status_macros.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/clone.h"
@@ -112,6 +115,11 @@ absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimCompiler::Build(
   std::shared_ptr<const CostModel> model = cost_model_;
   // Priced once here, while the module lives; the steps keep their costs.
   auto prices = std::make_shared<const ModulePrices>(module, *model);
+  // A diagnostic: KILN_TPUSIM_REGIONS=N logs the N dearest regions.
+  if (const char* n = std::getenv("KILN_TPUSIM_REGIONS"); n != nullptr && std::atoi(n) > 0) {
+    logging::Info("tpusim: the {} dearest regions of {}:\n{}", std::atoi(n), module.name(),
+                  prices->Dearest(std::atoi(n)));
+  }
   host::ProgramOptions program_options;
   program_options.wrap_kernel = RoundMatrixInputs;
   program_options.step_cost = [prices](const std::vector<const ir::Instruction*>& members) {
