@@ -33,7 +33,8 @@ constexpr size_t FieldCount() {
 // Every field of these is written by Writer::Attributes below; a field
 // added to one of them stops the build here until it is written too (and
 // given an edit in trace_key_test.cc's EveryAttributeIsKeyed).
-static_assert(FieldCount<ir::Attributes>() == 25);
+static_assert(FieldCount<ir::Attributes>() == 26);
+static_assert(FieldCount<ir::LinalgOptions>() == 4);
 static_assert(FieldCount<ir::SliceDim>() == 3);
 static_assert(FieldCount<ir::PadDim>() == 3);
 static_assert(FieldCount<ir::WindowDim>() == 6);
@@ -132,6 +133,9 @@ class Writer {
     Int(a.mantissa_bits);
     Byte(static_cast<uint8_t>(a.distribution));
     Byte(a.is_stable ? 1 : 0);
+    Byte(static_cast<uint8_t>((a.linalg.lower ? 1 : 0) | (a.linalg.left_side ? 2 : 0) |
+                              (a.linalg.unit_diagonal ? 4 : 0) |
+                              (static_cast<int>(a.linalg.transpose_a) << 3)));
     Int(static_cast<int64_t>(a.operand_precision.size()));
     for (ir::Precision p : a.operand_precision) Byte(static_cast<uint8_t>(p));
     Text(a.custom_call_target);

@@ -103,6 +103,10 @@ bool AttributeApplies(absl::string_view key, Opcode op) {
           {"distribution", {O::kRng}},
           {"operand_precision", {O::kDot, O::kConvolution, O::kCustomCall}},
           {"is_stable", {O::kSort}},
+          {"lower", {O::kCholesky, O::kTriangularSolve}},
+          {"left_side", {O::kTriangularSolve}},
+          {"unit_diagonal", {O::kTriangularSolve}},
+          {"transpose_a", {O::kTriangularSolve}},
           {"custom_call_target", {O::kCustomCall}},
           {"infeed_config", {O::kInfeed}},
           {"outfeed_config", {O::kOutfeed}},
@@ -584,6 +588,23 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
     }
   } else if (key == "is_stable") {
     a.is_stable = absl::StripAsciiWhitespace(value) == "true";
+  } else if (key == "lower" || key == "left_side" || key == "unit_diagonal") {
+    const absl::string_view v = absl::StripAsciiWhitespace(value);
+    if (v != "true" && v != "false") {
+      return absl::InvalidArgumentError(absl::StrCat(key, " must be true or false, got '", v, "'"));
+    }
+    bool& flag = key == "lower" ? a.linalg.lower
+                 : key == "left_side" ? a.linalg.left_side
+                                      : a.linalg.unit_diagonal;
+    flag = v == "true";
+  } else if (key == "transpose_a") {
+    const absl::string_view v = absl::StripAsciiWhitespace(value);
+    std::optional<TransposeKind> t = TransposeKindFromName(v);
+    if (!t) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "transpose_a must be NO_TRANSPOSE, TRANSPOSE or ADJOINT, got '", v, "'"));
+    }
+    a.linalg.transpose_a = *t;
   } else if (key == "custom_call_target") {
     a.custom_call_target = std::string(Unquote(value));
   } else if (key == "infeed_config" || key == "outfeed_config") {

@@ -238,6 +238,15 @@ std::string PrintAttributes(
     case Opcode::kCollectiveBroadcast:
       add("replica_groups", ListOfLists(a.replica_groups));
       break;
+    case Opcode::kCholesky:
+      add("lower", a.linalg.lower ? "true" : "false");
+      break;
+    case Opcode::kTriangularSolve:
+      add("left_side", a.linalg.left_side ? "true" : "false");
+      add("lower", a.linalg.lower ? "true" : "false");
+      add("unit_diagonal", a.linalg.unit_diagonal ? "true" : "false");
+      add("transpose_a", std::string(TransposeKindName(a.linalg.transpose_a)));
+      break;
     case Opcode::kReducePrecision:
       add("exponent_bits", absl::StrCat(a.exponent_bits));
       add("mantissa_bits", absl::StrCat(a.mantissa_bits));

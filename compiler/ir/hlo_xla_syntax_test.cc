@@ -31,6 +31,13 @@ std::string Canonical(absl::string_view text) {
   return once;
 }
 
+// The verifier's complaint about `text`, which parses.
+std::string verify_error(absl::string_view text) {
+  auto m = ParseModule(text);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::string(Verify(**m).message()) : "";
+}
+
 std::string ErrorOf(absl::string_view text) {
   auto m = ParseModule(text);
   EXPECT_FALSE(m.ok()) << text;
@@ -408,11 +415,6 @@ TEST(XlaSyntaxTest, CollectiveAttributesAreChecked) {
   EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[2] parameter(0)\n  ROOT g = all-gather(x), "
                       "dimensions={0}\n}"),
               HasSubstr("line 3: %g: the result shape of all-gather does not follow"));
-  auto verify_error = [](absl::string_view text) {
-    auto m = ParseModule(text);
-    EXPECT_TRUE(m.ok()) << m.status();
-    return m.ok() ? std::string(Verify(**m).message()) : "";
-  };
   EXPECT_THAT(verify_error("ENTRY e {\n  x = f32[3] parameter(0)\n  ROOT g = f32[5] "
                            "all-gather(x), dimensions={0}\n}"),
               HasSubstr("all-gather result f32[5] does not fit f32[3] along dimension 0"));
@@ -432,9 +434,52 @@ TEST(XlaSyntaxTest, CollectiveAttributesAreChecked) {
                            "all-to-all(x), dimensions={0}, replica_groups={{0,1,2,3}}\n}"),
               HasSubstr("does not split into 4 blocks"));
   // What Kiln has no op for is still named with its line.
-  EXPECT_THAT(ErrorOf("ENTRY e {\n  a = f32[3,3] parameter(0)\n  ROOT c = f32[3,3] "
-                      "cholesky(a), lower=true\n}"),
-              HasSubstr("line 3: unknown or unsupported opcode 'cholesky'"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  a = f32[8] parameter(0)\n  ROOT c = f32[8] "
+                      "fft(a), fft_type=FFT, fft_length={8}\n}"),
+              HasSubstr("line 3: unknown or unsupported opcode 'fft'"));
+}
+
+// cholesky and triangular-solve: XLA's attributes, their errors, and the
+// shapes they take (values: tests/data/hlo/linalg.hlo).
+TEST(XlaSyntaxTest, LinearAlgebraOpsParseAndCheckTheirShapes) {
+  auto module = ParseModule(R"(
+HloModule m
+ENTRY e {
+  a = f32[2,4,4] parameter(0)
+  b = f32[2,3,4] parameter(1)
+  l = f32[2,4,4] cholesky(a), lower=true
+  ROOT x = f32[2,3,4] triangular-solve(l, b), lower=true, unit_diagonal=true, transpose_a=ADJOINT
+})");
+  ASSERT_TRUE(module.ok()) << module.status();
+  ASSERT_TRUE(Verify(**module).ok());
+  const Instruction* x = (*module)->entry()->root();
+  EXPECT_TRUE(x->attrs().linalg.lower);
+  EXPECT_FALSE(x->attrs().linalg.left_side);
+  EXPECT_TRUE(x->attrs().linalg.unit_diagonal);
+  EXPECT_EQ(x->attrs().linalg.transpose_a, TransposeKind::kAdjoint);
+  // The printed form reads back to the same attributes.
+  auto again = ParseModule(PrintModule(**module));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->entry()->root()->attrs().linalg, x->attrs().linalg);
+
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  a = f32[4,4] parameter(0)\n  b = f32[4,2] parameter(1)\n"
+                      "  ROOT x = f32[4,2] triangular-solve(a, b), left_side=true, "
+                      "transpose_a=CONJUGATE\n}"),
+              HasSubstr("transpose_a must be NO_TRANSPOSE, TRANSPOSE or ADJOINT"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  a = f32[4,4] parameter(0)\n"
+                      "  ROOT c = f32[4,4] cholesky(a), lower=yes\n}"),
+              HasSubstr("lower must be true or false"));
+  EXPECT_THAT(verify_error("ENTRY e {\n  a = f32[4,3] parameter(0)\n"
+                           "  ROOT c = f32[4,3] cholesky(a), lower=true\n}"),
+              HasSubstr("square matrices"));
+  EXPECT_THAT(verify_error("ENTRY e {\n  a = s32[4,4] parameter(0)\n"
+                           "  ROOT c = s32[4,4] cholesky(a), lower=true\n}"),
+              HasSubstr("floating-point"));
+  // Left side: b is [m, n]; [n, m] is the right side's.
+  EXPECT_THAT(verify_error("ENTRY e {\n  a = f32[4,4] parameter(0)\n  b = f32[2,4] parameter(1)\n"
+                           "  ROOT x = f32[2,4] triangular-solve(a, b), left_side=true, "
+                           "lower=true\n}"),
+              HasSubstr("b must be [..., m, n]"));
 }
 
 TEST(XlaSyntaxTest, WhatNewerDumpsWriteAroundInstructions) {

@@ -26,6 +26,21 @@ std::optional<Precision> PrecisionFromName(absl::string_view name) {
   return std::nullopt;
 }
 
+absl::string_view TransposeKindName(TransposeKind t) {
+  switch (t) {
+    case TransposeKind::kTranspose: return "TRANSPOSE";
+    case TransposeKind::kAdjoint: return "ADJOINT";
+    default: return "NO_TRANSPOSE";
+  }
+}
+
+std::optional<TransposeKind> TransposeKindFromName(absl::string_view name) {
+  if (name == "NO_TRANSPOSE") return TransposeKind::kNoTranspose;
+  if (name == "TRANSPOSE") return TransposeKind::kTranspose;
+  if (name == "ADJOINT") return TransposeKind::kAdjoint;
+  return std::nullopt;
+}
+
 Instruction* Computation::AddInstruction(std::unique_ptr<Instruction> instr) {
   instr->parent_ = this;
   instr->index_ = static_cast<int>(instructions_.size());

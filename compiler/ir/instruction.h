@@ -71,6 +71,20 @@ absl::string_view PrecisionName(Precision p);
 // Accepts XLA's spellings in either case ("default", "HIGHEST").
 std::optional<Precision> PrecisionFromName(absl::string_view name);
 
+// cholesky (lower) and triangular-solve (all four): which triangle of the
+// matrix is read, on which side it multiplies the unknowns, whether its
+// diagonal is taken as ones, and how it is transposed first.
+enum class TransposeKind : uint8_t { kNoTranspose, kTranspose, kAdjoint };
+absl::string_view TransposeKindName(TransposeKind t);  // "NO_TRANSPOSE", ...
+std::optional<TransposeKind> TransposeKindFromName(absl::string_view name);
+struct LinalgOptions {
+  bool lower = false;
+  bool left_side = false;
+  bool unit_diagonal = false;
+  TransposeKind transpose_a = TransposeKind::kNoTranspose;
+  bool operator==(const LinalgOptions&) const = default;
+};
+
 // Every attribute an op may carry; each op reads the ones it documents.
 struct Attributes {
   std::vector<int64_t> dimensions;   // broadcast, transpose, reduce, reverse,
@@ -102,6 +116,7 @@ struct Attributes {
   std::string custom_call_target;
   std::string config;  // infeed_config / outfeed_config
   Literal literal;     // constant
+  LinalgOptions linalg;  // cholesky, triangular-solve
   bool operator==(const Attributes&) const = default;
 };
 

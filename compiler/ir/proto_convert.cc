@@ -98,6 +98,12 @@ void AttrsToProto(const Attributes& a, v1::InstructionProto* p) {
                           ? "rng_normal"
                           : "rng_uniform");
   p->set_is_stable(a.is_stable);
+  if (a.linalg != LinalgOptions{}) {
+    p->mutable_linalg()->set_lower(a.linalg.lower);
+    p->mutable_linalg()->set_left_side(a.linalg.left_side);
+    p->mutable_linalg()->set_unit_diagonal(a.linalg.unit_diagonal);
+    p->mutable_linalg()->set_transpose_a(std::string(TransposeKindName(a.linalg.transpose_a)));
+  }
   p->set_custom_call_target(a.custom_call_target);
   p->set_config(a.config);
   for (Precision prec : a.operand_precision) {
@@ -161,6 +167,17 @@ absl::Status AttrsFromProto(const v1::InstructionProto& p, Attributes* a) {
         absl::StrCat("unknown distribution '", p.distribution(), "'"));
   }
   a->is_stable = p.is_stable();
+  a->linalg.lower = p.linalg().lower();
+  a->linalg.left_side = p.linalg().left_side();
+  a->linalg.unit_diagonal = p.linalg().unit_diagonal();
+  if (!p.linalg().transpose_a().empty()) {
+    std::optional<TransposeKind> t = TransposeKindFromName(p.linalg().transpose_a());
+    if (!t) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown transpose_a '", p.linalg().transpose_a(), "'"));
+    }
+    a->linalg.transpose_a = *t;
+  }
   a->custom_call_target = p.custom_call_target();
   a->config = p.config();
   for (const std::string& name : p.operand_precision()) {

@@ -1209,6 +1209,37 @@ absl::StatusOr<Shape> InferUnchecked(const Instruction& instr) {
       }
       return out;
     }
+    case Opcode::kCholesky: {
+      const Shape& a = operand_shape(0);
+      RETURN_IF_ERROR(ExpectArray(a, "cholesky operand"));
+      if (!IsFloatType(a.type()) || a.rank() < 2 || a.dim(a.rank() - 1) != a.dim(a.rank() - 2)) {
+        return Err(absl::StrCat("cholesky takes floating-point square matrices [..., n, n], got ",
+                                a.ToString()));
+      }
+      return a;
+    }
+    case Opcode::kTriangularSolve: {
+      const Shape& a = operand_shape(0);
+      const Shape& b = operand_shape(1);
+      RETURN_IF_ERROR(ExpectArray(a, "triangular-solve matrix"));
+      RETURN_IF_ERROR(ExpectArray(b, "triangular-solve right-hand side"));
+      const int r = a.rank();
+      if (!IsFloatType(a.type()) || r < 2 || a.dim(r - 1) != a.dim(r - 2)) {
+        return Err(absl::StrCat(
+            "triangular-solve's a must be floating-point square matrices [..., m, m], got ",
+            a.ToString()));
+      }
+      const int64_t m = a.dim(r - 1);
+      bool batch_match = b.rank() == r && b.type() == a.type();
+      for (int d = 0; batch_match && d + 2 < r; ++d) batch_match = a.dim(d) == b.dim(d);
+      const int64_t b_m = batch_match ? b.dim(at.linalg.left_side ? r - 2 : r - 1) : -1;
+      if (!batch_match || b_m != m) {
+        return Err(absl::StrCat("triangular-solve's b must be ", at.linalg.left_side ? "[..., m, n]" : "[..., n, m]",
+                                " of a's type and batch for a ", a.ToString(), " (left_side=",
+                                at.linalg.left_side ? "true" : "false", "), got ", b.ToString()));
+      }
+      return b;
+    }
     case Opcode::kReducePrecision: {
       const Shape& a = operand_shape(0);
       RETURN_IF_ERROR(ExpectArray(a, "reduce-precision operand"));

@@ -63,7 +63,7 @@ bool RunsOnHost(Opcode op) {
     case Opcode::kSort: case Opcode::kScatter: case Opcode::kRng: case Opcode::kInfeed:
     case Opcode::kOutfeed: case Opcode::kAfterAll: case Opcode::kReplicaId:
     case Opcode::kCustomCall: case Opcode::kPartitionId: case Opcode::kReducePrecision:
-    case Opcode::kRngBitGenerator:
+    case Opcode::kRngBitGenerator: case Opcode::kCholesky: case Opcode::kTriangularSolve:
       return true;
     default:
       // Collectives meet at the host's rendezvous.
@@ -210,6 +210,8 @@ class Builder {
           op == Opcode::kSort      ? host::MakeSortKernel(instr, host_programs_)
           : op == Opcode::kScatter ? host::MakeGatherScatterKernel(instr, host_programs_)
           : ir::IsCollective(op)   ? host::MakeCollectiveKernel(instr)
+          : op == Opcode::kCholesky || op == Opcode::kTriangularSolve
+              ? host::MakeLinalgKernel(instr)
                                    : host::MakeControlKernel(instr, host_programs_);
       if (!kernel.ok()) return annotate(kernel.status());
       step.kind = StepKind::kHost;

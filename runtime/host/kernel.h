@@ -67,6 +67,7 @@ absl::StatusOr<Kernel> MakeGatherScatterKernel(const ir::Instruction& instr,
 absl::StatusOr<Kernel> MakeSortKernel(const ir::Instruction& instr,
                                       ProgramSource& programs);
 absl::StatusOr<Kernel> MakeCollectiveKernel(const ir::Instruction& instr);
+absl::StatusOr<Kernel> MakeLinalgKernel(const ir::Instruction& instr);
 absl::StatusOr<Kernel> MakeControlKernel(const ir::Instruction& instr,
                                          ProgramSource& programs);
 

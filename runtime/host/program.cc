@@ -185,6 +185,8 @@ absl::StatusOr<Kernel> MakeKernel(const Instruction& instr,
       return MakeGatherScatterKernel(instr, programs);
     case Opcode::kSort:
       return MakeSortKernel(instr, programs);
+    case Opcode::kCholesky: case Opcode::kTriangularSolve:
+      return MakeLinalgKernel(instr);
     default:
       return ir::IsCollective(instr.opcode()) ? MakeCollectiveKernel(instr)
                                               : MakeControlKernel(instr, programs);

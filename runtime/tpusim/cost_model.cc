@@ -110,6 +110,16 @@ int64_t VectorOps(const Instruction& m, int64_t transcendental) {
       return PaddedElements(m.operand(m.operand_count() - 1)->shape()) * (m.operand_count() / 2);
     case Opcode::kIota:
       return PaddedElements(m.shape());
+    case Opcode::kCholesky: {
+      // n^3 / 3 multiply-adds per matrix, on the vector unit.
+      const int64_t n = m.shape().dim(m.shape().rank() - 1);
+      return n == 0 ? 0 : m.shape().ElementCount() / n * n * n / 3 * 2;
+    }
+    case Opcode::kTriangularSolve: {
+      // m^2 multiply-adds per right-hand side.
+      const int64_t n = m.operand(0)->shape().dim(m.operand(0)->shape().rank() - 1);
+      return m.shape().ElementCount() * n;
+    }
     case Opcode::kRng:
       return PaddedElements(m.shape()) * transcendental;
     default:

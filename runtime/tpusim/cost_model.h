@@ -20,7 +20,8 @@
 //            elements, reduce-window: output elements * window size,
 //            select-and-scatter: twice that, sort: n * ceil(log2 n) per
 //            operand, scatter: update elements, iota: output elements, rng:
-//            transcendental_ops per element.
+//            transcendental_ops per element, cholesky: 2 n^3 / 3 per n x n
+//            matrix, triangular-solve: m^2 per right-hand side of length m.
 //   hbm      bytes / hbm_bandwidth, where bytes are the padded sizes
 //            (layout.h) of what the region reads from outside itself and
 //            the root it writes (an input read only through slices,

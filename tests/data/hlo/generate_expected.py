@@ -415,6 +415,32 @@ def case_xla_syntax_conv_batch_groups():
                           conv_batch_groups(y, w, 3, stride=(2, 2))]
 
 
+def case_linalg():
+    """cholesky (both triangles) and triangular-solve (each side, each
+    triangle, transposed, unit diagonal) over a batch of two, in float64 with
+    NumPy's solvers on the triangle XLA reads. Its own generator keeps the
+    other modules' data as it was."""
+    r = np.random.default_rng(20261127)
+    m = r.uniform(-1, 1, (2, 4, 4))
+    spd = f32(m @ m.transpose(0, 2, 1) + 4 * np.eye(4))
+    b = f32(r.uniform(-1, 1, (2, 4, 3)))
+    bt = f32(r.uniform(-1, 1, (2, 3, 4)))
+    a = spd.astype(np.float64)
+    l = np.linalg.cholesky(a)
+    u = l.transpose(0, 2, 1)
+    lf, uf = f32(l).astype(np.float64), f32(u).astype(np.float64)
+    left_lower = np.linalg.solve(lf, b)
+    left_upper_t = np.linalg.solve(uf.transpose(0, 2, 1), b)
+    # x tril(a, unit diagonal) = bt  <=>  tril^T x^T = bt^T
+    unit_lower = np.tril(a, -1) + np.eye(4)
+    right_lower_unit = np.linalg.solve(unit_lower.transpose(0, 2, 1),
+                                       bt.transpose(0, 2, 1)).transpose(0, 2, 1)
+    # x triu(a)^T = bt  <=>  triu(a) x^T = bt^T
+    right_upper_adj = np.linalg.solve(np.triu(a), bt.transpose(0, 2, 1)).transpose(0, 2, 1)
+    return [spd, b, bt], [f32(l), f32(u), f32(left_lower), f32(left_upper_t),
+                          f32(right_lower_unit), f32(right_upper_adj)]
+
+
 # Edge-value modules: every binary op on every element type that accepts it,
 # over the values where implementations differ (NaN, infinities, signed
 # zeros, subnormals, extreme magnitudes, integer min/max). Expectations come
