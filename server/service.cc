@@ -276,6 +276,12 @@ absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& r
           "entry parameters must be arrays; got ", p.ToString()));
     }
   }
+  const int64_t device_count = static_cast<int64_t>(BackendOf(device).devices().size());
+  if (req.estimate_replicas() < 0 || req.estimate_replicas() > device_count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "estimate_replicas must be 0 to ", device_count, " (the ", device->kind(),
+        " devices of this server), got ", req.estimate_replicas()));
+  }
   const std::string canonical = ir::CanonicalBytes(**module);
   const std::string fingerprint = ir::Sha256Hex(canonical);
   runtime::CompileOptions options;

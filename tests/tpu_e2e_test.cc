@@ -45,6 +45,37 @@ class TpuE2ETest : public ::testing::Test {
   std::unique_ptr<Client> client_;
 };
 
+// A dry run through a real server: the estimate of an all-reduce grows
+// with the replicas it is priced for, a count the server does not have is
+// refused, and a cpu device has no cost model.
+TEST_F(TpuE2ETest, DryRunsPriceWithoutRunning) {
+  auto module = ir::ParseModule(R"(
+HloModule m
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[1024,128] parameter(0)
+  ROOT r = f32[1024,128] all-reduce(x), replica_groups={}, to_apply=sum
+})");
+  ASSERT_TRUE(module.ok()) << module.status();
+  auto one = client_->Estimate(**module, "tpu:0", 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->interconnect_seconds(), 0);
+  auto eight = client_->Estimate(**module, "tpu:0", 8);
+  ASSERT_TRUE(eight.ok()) << eight.status();
+  EXPECT_GT(eight->interconnect_seconds(), 0);
+  auto too_many = client_->Estimate(**module, "tpu:0", 2147483647);
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_many.status().message(), HasSubstr("estimate_replicas must be 0 to 8"));
+  auto cpu = client_->Estimate(**module, "cpu:0", 1);
+  EXPECT_EQ(cpu.status().code(), absl::StatusCode::kUnimplemented);
+  // The server still serves.
+  EXPECT_TRUE(client_->Estimate(**module, "tpu:0", 2).ok());
+}
+
 TEST_F(TpuE2ETest, DevicesAreListedWithTheirHbm) {
   std::vector<std::string> tpus;
   for (const auto& d : client_->devices()) {

@@ -39,8 +39,30 @@ absl::StatusOr<ir::Instruction*> Inline(const ir::Computation& callee,
 
 }  // namespace
 
+// Instructions and constant bytes of `c`.
+std::pair<int64_t, int64_t> SizeOf(const ir::Computation& c) {
+  int64_t bytes = 0;
+  for (const auto& instr : c.instructions()) {
+    if (instr->opcode() == ir::Opcode::kConstant) {
+      bytes += static_cast<int64_t>(instr->attrs().literal.bytes().size());
+    }
+  }
+  return {c.instruction_count(), bytes};
+}
+
 absl::StatusOr<bool> CallInliner::Run(ir::Module* module) {
   bool changed = false;
+  // Inlining copies a callee per call site: a module whose calls fan out
+  // (each level calling the next twice) would grow exponentially. Calls
+  // past the budget stay calls.
+  int64_t instructions = 0, constant_bytes = 0;
+  for (const auto& comp : module->computations()) {
+    const auto [n, bytes] = SizeOf(*comp);
+    instructions += n;
+    constant_bytes += bytes;
+  }
+  const int64_t max_instructions = 4 * instructions + kExtraInstructions;
+  const int64_t max_constant_bytes = 2 * constant_bytes + kExtraConstantBytes;
   // Each sweep inlines one level of nesting; a call graph is acyclic, so
   // the sweeps end.
   for (bool swept = true; swept;) {
@@ -55,6 +77,13 @@ absl::StatusOr<bool> CallInliner::Run(ir::Module* module) {
                              effects.HasSideEffect(*instr)) {
                            return nullptr;
                          }
+                         const auto [n, bytes] = SizeOf(*instr->called(0));
+                         if (instructions + n > max_instructions ||
+                             constant_bytes + bytes > max_constant_bytes) {
+                           return nullptr;
+                         }
+                         instructions += n;
+                         constant_bytes += bytes;
                          // A callee whose copy shape inference refuses
                          // stays called (and still runs).
                          absl::StatusOr<ir::Instruction*> root =

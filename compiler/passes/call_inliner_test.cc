@@ -87,5 +87,31 @@ ENTRY main {
   EXPECT_EQ(Structure(*module), before);
 }
 
+// Each level calls the next twice: inlining everything would copy the
+// leaf 2^30 times. The module grows to the budget and keeps its calls
+// beyond it.
+TEST(CallInlinerTest, AFanOutOfCallsStaysWithinTheBudget) {
+  std::string text = "HloModule m\nf0 {\n  p = f32[2] parameter(0)\n  ROOT n = f32[2] negate(p)\n}\n";
+  for (int level = 1; level <= 30; ++level) {
+    text += "f" + std::to_string(level) + " {\n  p = f32[2] parameter(0)\n"
+            "  a = f32[2] call(p), to_apply=f" + std::to_string(level - 1) + "\n"
+            "  ROOT b = f32[2] call(a), to_apply=f" + std::to_string(level - 1) + "\n}\n";
+  }
+  text += "ENTRY main {\n  x = f32[2] parameter(0)\n  ROOT c = f32[2] call(x), to_apply=f30\n}\n";
+  auto module = Parse(text);
+  ASSERT_NE(module, nullptr);
+  int before = 0;
+  for (const auto& c : module->computations()) before += c->instruction_count();
+  CallInliner inliner;
+  EXPECT_TRUE(RunPassAndDce(inliner, *module));
+  int after = 0, calls = 0;
+  for (const auto& c : module->computations()) {
+    after += c->instruction_count();
+    for (const auto& i : c->instructions()) calls += i->opcode() == ir::Opcode::kCall;
+  }
+  EXPECT_LE(after, 4 * before + CallInliner::kExtraInstructions);
+  EXPECT_GT(calls, 0);
+}
+
 }  // namespace
 }  // namespace kiln::passes

@@ -52,7 +52,10 @@ ProgramExecutable::ProgramExecutable(std::string kind, std::shared_ptr<const Pro
       profile_(std::move(profile)) {}
 
 absl::StatusOr<runtime::ExecutionProfile> ProgramExecutable::Estimate(int replica_count) const {
-  if (profile_ == nullptr || !estimate_.ok()) return estimate_.status();
+  if (profile_ == nullptr) {
+    return absl::UnimplementedError("this backend has no cost model to price programs with");
+  }
+  if (!estimate_.ok()) return estimate_.status();
   return profile_(*estimate_, replica_count);
 }
 

@@ -181,13 +181,15 @@ double CostModel::AllReduceSeconds(int64_t bytes, const std::vector<int64_t>& co
   const double across =
       dims == 0 ? 0 : 2.0 * (m - 1) / m * b / (2.0 * dims * config_.ici_link_bandwidth);
   const int64_t hops = static_cast<int64_t>(xs.size() + ys.size()) - 2;
-  return std::max(on_chip, across) +
-         2.0 * static_cast<double>((c - 1 + hops) * calls) * config_.interconnect_latency;
+  return std::max(on_chip, across) + 2.0 * static_cast<double>(c - 1 + hops) *
+                                         static_cast<double>(calls) *
+                                         config_.interconnect_latency;
 }
 
 double CostModel::AllReduceSeconds(int64_t bytes, int64_t replicas, int64_t calls) const {
+  if (replicas <= 1 || calls <= 0) return 0;
   std::vector<int64_t> cores;
-  for (int64_t r = 0; r < replicas; ++r) cores.push_back(r);
+  for (int64_t r = 0; r < std::min<int64_t>(replicas, config_.cores); ++r) cores.push_back(r);
   return AllReduceSeconds(bytes, cores, calls);
 }
 
@@ -410,8 +412,30 @@ bool IsStateElement(const Instruction* instr, const Instruction* state, int64_t 
          instr->attrs().tuple_index == index;
 }
 
-// `c` repeated `n` times.
-runtime::CostCounters Times(const runtime::CostCounters& c, int64_t n) {
+// Counts past this are refused rather than wrapped.
+constexpr int64_t kMaxCount = int64_t{1} << 62;
+
+absl::Status TooLarge() {
+  return absl::FailedPreconditionError(
+      "the program does more work than the estimate can count (over 2^62 bytes or flops)");
+}
+
+// total += c, refusing counts that would pass kMaxCount.
+absl::Status Accumulate(runtime::CostCounters& total, const runtime::CostCounters& c) {
+  for (auto [t, v] : {std::pair{&total.matrix_flops, c.matrix_flops},
+                      std::pair{&total.hbm_bytes, c.hbm_bytes},
+                      std::pair{&total.hbm_logical_bytes, c.hbm_logical_bytes},
+                      std::pair{&total.feed_bytes, c.feed_bytes},
+                      std::pair{&total.all_replica_reduce_bytes, c.all_replica_reduce_bytes},
+                      std::pair{&total.all_replica_reduce_calls, c.all_replica_reduce_calls}}) {
+    if (v > kMaxCount - *t) return TooLarge();
+  }
+  total += c;
+  return absl::OkStatus();
+}
+
+// `c` repeated `n` times (n >= 0).
+absl::StatusOr<runtime::CostCounters> Times(const runtime::CostCounters& c, int64_t n) {
   runtime::CostCounters r = c;
   const double f = static_cast<double>(n);
   r.matrix_seconds *= f;
@@ -419,12 +443,10 @@ runtime::CostCounters Times(const runtime::CostCounters& c, int64_t n) {
   r.hbm_seconds *= f;
   r.interconnect_seconds *= f;
   r.infeed_seconds *= f;
-  r.matrix_flops *= n;
-  r.hbm_bytes *= n;
-  r.hbm_logical_bytes *= n;
-  r.feed_bytes *= n;
-  r.all_replica_reduce_bytes *= n;
-  r.all_replica_reduce_calls *= n;
+  for (int64_t* v : {&r.matrix_flops, &r.hbm_bytes, &r.hbm_logical_bytes, &r.feed_bytes,
+                     &r.all_replica_reduce_bytes, &r.all_replica_reduce_calls}) {
+    if (__builtin_mul_overflow(*v, n, v) || *v > kMaxCount) return TooLarge();
+  }
   return r;
 }
 
@@ -451,6 +473,7 @@ int64_t StaticTripCount(const Instruction& loop) {
         counter->opcode() != Opcode::kGetTupleElement || counter->operand(0) != cond.parameter(0)) {
       continue;
     }
+    if (!counter->shape().IsArray() || !ir::IsIntegralType(counter->shape().type())) return -1;
     const int64_t index = counter->attrs().tuple_index;
     if (index < 0 || index >= init->operand_count()) return -1;
     const std::optional<int64_t> start = ConstantScalar(init->operand(index));
@@ -467,28 +490,42 @@ int64_t StaticTripCount(const Instruction& loop) {
       }
     }
     if (!step.has_value() || *step <= 0) return -1;
-    return *limit <= *start ? 0 : (*limit - *start + *step - 1) / *step;
+    if (*limit <= *start) return 0;
+    const __int128 trips =
+        (static_cast<__int128>(*limit) - *start + *step - 1) / static_cast<__int128>(*step);
+    return trips > kMaxCount ? -1 : static_cast<int64_t>(trips);
   }
   return -1;
 }
 
 absl::StatusOr<runtime::CostCounters> ModulePrices::Estimate() const {
   if (module_.entry() == nullptr) return absl::InvalidArgumentError("module has no entry");
-  return EstimateComputation(*module_.entry(), 0);
+  Memo memo;
+  return EstimateComputation(*module_.entry(), 0, memo);
 }
 
 absl::StatusOr<runtime::CostCounters> ModulePrices::EstimateComputation(
-    const ir::Computation& computation, int depth) const {
+    const ir::Computation& computation, int depth, Memo& memo) const {
+  // A computation costs the same wherever it is called: each is priced
+  // once, however many calls, loops and branches reach it.
+  if (auto known = memo.find(&computation); known != memo.end()) return known->second;
+  absl::StatusOr<runtime::CostCounters> cost = PriceComputation(computation, depth, memo);
+  memo.emplace(&computation, cost);
+  return cost;
+}
+
+absl::StatusOr<runtime::CostCounters> ModulePrices::PriceComputation(
+    const ir::Computation& computation, int depth, Memo& memo) const {
   if (depth > 64) return absl::FailedPreconditionError("control flow nests too deep to price");
   runtime::CostCounters total;
   for (const auto& instr : computation.instructions()) {
     auto it = cost_of_root_.find(instr.get());
-    if (it != cost_of_root_.end()) total += it->second;
+    if (it != cost_of_root_.end()) RETURN_IF_ERROR(Accumulate(total, it->second));
     switch (instr->opcode()) {
       case Opcode::kCall: {
         ASSIGN_OR_RETURN(runtime::CostCounters c,
-                         EstimateComputation(*instr->called(0), depth + 1));
-        total += c;
+                         EstimateComputation(*instr->called(0), depth + 1, memo));
+        RETURN_IF_ERROR(Accumulate(total, c));
         break;
       }
       case Opcode::kWhile: {
@@ -496,29 +533,32 @@ absl::StatusOr<runtime::CostCounters> ModulePrices::EstimateComputation(
         if (trips < 0) {
           return absl::FailedPreconditionError(absl::StrCat(
               "cannot price loop ", instr->name(), " in ", computation.name(),
-              " without running it: its trip count is not a constant (a counter from a "
-              "constant start, stepped by a constant, compared less-than a constant)"));
+              " without running it: its trip count is not a constant under 2^62 (an integer "
+              "counter from a constant start, stepped by a constant, compared less-than a "
+              "constant)"));
         }
         ASSIGN_OR_RETURN(runtime::CostCounters cond,
-                         EstimateComputation(*instr->called(0), depth + 1));
+                         EstimateComputation(*instr->called(0), depth + 1, memo));
         ASSIGN_OR_RETURN(runtime::CostCounters body,
-                         EstimateComputation(*instr->called(1), depth + 1));
-        total += cond;
-        body += cond;
-        total += Times(body, trips);
+                         EstimateComputation(*instr->called(1), depth + 1, memo));
+        RETURN_IF_ERROR(Accumulate(total, cond));
+        RETURN_IF_ERROR(Accumulate(body, cond));
+        ASSIGN_OR_RETURN(runtime::CostCounters loop, Times(body, trips));
+        RETURN_IF_ERROR(Accumulate(total, loop));
         break;
       }
       case Opcode::kConditional: {
         std::optional<runtime::CostCounters> dearest;
         for (const ir::Computation* branch : instr->called()) {
-          ASSIGN_OR_RETURN(runtime::CostCounters c, EstimateComputation(*branch, depth + 1));
+          ASSIGN_OR_RETURN(runtime::CostCounters c,
+                           EstimateComputation(*branch, depth + 1, memo));
           if (!dearest.has_value() ||
               model_.Profile(c, 1).simulated_seconds >
                   model_.Profile(*dearest, 1).simulated_seconds) {
             dearest = c;
           }
         }
-        if (dearest.has_value()) total += *dearest;
+        if (dearest.has_value()) RETURN_IF_ERROR(Accumulate(total, *dearest));
         break;
       }
       default:

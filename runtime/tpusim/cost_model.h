@@ -40,8 +40,8 @@
 //                  2 (m-1)/m * b / (L * ici_link_bandwidth))
 //              + 2 (c - 1 + hops) * interconnect_latency,
 //            L the links each chip drives (2 per torus dimension the group
-//            spans) and hops the ring steps across chips (the group's
-//            extent minus one in each dimension); the on-chip and the
+//            spans) and hops the ring steps across chips (the distinct
+//            positions it covers in each dimension, minus one, summed); the on-chip and the
 //            cross-chip phase pipeline over chunks, so the slower bounds.
 //            All-gather, reduce-scatter, all-to-all and broadcast are one
 //            phase: half that for the whole array. A collective-permute
@@ -118,8 +118,9 @@ class ModulePrices {
   // the entry once, a loop's body and condition once per iteration (the
   // trip count must follow from the module: a counter from a constant
   // start compared against a constant and stepped by a constant), a
-  // conditional's dearest branch, a call's callee. FAILED_PRECONDITION
-  // names a loop whose trip count is not static.
+  // conditional's dearest branch, a call's callee; each computation is
+  // priced once. FAILED_PRECONDITION names a loop whose trip count is not
+  // static, or says the counts pass 2^62.
   absl::StatusOr<runtime::CostCounters> Estimate() const;
 
   // The `n` regions that cost most per run, dearest first, a line each:
@@ -129,8 +130,12 @@ class ModulePrices {
   const FusionPlan& plan() const { return plan_; }
 
  private:
-  absl::StatusOr<runtime::CostCounters> EstimateComputation(const ir::Computation& c,
-                                                            int depth) const;
+  using Memo =
+      absl::flat_hash_map<const ir::Computation*, absl::StatusOr<runtime::CostCounters>>;
+  absl::StatusOr<runtime::CostCounters> EstimateComputation(const ir::Computation& c, int depth,
+                                                            Memo& memo) const;
+  absl::StatusOr<runtime::CostCounters> PriceComputation(const ir::Computation& c, int depth,
+                                                         Memo& memo) const;
 
   const ir::Module& module_;
   const CostModel& model_;
@@ -138,8 +143,8 @@ class ModulePrices {
   absl::flat_hash_map<const ir::Instruction*, runtime::CostCounters> cost_of_root_;
 };
 
-// The static trip count of `loop` (a while), or -1 when the module does not
-// fix it.
+// The static trip count of `loop` (a while) with an integer counter, or -1
+// when the module does not fix it (or it passes 2^62).
 int64_t StaticTripCount(const ir::Instruction& loop);
 
 }  // namespace kiln::tpusim

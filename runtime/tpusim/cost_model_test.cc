@@ -160,6 +160,36 @@ ENTRY main {
   EXPECT_EQ(c.hbm_bytes, 512 * 1024 * 4 + 4096);
 }
 
+// A producer read by a region that recomputes it and by a region that
+// does not stays a region of its own, written once: the recomputing
+// region must not swallow its operand.
+TEST(TpuFusionTest, AValueARecomputedMemberStillNeedsIsWritten) {
+  auto module = Parse(R"(
+HloModule m
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT
+}
+ENTRY main {
+  p = f32[] parameter(0)
+  x = f32[] negate(p)
+  d = f32[4,8] broadcast(x), dimensions={}
+  s = f32[4,8] sort(d), dimensions={1}, to_apply=lt
+  y = f32[4,8] add(d, s)
+  ROOT r = f32[8] reduce(y, x), dimensions={0}, to_apply=sum
+})");
+  const CostModel model{ChipConfig{}};
+  const ModulePrices prices(*module, model);
+  EXPECT_NE(prices.plan().RegionRootedAt(Named(*module, "x")), nullptr);
+  EXPECT_NE(prices.plan().RegionRootedAt(Named(*module, "d")), nullptr);
+}
+
 TEST(TpuCostTest, PrecisionPricesBf16Passes) {
   auto module = Parse(R"(
 HloModule m
@@ -285,6 +315,63 @@ ENTRY main {
   absl::StatusOr<runtime::ExecutionProfile> estimate = (*exe)->Estimate(1);
   EXPECT_EQ(estimate.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(estimate.status().message(), HasSubstr("loop spin"));
+}
+
+// A loop of 2^40 iterations, each moving 8 MiB, passes what the counters
+// hold: refused, not wrapped. A float counter has no static trip count.
+TEST(TpuEstimateTest, WorkPastTheCountersIsRefused) {
+  auto module = Parse(R"(
+HloModule loop
+cond {
+  p = (s64[], f32[1024,1024]) parameter(0)
+  i = s64[] get-tuple-element(p), index=0
+  n = s64[] constant(1099511627776)
+  ROOT c = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s64[], f32[1024,1024]) parameter(0)
+  i = s64[] get-tuple-element(p), index=0
+  one = s64[] constant(1)
+  next = s64[] add(i, one)
+  x = f32[1024,1024] get-tuple-element(p), index=1
+  e = f32[1024,1024] negate(x)
+  ROOT t = (s64[], f32[1024,1024]) tuple(next, e)
+}
+ENTRY main {
+  x = f32[1024,1024] parameter(0)
+  zero = s64[] constant(0)
+  init = (s64[], f32[1024,1024]) tuple(zero, x)
+  w = (s64[], f32[1024,1024]) while(init), condition=cond, body=body
+  ROOT r = f32[1024,1024] get-tuple-element(w), index=1
+})");
+  EXPECT_EQ(StaticTripCount(*Named(*module, "w")), int64_t{1} << 40);
+  const CostModel model{ChipConfig{}};
+  const ModulePrices prices(*module, model);
+  absl::StatusOr<runtime::CostCounters> estimate = prices.Estimate();
+  EXPECT_EQ(estimate.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(estimate.status().message(), HasSubstr("more work than the estimate can count"));
+
+  auto floats = Parse(R"(
+HloModule loop
+cond {
+  p = (f32[]) parameter(0)
+  i = f32[] get-tuple-element(p), index=0
+  n = f32[] constant(10)
+  ROOT c = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (f32[]) parameter(0)
+  i = f32[] get-tuple-element(p), index=0
+  step = f32[] constant(1.5)
+  next = f32[] add(i, step)
+  ROOT t = (f32[]) tuple(next)
+}
+ENTRY main {
+  zero = f32[] constant(0)
+  init = (f32[]) tuple(zero)
+  ROOT w = (f32[]) while(init), condition=cond, body=body
+})");
+  EXPECT_EQ(StaticTripCount(*Named(*floats, "w")), -1);
 }
 
 }  // namespace

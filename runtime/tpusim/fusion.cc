@@ -46,6 +46,9 @@ bool IsLayoutOp(Opcode op) {
   }
 }
 
+// Reachability questions the multi-output fusion may ask per computation.
+constexpr int kMaxDependencyWalks = 20000;
+
 }  // namespace
 
 bool IsFreeOp(Opcode op) {
@@ -148,8 +151,11 @@ void FusionPlan::Plan(const ir::Computation& computation) {
           const std::vector<const Instruction*>& readers = users[p];
           const bool all_inside =
               p != computation.root() &&
-              std::all_of(readers.begin(), readers.end(),
-                          [&](const Instruction* u) { return inside.contains(u); });
+              std::all_of(readers.begin(), readers.end(), [&](const Instruction* u) {
+                // A recomputed member's other copies read p too.
+                return inside.contains(u) &&
+                       std::find(duplicated.begin(), duplicated.end(), u) == duplicated.end();
+              });
           if (!all_inside && !IsDuplicable(pop)) continue;
           inside.insert(p);
           members.push_back(p);
@@ -185,6 +191,7 @@ void FusionPlan::Plan(const ir::Computation& computation) {
 void FusionPlan::ShareSiblingReads(const std::vector<FusedRegion*>& reductions) {
   // The inputs each reduction reads from outside itself.
   absl::flat_hash_map<const Instruction*, std::vector<FusedRegion*>> readers;
+  absl::flat_hash_map<const FusedRegion*, std::vector<const Instruction*>> inputs_of;
   std::vector<const Instruction*> inputs;
   for (FusedRegion* r : reductions) {
     const absl::flat_hash_set<const Instruction*> inside(r->members.begin(), r->members.end());
@@ -194,11 +201,16 @@ void FusionPlan::ShareSiblingReads(const std::vector<FusedRegion*>& reductions) 
         if (inside.contains(o) || !o->shape().IsArray() || !seen.insert(o).second) continue;
         if (readers[o].empty()) inputs.push_back(o);
         readers[o].push_back(r);
+        inputs_of[r].push_back(o);
       }
     }
   }
-  // Whether `to` reads `from`'s value, directly or through others.
-  auto depends = [](const Instruction* to, const Instruction* from) {
+  // Whether `to` reads `from`'s value, directly or through others. Each
+  // question walks the graph; a budget of walks bounds the planning work
+  // (past it, nothing more is fused).
+  int budget = kMaxDependencyWalks;
+  auto depends = [&budget](const Instruction* to, const Instruction* from) {
+    --budget;
     std::vector<const Instruction*> work{to};
     absl::flat_hash_set<const Instruction*> seen{to};
     while (!work.empty()) {
@@ -211,45 +223,42 @@ void FusionPlan::ShareSiblingReads(const std::vector<FusedRegion*>& reductions) 
     }
     return false;
   };
-  // Each reduction's outside inputs, for the cycle check below.
-  absl::flat_hash_map<const FusedRegion*, std::vector<const Instruction*>> inputs_of;
+  // A reduction joins at most one fused pass, so that passes decided one
+  // input at a time cannot chain into one that waits for itself.
+  absl::flat_hash_set<const FusedRegion*> fused;
+  // A reduction of an elementwise region's result runs in that region's
+  // pass (multi-output fusion of producer and consumer) unless it also
+  // reads something computed from that result elsewhere.
   for (const Instruction* input : inputs) {
-    for (FusedRegion* r : readers[input]) inputs_of[r].push_back(input);
+    if (!root_of_.contains(input) || !IsLoopOp(input->opcode())) continue;
+    for (FusedRegion* r : readers[input]) {
+      if (budget <= 0 || fused.contains(r)) continue;
+      const std::vector<const Instruction*>& others = inputs_of[r];
+      const bool cycle = std::any_of(others.begin(), others.end(), [&](const Instruction* y) {
+        return y != input && depends(y, input);
+      });
+      if (cycle) continue;
+      r->shared_reads.push_back(input);
+      fused.insert(r);
+    }
   }
+  // Reductions that read the same input and do not depend on each other
+  // read it in one pass: the first pays for the read.
   for (const Instruction* input : inputs) {
-    std::vector<FusedRegion*>& group = readers[input];
-    // A reduction of an elementwise region's result runs in that region's
-    // pass (multi-output fusion of producer and consumer) unless it also
-    // reads something computed from that result elsewhere, which would
-    // make the fused pass wait for itself.
-    if (root_of_.contains(input) && IsLoopOp(input->opcode())) {
-      std::vector<FusedRegion*> rest;
-      for (FusedRegion* r : group) {
-        const std::vector<const Instruction*>& others = inputs_of[r];
-        const bool cycle = std::any_of(others.begin(), others.end(), [&](const Instruction* y) {
-          return y != input && depends(y, input);
-        });
-        if (cycle) {
-          rest.push_back(r);
-        } else {
-          r->shared_reads.push_back(input);
-        }
-      }
-      group = std::move(rest);
-    }
-    // The first reader reads it; each later one independent of every
-    // reader before it shares that read.
-    std::vector<const Instruction*> fused_roots;
-    for (FusedRegion* r : group) {
+    std::vector<FusedRegion*> group;
+    for (FusedRegion* r : readers[input]) {
+      if (budget <= 0 || fused.contains(r)) continue;
       const Instruction* root = r->members.back();
-      const bool independent = std::none_of(
-          fused_roots.begin(), fused_roots.end(), [&](const Instruction* other) {
-            return depends(root, other) || depends(other, root);
+      const bool independent =
+          std::none_of(group.begin(), group.end(), [&](const FusedRegion* other) {
+            const Instruction* o = other->members.back();
+            return depends(root, o) || depends(o, root);
           });
-      if (!independent) continue;
-      if (!fused_roots.empty()) r->shared_reads.push_back(input);
-      fused_roots.push_back(root);
+      if (independent) group.push_back(r);
     }
+    if (group.size() < 2) continue;
+    for (FusedRegion* r : group) fused.insert(r);
+    for (size_t i = 1; i < group.size(); ++i) group[i]->shared_reads.push_back(input);
   }
 }
 

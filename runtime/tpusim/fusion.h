@@ -26,7 +26,8 @@
 //   first pays for the read. A reduction of an elementwise region's
 //   result runs in that region's pass (multi-output fusion of producer and
 //   consumer) and reads nothing for it, unless it also reads a value
-//   computed from that result elsewhere.
+//   computed from that result elsewhere. A reduction joins at most one
+//   such pass.
 #ifndef KILN_RUNTIME_TPUSIM_FUSION_H_
 #define KILN_RUNTIME_TPUSIM_FUSION_H_
 
