@@ -246,5 +246,36 @@ TEST_P(DataParallelTest, UnevenBatchesAreRefused) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, DataParallelTest, ::testing::Values("cpu", "tpu"));
 
+// A dry run of a lazy trace: priced for one and for four replicas, nothing
+// executes, and the tensors stay pending; a cpu device has no cost model.
+TEST(LazyEstimateTest, PricesATraceWithoutRunningIt) {
+  embedded::Options options;
+  options.devices = "cpu:1,tpu:4";
+  std::unique_ptr<Client> client = *embedded::Connect(options);
+  auto ctx = LazyContext::Create(client.get());
+  Tensor a = ctx->FromLiteral(Random(Shape(ElementType::kF32, {256, 512}), 1), "tpu:0");
+  Tensor b = ctx->FromLiteral(Random(Shape(ElementType::kF32, {512, 128}), 2), "tpu:0");
+  Tensor y = CrossReplicaSum(Relu(Matmul(a, b)));
+  const int64_t executions = ctx->metrics().executions;
+  auto one = ctx->Estimate({y});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->matrix_flops(), int64_t{2} * 256 * 512 * 128);
+  EXPECT_GT(one->simulated_seconds(), 0);
+  EXPECT_EQ(one->interconnect_seconds(), 0);
+  auto four = ctx->Estimate({y}, 4);
+  ASSERT_TRUE(four.ok()) << four.status();
+  EXPECT_GT(four->interconnect_seconds(), 0);
+  EXPECT_EQ(ctx->metrics().executions, executions);
+  // The value is still computed when it is read.
+  auto value = y.ToHost();
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(ctx->metrics().executions, executions + 1);
+
+  Tensor c = ctx->FromVector<float>(ElementType::kF32, {2}, std::vector<float>{1, 2}, "cpu:0");
+  EXPECT_EQ(ctx->Estimate({c * 2.0}).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(ctx->Estimate({y, c}).status().message(), HasSubstr("two devices"));
+  EXPECT_EQ(ctx->Estimate({}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kiln::client
