@@ -337,13 +337,23 @@ absl::StatusOr<ir::Literal> Client::TransferFromDevice(const DeviceBuffer& buffe
   return value.Take();
 }
 
+namespace {
+
+v1::CompileRequest CompileRequestFor(const std::string& session_id, const ir::Module& module,
+                                     const std::string& device) {
+  v1::CompileRequest req;
+  req.set_session_id(session_id);
+  req.set_device(device);
+  *req.mutable_module() = ir::ModuleToProto(module);
+  return req;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<Executable>> Client::Compile(const ir::Module& module,
                                                             const std::string& device,
                                                             uint64_t rng_seed) {
-  v1::CompileRequest req;
-  req.set_session_id(core_->session_id());
-  req.set_device(device);
-  *req.mutable_module() = ir::ModuleToProto(module);
+  v1::CompileRequest req = CompileRequestFor(core_->session_id(), module, device);
   req.mutable_options()->set_rng_seed(rng_seed);
   ASSIGN_OR_RETURN(v1::CompileResponse resp, core_->transport().Compile(req));
   return std::make_shared<Executable>(core_, resp, device);
@@ -355,10 +365,7 @@ absl::StatusOr<v1::ExecutionProfileProto> Client::Estimate(const ir::Module& mod
   if (replicas < 1) {
     return absl::InvalidArgumentError(absl::StrCat("cannot price ", replicas, " replicas"));
   }
-  v1::CompileRequest req;
-  req.set_session_id(core_->session_id());
-  req.set_device(device);
-  *req.mutable_module() = ir::ModuleToProto(module);
+  v1::CompileRequest req = CompileRequestFor(core_->session_id(), module, device);
   req.set_estimate_replicas(replicas);
   ASSIGN_OR_RETURN(v1::CompileResponse resp, core_->transport().Compile(req));
   return Executable(core_, resp, device).estimate();

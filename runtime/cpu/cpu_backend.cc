@@ -2,8 +2,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "compiler/ir/verifier.h"
-#include "compiler/passes/clone.h"
 #include "compiler/passes/cpu_pipeline.h"
 #include "runtime/host/artifact.h"
 #include "runtime/host/executable.h"
@@ -20,26 +18,11 @@ class CpuCompiler : public runtime::Compiler {
     return compiled.executable;
   }
 
-  // Optimizes a copy: the caller's module (from which the server computed
-  // the cache key) stays as it was.
   absl::StatusOr<Compiled> CompileForCache(const ir::Module& module,
                                            const runtime::CompileOptions& options) override {
-    ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> optimized, passes::CloneModule(module));
-    RETURN_IF_ERROR(WithContext(passes::CpuPipeline()->Run(optimized.get()).status(),
-                                "optimizing the module"));
-    // Release builds do not verify between passes; a pass that broke the
-    // module must not reach the kernels.
-    if (absl::Status st = ir::Verify(*optimized); !st.ok()) {
-      return absl::InternalError(
-          absl::StrCat("the optimized module is invalid: ", st.message()));
-    }
-    host::TuningRecord tuning;
-    std::shared_ptr<runtime::Executable> executable;
-    {
-      host::TuningScope scope(&tuning);
-      ASSIGN_OR_RETURN(executable, host::CompileProgram("cpu", *optimized, options));
-    }
-    return Compiled{std::move(executable), host::EncodeArtifact(*optimized, tuning)};
+    return host::CompileOptimized(module, *passes::CpuPipeline(), [&](const ir::Module& optimized) {
+      return host::CompileProgram("cpu", optimized, options);
+    });
   }
 
   absl::StatusOr<std::shared_ptr<runtime::Executable>> Load(

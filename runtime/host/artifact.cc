@@ -9,6 +9,7 @@
 #include "base/status_macros.h"
 #include "compiler/ir/proto_convert.h"
 #include "compiler/ir/verifier.h"
+#include "compiler/passes/clone.h"
 #include "oneapi/dnnl/dnnl.h"
 
 namespace kiln::host {
@@ -69,6 +70,24 @@ std::string HostArtifactDependencies() {
                         CpuModel());
   }();
   return dependencies;
+}
+
+absl::StatusOr<runtime::Compiler::Compiled> CompileOptimized(
+    const ir::Module& module, passes::Pipeline& pipeline,
+    const std::function<absl::StatusOr<std::shared_ptr<runtime::Executable>>(
+        const ir::Module& optimized)>& build) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> optimized, passes::CloneModule(module));
+  RETURN_IF_ERROR(WithContext(pipeline.Run(optimized.get()).status(), "optimizing the module"));
+  if (absl::Status st = ir::Verify(*optimized); !st.ok()) {
+    return absl::InternalError(absl::StrCat("the optimized module is invalid: ", st.message()));
+  }
+  TuningRecord tuning;
+  std::shared_ptr<runtime::Executable> executable;
+  {
+    TuningScope scope(&tuning);
+    ASSIGN_OR_RETURN(executable, build(*optimized));
+  }
+  return runtime::Compiler::Compiled{std::move(executable), EncodeArtifact(*optimized, tuning)};
 }
 
 }  // namespace kiln::host

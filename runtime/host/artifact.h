@@ -5,11 +5,14 @@
 #ifndef KILN_RUNTIME_HOST_ARTIFACT_H_
 #define KILN_RUNTIME_HOST_ARTIFACT_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "compiler/ir/instruction.h"
+#include "compiler/passes/pipeline.h"
+#include "runtime/device.h"
 #include "runtime/host/tuning.h"
 
 namespace kiln::host {
@@ -23,6 +26,18 @@ struct DecodedArtifact {
 // INVALID_ARGUMENT for bytes that are not an artifact of this format or
 // whose module does not verify.
 absl::StatusOr<DecodedArtifact> DecodeArtifact(const std::string& bytes);
+
+// What the cpu and tpu compilers share: optimizes a copy of `module` with
+// `pipeline` (the caller's module, from which the server computed the cache
+// key, stays as it was), checks that the result verifies (INTERNAL
+// otherwise: release builds do not verify between passes, and a pass that
+// broke the module must not reach the kernels), builds it with `build`
+// while recording the kernels autotuning chose, and returns the executable
+// with the artifact of the optimized module.
+absl::StatusOr<runtime::Compiler::Compiled> CompileOptimized(
+    const ir::Module& module, passes::Pipeline& pipeline,
+    const std::function<absl::StatusOr<std::shared_ptr<runtime::Executable>>(
+        const ir::Module& optimized)>& build);
 
 // What a host artifact depends on besides the module: oneDNN's version and
 // the instruction set it dispatches to, OpenBLAS's build and core, and the

@@ -549,13 +549,14 @@ absl::StatusOr<runtime::CostCounters> ModulePrices::PriceComputation(
       }
       case Opcode::kConditional: {
         std::optional<runtime::CostCounters> dearest;
+        double dearest_seconds = 0;
         for (const ir::Computation* branch : instr->called()) {
           ASSIGN_OR_RETURN(runtime::CostCounters c,
                            EstimateComputation(*branch, depth + 1, memo));
-          if (!dearest.has_value() ||
-              model_.Profile(c, 1).simulated_seconds >
-                  model_.Profile(*dearest, 1).simulated_seconds) {
+          const double seconds = model_.Profile(c, 1).simulated_seconds;
+          if (!dearest.has_value() || seconds > dearest_seconds) {
             dearest = c;
+            dearest_seconds = seconds;
           }
         }
         if (dearest.has_value()) RETURN_IF_ERROR(Accumulate(total, *dearest));

@@ -2,8 +2,7 @@
 // estimates and trip counts, against hand-computed values.
 #include "runtime/tpusim/cost_model.h"
 
-#include "compiler/ir/hlo_parser.h"
-#include "compiler/ir/verifier.h"
+#include "compiler/passes/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/host/test_util.h"
@@ -15,22 +14,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::unique_ptr<ir::Module> Parse(const std::string& text) {
-  auto module = ir::ParseModule(text);
-  EXPECT_TRUE(module.ok()) << module.status();
-  if (!module.ok()) return nullptr;
-  EXPECT_TRUE(ir::Verify(**module).ok());
-  return *std::move(module);
-}
-
-const ir::Instruction* Named(const ir::Module& module, absl::string_view name) {
-  for (const auto& c : module.computations()) {
-    for (const auto& i : c->instructions()) {
-      if (i->name() == name) return i.get();
-    }
-  }
-  return nullptr;
-}
+using passes::Find;
+using passes::Parse;
 
 constexpr double kPeak = 2.0 * 2 * 128 * 128 * 940e6;
 constexpr double kHbm = 0.85 * 450e9;   // reached HBM bytes/s
@@ -53,13 +38,13 @@ ENTRY main {
   const CostModel model{ChipConfig{}};
   const ModulePrices prices(*module, model);
   ASSERT_EQ(prices.plan().regions().size(), 1u);
-  const FusedRegion* region = prices.plan().RegionRootedAt(Named(*module, "r"));
+  const FusedRegion* region = prices.plan().RegionRootedAt(Find(*module, "r"));
   ASSERT_NE(region, nullptr);
   EXPECT_EQ(region->members.size(), 6u);  // d, bb, a, z, zb, r
   // Reads x, w and the bias (one (8,128) tile), writes r once: the dot's
   // result and the sum never reach HBM.
   const int64_t bytes = (256 * 512 + 512 * 256 + 256 * 256) * 4 + 4096;
-  const runtime::CostCounters c = prices.StepCost({Named(*module, "r")});
+  const runtime::CostCounters c = prices.StepCost({Find(*module, "r")});
   EXPECT_EQ(c.hbm_bytes, bytes);
   EXPECT_EQ(c.matrix_flops, int64_t{2} * 256 * 512 * 256);
   // HBM bounds it: max(matrix / 0.9 + vector, bytes / (0.85 * 450e9)).
@@ -69,7 +54,7 @@ ENTRY main {
   EXPECT_DOUBLE_EQ(c.hbm_seconds, bytes / kHbm + kOverhead);
   EXPECT_DOUBLE_EQ(c.matrix_seconds, 0);
   // The other members cost nothing of their own.
-  EXPECT_EQ(prices.StepCost({Named(*module, "a")}).hbm_bytes, 0);
+  EXPECT_EQ(prices.StepCost({Find(*module, "a")}).hbm_bytes, 0);
 }
 
 TEST(TpuFusionTest, AValueTwoRegionsReadIsWrittenOnce) {
@@ -93,16 +78,16 @@ ENTRY main {
   const FusionPlan& plan = prices.plan();
   // e has users in two regions: it is its own region, written once and
   // read by both.
-  ASSERT_NE(plan.RegionRootedAt(Named(*module, "e")), nullptr);
-  ASSERT_NE(plan.RegionRootedAt(Named(*module, "r")), nullptr);
-  ASSERT_NE(plan.RegionRootedAt(Named(*module, "n")), nullptr);
+  ASSERT_NE(plan.RegionRootedAt(Find(*module, "e")), nullptr);
+  ASSERT_NE(plan.RegionRootedAt(Find(*module, "r")), nullptr);
+  ASSERT_NE(plan.RegionRootedAt(Find(*module, "n")), nullptr);
   const int64_t x_bytes = 64 * 128 * 4;
-  EXPECT_EQ(prices.StepCost({Named(*module, "e")}).hbm_bytes, 2 * x_bytes);
+  EXPECT_EQ(prices.StepCost({Find(*module, "e")}).hbm_bytes, 2 * x_bytes);
   // The reduce runs in e's pass (multi-output fusion of producer and
   // consumer): it reads nothing and writes f32[64] (one tile). The negate
   // reads e.
-  EXPECT_EQ(prices.StepCost({Named(*module, "r")}).hbm_bytes, 4096);
-  EXPECT_EQ(prices.StepCost({Named(*module, "n")}).hbm_bytes, 2 * x_bytes);
+  EXPECT_EQ(prices.StepCost({Find(*module, "r")}).hbm_bytes, 4096);
+  EXPECT_EQ(prices.StepCost({Find(*module, "n")}).hbm_bytes, 2 * x_bytes);
 }
 
 // Batch statistics as XLA's batch-norm expander computes them: E[x] and
@@ -130,12 +115,12 @@ ENTRY main {
   const CostModel model{ChipConfig{}};
   const ModulePrices prices(*module, model);
   const int64_t x_bytes = 256 * 128 * 4, out = 4096;
-  const int64_t s1 = prices.StepCost({Named(*module, "s1")}).hbm_bytes;
-  const int64_t s2 = prices.StepCost({Named(*module, "s2")}).hbm_bytes;
+  const int64_t s1 = prices.StepCost({Find(*module, "s1")}).hbm_bytes;
+  const int64_t s2 = prices.StepCost({Find(*module, "s2")}).hbm_bytes;
   // One of the two pays for x.
   EXPECT_EQ(s1 + s2, x_bytes + 2 * out);
   // s3 reads x and s1 itself.
-  EXPECT_EQ(prices.StepCost({Named(*module, "s3")}).hbm_bytes, x_bytes + out + out);
+  EXPECT_EQ(prices.StepCost({Find(*module, "s3")}).hbm_bytes, x_bytes + out + out);
 }
 
 TEST(TpuFusionTest, ElementwiseProducersFuseIntoAReduction) {
@@ -156,7 +141,7 @@ ENTRY main {
   const ModulePrices prices(*module, model);
   ASSERT_EQ(prices.plan().regions().size(), 1u);
   // x read once; f32[512] written as 4 rows of 128 -> one (8,128) tile.
-  const runtime::CostCounters c = prices.StepCost({Named(*module, "r")});
+  const runtime::CostCounters c = prices.StepCost({Find(*module, "r")});
   EXPECT_EQ(c.hbm_bytes, 512 * 1024 * 4 + 4096);
 }
 
@@ -186,8 +171,8 @@ ENTRY main {
 })");
   const CostModel model{ChipConfig{}};
   const ModulePrices prices(*module, model);
-  EXPECT_NE(prices.plan().RegionRootedAt(Named(*module, "x")), nullptr);
-  EXPECT_NE(prices.plan().RegionRootedAt(Named(*module, "d")), nullptr);
+  EXPECT_NE(prices.plan().RegionRootedAt(Find(*module, "x")), nullptr);
+  EXPECT_NE(prices.plan().RegionRootedAt(Find(*module, "d")), nullptr);
 }
 
 TEST(TpuCostTest, PrecisionPricesBf16Passes) {
@@ -206,10 +191,10 @@ ENTRY main {
   const double one = 2.0 * 2048 * 2048 * 2048 / kPeak;
   EXPECT_DOUBLE_EQ(model.MatrixSeconds(1, 2048, 2048, 2048), one);
   // Default: one bf16 pass; high: 3; highest: 6 (the dearer operand wins).
-  EXPECT_DOUBLE_EQ(prices.StepCost({Named(*module, "d")}).matrix_seconds, one / 0.9 + kOverhead);
-  EXPECT_DOUBLE_EQ(prices.StepCost({Named(*module, "g")}).matrix_seconds,
+  EXPECT_DOUBLE_EQ(prices.StepCost({Find(*module, "d")}).matrix_seconds, one / 0.9 + kOverhead);
+  EXPECT_DOUBLE_EQ(prices.StepCost({Find(*module, "g")}).matrix_seconds,
                    3 * one / 0.9 + kOverhead);
-  EXPECT_DOUBLE_EQ(prices.StepCost({Named(*module, "h")}).matrix_seconds,
+  EXPECT_DOUBLE_EQ(prices.StepCost({Find(*module, "h")}).matrix_seconds,
                    6 * one / 0.9 + kOverhead);
 }
 
@@ -267,7 +252,7 @@ ENTRY main {
 
 TEST(TpuEstimateTest, AStaticLoopIsPricedAsItRuns) {
   auto module = Parse(kLoop);
-  EXPECT_EQ(StaticTripCount(*Named(*module, "w")), 10);
+  EXPECT_EQ(StaticTripCount(*Find(*module, "w")), 10);
   TpuSimDevice tpu({});
   TpuSimCompiler compiler({});
   auto exe = compiler.Compile(*module, {});
@@ -308,7 +293,7 @@ ENTRY main {
   init = (s32[], s32[]) tuple(zero, n)
   ROOT spin = (s32[], s32[]) while(init), condition=cond, body=body
 })");
-  EXPECT_EQ(StaticTripCount(*Named(*module, "spin")), -1);
+  EXPECT_EQ(StaticTripCount(*Find(*module, "spin")), -1);
   TpuSimCompiler compiler({});
   auto exe = compiler.Compile(*module, {});
   ASSERT_TRUE(exe.ok()) << exe.status();
@@ -344,7 +329,7 @@ ENTRY main {
   w = (s64[], f32[1024,1024]) while(init), condition=cond, body=body
   ROOT r = f32[1024,1024] get-tuple-element(w), index=1
 })");
-  EXPECT_EQ(StaticTripCount(*Named(*module, "w")), int64_t{1} << 40);
+  EXPECT_EQ(StaticTripCount(*Find(*module, "w")), int64_t{1} << 40);
   const CostModel model{ChipConfig{}};
   const ModulePrices prices(*module, model);
   absl::StatusOr<runtime::CostCounters> estimate = prices.Estimate();
@@ -371,7 +356,7 @@ ENTRY main {
   init = (f32[]) tuple(zero)
   ROOT w = (f32[]) while(init), condition=cond, body=body
 })");
-  EXPECT_EQ(StaticTripCount(*Named(*floats, "w")), -1);
+  EXPECT_EQ(StaticTripCount(*Find(*floats, "w")), -1);
 }
 
 }  // namespace

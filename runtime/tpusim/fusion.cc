@@ -133,7 +133,9 @@ void FusionPlan::Plan(const ir::Computation& computation) {
     absl::flat_hash_set<const Instruction*> matrix_side;
     bool heavy = IsHeavy(op);
     const bool fuses = IsLoopOp(op) || heavy;
-    std::vector<const Instruction*> members{root}, duplicated;
+    std::vector<const Instruction*> members{root};
+    // Members recomputed here whose value other regions read too.
+    absl::flat_hash_set<const Instruction*> recomputed;
     if (IsMatrixOp(op)) matrix_side.insert(root);
     // Candidates are retried until none joins: a producer may become
     // joinable once another of its users has joined.
@@ -141,7 +143,7 @@ void FusionPlan::Plan(const ir::Computation& computation) {
       grew = false;
       for (size_t m = 0; m < members.size(); ++m) {
         const Instruction* member = members[m];
-        if (std::find(duplicated.begin(), duplicated.end(), member) != duplicated.end()) continue;
+        if (recomputed.contains(member)) continue;
         const bool into_matrix = matrix_side.contains(member);
         for (const Instruction* p : member->operands()) {
           const Opcode pop = p->opcode();
@@ -153,8 +155,7 @@ void FusionPlan::Plan(const ir::Computation& computation) {
               p != computation.root() &&
               std::all_of(readers.begin(), readers.end(), [&](const Instruction* u) {
                 // A recomputed member's other copies read p too.
-                return inside.contains(u) &&
-                       std::find(duplicated.begin(), duplicated.end(), u) == duplicated.end();
+                return inside.contains(u) && !recomputed.contains(u);
               });
           if (!all_inside && !IsDuplicable(pop)) continue;
           inside.insert(p);
@@ -164,7 +165,8 @@ void FusionPlan::Plan(const ir::Computation& computation) {
           if (all_inside) {
             claimed.insert(p);
           } else {
-            duplicated.push_back(p);
+            recomputed.insert(p);
+            region->duplicated.push_back(p);
           }
           grew = true;
         }
@@ -174,10 +176,7 @@ void FusionPlan::Plan(const ir::Computation& computation) {
       return position[a] < position[b];
     });
     region->members = std::move(members);
-    region->duplicated = std::move(duplicated);
     for (const Instruction* d : region->duplicated) copies[d].insert(region.get());
-    const absl::flat_hash_set<const Instruction*> recomputed(region->duplicated.begin(),
-                                                             region->duplicated.end());
     for (const Instruction* m : region->members) {
       if (!recomputed.contains(m)) region_of[m] = region.get();
     }

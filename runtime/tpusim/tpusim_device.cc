@@ -9,8 +9,6 @@
 #include "base/half.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
-#include "compiler/ir/verifier.h"
-#include "compiler/passes/clone.h"
 #include "compiler/passes/tpu_pipeline.h"
 #include "runtime/host/executable.h"
 #include "runtime/host/kernel.h"
@@ -81,21 +79,8 @@ absl::StatusOr<runtime::Compiler::Compiled> TpuSimCompiler::CompileForCache(
     return absl::InvalidArgumentError("module has no entry computation");
   }
   RETURN_IF_ERROR(CheckTpuTypes(module));
-  // Optimizes a copy: the caller's module (from which the server computed
-  // the cache key) stays as it was.
-  ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> optimized, passes::CloneModule(module));
-  RETURN_IF_ERROR(WithContext(passes::TpuPipeline()->Run(optimized.get()).status(),
-                              "optimizing the module"));
-  if (absl::Status st = ir::Verify(*optimized); !st.ok()) {
-    return absl::InternalError(absl::StrCat("the optimized module is invalid: ", st.message()));
-  }
-  host::TuningRecord tuning;
-  std::shared_ptr<runtime::Executable> executable;
-  {
-    host::TuningScope scope(&tuning);
-    ASSIGN_OR_RETURN(executable, Build(*optimized, options));
-  }
-  return Compiled{std::move(executable), host::EncodeArtifact(*optimized, tuning)};
+  return host::CompileOptimized(module, *passes::TpuPipeline(),
+                                [&](const ir::Module& optimized) { return Build(optimized, options); });
 }
 
 absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimCompiler::Load(
