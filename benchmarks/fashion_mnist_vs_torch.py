@@ -1,24 +1,28 @@
 #!/usr/bin/python3
 """Epoch time of Fashion-MNIST training: Kiln in step mode through a
 kiln-server on loopback (what the README's main job runs) against PyTorch
-eager (Debian's python3-torch) and JAX jit (XLA:CPU, from PyPI), same
-models, data, batch and thread count, interleaved run by run. Prints the
-machine, the kernels each side runs, the range of each time over the runs
-and the range of the ratios.
+eager (Debian's python3-torch 1.13), the newest PyTorch from PyPI (eager
+and torch.compile) and JAX jit (XLA:CPU, from PyPI), same models, data,
+batch and thread count, interleaved run by run. Prints the machine, the
+kernels each side runs, the range of each time over the runs and the range
+of the ratios.
 
     /usr/bin/python3 benchmarks/fashion_mnist_vs_torch.py [--threads 1,2] [--runs 3]
         [--train_limit 12800] [--models mlp,lenet] [--embedded]
-        [--jax_venv DIR | --no_jax]
+        [--peers_venv DIR] [--no_jax] [--no_torch2]
 
-JAX is never a dependency of Kiln: the first run creates a virtual
-environment (--jax_venv, default build/peers-venv) and installs jax[cpu]
-into it from PyPI; without network or pip, the JAX columns say why they
-are missing and the rest runs. The JAX step is the same model, loss and
-SGD with momentum (benchmarks/gpu_peers.py), jitted, with the batch
-transferred and the loss read back every step as in Kiln's step mode; its
-epoch time includes its compile, as Kiln's includes Kiln's. JAX runs
-pinned to as many cores as threads (taskset), at one thread also with
-XLA's single-thread flags.
+JAX and PyTorch 2 are never dependencies of Kiln: the first run creates a
+virtual environment (--peers_venv, default build/peers-venv) and installs
+jax[cpu] and torch into it from PyPI (PyPI's torch wheel brings its CUDA
+libraries: several GB, once); without network or pip, their columns say
+why they are missing and the rest runs. The JAX step is the same model,
+loss and SGD with momentum (benchmarks/gpu_peers.py), jitted, with the
+batch transferred and the loss read back every step as in Kiln's step
+mode; its epoch time includes its compile, as Kiln's includes Kiln's. JAX
+runs pinned to as many cores as threads (taskset), at one thread also with
+XLA's single-thread flags. torch.compile compiles the model (forward and,
+through AOTAutograd, backward) with its default backend, Inductor; its
+first step is its compile, and steady steps are compared as for JAX.
 
 Kiln's compute runs in kiln-server, started here once per thread count with
 --threads (OpenBLAS and oneDNN); PyTorch runs in a subprocess per run with
@@ -59,17 +63,21 @@ def torch_model(name):
 
 
 def torch_worker(args):
-    """One PyTorch epoch in this process; prints its seconds."""
+    """One PyTorch epoch in this process (eager, or torch.compile'd with
+    --worker_peer=torch_compile); prints its seconds and the first step's."""
     import torch
     import torch.nn as nn
     torch.set_num_threads(args.threads)
     x, y = load("train", args.train_limit)
     torch.manual_seed(1)
     net = torch_model(args.worker_model)
+    if args.worker_peer == "torch_compile":
+        net = torch.compile(net)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     steps = len(x) // args.batch
     start = time.perf_counter()
+    first = None
     for s in range(steps):
         xb, yb = x[s * args.batch:(s + 1) * args.batch], y[s * args.batch:(s + 1) * args.batch]
         opt.zero_grad()
@@ -77,18 +85,23 @@ def torch_worker(args):
         loss.backward()
         opt.step()
         loss.item()  # the host reads the loss every step, as Kiln's step mode does
-    print(f"{time.perf_counter() - start:.4f}")
+        if first is None:
+            first = time.perf_counter() - start
+    print(f"{time.perf_counter() - start:.4f} {first:.4f}")
 
 
-def torch_epoch(name, args, threads):
+def torch_epoch(name, args, threads, python=sys.executable, peer="torch"):
+    """(epoch seconds, first-step seconds) of one PyTorch run: Debian's by
+    default, or the peers venv's (python) eager or compiled (peer)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     if threads > 1:
         env["OMP_WAIT_POLICY"] = "passive"
     out = subprocess.run(
-        [sys.executable, __file__, "--worker_model", name, "--threads", str(threads),
-         "--train_limit", str(args.train_limit), "--batch", str(args.batch)],
+        [python, __file__, "--worker_model", name, "--worker_peer", peer, "--threads",
+         str(threads), "--train_limit", str(args.train_limit), "--batch", str(args.batch)],
         env=env, check=True, capture_output=True, text=True).stdout
-    return float(out.strip().splitlines()[-1])
+    epoch, first = out.strip().splitlines()[-1].split()
+    return float(epoch), float(first)
 
 
 def jax_worker(args):
@@ -148,28 +161,30 @@ def load_numpy(prefix, limit):
     return images, labels[:limit].astype(np.int32)
 
 
-def jax_python(venv):
-    """The venv's python with jax importable, creating the venv and
-    installing jax[cpu] from PyPI when needed; (None, why) otherwise."""
+def peer_python(venv, module, requirement):
+    """The venv's python with `module` importable, creating the venv and
+    installing `requirement` from PyPI when needed; (python, version) or
+    (None, why)."""
     python = os.path.join(venv, "bin", "python")
-    check = [python, "-c", "import jax, numpy; print(jax.__version__)"]
+    check = [python, "-c", f"import {module}, numpy; print({module}.__version__)"]
     if os.path.exists(python):
         r = subprocess.run(check, capture_output=True, text=True)
         if r.returncode == 0:
             return python, r.stdout.strip()
-    print(f"installing jax[cpu] from PyPI into {venv} (once)...", flush=True)
+    print(f"installing {requirement} from PyPI into {venv} (once)...", flush=True)
     try:
-        subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True,
-                       timeout=300)
-        subprocess.run([python, "-m", "pip", "install", "-q", "jax[cpu]"], check=True,
-                       capture_output=True, timeout=900)
+        if not os.path.exists(python):
+            subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True,
+                           timeout=300)
+        subprocess.run([python, "-m", "pip", "install", "-q", requirement, "numpy"], check=True,
+                       capture_output=True, timeout=1800)
         r = subprocess.run(check, capture_output=True, text=True, check=True)
         return python, r.stdout.strip()
     except (OSError, subprocess.SubprocessError) as e:
         detail = getattr(e, "stderr", None) or str(e)
         if isinstance(detail, bytes):
             detail = detail.decode(errors="replace")
-        return None, f"jax could not be installed ({detail.strip().splitlines()[-1] if detail.strip() else e})"
+        return None, f"{module} could not be installed ({detail.strip().splitlines()[-1] if detail.strip() else e})"
 
 
 def jax_epoch(name, args, threads, python):
@@ -228,6 +243,13 @@ def torch_op_ns(ops=200000):
     return (time.perf_counter() - start) * 1e9 / ops
 
 
+def torch2_op_ns(python):
+    """PyTorch 2's eager op on one element, measured in the peers venv."""
+    out = subprocess.run([python, __file__, "--worker_model", "op", "--worker_peer", "torch_op"],
+                         check=True, capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
 def kiln_op_ns():
     """Kiln's cost per traced op and per eager op, in ns."""
     out = subprocess.run([os.path.join(BIN, "trace_benchmark")], check=True,
@@ -250,15 +272,19 @@ def machine():
     return f"{model}, {os.cpu_count()} cores, {platform.platform()}"
 
 
-def kernels():
+def torch_kernels():
+    """PyTorch's version, BLAS and oneDNN, as this python's torch reports them."""
     import torch
     config = torch.__config__.show()
     blas = re.search(r"BLAS_INFO=([^,\n]*)", config)
+    return (f"PyTorch {torch.__version__}: BLAS {blas.group(1) if blas else '?'}, oneDNN (mkldnn) "
+            f"{'on' if torch.backends.mkldnn.is_available() else 'off'}")
+
+
+def kernels():
     return (f"Kiln: f32 dot and convolution through oneDNN (convolutions timed against "
             f"im2col per shape at compile time), its own vectorized elementwise and pooling "
-            f"loops, one OpenMP team of --threads | PyTorch {torch.__version__}: BLAS "
-            f"{blas.group(1) if blas else '?'}, oneDNN (mkldnn) "
-            f"{'on' if torch.backends.mkldnn.is_available() else 'off'}")
+            f"loops, one OpenMP team of --threads | {torch_kernels()}")
 
 
 def span(values, fmt="{:.2f}"):
@@ -275,21 +301,39 @@ def main():
     p.add_argument("--models", default="mlp,lenet")
     p.add_argument("--embedded", action="store_true",
                    help="run Kiln's service in the training process instead of kiln-server")
-    p.add_argument("--jax_venv", default=os.path.join(HERE, "..", "build", "peers-venv"),
-                   help="virtual environment for JAX (created with jax[cpu] when missing)")
+    p.add_argument("--peers_venv", "--jax_venv",
+                   default=os.path.join(HERE, "..", "build", "peers-venv"),
+                   help="virtual environment for JAX and PyTorch 2 (created when missing)")
     p.add_argument("--no_jax", action="store_true", help="leave JAX out")
+    p.add_argument("--no_torch2", action="store_true",
+                   help="leave PyTorch 2 from PyPI (eager and torch.compile) out")
     p.add_argument("--worker_model", help=argparse.SUPPRESS)
     p.add_argument("--worker_peer", default="torch", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker_model:
         args.threads = int(args.threads)
+        if args.worker_peer == "torch_op":
+            print(f"{torch_op_ns():.1f}")
+            print(torch_kernels())
+            return None
         return jax_worker(args) if args.worker_peer == "jax" else torch_worker(args)
 
     print(f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | {machine()}")
     print(kernels())
-    python, jax_version = (None, "left out (--no_jax)") if args.no_jax else jax_python(
-        os.path.abspath(args.jax_venv))
+    venv = os.path.abspath(args.peers_venv)
+    python, jax_version = (None, "left out (--no_jax)") if args.no_jax else peer_python(
+        venv, "jax", "jax[cpu]")
     print(f"JAX: {'jit on XLA:CPU, ' + jax_version if python else jax_version}")
+    torch2, torch2_version = (None, "left out (--no_torch2)") if args.no_torch2 else peer_python(
+        venv, "torch", "torch")
+    torch2_ns = None
+    if torch2:
+        out = subprocess.run([torch2, __file__, "--worker_model", "op", "--worker_peer",
+                              "torch_op"], check=True, capture_output=True, text=True).stdout
+        torch2_ns = float(out.splitlines()[0])
+        print(f"PyTorch 2 from PyPI, eager and torch.compile (Inductor): {out.splitlines()[1]}")
+    else:
+        print(f"PyTorch 2 from PyPI: {torch2_version}")
     print(f"{args.train_limit} images per epoch, batch {args.batch}, {args.runs} interleaved runs, "
           f"Kiln {'embedded' if args.embedded else 'through kiln-server on loopback'}")
     (kiln_ns, kiln_eager_ns), torch_ns = kiln_op_ns(), torch_op_ns()
@@ -297,16 +341,25 @@ def main():
           f"{torch_ns:.0f} ns | ratio kiln/pytorch {kiln_ns / torch_ns:.2f}")
     print(f"eager op on 1 element: kiln (embedded) {kiln_eager_ns:.0f} ns | pytorch "
           f"{torch_ns:.0f} ns | ratio kiln/pytorch {kiln_eager_ns / torch_ns:.2f}")
+    if torch2_ns:
+        print(f"eager op on 1 element: kiln (embedded) {kiln_eager_ns:.0f} ns | pytorch 2 "
+              f"{torch2_ns:.0f} ns | ratio kiln/pytorch2 {kiln_eager_ns / torch2_ns:.2f}")
     for threads in [int(t) for t in args.threads.split(",")]:
         server = None if args.embedded else KilnServer(threads)
         try:
             for name in args.models.split(","):
                 kiln, kiln_first, peer, jax, jax_first = [], [], [], [], []
+                eager2, compiled, compiled_first = [], [], []
                 for _ in range(args.runs):
                     epoch, first = kiln_epoch(name, args, server and server.address, threads)
                     kiln.append(epoch)
                     kiln_first.append(first)
-                    peer.append(torch_epoch(name, args, threads))
+                    peer.append(torch_epoch(name, args, threads)[0])
+                    if torch2:
+                        eager2.append(torch_epoch(name, args, threads, torch2)[0])
+                        epoch, first = torch_epoch(name, args, threads, torch2, "torch_compile")
+                        compiled.append(epoch)
+                        compiled_first.append(first)
                     if python:
                         epoch, first = jax_epoch(name, args, threads, python)
                         jax.append(epoch)
@@ -316,10 +369,24 @@ def main():
                       f"{span(peer)} s | ratio kiln/pytorch {span(ratios)} "
                       f"(kiln runs at {span([1 / r for r in ratios])}x pytorch's speed)",
                       flush=True)
+                # Steady steps: the epoch less its first step (which compiles).
+                steps = args.train_limit // args.batch
+                kiln_step = [(e - f) / (steps - 1) * 1e3 for e, f in zip(kiln, kiln_first)]
+                if eager2:
+                    ratios = [k / t for k, t in zip(kiln, eager2)]
+                    print(f"{name} threads={threads}: kiln {span(kiln)} s | pytorch 2 eager "
+                          f"{span(eager2)} s | ratio kiln/pytorch2 {span(ratios)} "
+                          f"(kiln runs at {span([1 / r for r in ratios])}x its speed)", flush=True)
+                    compiled_step = [(e - f) / (steps - 1) * 1e3
+                                     for e, f in zip(compiled, compiled_first)]
+                    print(f"{name} threads={threads}: kiln {span(kiln)} s (first step "
+                          f"{span(kiln_first, '{:.3f}')} s) | torch.compile {span(compiled)} s "
+                          f"(first step {span(compiled_first, '{:.3f}')} s) | ratio "
+                          f"{span([k / c for k, c in zip(kiln, compiled)])}; steady step kiln "
+                          f"{span(kiln_step)} ms | torch.compile {span(compiled_step)} ms | "
+                          f"ratio kiln/torch.compile "
+                          f"{span([k / c for k, c in zip(kiln_step, compiled_step)])}", flush=True)
                 if jax:
-                    # Steady steps: the epoch less its first step (which compiles).
-                    steps = args.train_limit // args.batch
-                    kiln_step = [(e - f) / (steps - 1) * 1e3 for e, f in zip(kiln, kiln_first)]
                     jax_step = [(e - f) / (steps - 1) * 1e3 for e, f in zip(jax, jax_first)]
                     print(f"{name} threads={threads}: kiln {span(kiln)} s (first step "
                           f"{span(kiln_first, '{:.3f}')} s) | jax jit {span(jax)} s (first step "

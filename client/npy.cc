@@ -95,8 +95,9 @@ absl::StatusOr<ir::Literal> ParseNpy(const std::string& bytes) {
     if (descr.substr(1) == d.code) type = d.type;
   }
   if (!type) return Bad(absl::StrCat("unsupported dtype '", descr, "'"));
-  if (absl::StripAsciiWhitespace(fortran) != "False") {
-    return Bad("Fortran-order arrays are not supported; save with C order");
+  const absl::string_view order = absl::StripAsciiWhitespace(fortran);
+  if (order != "False" && order != "True") {
+    return Bad(absl::StrCat("fortran_order '", order, "' is neither True nor False"));
   }
   std::vector<int64_t> dims;
   absl::string_view inner = absl::StripAsciiWhitespace(shape_text);
@@ -117,8 +118,22 @@ absl::StatusOr<ir::Literal> ParseNpy(const std::string& bytes) {
                             shape.ByteSize()));
   }
   ir::Literal lit(shape);
-  if (shape.ByteSize() > 0) {
+  if (shape.ByteSize() > 0 && order == "False") {
     std::memcpy(lit.mutable_bytes().data(), bytes.data() + data_start, shape.ByteSize());
+  } else if (shape.ByteSize() > 0) {
+    // Fortran order (the first index varies fastest, as numpy saves a
+    // transposed view): each element moves to its row-major place.
+    const size_t width = static_cast<size_t>(ElementTypeSize(*type));
+    const int rank = static_cast<int>(dims.size());
+    std::vector<int64_t> index(rank, 0);
+    uint8_t* out = lit.mutable_bytes().data();
+    const char* in = bytes.data() + data_start;
+    for (int64_t f = 0; f < shape.ElementCount(); ++f) {
+      int64_t row_major = 0;
+      for (int d = 0; d < rank; ++d) row_major = row_major * dims[d] + index[d];
+      std::memcpy(out + row_major * width, in + f * width, width);
+      for (int d = 0; d < rank && ++index[d] == dims[d]; ++d) index[d] = 0;
+    }
   }
   if (*type == ElementType::kPred) {
     ir::NormalizePredBytes(lit.mutable_bytes().data(), static_cast<int64_t>(lit.bytes().size()));

@@ -46,6 +46,28 @@ TEST(NpyTest, RejectsBadFiles) {
   EXPECT_FALSE(ParseNpy(big_endian).ok());
 }
 
+// numpy saves a transposed view in Fortran order: the first index varies
+// fastest in the file. The literal holds the same array in row-major order.
+TEST(NpyTest, FortranOrderIsReadIntoRowMajor) {
+  ir::Literal lit = ir::Literal::FromVector<int64_t>(ir::ElementType::kS32, {2, 3, 2},
+                                                     {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  std::string bytes = *EncodeNpy(lit);
+  bytes.replace(bytes.find("'fortran_order': False"), 22, "'fortran_order': True ");
+  // The data in column-major order: element (i, j, k) at i + 2 j + 6 k.
+  const size_t data = bytes.size() - 48;
+  int32_t* words = reinterpret_cast<int32_t*>(bytes.data() + data);
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      for (int k = 0; k < 2; ++k) words[i + 2 * j + 6 * k] = lit.data<int32_t>()[i * 6 + j * 2 + k];
+    }
+  }
+  auto back = ParseNpy(bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, lit);
+  bytes.replace(bytes.find("'fortran_order': True "), 22, "'fortran_order': Maybe");
+  EXPECT_FALSE(ParseNpy(bytes).ok());
+}
+
 TEST(NpyTest, AdaptChecksShapeAndType) {
   ir::Literal lit = ir::Literal::FromVector<float>(ir::ElementType::kF32, {4}, {1, 2, 3, 4});
   EXPECT_FALSE(AdaptToParameter(lit, ir::Shape(ir::ElementType::kF32, {2, 2})).ok());

@@ -35,11 +35,12 @@ case "$mode" in
     ;;
 esac
 echo "[kiln] configuring $dir ($mode sanitizer)"
-# Line tables only (-g1): the reports name files and lines, and the build
-# stays quick. The benchmarks are left out: no test runs them.
+# Line tables only (-g1): the reports name files and lines. -O1 compiles the
+# instrumented tree in about two thirds of -O2's time, and the tests take
+# about as long. The benchmarks are left out: no test runs them.
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WITH_CUDA=OFF \
   -DKILN_BUILD_BENCHMARKS=OFF \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" > /dev/null
 # GCC 12's ThreadSanitizer cannot map its shadow memory under the address

@@ -6,8 +6,13 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "compiler/ir/verifier.h"
 
@@ -265,7 +270,8 @@ absl::Status LowerTotalOrderCompare(Computation* comp, Instruction* compare) {
 }
 
 absl::Status LowerTopK(Module* module, Computation* comp, Instruction* result,
-                       Instruction* operand, int64_t k, bool largest) {
+                       Instruction* operand, int64_t k, bool largest,
+                       Computation* comparator) {
   const Shape& shape = operand->shape();
   if (!shape.IsArray() || shape.rank() < 1) {
     return absl::InvalidArgumentError(absl::StrCat("topk needs an array of rank 1 or more, got ",
@@ -288,20 +294,25 @@ absl::Status LowerTopK(Module* module, Computation* comp, Instruction* result,
   // order.
   const Shape value = Shape::Scalar(shape.type());
   const Shape index = Shape::Scalar(ElementType::kS32);
-  Computation* cmp = module->AddComputation(std::make_unique<Computation>(base + ".comparator"));
-  std::vector<Instruction*> params;
-  for (int i = 0; i < 4; ++i) {
-    params.push_back(add(cmp, Opcode::kParameter, i < 2 ? value : index,
-                         absl::StrCat(base, ".p", i), {}));
-    params.back()->mutable_attrs().parameter_number = i;
+  Computation* cmp = comparator;
+  if (cmp == nullptr) {
+    Computation* made =
+        module->AddComputation(std::make_unique<Computation>(base + ".comparator"));
+    std::vector<Instruction*> params;
+    for (int i = 0; i < 4; ++i) {
+      params.push_back(add(made, Opcode::kParameter, i < 2 ? value : index,
+                           absl::StrCat(base, ".p", i), {}));
+      params.back()->mutable_attrs().parameter_number = i;
+    }
+    Instruction* compare = add(made, Opcode::kCompare, Shape::Scalar(ElementType::kPred),
+                               base + ".before", {params[0], params[1]});
+    compare->mutable_attrs().direction =
+        largest ? ComparisonDirection::kGt : ComparisonDirection::kLt;
+    RETURN_IF_ERROR(LowerTotalOrderCompare(made, compare));
+    made->set_root(compare);
+    RETURN_IF_ERROR(made->Canonicalize());
+    cmp = made;
   }
-  Instruction* compare = add(cmp, Opcode::kCompare, Shape::Scalar(ElementType::kPred),
-                             base + ".before", {params[0], params[1]});
-  compare->mutable_attrs().direction =
-      largest ? ComparisonDirection::kGt : ComparisonDirection::kLt;
-  RETURN_IF_ERROR(LowerTotalOrderCompare(cmp, compare));
-  cmp->set_root(compare);
-  RETURN_IF_ERROR(cmp->Canonicalize());
 
   const Shape indices(ElementType::kS32, shape.dims());
   Instruction* iota = add(comp, Opcode::kIota, indices, base + ".indices", {});
@@ -444,6 +455,252 @@ absl::Status LowerBatchNorm(Module* module, Computation* comp, Instruction* resu
   result->AddOperand(mul(spread(mul(scale, inv)), inner));
   result->AddOperand(grad_scale);
   result->AddOperand(grad_offset);
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::ir
+
+namespace kiln::ir {
+namespace {
+
+// The options of a typed-FFI backend_config, "{uplo = 76 : ui8, ...}": each
+// name with its integer value.
+absl::StatusOr<absl::flat_hash_map<std::string, int64_t>> ParseFfiOptions(
+    absl::string_view config) {
+  absl::flat_hash_map<std::string, int64_t> options;
+  absl::string_view body = absl::StripAsciiWhitespace(config);
+  if (absl::ConsumePrefix(&body, "\"")) absl::ConsumeSuffix(&body, "\"");
+  body = absl::StripAsciiWhitespace(body);
+  if (!absl::ConsumePrefix(&body, "{") || !absl::ConsumeSuffix(&body, "}")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend_config '", config, "' is not a {name = value : type, ...} list"));
+  }
+  for (absl::string_view item : absl::StrSplit(body, ',', absl::SkipWhitespace())) {
+    std::vector<absl::string_view> parts = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    int64_t value = 0;
+    if (parts.size() != 2 ||
+        !absl::SimpleAtoi(absl::StripAsciiWhitespace(
+                              std::vector<absl::string_view>(absl::StrSplit(parts[1], ':'))[0]),
+                          &value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("backend_config entry '", absl::StripAsciiWhitespace(item),
+                       "' is not name = integer : type"));
+    }
+    options[std::string(absl::StripAsciiWhitespace(parts[0]))] = value;
+  }
+  return options;
+}
+
+// What each LAPACK routine that JAX calls computes, for messages.
+absl::string_view LapackRoutineName(absl::string_view routine) {
+  static const auto* const kNames = new absl::flat_hash_map<absl::string_view, absl::string_view>{
+      {"potrf", "Cholesky factorization"}, {"trsm", "triangular solve"},
+      {"getrf", "LU factorization"},       {"geqrf", "QR factorization"},
+      {"geqp3", "pivoted QR factorization"}, {"orgqr", "Householder product"},
+      {"ungqr", "Householder product"},    {"syevd", "symmetric eigendecomposition"},
+      {"heevd", "Hermitian eigendecomposition"}, {"gesdd", "singular value decomposition"},
+      {"gesvd", "singular value decomposition"}, {"geev", "eigendecomposition"},
+      {"gees", "Schur decomposition"},     {"gehrd", "Hessenberg reduction"},
+      {"sytrd", "tridiagonal reduction"},  {"hetrd", "tridiagonal reduction"},
+      {"gtsv", "tridiagonal solve"},       {"stev", "tridiagonal eigendecomposition"}};
+  auto it = kNames->find(routine);
+  return it == kNames->end() ? absl::string_view("LAPACK routine") : it->second;
+}
+
+}  // namespace
+
+bool IsLapackTarget(absl::string_view target) {
+  return absl::StartsWith(target, "lapack_");
+}
+
+absl::Status LowerLapackCall(Module* module, Computation* comp, Instruction* result,
+                             const std::vector<Instruction*>& operands,
+                             absl::string_view backend_config) {
+  const std::string target = result->attrs().custom_call_target;
+  absl::string_view name = target;
+  absl::ConsumePrefix(&name, "lapack_");
+  const bool ffi = absl::ConsumeSuffix(&name, "_ffi");
+  if (name.empty()) return absl::InvalidArgumentError("an empty LAPACK call name");
+  const char precision = name[0];
+  const absl::string_view routine = name.substr(1);
+  const bool lowered = routine == "potrf" || routine == "trsm";
+  if (!lowered || (precision != 's' && precision != 'd')) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "custom-call '", target, "' (XLA's LAPACK ", LapackRoutineName(routine),
+        precision == 'c' || precision == 'z' ? " of complex matrices" : "",
+        ") is not supported; Kiln runs LAPACK's potrf and trsm of f32 and f64 matrices"));
+  }
+  if (!ffi) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "custom-call '", target, "' is jaxlib's older LAPACK call (its sizes as operands); "
+        "Kiln reads the typed-FFI form, lapack_", name, "_ffi"));
+  }
+  ASSIGN_OR_RETURN(auto options, ParseFfiOptions(backend_config.empty() ? "{}" : backend_config));
+  auto option = [&](const char* key, std::initializer_list<char> allowed,
+                    char fallback) -> absl::StatusOr<char> {
+    auto it = options.find(key);
+    if (it == options.end()) return fallback;
+    for (char c : allowed) {
+      if (it->second == c) return c;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(target, ": ", key, " = ", it->second,
+                                                   " is not one of the codes of ",
+                                                   std::string(allowed)));
+  };
+  const ElementType type = precision == 's' ? ElementType::kF32 : ElementType::kF64;
+  auto check_matrix = [&](const Instruction* m, const char* what) -> absl::Status {
+    const Shape& s = m->shape();
+    if (!s.IsArray() || s.type() != type || s.rank() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          target, ": ", what, " must be a ", ElementTypeName(type),
+          " matrix (or a batch of them), got ", s.ToString()));
+    }
+    return absl::OkStatus();
+  };
+  auto add = [&](Opcode op, const Shape& s, const std::string& n,
+                 std::vector<Instruction*> ops) {
+    Instruction* added = comp->AddInstruction(std::make_unique<Instruction>(op, s, n));
+    for (Instruction* o : ops) added->AddOperand(o);
+    return added;
+  };
+  auto constant = [&](ElementType t, double value, const std::string& n) {
+    Instruction* c = add(Opcode::kConstant, Shape::Scalar(t), n, {});
+    c->mutable_attrs().literal = t == ElementType::kS32
+                                     ? Literal::Scalar<int64_t>(t, static_cast<int64_t>(value))
+                                     : Literal::Scalar<double>(t, value);
+    return c;
+  };
+  auto splat = [&](Instruction* scalar, const Shape& s, const std::string& n) {
+    return s.rank() == 0 ? scalar : add(Opcode::kBroadcast, s, n, {scalar});
+  };
+  const std::string base = result->name();
+
+  if (routine == "trsm") {
+    if (operands.size() != 2 && operands.size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          target, " takes a, b and optionally alpha, got ", operands.size(), " operands"));
+    }
+    RETURN_IF_ERROR(check_matrix(operands[0], "a"));
+    RETURN_IF_ERROR(check_matrix(operands[1], "b"));
+    ASSIGN_OR_RETURN(char side, option("side", {'L', 'R'}, 'L'));
+    ASSIGN_OR_RETURN(char uplo, option("uplo", {'L', 'U'}, 'L'));
+    ASSIGN_OR_RETURN(char trans, option("trans_x", {'N', 'T', 'C'}, 'N'));
+    ASSIGN_OR_RETURN(char diag, option("diag", {'N', 'U'}, 'N'));
+    Instruction* b = operands[1];
+    if (operands.size() == 3) {
+      const Shape& alpha = operands[2]->shape();
+      if (!alpha.IsArray() || alpha.type() != type || alpha.ElementCount() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(target, ": alpha must be one ",
+                                                       ElementTypeName(type), ", got ",
+                                                       alpha.ToString()));
+      }
+      Instruction* scalar = alpha.rank() == 0
+                                ? operands[2]
+                                : add(Opcode::kReshape, Shape::Scalar(type), base + ".alpha",
+                                      {operands[2]});
+      b = add(Opcode::kMultiply, b->shape(), base + ".scaled",
+              {b, splat(scalar, b->shape(), base + ".alpha_all")});
+    }
+    result->set_opcode(Opcode::kTriangularSolve);
+    result->mutable_attrs() = Attributes();
+    LinalgOptions& o = result->mutable_attrs().linalg;
+    o.left_side = side == 'L';
+    o.lower = uplo == 'L';
+    o.unit_diagonal = diag == 'U';
+    // Real matrices: the adjoint is the transpose.
+    o.transpose_a = trans == 'N' ? TransposeKind::kNoTranspose : TransposeKind::kTranspose;
+    result->AddOperand(operands[0]);
+    result->AddOperand(b);
+    return absl::OkStatus();
+  }
+
+  // potrf.
+  if (operands.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(target, " takes one operand, got ", operands.size()));
+  }
+  Instruction* a = operands[0];
+  RETURN_IF_ERROR(check_matrix(a, "a"));
+  const Shape& shape = a->shape();
+  const int64_t rank = shape.rank();
+  const int64_t n = shape.dim(static_cast<int>(rank - 1));
+  if (shape.dim(static_cast<int>(rank - 2)) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(target, ": a must be square, got ", shape.ToString()));
+  }
+  ASSIGN_OR_RETURN(char uplo, option("uplo", {'L', 'U'}, 'L'));
+  const std::vector<int64_t> batch(shape.dims().begin(), shape.dims().end() - 2);
+  std::vector<int64_t> diag_dims = batch;
+  diag_dims.push_back(n);
+  const Shape info_shape(ElementType::kS32, batch);
+  const Shape pred(ElementType::kPred, shape.dims());
+  const Shape index(ElementType::kS32, shape.dims());
+
+  Instruction* factor = add(Opcode::kCholesky, shape, base + ".factor", {a});
+  factor->mutable_attrs().linalg.lower = uplo == 'L';
+  Instruction* rows = add(Opcode::kIota, index, base + ".rows", {});
+  rows->mutable_attrs().iota_dimension = rank - 2;
+  Instruction* cols = add(Opcode::kIota, index, base + ".cols", {});
+  cols->mutable_attrs().iota_dimension = rank - 1;
+  // LAPACK writes the factor's triangle and leaves the other as it was.
+  Instruction* mine = add(Opcode::kCompare, pred, base + ".triangle", {rows, cols});
+  mine->mutable_attrs().direction =
+      uplo == 'L' ? ComparisonDirection::kGe : ComparisonDirection::kLe;
+  Instruction* merged = add(Opcode::kSelect, shape, base + ".merged", {mine, factor, a});
+
+  // info: the first diagonal entry the factorization could not take (NaN
+  // in Kiln's factor from that column on), 1-based; 0 when there is none.
+  auto reducer = [&](Opcode op, ElementType t, const std::string& n2) {
+    Computation* c = module->AddComputation(std::make_unique<Computation>(n2));
+    Instruction* x = c->AddInstruction(
+        std::make_unique<Instruction>(Opcode::kParameter, Shape::Scalar(t), n2 + ".x"));
+    Instruction* y = c->AddInstruction(
+        std::make_unique<Instruction>(Opcode::kParameter, Shape::Scalar(t), n2 + ".y"));
+    y->mutable_attrs().parameter_number = 1;
+    Instruction* r = c->AddInstruction(std::make_unique<Instruction>(op, Shape::Scalar(t), n2 + ".r"));
+    r->AddOperand(x);
+    r->AddOperand(y);
+    c->set_root(r);
+    return c;
+  };
+  Instruction* on_diagonal = add(Opcode::kCompare, pred, base + ".on_diagonal", {rows, cols});
+  on_diagonal->mutable_attrs().direction = ComparisonDirection::kEq;
+  Instruction* zeros = splat(constant(type, 0, base + ".zero"), shape, base + ".zeros");
+  Instruction* diagonal_only =
+      add(Opcode::kSelect, shape, base + ".diagonal_only", {on_diagonal, factor, zeros});
+  Instruction* diagonal = add(Opcode::kReduce, Shape(type, diag_dims), base + ".diagonal",
+                              {diagonal_only, constant(type, 0, base + ".sum_init")});
+  diagonal->mutable_attrs().dimensions = {rank - 1};
+  diagonal->AddCalled(reducer(Opcode::kAdd, type, base + ".sum"));
+  const Shape diag_pred(ElementType::kPred, diag_dims);
+  const Shape diag_index(ElementType::kS32, diag_dims);
+  Instruction* failed = add(Opcode::kCompare, diag_pred, base + ".failed", {diagonal, diagonal});
+  failed->mutable_attrs().direction = ComparisonDirection::kNe;
+  Instruction* position = add(Opcode::kIota, diag_index, base + ".position", {});
+  position->mutable_attrs().iota_dimension = rank - 2;
+  Instruction* order = add(Opcode::kAdd, diag_index, base + ".order",
+                           {position, splat(constant(ElementType::kS32, 1, base + ".one"),
+                                            diag_index, base + ".ones")});
+  Instruction* none = constant(ElementType::kS32, static_cast<double>(n + 1), base + ".none");
+  Instruction* candidates = add(Opcode::kSelect, diag_index, base + ".candidates",
+                                {failed, order, splat(none, diag_index, base + ".nones")});
+  Instruction* first = add(Opcode::kReduce, info_shape, base + ".first",
+                           {candidates, none});
+  first->mutable_attrs().dimensions = {rank - 2};
+  first->AddCalled(reducer(Opcode::kMinimum, ElementType::kS32, base + ".min"));
+  Instruction* all_taken = add(Opcode::kCompare, Shape(ElementType::kPred, batch),
+                               base + ".all_taken",
+                               {first, splat(none, info_shape, base + ".none_all")});
+  all_taken->mutable_attrs().direction = ComparisonDirection::kEq;
+  Instruction* info = add(Opcode::kSelect, info_shape, base + ".info",
+                          {all_taken,
+                           splat(constant(ElementType::kS32, 0, base + ".ok"), info_shape,
+                                 base + ".oks"),
+                           first});
+  result->set_opcode(Opcode::kTuple);
+  result->mutable_attrs() = Attributes();
+  result->AddOperand(merged);
+  result->AddOperand(info);
   return absl::OkStatus();
 }
 

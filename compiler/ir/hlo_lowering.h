@@ -65,9 +65,12 @@ absl::Status LowerTotalOrderCompare(Computation* comp, Instruction* compare);
 // order) as a stable sort of the operand with an iota, sliced to k:
 // `result`, a tuple instruction of `comp` without operands, becomes the
 // tuple of the two slices. The comparator is added to `module` as
-// "<result>.comparator". InvalidArgument when k does not fit.
+// "<result>.comparator", unless `comparator` (XLA's TopK custom call names
+// one, over (value, value, index, index)) is given; then it orders the sort
+// and `largest` is not read. InvalidArgument when k does not fit.
 absl::Status LowerTopK(Module* module, Computation* comp, Instruction* result,
-                       Instruction* operand, int64_t k, bool largest);
+                       Instruction* operand, int64_t k, bool largest,
+                       Computation* comparator = nullptr);
 
 // XLA's batch normalization ops, written out as elementwise ops, broadcasts
 // and reductions over every dimension but `feature_index`, in the operand's
@@ -86,6 +89,27 @@ enum class BatchNormKind { kTraining, kInference, kGrad };
 absl::Status LowerBatchNorm(Module* module, Computation* comp, Instruction* result,
                             BatchNormKind kind, const std::vector<Instruction*>& operands,
                             double epsilon, int64_t feature_index);
+
+// XLA's CPU backend calls LAPACK for JAX's linear algebra: custom calls
+// named lapack_<s|d><routine>_ffi whose backend_config holds the routine's
+// character options ({uplo = 76 : ui8, ...}, the ASCII codes of 'L', 'U',
+// 'N', 'T', ...). Two have Kiln ops with the same meaning and are lowered:
+//   potrf (uplo): the tuple (a with the factor in the uplo triangle and the
+//     other triangle as it was, info), info s32 per matrix: 0, or the
+//     1-based order of the first leading minor that is not positive
+//     definite (where Kiln's cholesky turns NaN);
+//   trsm (side, uplo, trans_x, diag): the triangular-solve of a (operand 0)
+//     and b (operand 1), times alpha first when a scalar third operand is
+//     given.
+// IsLapackTarget says whether a custom-call target is one of these calls.
+// `result` is the custom call (no operands yet), which takes the lowered
+// op; its declared shape is checked against the routine's.
+// InvalidArgument naming the routine for the others (getrf, geqrf, syevd,
+// gesdd, ...) and for options or shapes the routine does not take.
+bool IsLapackTarget(absl::string_view target);
+absl::Status LowerLapackCall(Module* module, Computation* comp, Instruction* result,
+                             const std::vector<Instruction*>& operands,
+                             absl::string_view backend_config);
 
 }  // namespace kiln::ir
 

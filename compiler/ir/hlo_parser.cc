@@ -166,6 +166,11 @@ struct PendingInstr {
   std::optional<BatchNormKind> batch_norm;
   double epsilon = 0;
   int64_t feature_index = -1;
+  // A custom call's called_computations (XLA's TopK names one).
+  std::string custom_called;
+  // A custom call's backend_config, as written (read by the lowering of
+  // XLA's LAPACK calls; ignored otherwise).
+  std::string backend_config;
   // The op as the text names it, for messages.
   std::string op_name;
 };
@@ -511,7 +516,9 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
         {std::string(key), std::string(absl::StripPrefix(
                                absl::StripAsciiWhitespace(v), "%"))});
   };
-  if (key == "dimensions") {
+  if (key == "backend_config") {
+    pending.backend_config = std::string(value);
+  } else if (key == "dimensions") {
     ASSIGN_OR_RETURN(a.dimensions, ParseIntList(value));
   } else if (key == "dynamic_slice_sizes" || key == "slice_sizes") {
     ASSIGN_OR_RETURN(a.slice_sizes, ParseIntList(value));
@@ -639,7 +646,14 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
   } else if ((key == "called_computations" || key == "literal") && op == Opcode::kCustomCall) {
     // What these mean is the target's to say; Kiln's registered targets
     // (runtime/custom_call.h) take neither, and an unregistered target is
-    // refused when the module is compiled.
+    // refused when the module is compiled. XLA's TopK call names its
+    // comparator here.
+    if (key == "called_computations") {
+      absl::string_view v = absl::StripAsciiWhitespace(value);
+      absl::ConsumePrefix(&v, "{");
+      absl::ConsumeSuffix(&v, "}");
+      pending.custom_called = std::string(absl::StripPrefix(absl::StripAsciiWhitespace(v), "%"));
+    }
   } else if (key == "algorithm" && op == Opcode::kRngBitGenerator) {
     // rng_default is the backend's own generator (Philox4x32-10 here);
     // the named algorithms promise XLA's exact bit streams, which Kiln's
@@ -961,14 +975,20 @@ absl::Status Parser::AddBitcast(Computation* comp, const std::string& name,
     return ErrorAt(line, absl::StrCat("bitcast %", name, ": the shape of its operand %", operand,
                                       " is not written before it"));
   }
-  if (from->shape.IsArray() && result.shape.IsArray() &&
-      from->shape.type() != result.shape.type()) {
+  // XLA's optimized modules reinterpret an element type as another of the
+  // same width with a bitcast (f32 as s32 in a sort's total order): the
+  // values move as for any bitcast, then their bits are read as the new
+  // type. Widths that differ would split or join elements.
+  const bool retyped = from->shape.IsArray() && result.shape.IsArray() &&
+                       from->shape.type() != result.shape.type();
+  if (retyped && ElementTypeSize(from->shape.type()) != ElementTypeSize(result.shape.type())) {
     return ErrorAt(line, absl::StrCat("bitcast %", name, " from ", from->shape.ToString(), " to ",
                                       result.shape.ToString(),
-                                      " changes the element type; that is bitcast-convert"));
+                                      " changes the element width, which is not supported"));
   }
+  const Shape moved = retyped ? Shape(from->shape.type(), result.shape.dims()) : result.shape;
   absl::StatusOr<BitcastSteps> steps =
-      PlanBitcast(from->shape, from->layout, result.shape, result.layout);
+      PlanBitcast(from->shape, from->layout, moved, result.layout);
   if (!steps.ok()) return ErrorAt(line, steps.status().message());
   // Each step names its operand; the last takes the bitcast's name.
   std::string input = operand;
@@ -979,6 +999,7 @@ absl::Status Parser::AddBitcast(Computation* comp, const std::string& name,
     root.pending_.push_back(std::move(pending));
     input = step;
   };
+  const std::string moved_name = retyped ? name + ".moved" : name;
   const Shape& in = from->shape;
   if (!steps->to_physical.empty()) {
     std::vector<int64_t> dims;
@@ -986,11 +1007,12 @@ absl::Status Parser::AddBitcast(Computation* comp, const std::string& name,
     add(Opcode::kTranspose, Shape(in.type(), dims), steps->to_physical, name + ".physical");
   }
   if (steps->from_physical.empty()) {
-    add(Opcode::kReshape, result.shape, {}, name);
-    return absl::OkStatus();
+    add(Opcode::kReshape, moved, {}, moved_name);
+  } else {
+    add(Opcode::kReshape, Shape(in.type(), steps->physical_dims), {}, name + ".reshaped");
+    add(Opcode::kTranspose, moved, steps->from_physical, moved_name);
   }
-  add(Opcode::kReshape, Shape(in.type(), steps->physical_dims), {}, name + ".reshaped");
-  add(Opcode::kTranspose, result.shape, steps->from_physical, name);
+  if (retyped) add(Opcode::kBitcastConvert, result.shape, {}, name);
   return absl::OkStatus();
 }
 
@@ -1267,6 +1289,32 @@ absl::Status Parser::Resolve(Module* module, PendingInstr& p,
     RETURN_IF_ERROR(shapes_known(operands));
     RETURN_IF_ERROR(lowered(
         LowerTopK(module, computation(), instr, operands[0], p.topk_k, p.topk_largest)));
+    operands.clear();
+  }
+  if (instr->opcode() == Opcode::kCustomCall && instr->attrs().custom_call_target == "TopK") {
+    // XLA's TopK: the k greatest under its comparator, with their indices;
+    // k is the result's last dimension.
+    const Shape& declared = instr->shape();
+    Computation* comparator = module->FindComputation(p.custom_called);
+    if (operands.size() != 1 || comparator == nullptr || !declared.IsTuple() ||
+        declared.tuple_shapes().size() != 2 || declared.tuple_shape(0).rank() < 1) {
+      return ErrorAt(p.line, absl::StrCat(
+          "custom-call %", instr->name(), " to TopK takes one operand and a comparator in "
+          "called_computations, and returns (values, indices)"));
+    }
+    RETURN_IF_ERROR(shapes_known(operands));
+    const Shape& values = declared.tuple_shape(0);
+    instr->set_opcode(Opcode::kTuple);
+    instr->mutable_attrs() = Attributes();
+    RETURN_IF_ERROR(lowered(LowerTopK(module, computation(), instr, operands[0],
+                                      values.dim(static_cast<int>(values.rank() - 1)),
+                                      /*largest=*/true, comparator)));
+    operands.clear();
+  }
+  if (instr->opcode() == Opcode::kCustomCall && IsLapackTarget(instr->attrs().custom_call_target)) {
+    RETURN_IF_ERROR(shapes_known(operands));
+    RETURN_IF_ERROR(
+        lowered(LowerLapackCall(module, computation(), instr, operands, p.backend_config)));
     operands.clear();
   }
   if (p.batch_norm.has_value()) {

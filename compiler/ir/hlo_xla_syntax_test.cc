@@ -126,10 +126,35 @@ ENTRY e {
   ROOT b = f32[3,4]{1,0} bitcast(p)
 })");
   EXPECT_THAT(printed, HasSubstr("ROOT %b = f32[3,4] reshape(%p)"));
-  EXPECT_THAT(ErrorOf("ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT b = s32[4] bitcast(p)\n}"),
-              HasSubstr("line 3: bitcast %b from f32[4] to s32[4] changes the element type"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT b = s16[8] bitcast(p)\n}"),
+              HasSubstr("line 3: bitcast %b from f32[4] to s16[8] changes the element width"));
   EXPECT_THAT(ErrorOf("ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT b = f32[5] bitcast(p)\n}"),
               HasSubstr("changes the element count"));
+}
+
+// XLA's optimized sorts read f32 keys as s32 through a bitcast: the same
+// width, another type, is a reshape (or transposes) then a bitcast-convert.
+TEST(XlaSyntaxTest, ABitcastToAnotherTypeOfTheSameWidthReadsTheBits) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  p = f32[2,3]{1,0} parameter(0)
+  ROOT b = s32[6]{0} bitcast(p)
+})");
+  EXPECT_THAT(printed, HasSubstr("%b.moved = f32[6] reshape(%p)"));
+  EXPECT_THAT(printed, HasSubstr("ROOT %b = s32[6] bitcast-convert(%b.moved)"));
+  const std::string scalar = Canonical(R"(
+ENTRY e {
+  p = f32[] parameter(0)
+  ROOT b = u32[] bitcast(p)
+})");
+  EXPECT_THAT(scalar, HasSubstr("ROOT %b = u32[] bitcast-convert(%b.moved)"));
+  // Transposed layouts move the values first, in f32.
+  const std::string laid = Canonical(R"(
+ENTRY e {
+  p = f32[2,3]{0,1} parameter(0)
+  ROOT b = s32[2,3]{0,1} bitcast(p)
+})");
+  EXPECT_THAT(laid, HasSubstr("ROOT %b = s32[2,3] bitcast-convert(%b.moved)"));
 }
 
 // A bitcast moves memory, not logical positions: with other layouts it is
@@ -562,6 +587,81 @@ ENTRY e {
   EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[2,3] parameter(0)\n  s = f32[2] parameter(1)\n  "
                       "ROOT t = batch-norm-training(x, s, s), epsilon=0.5, feature_index=1\n}"),
               HasSubstr("line 4: %t: operand 1 is f32[2], expected f32[3]"));
+}
+
+// JAX's linear algebra on the CPU calls LAPACK. potrf and trsm are Kiln's
+// cholesky and triangular-solve (their values: the jax_cholesky* and
+// jax_solve_* corpus modules); the other routines are refused naming the
+// call and its line, as are forms Kiln does not read.
+TEST(XlaSyntaxTest, LapackCallsLowerOrNameWhatIsMissing) {
+  const std::string potrf = Canonical(R"(
+ENTRY e {
+  a = f32[2,3,3]{1,2,0} parameter(0)
+  ROOT c = (f32[2,3,3]{1,2,0}, s32[2]{0}) custom-call(a), custom_call_target="lapack_spotrf_ffi", operand_layout_constraints={f32[2,3,3]{1,2,0}}, output_to_operand_aliasing={{0}: (0, {})}, api_version=API_VERSION_TYPED_FFI, backend_config={uplo = 85 : ui8}
+})");
+  EXPECT_THAT(potrf, HasSubstr("cholesky(%a), lower=false"));
+  EXPECT_THAT(potrf, HasSubstr("ROOT %c = (f32[2,3,3], s32[2]) tuple("));
+  const std::string trsm = Canonical(R"(
+ENTRY e {
+  a = f64[4,4]{0,1} parameter(0)
+  b = f64[3,4]{0,1} parameter(1)
+  alpha = f64[] parameter(2)
+  ROOT x = f64[3,4]{0,1} custom-call(a, b, alpha), custom_call_target="lapack_dtrsm_ffi", api_version=API_VERSION_TYPED_FFI, backend_config={diag = 85 : ui8, side = 82 : ui8, trans_x = 84 : ui8, uplo = 85 : ui8}
+})");
+  EXPECT_THAT(trsm, HasSubstr("%x.scaled = f64[3,4] multiply(%b, %x.alpha_all)"));
+  EXPECT_THAT(trsm, HasSubstr("triangular-solve(%a, %x.scaled), left_side=false, lower=false, "
+                              "unit_diagonal=true, transpose_a=TRANSPOSE"));
+
+  auto call = [](const std::string& target, const std::string& config,
+                 const std::string& shape = "(f32[3,3], s32[])") {
+    return absl::StrCat("ENTRY e {\n  a = f32[3,3] parameter(0)\n  ROOT c = ", shape,
+                        " custom-call(a), custom_call_target=\"", target,
+                        "\", backend_config={", config, "}\n}");
+  };
+  EXPECT_THAT(ErrorOf(call("lapack_sgetrf_ffi", "")),
+              HasSubstr("line 3: %c: custom-call 'lapack_sgetrf_ffi' (XLA's LAPACK LU "
+                        "factorization) is not supported"));
+  EXPECT_THAT(ErrorOf(call("lapack_cpotrf_ffi", "uplo = 76 : ui8")),
+              HasSubstr("Cholesky factorization of complex matrices) is not supported"));
+  EXPECT_THAT(ErrorOf(call("lapack_spotrf", "uplo = 76 : ui8")),
+              HasSubstr("jaxlib's older LAPACK call"));
+  EXPECT_THAT(ErrorOf(call("lapack_spotrf_ffi", "uplo = 81 : ui8")),
+              HasSubstr("uplo = 81 is not one of the codes of LU"));
+  EXPECT_THAT(ErrorOf(call("lapack_spotrf_ffi", "uplo : ui8")),
+              HasSubstr("is not name = integer : type"));
+  EXPECT_THAT(ErrorOf(call("lapack_dpotrf_ffi", "uplo = 76 : ui8")),
+              HasSubstr("a must be a f64 matrix"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  a = f32[2,3] parameter(0)\n  ROOT c = (f32[2,3], s32[]) "
+                      "custom-call(a), custom_call_target=\"lapack_spotrf_ffi\"\n}"),
+              HasSubstr("a must be square"));
+  // The declared result must be what the routine returns.
+  EXPECT_FALSE(ParseModule(call("lapack_spotrf_ffi", "", "(f32[3,3], s32[3])")).ok() &&
+               Verify(**ParseModule(call("lapack_spotrf_ffi", "", "(f32[3,3], s32[3])"))).ok());
+}
+
+// XLA's optimized modules keep top-k as a custom call with its comparator;
+// it is a stable sort under that comparator, sliced to the result's k.
+TEST(XlaSyntaxTest, TheTopKCustomCallSortsWithItsComparator) {
+  const std::string printed = Canonical(R"(
+cmp {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+
+ENTRY e {
+  x = f32[4,6] parameter(0)
+  ROOT t = (f32[4,2], s32[4,2]) custom-call(x), custom_call_target="TopK", called_computations={cmp}
+})");
+  EXPECT_THAT(printed, HasSubstr("sort(%x, %t.indices), dimensions={1}, is_stable=true, "
+                                 "to_apply=%cmp"));
+  EXPECT_THAT(printed, HasSubstr("%t.values = f32[4,2] slice(%t.sorted_values), "
+                                 "slice={[0:4], [0:2]}"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[4] parameter(0)\n  ROOT t = (f32[2], s32[2]) "
+                      "custom-call(x), custom_call_target=\"TopK\"\n}"),
+              HasSubstr("line 3: custom-call %t to TopK takes one operand and a comparator"));
 }
 
 }  // namespace

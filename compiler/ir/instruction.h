@@ -130,6 +130,9 @@ class Instruction {
   void set_shape(Shape s) { shape_ = std::move(s); }
   const std::string& name() const { return name_; }
   void set_name(std::string n) { name_ = std::move(n); }
+  // For lowerings that give an instruction another op (its attributes and
+  // operands are the caller's to set).
+  void set_opcode(Opcode op) { opcode_ = op; }
   // Position within the owning computation's instruction order.
   int index() const { return index_; }
 
