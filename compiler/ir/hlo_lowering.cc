@@ -461,10 +461,7 @@ absl::Status LowerBatchNorm(Module* module, Computation* comp, Instruction* resu
 }  // namespace kiln::ir
 
 namespace kiln::ir {
-namespace {
 
-// The options of a typed-FFI backend_config, "{uplo = 76 : ui8, ...}": each
-// name with its integer value.
 absl::StatusOr<absl::flat_hash_map<std::string, int64_t>> ParseFfiOptions(
     absl::string_view config) {
   absl::flat_hash_map<std::string, int64_t> options;
@@ -490,6 +487,8 @@ absl::StatusOr<absl::flat_hash_map<std::string, int64_t>> ParseFfiOptions(
   }
   return options;
 }
+
+namespace {
 
 // What each LAPACK routine that JAX calls computes, for messages.
 absl::string_view LapackRoutineName(absl::string_view routine) {
@@ -524,11 +523,14 @@ absl::Status LowerLapackCall(Module* module, Computation* comp, Instruction* res
   const char precision = name[0];
   const absl::string_view routine = name.substr(1);
   const bool lowered = routine == "potrf" || routine == "trsm";
-  if (!lowered || (precision != 's' && precision != 'd')) {
+  const bool runs = routine == "getrf" || routine == "geqrf" || routine == "orgqr" ||
+                    routine == "syevd" || routine == "gesdd";
+  if ((!lowered && !runs) || (precision != 's' && precision != 'd')) {
     return absl::InvalidArgumentError(absl::StrCat(
         "custom-call '", target, "' (XLA's LAPACK ", LapackRoutineName(routine),
         precision == 'c' || precision == 'z' ? " of complex matrices" : "",
-        ") is not supported; Kiln runs LAPACK's potrf and trsm of f32 and f64 matrices"));
+        ") is not supported; Kiln runs LAPACK's potrf, trsm, getrf, geqrf, orgqr, syevd "
+        "and gesdd of f32 and f64 matrices"));
   }
   if (!ffi) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -547,6 +549,35 @@ absl::Status LowerLapackCall(Module* module, Computation* comp, Instruction* res
                                                    " is not one of the codes of ",
                                                    std::string(allowed)));
   };
+  if (runs) {
+    // The host backend runs these through LAPACK itself
+    // (runtime/host/lapack_kernels.cc); the options it reads stay on the
+    // call, checked and in one spelling.
+    std::vector<std::string> kept;
+    auto keep = [&](const char* key, std::initializer_list<char> allowed,
+                    char fallback) -> absl::Status {
+      ASSIGN_OR_RETURN(char c, option(key, allowed, fallback));
+      kept.push_back(absl::StrCat(key, " = ", static_cast<int>(c), " : ui8"));
+      return absl::OkStatus();
+    };
+    if (routine == "syevd") {
+      RETURN_IF_ERROR(keep("mode", {'N', 'V'}, 'V'));
+      RETURN_IF_ERROR(keep("uplo", {'L', 'U'}, 'L'));
+    } else if (routine == "gesdd") {
+      RETURN_IF_ERROR(keep("mode", {'A', 'S', 'N'}, 'A'));
+    }
+    for (const auto& [key, value] : options) {
+      if ((routine == "syevd" && (key == "mode" || key == "uplo")) ||
+          (routine == "gesdd" && key == "mode")) {
+        continue;
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat(target, ": unknown option '", key, "' in backend_config"));
+    }
+    result->mutable_attrs().config = kept.empty() ? "" : absl::StrCat("{", absl::StrJoin(kept, ", "), "}");
+    for (Instruction* o : operands) result->AddOperand(o);
+    return absl::OkStatus();
+  }
   const ElementType type = precision == 's' ? ElementType::kF32 : ElementType::kF64;
   auto check_matrix = [&](const Instruction* m, const char* what) -> absl::Status {
     const Shape& s = m->shape();

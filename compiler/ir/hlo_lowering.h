@@ -7,9 +7,12 @@
 #define KILN_COMPILER_IR_HLO_LOWERING_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "compiler/ir/instruction.h"
 
 namespace kiln::ir {
@@ -101,12 +104,22 @@ absl::Status LowerBatchNorm(Module* module, Computation* comp, Instruction* resu
 //   trsm (side, uplo, trans_x, diag): the triangular-solve of a (operand 0)
 //     and b (operand 1), times alpha first when a scalar third operand is
 //     given.
+// Five more keep their custom call, with their options checked and kept in
+// one spelling as the call's config ("{mode = 86 : ui8, uplo = 76 : ui8}"),
+// for the host backend to run through LAPACK: getrf (LU with partial
+// pivoting), geqrf (QR as Householder reflectors), orgqr (Q from them),
+// syevd (symmetric eigendecomposition: mode V|N, uplo) and gesdd (SVD:
+// mode A|S|N). runtime/host/lapack_kernels.cc says what each returns.
 // IsLapackTarget says whether a custom-call target is one of these calls.
 // `result` is the custom call (no operands yet), which takes the lowered
 // op; its declared shape is checked against the routine's.
 // InvalidArgument naming the routine for the others (getrf, geqrf, syevd,
 // gesdd, ...) and for options or shapes the routine does not take.
 bool IsLapackTarget(absl::string_view target);
+// The options of a typed-FFI backend_config, "{uplo = 76 : ui8, ...}": each
+// name with its integer value. InvalidArgument for any other text.
+absl::StatusOr<absl::flat_hash_map<std::string, int64_t>> ParseFfiOptions(
+    absl::string_view config);
 absl::Status LowerLapackCall(Module* module, Computation* comp, Instruction* result,
                              const std::vector<Instruction*>& operands,
                              absl::string_view backend_config);

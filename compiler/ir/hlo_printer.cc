@@ -253,6 +253,8 @@ std::string PrintAttributes(
       break;
     case Opcode::kCustomCall:
       add("custom_call_target", absl::StrCat("\"", a.custom_call_target, "\""));
+      // The options of a LAPACK call the host backend runs (hlo_lowering.h).
+      if (!a.config.empty()) add("backend_config", a.config);
       break;
     case Opcode::kInfeed:
       if (!a.config.empty()) add("infeed_config", absl::StrCat("\"", a.config, "\""));

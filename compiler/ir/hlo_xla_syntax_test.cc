@@ -618,9 +618,21 @@ ENTRY e {
                         " custom-call(a), custom_call_target=\"", target,
                         "\", backend_config={", config, "}\n}");
   };
-  EXPECT_THAT(ErrorOf(call("lapack_sgetrf_ffi", "")),
-              HasSubstr("line 3: %c: custom-call 'lapack_sgetrf_ffi' (XLA's LAPACK LU "
-                        "factorization) is not supported"));
+  EXPECT_THAT(ErrorOf(call("lapack_sgeev_ffi", "")),
+              HasSubstr("line 3: %c: custom-call 'lapack_sgeev_ffi' (XLA's LAPACK "
+                        "eigendecomposition) is not supported"));
+  // getrf, geqrf, orgqr, syevd and gesdd stay calls, run by the host
+  // backend through LAPACK, with their options checked and spelled one way.
+  const std::string syevd = Canonical(call("lapack_ssyevd_ffi", "uplo = 85 : ui8",
+                                           "(f32[3,3], f32[3], s32[])"));
+  EXPECT_THAT(syevd, HasSubstr("custom_call_target=\"lapack_ssyevd_ffi\", "
+                               "backend_config={mode = 86 : ui8, uplo = 85 : ui8}"));
+  EXPECT_THAT(Canonical(call("lapack_sgetrf_ffi", "", "(f32[3,3], s32[3], s32[])")),
+              HasSubstr("custom_call_target=\"lapack_sgetrf_ffi\"\n"));
+  EXPECT_THAT(ErrorOf(call("lapack_sgesdd_ffi", "mode = 88 : ui8")),
+              HasSubstr("mode = 88 is not one of the codes of ASN"));
+  EXPECT_THAT(ErrorOf(call("lapack_sgetrf_ffi", "pivot = 1 : ui8")),
+              HasSubstr("lapack_sgetrf_ffi: unknown option 'pivot' in backend_config"));
   EXPECT_THAT(ErrorOf(call("lapack_cpotrf_ffi", "uplo = 76 : ui8")),
               HasSubstr("Cholesky factorization of complex matrices) is not supported"));
   EXPECT_THAT(ErrorOf(call("lapack_spotrf", "uplo = 76 : ui8")),

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "compiler/ir/hlo_lowering.h"
 #include "base/type_dispatch.h"
 #include "runtime/host/kernel.h"
 #include "runtime/host/philox.h"
@@ -222,6 +223,7 @@ absl::StatusOr<Kernel> MakeControlKernel(const ir::Instruction& instr,
       });
     }
     case Opcode::kCustomCall: {
+      if (ir::IsLapackTarget(at.custom_call_target)) return MakeLapackKernel(instr);
       const runtime::CustomCallFn* fn =
           runtime::CustomCallRegistry::Global().Find(at.custom_call_target);
       if (fn == nullptr) {

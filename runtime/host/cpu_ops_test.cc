@@ -18,6 +18,7 @@ namespace {
 
 using ::testing::DoubleNear;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::Pointwise;
 using ir::ElementType;
 
@@ -967,6 +968,49 @@ ENTRY e {
   auto twice = RunHlo(kCustom, {F32({2}, {1, 2})});
   ASSERT_TRUE(twice.ok()) << twice.status();
   EXPECT_THAT(Values(*twice), ElementsAre(2, 4));
+}
+
+// XLA's LAPACK calls run through LAPACK (their values against XLA's: the
+// jax_det*, jax_qr*, jax_eigh*, jax_svd* corpus modules). A batch of two
+// LU factorizations, one of a singular matrix (info names the zero pivot),
+// and declared results that do not match the routine, refused at compile.
+TEST(CpuOpsTest, LapackCallsRunThroughLapack) {
+  auto lu = RunHlo(R"(ENTRY e {
+  a = f64[2,2,2] parameter(0)
+  ROOT f = (f64[2,2,2], s32[2,2], s32[2]) custom-call(a), custom_call_target="lapack_dgetrf_ffi"
+})",
+                   {Lit<double>(ElementType::kF64, {2, 2, 2}, {1, 2, 3, 4, 1, 2, 2, 4})});
+  ASSERT_TRUE(lu.ok()) << lu.status();
+  // [[1,2],[3,4]]: rows swapped (pivot 2), l21 = 1/3, u = [[3,4],[0,2/3]].
+  EXPECT_THAT(Values(lu->tuple_elements()[0]),
+              ElementsAre(3, 4, DoubleNear(1.0 / 3, 1e-12), DoubleNear(2.0 / 3, 1e-12), 2, 4,
+                          0.5, 0));
+  EXPECT_THAT(Values(lu->tuple_elements()[1]), ElementsAre(2, 2, 2, 2));
+  EXPECT_THAT(Values(lu->tuple_elements()[2]), ElementsAre(0, 2));
+
+  auto eig = RunHlo(R"(ENTRY e {
+  a = f32[2,2] parameter(0)
+  ROOT f = (f32[2,2], f32[2], s32[]) custom-call(a), custom_call_target="lapack_ssyevd_ffi", backend_config={mode = 78 : ui8, uplo = 76 : ui8}
+})",
+                    {F32({2, 2}, {2, 1, 1, 2})});
+  ASSERT_TRUE(eig.ok()) << eig.status();
+  EXPECT_THAT(Values(eig->tuple_elements()[1]), ElementsAre(DoubleNear(1, 1e-6), DoubleNear(3, 1e-6)));
+
+  auto wrong = RunHlo(R"(ENTRY e {
+  a = f32[3,2] parameter(0)
+  ROOT f = (f32[3,2], f32[3]) custom-call(a), custom_call_target="lapack_sgeqrf_ffi"
+})",
+                      {F32({3, 2}, {1, 2, 3, 4, 5, 6})});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(std::string(wrong.status().message()),
+              HasSubstr("lapack_sgeqrf_ffi: the result must be (f32[3,2], f32[2])"));
+  auto not_square = RunHlo(R"(ENTRY e {
+  a = f32[3,2] parameter(0)
+  ROOT f = (f32[3,2], f32[2], s32[]) custom-call(a), custom_call_target="lapack_ssyevd_ffi"
+})",
+                           {F32({3, 2}, {1, 2, 3, 4, 5, 6})});
+  ASSERT_FALSE(not_square.ok());
+  EXPECT_THAT(std::string(not_square.status().message()), HasSubstr("a must be square"));
 }
 
 TEST(CpuDeviceTest, ArgumentChecksAndMemoryLimit) {

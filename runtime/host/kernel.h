@@ -68,6 +68,9 @@ absl::StatusOr<Kernel> MakeSortKernel(const ir::Instruction& instr,
                                       ProgramSource& programs);
 absl::StatusOr<Kernel> MakeCollectiveKernel(const ir::Instruction& instr);
 absl::StatusOr<Kernel> MakeLinalgKernel(const ir::Instruction& instr);
+// XLA's LAPACK calls that the parser keeps as custom calls (getrf, geqrf,
+// orgqr, syevd, gesdd: compiler/ir/hlo_lowering.h), through LAPACK.
+absl::StatusOr<Kernel> MakeLapackKernel(const ir::Instruction& instr);
 absl::StatusOr<Kernel> MakeControlKernel(const ir::Instruction& instr,
                                          ProgramSource& programs);
 

@@ -42,6 +42,7 @@ img = rng.standard_normal((2, 8, 8, 3)).astype(f32)
 ker = rng.standard_normal((3, 3, 3, 4)).astype(f32)
 tri = np.tril(spd) + np.eye(5, dtype=f32)
 rhs = rng.standard_normal((5, 4)).astype(f32)
+tall = rng.standard_normal((6, 4)).astype(f32)
 
 
 def conv(a, k, stride=(1, 1)):
@@ -80,6 +81,25 @@ CASES = {
         (tri.T.copy(), rhs), True),
     "solve_right": (lambda a, b: lax.linalg.triangular_solve(a, b, left_side=False, lower=True),
                     (tri, rhs.T.copy()), True),
+    "det_slogdet": (lambda a: (jnp.linalg.det(a), *jnp.linalg.slogdet(a)), (m,), True),
+    "inv": (lambda a: jnp.linalg.inv(a), (spd,), True),
+    "inv_batch_f64": (lambda a: jnp.linalg.inv(a.astype(np.float64)), (spd_batch,), True),
+    "solve": (lambda a, b: jnp.linalg.solve(a, b), (m, rhs), True),
+    "lu_factor": (lambda a: jax.scipy.linalg.lu_factor(a), (m,), True),
+    "qr_reduced": (lambda a: jnp.linalg.qr(a), (tall,), True),
+    "qr_complete": (lambda a: jnp.linalg.qr(a, mode="complete"), (tall,), True),
+    # Eigenvectors and singular vectors are unique up to sign: the checks
+    # are the values, the reconstruction and the vectors' magnitudes.
+    "eigh": (lambda a: (lambda w, v: (w, (v * w) @ v.T, jnp.abs(v)))(*jnp.linalg.eigh(a)),
+             (spd,), True),
+    "eigh_upper_f64": (lambda a: jnp.linalg.eigvalsh(a.astype(np.float64), UPLO="U"),
+                       (np.triu(spd),), True),
+    "svd": (lambda a: (lambda u, s, vt: (s, (u * s) @ vt, jnp.abs(u), jnp.abs(vt)))(
+        *jnp.linalg.svd(a, full_matrices=False)), (tall,), True),
+    "svd_full": (lambda a: (lambda u, s, vt: (s, jnp.abs(u[:, :4]), jnp.abs(vt)))(
+        *jnp.linalg.svd(a, full_matrices=True)), (tall,), True),
+    "svd_values": (lambda a: jnp.linalg.svd(a, compute_uv=False), (m,), True),
+    "pinv": (lambda a: jnp.linalg.pinv(a), (tall,), True),
     "cho_solve": (lambda a, b: jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(a), b),
                   (spd, rhs), True),
     "conv": (lambda a, k: conv(a, k), (img, ker), True),

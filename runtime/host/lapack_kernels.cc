@@ -1,0 +1,314 @@
+// XLA's LAPACK calls that the host backend runs through LAPACK itself (the
+// one in OpenBLAS), as jaxlib's CPU kernels do: getrf, geqrf, orgqr, syevd
+// and gesdd of f32 and f64 matrices, over leading batch dimensions. LAPACK
+// reads column-major matrices: each matrix is transposed into a
+// column-major copy, factored there, and transposed back.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "compiler/ir/hlo_lowering.h"
+#include "runtime/host/cancel.h"
+#include "runtime/host/kernel.h"
+
+extern "C" {
+// LAPACK's Fortran interface; character arguments carry their lengths last.
+void sgetrf_(const int* m, const int* n, float* a, const int* lda, int* ipiv, int* info);
+void dgetrf_(const int* m, const int* n, double* a, const int* lda, int* ipiv, int* info);
+void sgeqrf_(const int* m, const int* n, float* a, const int* lda, float* tau, float* work,
+             const int* lwork, int* info);
+void dgeqrf_(const int* m, const int* n, double* a, const int* lda, double* tau, double* work,
+             const int* lwork, int* info);
+void sorgqr_(const int* m, const int* n, const int* k, float* a, const int* lda,
+             const float* tau, float* work, const int* lwork, int* info);
+void dorgqr_(const int* m, const int* n, const int* k, double* a, const int* lda,
+             const double* tau, double* work, const int* lwork, int* info);
+void ssyevd_(const char* jobz, const char* uplo, const int* n, float* a, const int* lda,
+             float* w, float* work, const int* lwork, int* iwork, const int* liwork, int* info,
+             size_t jobz_len, size_t uplo_len);
+void dsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const int* lda,
+             double* w, double* work, const int* lwork, int* iwork, const int* liwork,
+             int* info, size_t jobz_len, size_t uplo_len);
+void sgesdd_(const char* jobz, const int* m, const int* n, float* a, const int* lda, float* s,
+             float* u, const int* ldu, float* vt, const int* ldvt, float* work,
+             const int* lwork, int* iwork, int* info, size_t jobz_len);
+void dgesdd_(const char* jobz, const int* m, const int* n, double* a, const int* lda, double* s,
+             double* u, const int* ldu, double* vt, const int* ldvt, double* work,
+             const int* lwork, int* iwork, int* info, size_t jobz_len);
+}
+
+namespace kiln::host {
+namespace {
+
+using ir::ElementType;
+using ir::Shape;
+
+// One overload set per routine, so one template serves both precisions.
+void Getrf(int m, int n, float* a, int* ipiv, int* info) { sgetrf_(&m, &n, a, &m, ipiv, info); }
+void Getrf(int m, int n, double* a, int* ipiv, int* info) { dgetrf_(&m, &n, a, &m, ipiv, info); }
+void Geqrf(int m, int n, float* a, float* tau, float* work, int lwork, int* info) {
+  sgeqrf_(&m, &n, a, &m, tau, work, &lwork, info);
+}
+void Geqrf(int m, int n, double* a, double* tau, double* work, int lwork, int* info) {
+  dgeqrf_(&m, &n, a, &m, tau, work, &lwork, info);
+}
+void Orgqr(int m, int n, int k, float* a, const float* tau, float* work, int lwork, int* info) {
+  sorgqr_(&m, &n, &k, a, &m, tau, work, &lwork, info);
+}
+void Orgqr(int m, int n, int k, double* a, const double* tau, double* work, int lwork,
+           int* info) {
+  dorgqr_(&m, &n, &k, a, &m, tau, work, &lwork, info);
+}
+void Syevd(char jobz, char uplo, int n, float* a, float* w, float* work, int lwork, int* iwork,
+           int liwork, int* info) {
+  ssyevd_(&jobz, &uplo, &n, a, &n, w, work, &lwork, iwork, &liwork, info, 1, 1);
+}
+void Syevd(char jobz, char uplo, int n, double* a, double* w, double* work, int lwork,
+           int* iwork, int liwork, int* info) {
+  dsyevd_(&jobz, &uplo, &n, a, &n, w, work, &lwork, iwork, &liwork, info, 1, 1);
+}
+void Gesdd(char jobz, int m, int n, float* a, float* s, float* u, int ldu, float* vt, int ldvt,
+           float* work, int lwork, int* iwork, int* info) {
+  sgesdd_(&jobz, &m, &n, a, &m, s, u, &ldu, vt, &ldvt, work, &lwork, iwork, info, 1);
+}
+void Gesdd(char jobz, int m, int n, double* a, double* s, double* u, int ldu, double* vt,
+           int ldvt, double* work, int lwork, int* iwork, int* info) {
+  dgesdd_(&jobz, &m, &n, a, &m, s, u, &ldu, vt, &ldvt, work, &lwork, iwork, info, 1);
+}
+
+// Row-major rows x cols at `from` into column-major at `to`, and back.
+template <typename T>
+void ToColumnMajor(const T* from, T* to, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) to[j * rows + i] = from[i * cols + j];
+  }
+}
+template <typename T>
+void FromColumnMajor(const T* from, T* to, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) to[i * cols + j] = from[j * rows + i];
+  }
+}
+
+// A LAPACK size from a workspace query (returned as a float).
+template <typename T>
+int WorkSize(T query) {
+  return std::max(1, static_cast<int>(query) + 1);
+}
+
+// What a call computes, checked once when the kernel is built.
+struct Call {
+  std::string routine;  // "getrf", ...
+  ElementType type;
+  std::vector<int64_t> batch;
+  int64_t matrices = 1;
+  int64_t m = 0, n = 0;  // of operand 0
+  int64_t k = 0;         // orgqr: reflectors
+  char mode = 'V', uplo = 'L';
+  // gesdd: columns of u and rows of vt as declared.
+  int64_t u_cols = 0, vt_rows = 0;
+};
+
+absl::Status Expect(const Shape& got, const Shape& want, const std::string& target,
+                    const std::string& what) {
+  if (got == want) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(target, ": ", what, " must be ",
+                                                 want.ToString(), ", declared ",
+                                                 got.ToString()));
+}
+
+absl::StatusOr<Call> Check(const ir::Instruction& instr) {
+  const std::string& target = instr.attrs().custom_call_target;
+  absl::string_view name = target;
+  absl::ConsumePrefix(&name, "lapack_");
+  absl::ConsumeSuffix(&name, "_ffi");
+  Call c;
+  c.routine = std::string(name.substr(1));
+  c.type = name[0] == 's' ? ElementType::kF32 : ElementType::kF64;
+  if (instr.operand_count() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(target, " takes a matrix"));
+  }
+  const Shape& a = instr.operand(0)->shape();
+  if (!a.IsArray() || a.type() != c.type || a.rank() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(target, ": a must be a ",
+                                                   ir::ElementTypeName(c.type),
+                                                   " matrix or a batch of them, got ",
+                                                   a.ToString()));
+  }
+  c.batch.assign(a.dims().begin(), a.dims().end() - 2);
+  for (int64_t d : c.batch) c.matrices *= d;
+  c.m = a.dim(a.rank() - 2);
+  c.n = a.dim(a.rank() - 1);
+  if (c.m > (1 << 20) || c.n > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(target, ": ", a.ToString(),
+                                                   " is larger than LAPACK's int sizes"));
+  }
+  ASSIGN_OR_RETURN(auto options, ir::ParseFfiOptions(instr.attrs().config.empty()
+                                                         ? "{}" : instr.attrs().config));
+  if (auto it = options.find("mode"); it != options.end()) c.mode = static_cast<char>(it->second);
+  if (auto it = options.find("uplo"); it != options.end()) c.uplo = static_cast<char>(it->second);
+  const int64_t mn = std::min(c.m, c.n);
+  auto dims = [&](std::initializer_list<int64_t> tail) {
+    std::vector<int64_t> d = c.batch;
+    d.insert(d.end(), tail);
+    return d;
+  };
+  const Shape info(ElementType::kS32, c.batch);
+  const Shape& out = instr.shape();
+  const int operands = c.routine == "orgqr" ? 2 : 1;
+  if (instr.operand_count() != operands) {
+    return absl::InvalidArgumentError(absl::StrCat(target, " takes ", operands,
+                                                   " operands, got ", instr.operand_count()));
+  }
+  if (c.routine == "orgqr") {
+    const Shape& tau = instr.operand(1)->shape();
+    if (!tau.IsArray() || tau.type() != c.type || tau.rank() != a.rank() - 1 ||
+        !std::equal(c.batch.begin(), c.batch.end(), tau.dims().begin())) {
+      return absl::InvalidArgumentError(absl::StrCat(target, ": tau must be ",
+                                                     ir::ElementTypeName(c.type),
+                                                     " vectors over a's batch, got ",
+                                                     tau.ToString()));
+    }
+    c.k = tau.dim(tau.rank() - 1);
+    if (c.m < c.n || c.n < c.k) {
+      return absl::InvalidArgumentError(absl::StrCat(target, ": needs rows >= columns >= "
+                                                     "reflectors, got ", a.ToString(), " and ",
+                                                     tau.ToString()));
+    }
+    RETURN_IF_ERROR(Expect(out, a, target, "the result"));
+    return c;
+  }
+  if (!out.IsTuple()) {
+    return absl::InvalidArgumentError(absl::StrCat(target, " returns a tuple, declared ",
+                                                   out.ToString()));
+  }
+  std::vector<Shape> want;
+  if (c.routine == "getrf") {
+    want = {a, Shape(ElementType::kS32, dims({mn})), info};
+  } else if (c.routine == "geqrf") {
+    want = {a, Shape(c.type, dims({mn}))};
+  } else if (c.routine == "syevd") {
+    if (c.m != c.n) {
+      return absl::InvalidArgumentError(absl::StrCat(target, ": a must be square, got ",
+                                                     a.ToString()));
+    }
+    want = {a, Shape(c.type, dims({c.n})), info};
+  } else {  // gesdd
+    if (out.tuple_shapes().size() == 5) {
+      const Shape& u = out.tuple_shape(2);
+      const Shape& vt = out.tuple_shape(3);
+      c.u_cols = u.rank() == a.rank() ? u.dim(u.rank() - 1) : -1;
+      c.vt_rows = vt.rank() == a.rank() ? vt.dim(vt.rank() - 2) : -1;
+    }
+    if (c.mode == 'A') {
+      c.u_cols = c.m;
+      c.vt_rows = c.n;
+    } else if (c.mode == 'S') {
+      c.u_cols = mn;
+      c.vt_rows = mn;
+    }
+    if (c.u_cols < 0 || c.vt_rows < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(target, ": u and vt must be matrices "
+                                                     "over a's batch, declared ",
+                                                     out.ToString()));
+    }
+    want = {a, Shape(c.type, dims({mn})), Shape(c.type, dims({c.m, c.u_cols})),
+            Shape(c.type, dims({c.vt_rows, c.n})), info};
+  }
+  RETURN_IF_ERROR(Expect(out, Shape::Tuple(want), target, "the result"));
+  return c;
+}
+
+template <typename T>
+absl::StatusOr<BufferPtr> Run(const Call& c, ExecState& st, const std::vector<BufferPtr>& ops,
+                              const Shape& out_shape) {
+  std::vector<BufferPtr> outs;
+  if (out_shape.IsTuple()) {
+    for (const Shape& s : out_shape.tuple_shapes()) {
+      ASSIGN_OR_RETURN(BufferPtr b, st.Allocate(s));
+      if (s.ByteSize() > 0) std::memset(b->data(), 0, s.ByteSize());
+      outs.push_back(std::move(b));
+    }
+  } else {
+    ASSIGN_OR_RETURN(BufferPtr b, st.Allocate(out_shape));
+    outs.push_back(std::move(b));
+  }
+  const int m = static_cast<int>(c.m), n = static_cast<int>(c.n), mn = std::min(m, n);
+  std::vector<T> a(c.m * c.n);
+  std::vector<T> work;
+  std::vector<int> iwork;
+  for (int64_t mat = 0; mat < c.matrices; ++mat) {
+    if (mat > 0 && Cancelled()) return absl::CancelledError("the execution was cancelled");
+    const T* in = ops[0]->as<T>() + mat * c.m * c.n;
+    ToColumnMajor(in, a.data(), c.m, c.n);
+    int info = 0;
+    if (c.routine == "getrf") {
+      int* ipiv = outs[1]->as<int32_t>() + mat * mn;
+      Getrf(m, n, a.data(), ipiv, &info);
+      outs[2]->as<int32_t>()[mat] = info;
+    } else if (c.routine == "geqrf" || c.routine == "orgqr") {
+      T query = 0;
+      const int k = static_cast<int>(c.k);
+      if (c.routine == "geqrf") {
+        Geqrf(m, n, a.data(), outs[1]->as<T>() + mat * mn, &query, -1, &info);
+      } else {
+        Orgqr(m, n, k, a.data(), ops[1]->as<T>() + mat * c.k, &query, -1, &info);
+      }
+      work.resize(WorkSize(query));
+      const int lwork = static_cast<int>(work.size());
+      if (c.routine == "geqrf") {
+        Geqrf(m, n, a.data(), outs[1]->as<T>() + mat * mn, work.data(), lwork, &info);
+      } else {
+        Orgqr(m, n, k, a.data(), ops[1]->as<T>() + mat * c.k, work.data(), lwork, &info);
+      }
+    } else if (c.routine == "syevd") {
+      T query = 0;
+      int iquery = 0;
+      T* w = outs[1]->as<T>() + mat * n;
+      Syevd(c.mode, c.uplo, n, a.data(), w, &query, -1, &iquery, -1, &info);
+      work.resize(WorkSize(query));
+      iwork.resize(std::max(1, iquery));
+      Syevd(c.mode, c.uplo, n, a.data(), w, work.data(), static_cast<int>(work.size()),
+            iwork.data(), static_cast<int>(iwork.size()), &info);
+      outs[2]->as<int32_t>()[mat] = info;
+    } else {  // gesdd
+      const int64_t u_size = c.m * c.u_cols, vt_size = c.vt_rows * c.n;
+      std::vector<T> u(std::max<int64_t>(1, u_size)), vt(std::max<int64_t>(1, vt_size));
+      const int ldu = std::max(1, m), ldvt = std::max(1, static_cast<int>(c.vt_rows));
+      T* s = outs[1]->as<T>() + mat * mn;
+      T query = 0;
+      iwork.resize(std::max(1, 8 * mn));
+      Gesdd(c.mode, m, n, a.data(), s, u.data(), ldu, vt.data(), ldvt, &query, -1, iwork.data(),
+            &info);
+      work.resize(WorkSize(query));
+      Gesdd(c.mode, m, n, a.data(), s, u.data(), ldu, vt.data(), ldvt, work.data(),
+            static_cast<int>(work.size()), iwork.data(), &info);
+      if (c.mode != 'N') {
+        FromColumnMajor(u.data(), outs[2]->as<T>() + mat * u_size, c.m, c.u_cols);
+        FromColumnMajor(vt.data(), outs[3]->as<T>() + mat * vt_size, c.vt_rows, c.n);
+      }
+      outs[4]->as<int32_t>()[mat] = info;
+    }
+    FromColumnMajor(a.data(), outs[0]->as<T>() + mat * c.m * c.n, c.m, c.n);
+  }
+  if (!out_shape.IsTuple()) return outs[0];
+  return Buffer::MakeTuple(std::move(outs));
+}
+
+}  // namespace
+
+absl::StatusOr<Kernel> MakeLapackKernel(const ir::Instruction& instr) {
+  ASSIGN_OR_RETURN(Call call, Check(instr));
+  const Shape out_shape = instr.shape();
+  return Kernel([call, out_shape](ExecState& st, const std::vector<BufferPtr>& ops)
+                    -> absl::StatusOr<BufferPtr> {
+    if (call.type == ElementType::kF32) return Run<float>(call, st, ops, out_shape);
+    return Run<double>(call, st, ops, out_shape);
+  });
+}
+
+}  // namespace kiln::host
