@@ -655,15 +655,16 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
       pending.custom_called = std::string(absl::StripPrefix(absl::StripAsciiWhitespace(v), "%"));
     }
   } else if (key == "algorithm" && op == Opcode::kRngBitGenerator) {
-    // rng_default is the backend's own generator (Philox4x32-10 here);
-    // the named algorithms promise XLA's exact bit streams, which Kiln's
-    // generator does not reproduce.
+    // XLA's bit streams: rng_default is the backend's generator, which on
+    // Kiln's backends is XLA's CPU default, Philox.
     absl::string_view algorithm = absl::StripAsciiWhitespace(value);
-    if (algorithm != "rng_default") {
-      return absl::UnimplementedError(absl::StrCat(
+    if (algorithm != "rng_default" && algorithm != "rng_philox" &&
+        algorithm != "rng_three_fry") {
+      return absl::InvalidArgumentError(absl::StrCat(
           "rng-bit-generator algorithm=", algorithm,
-          " is not supported: only rng_default (a backend-defined generator) is"));
+          " is unknown: rng_default, rng_philox or rng_three_fry"));
     }
+    a.config = algorithm == "rng_default" ? "" : std::string(algorithm);
   } else if (key == "type" && op == Opcode::kCompare) {
     // FLOAT, SIGNED and UNSIGNED are what the element type implies;
     // TOTALORDER orders NaNs and signed zeros too.

@@ -233,7 +233,7 @@ std::string PrintAttributes(
       add("source_target_pairs", ListOfLists(a.source_target_pairs));
       break;
     case Opcode::kRngBitGenerator:
-      add("algorithm", "rng_default");
+      add("algorithm", a.config.empty() ? std::string("rng_default") : a.config);
       break;
     case Opcode::kCollectiveBroadcast:
       add("replica_groups", ListOfLists(a.replica_groups));

@@ -114,7 +114,10 @@ struct Attributes {
   std::vector<Precision> operand_precision;  // dot, convolution: none or one
                                              // per operand
   std::string custom_call_target;
-  std::string config;  // infeed_config / outfeed_config
+  std::string config;  // infeed_config / outfeed_config; a LAPACK custom
+                       // call's backend_config; rng-bit-generator's
+                       // algorithm ("" for rng_default, "rng_philox",
+                       // "rng_three_fry")
   Literal literal;     // constant
   LinalgOptions linalg;  // cholesky, triangular-solve
   bool operator==(const Attributes&) const = default;

@@ -1193,11 +1193,16 @@ absl::StatusOr<Shape> InferUnchecked(const Instruction& instr) {
     case Opcode::kPartitionId:
       return Shape::Scalar(ElementType::kU32);
     case Opcode::kRngBitGenerator: {
-      // (new state, bits): the state a u64 vector of a key and a counter.
+      // (new state, bits): the state a u64 vector of a key and a counter,
+      // as XLA's algorithms take it: three_fry u64[2], philox (and
+      // rng_default, which is philox) u64[2] or u64[3].
       const Shape& state = operand_shape(0);
+      const bool three_fry = instr.attrs().config == "rng_three_fry";
       if (!state.IsArray() || state.type() != ElementType::kU64 || state.rank() != 1 ||
-          state.dim(0) < 2) {
-        return Err(absl::StrCat("rng-bit-generator's state must be u64[2] or longer, got ",
+          state.dim(0) < 2 || state.dim(0) > (three_fry ? 2 : 3)) {
+        return Err(absl::StrCat("rng-bit-generator's state must be u64[2]",
+                                three_fry ? "" : " or u64[3]", " for ",
+                                three_fry ? "rng_three_fry" : "philox", ", got ",
                                 state.ToString()));
       }
       const Shape& out = instr.shape();

@@ -10,7 +10,7 @@
 #include "compiler/ir/hlo_lowering.h"
 #include "base/type_dispatch.h"
 #include "runtime/host/kernel.h"
-#include "runtime/host/philox.h"
+#include "runtime/host/rng_bits.h"
 #include "runtime/host/program.h"
 #include "runtime/host/reduce_precision.h"
 #include "runtime/host/reducer_ops.h"
@@ -135,37 +135,22 @@ absl::StatusOr<Kernel> MakeControlKernel(const ir::Instruction& instr,
         return out;
       });
     case Opcode::kRngBitGenerator:
-      // Philox4x32-10 keyed by state[0], counting from the 128-bit counter
-      // state[1] (low) and state[2] (high, when there is one); the bits are
-      // the generated words in order, and the new state's counter has moved
-      // past every block used.
-      return Kernel([out_shape](ExecState& st, const std::vector<BufferPtr>& ops)
+      // XLA's streams (runtime/host/rng_bits.h), bit for bit.
+      return Kernel([out_shape, three_fry = at.config == "rng_three_fry"](
+                        ExecState& st, const std::vector<BufferPtr>& ops)
                         -> absl::StatusOr<BufferPtr> {
         const Shape& state_shape = out_shape.tuple_shape(0);
         const Shape& bits_shape = out_shape.tuple_shape(1);
         ASSIGN_OR_RETURN(BufferPtr state, st.Allocate(state_shape));
         ASSIGN_OR_RETURN(BufferPtr bits, st.Allocate(bits_shape));
         const int64_t n = state_shape.dim(0);
-        const uint64_t* in = ops[0]->as<uint64_t>();
-        const std::array<uint32_t, 2> key = {static_cast<uint32_t>(in[0]),
-                                             static_cast<uint32_t>(in[0] >> 32)};
-        const uint64_t low = in[1], high = n > 2 ? in[2] : 0;
-        const int64_t bytes = bits_shape.ByteSize();
-        const int64_t blocks = (bytes + 15) / 16;
-        uint8_t* out = bits->data();
-        for (int64_t b = 0; b < blocks; ++b) {
-          const uint64_t lo = low + static_cast<uint64_t>(b);
-          const uint64_t hi = high + (lo < low ? 1 : 0);
-          const std::array<uint32_t, 4> words =
-              Philox4x32({static_cast<uint32_t>(lo), static_cast<uint32_t>(lo >> 32),
-                          static_cast<uint32_t>(hi), static_cast<uint32_t>(hi >> 32)},
-                         key);
-          std::memcpy(out + b * 16, words.data(), std::min<int64_t>(16, bytes - b * 16));
+        std::memcpy(state->data(), ops[0]->data(), n * sizeof(uint64_t));
+        const int width = static_cast<int>(ElementTypeSize(bits_shape.type()));
+        if (three_fry) {
+          ThreeFryBits(state->as<uint64_t>(), bits_shape.dims(), width, bits->data());
+        } else {
+          PhiloxBits(state->as<uint64_t>(), n, bits_shape.ElementCount(), width, bits->data());
         }
-        uint64_t* next = state->as<uint64_t>();
-        std::memcpy(next, in, n * sizeof(uint64_t));
-        next[1] = low + static_cast<uint64_t>(blocks);
-        if (n > 2 && next[1] < low) ++next[2];
         return Buffer::MakeTuple({state, bits});
       });
     case Opcode::kReducePrecision:

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "runtime/custom_call.h"
 #include "runtime/host/philox.h"
+#include "runtime/host/rng_bits.h"
 #include "runtime/host/test_util.h"
 
 namespace kiln::host {
@@ -1245,15 +1246,51 @@ ENTRY e {
   EXPECT_EQ(same->tuple_elements()[1].bytes(), bits.bytes());
 }
 
-TEST(CpuRngBitGeneratorTest, NamedAlgorithmsAndBadShapesAreRefused) {
+// XLA's streams for a u64[2] state {1, 2}, as XLA's CPU backend gives them
+// (JAX's lax.rng_bit_generator; more shapes and types: the jax_rng_*
+// corpus modules). rng_default is XLA's CPU default, Philox, whose u64[2]
+// state is read reversed.
+TEST(CpuRngBitGeneratorTest, NamedAlgorithmsGiveXlasBits) {
   const ir::Literal state = ir::Literal::FromVector<uint64_t>(ElementType::kU64, {2}, {1, 2});
+  auto run = [&](const std::string& algorithm) {
+    return RunHlo(absl::StrCat("ENTRY e {\n s = u64[2] parameter(0)\n ROOT r = (u64[2], u32[4]) "
+                               "rng-bit-generator(s), algorithm=", algorithm, "\n}"),
+                  {state});
+  };
+  for (const char* philox : {"rng_philox", "rng_default"}) {
+    auto r = run(philox);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_THAT(Values(r->tuple_elements()[1]),
+                ElementsAre(2100602697u, 2847456232u, 2074354647u, 800269529u))
+        << philox;
+    EXPECT_THAT(Values(r->tuple_elements()[0]), ElementsAre(1, 3)) << philox;
+  }
+  auto three_fry = run("rng_three_fry");
+  ASSERT_TRUE(three_fry.ok()) << three_fry.status();
+  EXPECT_THAT(Values(three_fry->tuple_elements()[1]),
+              ElementsAre(43444564u, 2150618427u, 3979645651u, 3745730563u));
+  // Four 32-bit results are two counters' pairs.
+  EXPECT_THAT(Values(three_fry->tuple_elements()[0]), ElementsAre(1, 4));
+  EXPECT_THAT(ThreeFry2x32({2, 0}, {1, 0}), ElementsAre(43444564u, 2150618427u));
+}
+
+TEST(CpuRngBitGeneratorTest, BadAlgorithmsAndShapesAreRefused) {
+  const ir::Literal state3 =
+      ir::Literal::FromVector<uint64_t>(ElementType::kU64, {3}, {1, 2, 3});
   auto three_fry = RunHlo(
-      "ENTRY e {\n s = u64[2] parameter(0)\n ROOT r = (u64[2], u32[4]) rng-bit-generator(s), "
+      "ENTRY e {\n s = u64[3] parameter(0)\n ROOT r = (u64[3], u32[4]) rng-bit-generator(s), "
       "algorithm=rng_three_fry\n}",
-      {state});
+      {state3});
   ASSERT_FALSE(three_fry.ok());
   EXPECT_THAT(three_fry.status().message(),
-              ::testing::HasSubstr("algorithm=rng_three_fry is not supported"));
+              ::testing::HasSubstr("state must be u64[2] for rng_three_fry"));
+  const ir::Literal state = ir::Literal::FromVector<uint64_t>(ElementType::kU64, {2}, {1, 2});
+  auto unknown = RunHlo(
+      "ENTRY e {\n s = u64[2] parameter(0)\n ROOT r = (u64[2], u32[4]) rng-bit-generator(s), "
+      "algorithm=rng_mersenne\n}",
+      {state});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.status().message(), ::testing::HasSubstr("algorithm=rng_mersenne is unknown"));
   auto floats = RunHlo(
       "ENTRY e {\n s = u64[2] parameter(0)\n ROOT r = (u64[2], f32[4]) rng-bit-generator(s), "
       "algorithm=rng_default\n}",

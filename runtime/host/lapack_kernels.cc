@@ -5,6 +5,8 @@
 // column-major copy, factored there, and transposed back.
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -93,6 +95,28 @@ void FromColumnMajor(const T* from, T* to, int64_t rows, int64_t cols) {
     for (int64_t j = 0; j < cols; ++j) to[i * cols + j] = from[j * rows + i];
   }
 }
+
+// Scratch for LAPACK, 64-byte aligned: OpenBLAS picks its kernels by the
+// alignment of what it is given, and results must not depend on where an
+// allocation happened to land.
+template <typename T>
+class Scratch {
+ public:
+  void resize(size_t n) {
+    if (n <= size_) return;
+    data_.reset(static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))));
+    size_ = n;
+  }
+  T* data() { return data_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { ::operator delete(p, std::align_val_t(64)); }
+  };
+  std::unique_ptr<T, Free> data_;
+  size_t size_ = 0;
+};
 
 // A LAPACK size from a workspace query (returned as a float).
 template <typename T>
@@ -238,55 +262,64 @@ absl::StatusOr<BufferPtr> Run(const Call& c, ExecState& st, const std::vector<Bu
     outs.push_back(std::move(b));
   }
   const int m = static_cast<int>(c.m), n = static_cast<int>(c.n), mn = std::min(m, n);
-  std::vector<T> a(c.m * c.n);
-  std::vector<T> work;
-  std::vector<int> iwork;
+  Scratch<T> a, work, u, vt, tau, w;
+  Scratch<int> iwork;
+  a.resize(std::max<int64_t>(1, c.m * c.n));
   for (int64_t mat = 0; mat < c.matrices; ++mat) {
     if (mat > 0 && Cancelled()) return absl::CancelledError("the execution was cancelled");
     const T* in = ops[0]->as<T>() + mat * c.m * c.n;
     ToColumnMajor(in, a.data(), c.m, c.n);
     int info = 0;
     if (c.routine == "getrf") {
-      int* ipiv = outs[1]->as<int32_t>() + mat * mn;
-      Getrf(m, n, a.data(), ipiv, &info);
+      iwork.resize(std::max(1, mn));
+      Getrf(m, n, a.data(), iwork.data(), &info);
+      std::memcpy(outs[1]->as<int32_t>() + mat * mn, iwork.data(), mn * sizeof(int));
       outs[2]->as<int32_t>()[mat] = info;
     } else if (c.routine == "geqrf" || c.routine == "orgqr") {
       T query = 0;
       const int k = static_cast<int>(c.k);
+      tau.resize(std::max<int64_t>(1, std::max<int64_t>(mn, c.k)));
+      if (c.routine == "orgqr") std::memcpy(tau.data(), ops[1]->as<T>() + mat * c.k, c.k * sizeof(T));
       if (c.routine == "geqrf") {
-        Geqrf(m, n, a.data(), outs[1]->as<T>() + mat * mn, &query, -1, &info);
+        Geqrf(m, n, a.data(), tau.data(), &query, -1, &info);
       } else {
-        Orgqr(m, n, k, a.data(), ops[1]->as<T>() + mat * c.k, &query, -1, &info);
+        Orgqr(m, n, k, a.data(), tau.data(), &query, -1, &info);
       }
-      work.resize(WorkSize(query));
-      const int lwork = static_cast<int>(work.size());
+      const int lwork = WorkSize(query);
+      work.resize(lwork);
       if (c.routine == "geqrf") {
-        Geqrf(m, n, a.data(), outs[1]->as<T>() + mat * mn, work.data(), lwork, &info);
+        Geqrf(m, n, a.data(), tau.data(), work.data(), lwork, &info);
+        std::memcpy(outs[1]->as<T>() + mat * mn, tau.data(), mn * sizeof(T));
       } else {
-        Orgqr(m, n, k, a.data(), ops[1]->as<T>() + mat * c.k, work.data(), lwork, &info);
+        Orgqr(m, n, k, a.data(), tau.data(), work.data(), lwork, &info);
       }
     } else if (c.routine == "syevd") {
       T query = 0;
       int iquery = 0;
-      T* w = outs[1]->as<T>() + mat * n;
-      Syevd(c.mode, c.uplo, n, a.data(), w, &query, -1, &iquery, -1, &info);
-      work.resize(WorkSize(query));
-      iwork.resize(std::max(1, iquery));
-      Syevd(c.mode, c.uplo, n, a.data(), w, work.data(), static_cast<int>(work.size()),
-            iwork.data(), static_cast<int>(iwork.size()), &info);
+      w.resize(std::max(1, n));
+      Syevd(c.mode, c.uplo, n, a.data(), w.data(), &query, -1, &iquery, -1, &info);
+      const int lwork = WorkSize(query), liwork = std::max(1, iquery);
+      work.resize(lwork);
+      iwork.resize(liwork);
+      Syevd(c.mode, c.uplo, n, a.data(), w.data(), work.data(), lwork, iwork.data(), liwork,
+            &info);
+      std::memcpy(outs[1]->as<T>() + mat * n, w.data(), n * sizeof(T));
       outs[2]->as<int32_t>()[mat] = info;
     } else {  // gesdd
       const int64_t u_size = c.m * c.u_cols, vt_size = c.vt_rows * c.n;
-      std::vector<T> u(std::max<int64_t>(1, u_size)), vt(std::max<int64_t>(1, vt_size));
+      u.resize(std::max<int64_t>(1, u_size));
+      vt.resize(std::max<int64_t>(1, vt_size));
+      w.resize(std::max(1, mn));
       const int ldu = std::max(1, m), ldvt = std::max(1, static_cast<int>(c.vt_rows));
-      T* s = outs[1]->as<T>() + mat * mn;
       T query = 0;
       iwork.resize(std::max(1, 8 * mn));
-      Gesdd(c.mode, m, n, a.data(), s, u.data(), ldu, vt.data(), ldvt, &query, -1, iwork.data(),
-            &info);
-      work.resize(WorkSize(query));
-      Gesdd(c.mode, m, n, a.data(), s, u.data(), ldu, vt.data(), ldvt, work.data(),
-            static_cast<int>(work.size()), iwork.data(), &info);
+      Gesdd(c.mode, m, n, a.data(), w.data(), u.data(), ldu, vt.data(), ldvt, &query, -1,
+            iwork.data(), &info);
+      const int lwork = WorkSize(query);
+      work.resize(lwork);
+      Gesdd(c.mode, m, n, a.data(), w.data(), u.data(), ldu, vt.data(), ldvt, work.data(), lwork,
+            iwork.data(), &info);
+      std::memcpy(outs[1]->as<T>() + mat * mn, w.data(), mn * sizeof(T));
       if (c.mode != 'N') {
         FromColumnMajor(u.data(), outs[2]->as<T>() + mat * u_size, c.m, c.u_cols);
         FromColumnMajor(vt.data(), outs[3]->as<T>() + mat * vt_size, c.vt_rows, c.n);

@@ -8,8 +8,8 @@ XLA's CPU compiler runs after its passes (fusions, bitcasts, its TopK and
 LAPACK calls, layouts, stack-frame tables), NAME_lowered.hlo the module JAX
 hands to XLA. NAME/in_K.npy are the arguments and NAME/expected_K.npy the
 outputs XLA computed. Modules whose lowered form XLA computes differently
-from the HLO semantics (bf16 arithmetic kept in f32, the backend's own
-rng_default bits) keep only their optimized form.
+from the HLO semantics (bf16 arithmetic kept in f32) keep only their
+optimized form.
 
 JAX is not a dependency of Kiln: run this with a Python that has jax[cpu]
 (benchmarks/fashion_mnist_vs_torch.py makes one in build/peers-venv):
@@ -130,8 +130,20 @@ CASES = {
                        (np.uint32(7),), True),
     "random_normal": (lambda k: jax.random.normal(jax.random.key(k), (8,)),
                       (np.uint32(3),), True),
-    "rng_bit_generator": (lambda s: lax.rng_bit_generator(s, (4, 4), dtype=np.uint32)[1],
-                          (np.array([1, 2], np.uint64),), False),
+    "rng_bit_generator": (lambda s: lax.rng_bit_generator(s, (4, 4), dtype=np.uint32),
+                          (np.array([1, 2], np.uint64),), True),
+    "rng_philox": (lambda s: (lax.rng_bit_generator(s, (3, 5), dtype=np.uint64,
+                                                    algorithm=lax.RandomAlgorithm.RNG_PHILOX),
+                              lax.rng_bit_generator(s, (7,), dtype=np.uint8,
+                                                    algorithm=lax.RandomAlgorithm.RNG_PHILOX)),
+                   (np.array([5, 2**64 - 1], np.uint64),), True),
+    "rng_three_fry": (lambda s: (lax.rng_bit_generator(s, (3, 1, 5), dtype=np.uint32,
+                                                       algorithm=lax.RandomAlgorithm.RNG_THREE_FRY),
+                                 lax.rng_bit_generator(s, (3,), dtype=np.uint64,
+                                                       algorithm=lax.RandomAlgorithm.RNG_THREE_FRY),
+                                 lax.rng_bit_generator(s, (), dtype=np.uint16,
+                                                       algorithm=lax.RandomAlgorithm.RNG_THREE_FRY)),
+                      (np.array([12345678901234, 2**64 - 3], np.uint64),), True),
     "erf_lgamma": (lambda a: (jax.scipy.special.erf(a),
                               jax.scipy.special.gammaln(jnp.abs(a) + 0.5)), (x,), True),
     "pad_reflect": (lambda a: jnp.flip(jnp.pad(a, ((1, 2), (0, 3)), mode="reflect"), 0),
