@@ -16,7 +16,7 @@ mkdir -p "$out"
 echo "[fuzz] configuring $out with clang-14"
 # -O1 with line tables: the instrumented build is the slow part of a short run.
 cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DKILN_OPT_FLAGS="-O1 -g1" \
   -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DKILN_FUZZ=ON \
   -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCHMARKS=OFF -DKILN_BUILD_EXAMPLES=OFF \
   -DKILN_WITH_CUDA=OFF > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }

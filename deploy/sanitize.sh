@@ -40,7 +40,7 @@ echo "[kiln] configuring $dir ($mode sanitizer)"
 # about as long. The benchmarks are left out: no test runs them.
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WITH_CUDA=OFF \
   -DKILN_BUILD_BENCHMARKS=OFF \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DKILN_OPT_FLAGS="-O1 -g1" \
   -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" > /dev/null
 # GCC 12's ThreadSanitizer cannot map its shadow memory under the address

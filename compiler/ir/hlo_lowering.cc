@@ -295,6 +295,24 @@ absl::Status LowerTopK(Module* module, Computation* comp, Instruction* result,
   const Shape value = Shape::Scalar(shape.type());
   const Shape index = Shape::Scalar(ElementType::kS32);
   Computation* cmp = comparator;
+  if (cmp != nullptr && cmp->parameter_count() == 2) {
+    // A comparator of the values alone (XLA's approximate top-k): called
+    // from one that takes the indices too.
+    Computation* wrapper =
+        module->AddComputation(std::make_unique<Computation>(base + ".comparator"));
+    std::vector<Instruction*> params;
+    for (int i = 0; i < 4; ++i) {
+      params.push_back(add(wrapper, Opcode::kParameter, i < 2 ? value : index,
+                           absl::StrCat(base, ".p", i), {}));
+      params.back()->mutable_attrs().parameter_number = i;
+    }
+    Instruction* called = add(wrapper, Opcode::kCall, Shape::Scalar(ElementType::kPred),
+                              base + ".before", {params[0], params[1]});
+    called->AddCalled(cmp);
+    wrapper->set_root(called);
+    RETURN_IF_ERROR(wrapper->Canonicalize());
+    cmp = wrapper;
+  }
   if (cmp == nullptr) {
     Computation* made =
         module->AddComputation(std::make_unique<Computation>(base + ".comparator"));
@@ -732,6 +750,31 @@ absl::Status LowerLapackCall(Module* module, Computation* comp, Instruction* res
   result->mutable_attrs() = Attributes();
   result->AddOperand(merged);
   result->AddOperand(info);
+  return absl::OkStatus();
+}
+
+absl::Status LowerXlaMarkerCall(Instruction* call, const std::vector<Instruction*>& operands) {
+  const std::string target = call->attrs().custom_call_target;
+  if (absl::StrContains(target, "python") && absl::StrContains(target, "callback")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "custom-call '", target, "' calls back into the Python process that traced the "
+        "module (jax.debug.print, pure_callback, io_callback); it cannot run in Kiln"));
+  }
+  const bool sharding = target == "Sharding";
+  const bool spmd = target == "SPMDFullToShardShape" || target == "SPMDShardToFullShape";
+  if (!sharding && !spmd) return absl::OkStatus();
+  if (operands.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("custom-call '", target, "' takes one operand, got ", operands.size()));
+  }
+  if (operands[0]->shape() != call->shape()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "custom-call '", target, "' turns ", operands[0]->shape().ToString(), " into ",
+        call->shape().ToString(), ": a module partitioned across devices (SPMD), which Kiln "
+        "runs only as one partition"));
+  }
+  call->set_opcode(Opcode::kCopy);
+  call->mutable_attrs() = Attributes();
   return absl::OkStatus();
 }
 

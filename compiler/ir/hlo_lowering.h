@@ -116,6 +116,16 @@ absl::Status LowerBatchNorm(Module* module, Computation* comp, Instruction* resu
 // InvalidArgument naming the routine for the others (getrf, geqrf, syevd,
 // gesdd, ...) and for options or shapes the routine does not take.
 bool IsLapackTarget(absl::string_view target);
+
+// Custom calls of XLA's and JAX's that mark rather than compute: the
+// sharding annotations (`Sharding`, and `SPMDFullToShardShape` /
+// `SPMDShardToFullShape` where the shard is the whole array, as on one
+// partition) become a `copy` of their operand. Host callbacks into the
+// Python process that traced the module (`xla_python_cpu_callback`,
+// `xla_ffi_python_cpu_callback`, ...) cannot run anywhere else and are
+// refused naming the target; so are the SPMD calls whose shard is a part.
+// Other targets are left as they are.
+absl::Status LowerXlaMarkerCall(Instruction* call, const std::vector<Instruction*>& operands);
 // The options of a typed-FFI backend_config, "{uplo = 76 : ui8, ...}": each
 // name with its integer value. InvalidArgument for any other text.
 absl::StatusOr<absl::flat_hash_map<std::string, int64_t>> ParseFfiOptions(

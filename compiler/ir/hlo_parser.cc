@@ -1292,6 +1292,9 @@ absl::Status Parser::Resolve(Module* module, PendingInstr& p,
         LowerTopK(module, computation(), instr, operands[0], p.topk_k, p.topk_largest)));
     operands.clear();
   }
+  if (instr->opcode() == Opcode::kCustomCall) {
+    RETURN_IF_ERROR(lowered(LowerXlaMarkerCall(instr, operands)));
+  }
   if (instr->opcode() == Opcode::kCustomCall && instr->attrs().custom_call_target == "TopK") {
     // XLA's TopK: the k greatest under its comparator, with their indices;
     // k is the result's last dimension.

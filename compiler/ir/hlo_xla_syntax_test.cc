@@ -651,6 +651,27 @@ ENTRY e {
                Verify(**ParseModule(call("lapack_spotrf_ffi", "", "(f32[3,3], s32[3])"))).ok());
 }
 
+// Sharding annotations are copies on one partition; a shard that is part of
+// the array, and callbacks into Python, are refused naming the call.
+TEST(XlaSyntaxTest, MarkerCallsAreCopiesAndCallbacksAreRefused) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  x = f32[4,6] parameter(0)
+  s = f32[4,6] custom-call(x), custom_call_target="Sharding", sharding={devices=[1,1]<=[1]}
+  ROOT f = f32[4,6] custom-call(s), custom_call_target="SPMDFullToShardShape", sharding={manual}
+})");
+  EXPECT_THAT(printed, HasSubstr("%s = f32[4,6] copy(%x)"));
+  EXPECT_THAT(printed, HasSubstr("ROOT %f = f32[4,6] copy(%s)"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[4,6] parameter(0)\n  ROOT f = f32[2,6] custom-call(x), "
+                      "custom_call_target=\"SPMDFullToShardShape\"\n}"),
+              HasSubstr("line 3: %f: custom-call 'SPMDFullToShardShape' turns f32[4,6] into "
+                        "f32[2,6]: a module partitioned across devices"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[4] parameter(0)\n  ROOT f = f32[4] custom-call(x), "
+                      "custom_call_target=\"xla_ffi_python_cpu_callback\"\n}"),
+              HasSubstr("line 3: %f: custom-call 'xla_ffi_python_cpu_callback' calls back into "
+                        "the Python process"));
+}
+
 // XLA's optimized modules keep top-k as a custom call with its comparator;
 // it is a stable sort under that comparator, sliced to the result's k.
 TEST(XlaSyntaxTest, TheTopKCustomCallSortsWithItsComparator) {

@@ -25,6 +25,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+try:
+    from jax import shard_map  # noqa: E402
+except ImportError:
+    from jax.experimental.shard_map import shard_map  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,6 +49,8 @@ ker = rng.standard_normal((3, 3, 3, 4)).astype(f32)
 tri = np.tril(spd) + np.eye(5, dtype=f32)
 rhs = rng.standard_normal((5, 4)).astype(f32)
 tall = rng.standard_normal((6, 4)).astype(f32)
+# One device: sharding annotations and shard_map over a mesh of one.
+MESH = Mesh(np.array(jax.devices()[:1]), ("d",))
 
 
 def conv(a, k, stride=(1, 1)):
@@ -68,6 +76,12 @@ CASES = {
     "argmax": (lambda a: jnp.argmax(a, axis=1), (x,), True),
     "top_k": (lambda a: lax.top_k(a, 3), (x,), True),
     "median": (lambda a: jnp.median(a, axis=1), (x,), True),
+    "approx_max_k": (lambda a: lax.approx_max_k(a, 2), (x,), True),
+    "sharding_constraint": (lambda a: lax.with_sharding_constraint(
+        a * 2, NamedSharding(MESH, P("d", None))) + 1, (x,), True),
+    "shard_map": (lambda a: shard_map(lambda b: b * 3 + lax.psum(b.sum(), "d"), mesh=MESH,
+                                      in_specs=P("d", None), out_specs=P("d", None))(a),
+                  (x,), True),
     "einsum": (lambda a: jnp.einsum("ij,kj->ik", a, a), (x,), True),
     "cholesky": (lambda a: jnp.linalg.cholesky(a), (spd,), True),
     "cholesky_batch": (lambda a: jnp.linalg.cholesky(a), (spd_batch,), True),
@@ -115,7 +129,7 @@ CASES = {
                     (x, np.array([0, 2, 1, 0], np.int32)), True),
     "nanmax": (lambda a: jnp.nanmax(jnp.where(a > 1, jnp.nan, a), axis=1), (x,), True),
     "int_ops": (lambda a: (a // 3, a % 3, a << 2, a >> 1, -a, abs(a - 5)), (v,), True),
-    "bitcast_convert": (lambda a: lax.bitcast_convert_type(a, np.int32), (x,), True),
+    "bitcast_convert": (lambda a: lax.bitcast_convert_type(a * 2, np.int32) >> 3, (x,), True),
     "bf16": (lambda a: (a.astype(jnp.bfloat16) * 3).astype(f32), (x,), False),
     "f16_exp": (lambda a: jnp.exp(a.astype(jnp.float16)), (x,), True),
     "while_loop": (lambda a: lax.while_loop(lambda c: c[0] < 10,
