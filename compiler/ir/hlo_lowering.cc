@@ -295,25 +295,10 @@ absl::Status LowerTopK(Module* module, Computation* comp, Instruction* result,
   const Shape value = Shape::Scalar(shape.type());
   const Shape index = Shape::Scalar(ElementType::kS32);
   Computation* cmp = comparator;
-  if (cmp != nullptr && cmp->parameter_count() == 2) {
-    // A comparator of the values alone (XLA's approximate top-k): called
-    // from one that takes the indices too.
-    Computation* wrapper =
-        module->AddComputation(std::make_unique<Computation>(base + ".comparator"));
-    std::vector<Instruction*> params;
-    for (int i = 0; i < 4; ++i) {
-      params.push_back(add(wrapper, Opcode::kParameter, i < 2 ? value : index,
-                           absl::StrCat(base, ".p", i), {}));
-      params.back()->mutable_attrs().parameter_number = i;
-    }
-    Instruction* called = add(wrapper, Opcode::kCall, Shape::Scalar(ElementType::kPred),
-                              base + ".before", {params[0], params[1]});
-    called->AddCalled(cmp);
-    wrapper->set_root(called);
-    RETURN_IF_ERROR(wrapper->Canonicalize());
-    cmp = wrapper;
-  }
-  if (cmp == nullptr) {
+  if (cmp == nullptr || cmp->parameter_count() == 2) {
+    // The sort's comparator over (value, value, index, index): greater (or
+    // less) in total order, or a comparator of the values alone (XLA's
+    // approximate top-k) called from it.
     Computation* made =
         module->AddComputation(std::make_unique<Computation>(base + ".comparator"));
     std::vector<Instruction*> params;
@@ -322,12 +307,17 @@ absl::Status LowerTopK(Module* module, Computation* comp, Instruction* result,
                            absl::StrCat(base, ".p", i), {}));
       params.back()->mutable_attrs().parameter_number = i;
     }
-    Instruction* compare = add(made, Opcode::kCompare, Shape::Scalar(ElementType::kPred),
-                               base + ".before", {params[0], params[1]});
-    compare->mutable_attrs().direction =
-        largest ? ComparisonDirection::kGt : ComparisonDirection::kLt;
-    RETURN_IF_ERROR(LowerTotalOrderCompare(made, compare));
-    made->set_root(compare);
+    const Opcode op = cmp == nullptr ? Opcode::kCompare : Opcode::kCall;
+    Instruction* before = add(made, op, Shape::Scalar(ElementType::kPred), base + ".before",
+                              {params[0], params[1]});
+    if (cmp != nullptr) {
+      before->AddCalled(cmp);
+    } else {
+      before->mutable_attrs().direction =
+          largest ? ComparisonDirection::kGt : ComparisonDirection::kLt;
+      RETURN_IF_ERROR(LowerTotalOrderCompare(made, before));
+    }
+    made->set_root(before);
     RETURN_IF_ERROR(made->Canonicalize());
     cmp = made;
   }

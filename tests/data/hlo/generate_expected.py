@@ -969,20 +969,25 @@ def case_types_gather():
     return ins, outs
 
 
+def write_case(case, inputs, outputs):
+    """NAME/in_K.npy and NAME/expected_K.npy, replacing what was there."""
+    folder = os.path.join(HERE, case)
+    os.makedirs(folder, exist_ok=True)
+    for f in os.listdir(folder):
+        os.remove(os.path.join(folder, f))
+    for i, a in enumerate(inputs):
+        np.save(os.path.join(folder, f"in_{i}.npy"), np.array(a, order="C"))
+    for i, a in enumerate(outputs):
+        np.save(os.path.join(folder, f"expected_{i}.npy"), np.array(a, order="C"))
+
+
 def main():
     for name, fn in sorted(globals().items()):
         if not name.startswith("case_"):
             continue
         case = name[len("case_"):]
         inputs, outputs = fn()
-        folder = os.path.join(HERE, case)
-        os.makedirs(folder, exist_ok=True)
-        for f in os.listdir(folder):
-            os.remove(os.path.join(folder, f))
-        for i, a in enumerate(inputs):
-            np.save(os.path.join(folder, f"in_{i}.npy"), np.array(a, order="C"))
-        for i, a in enumerate(outputs):
-            np.save(os.path.join(folder, f"expected_{i}.npy"), np.array(a, order="C"))
+        write_case(case, inputs, outputs)
         print(f"{case}: {len(inputs)} inputs, {len(outputs)} outputs")
 
 

@@ -34,6 +34,8 @@ except ImportError:
 
 jax.config.update("jax_enable_x64", True)
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import generate_expected  # noqa: E402
 rng = np.random.default_rng(20261127)
 f32 = np.float32
 
@@ -189,14 +191,7 @@ def write(name, text, args, outputs):
     text = text.replace(os.path.dirname(os.path.dirname(os.path.dirname(HERE))) + "/", "")
     with open(os.path.join(HERE, name + ".hlo"), "w") as f:
         f.write(text if text.endswith("\n") else text + "\n")
-    folder = os.path.join(HERE, name)
-    os.makedirs(folder, exist_ok=True)
-    for f in os.listdir(folder):
-        os.remove(os.path.join(folder, f))
-    for i, a in enumerate(args):
-        np.save(os.path.join(folder, f"in_{i}.npy"), np.array(a, order="C"))
-    for i, a in enumerate(outputs):
-        np.save(os.path.join(folder, f"expected_{i}.npy"), np.array(a, order="C"))
+    generate_expected.write_case(name, args, outputs)
 
 
 def main():
