@@ -750,6 +750,21 @@ absl::Status LowerXlaMarkerCall(Instruction* call, const std::vector<Instruction
         "custom-call '", target, "' calls back into the Python process that traced the "
         "module (jax.debug.print, pure_callback, io_callback); it cannot run in Kiln"));
   }
+  // Calls into a GPU or TPU library or kernel that XLA's backend passes (or
+  // jaxlib's GPU lowerings, or Pallas) put in a module: they only run on
+  // that backend's runtime.
+  static constexpr absl::string_view kDevicePrefixes[] = {
+      "__cublas", "__cudnn", "__cusolver", "__triton", "__gpu", "cublas_", "cusolver_",
+      "cusparse_", "cu_threefry", "cu_lu_pivots", "hipsolver_", "hipblas_", "hip_threefry",
+      "hip_lu_pivots", "tpu_custom_call", "mosaic_gpu"};
+  for (absl::string_view prefix : kDevicePrefixes) {
+    if (absl::StartsWith(target, prefix)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "custom-call '", target, "' is a call into a GPU or TPU library that XLA's device "
+          "backend (or jaxlib or Pallas for that device) inserted; Kiln reads modules as JAX "
+          "lowers them or as XLA's CPU compiler runs them"));
+    }
+  }
   const bool sharding = target == "Sharding";
   const bool spmd = target == "SPMDFullToShardShape" || target == "SPMDShardToFullShape";
   if (!sharding && !spmd) return absl::OkStatus();

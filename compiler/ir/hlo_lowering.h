@@ -123,7 +123,10 @@ bool IsLapackTarget(absl::string_view target);
 // partition) become a `copy` of their operand. Host callbacks into the
 // Python process that traced the module (`xla_python_cpu_callback`,
 // `xla_ffi_python_cpu_callback`, ...) cannot run anywhere else and are
-// refused naming the target; so are the SPMD calls whose shard is a part.
+// refused naming the target; so are the SPMD calls whose shard is a part,
+// and the calls into GPU and TPU libraries that XLA's device backends,
+// jaxlib's GPU lowerings and Pallas insert (`__cublas$gemm`,
+// `__cudnn$convForward`, `cusolver_getrf_ffi`, `tpu_custom_call`, ...).
 // Other targets are left as they are.
 absl::Status LowerXlaMarkerCall(Instruction* call, const std::vector<Instruction*>& operands);
 // The options of a typed-FFI backend_config, "{uplo = 76 : ui8, ...}": each

@@ -670,6 +670,17 @@ ENTRY e {
                       "custom_call_target=\"xla_ffi_python_cpu_callback\"\n}"),
               HasSubstr("line 3: %f: custom-call 'xla_ffi_python_cpu_callback' calls back into "
                         "the Python process"));
+  // XLA's GPU modules after its passes: the cuBLAS call names itself.
+  EXPECT_THAT(ErrorOf(R"(ENTRY e {
+  a = f32[4,4] parameter(0)
+  g = (f32[4,4], s8[0]) custom-call(a, a), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"alpha_real":1}}
+  ROOT r = f32[4,4] get-tuple-element(g), index=0
+})"),
+              HasSubstr("line 3: %g: custom-call '__cublas$gemm' is a call into a GPU or TPU "
+                        "library"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[4] parameter(0)\n  ROOT f = f32[4] custom-call(x), "
+                      "custom_call_target=\"tpu_custom_call\"\n}"),
+              HasSubstr("'tpu_custom_call' is a call into a GPU or TPU library"));
 }
 
 // XLA's optimized modules keep top-k as a custom call with its comparator;
