@@ -113,8 +113,8 @@ absl::Status LowerBatchNorm(Module* module, Computation* comp, Instruction* resu
 // IsLapackTarget says whether a custom-call target is one of these calls.
 // `result` is the custom call (no operands yet), which takes the lowered
 // op; its declared shape is checked against the routine's.
-// InvalidArgument naming the routine for the others (getrf, geqrf, syevd,
-// gesdd, ...) and for options or shapes the routine does not take.
+// InvalidArgument naming the routine for the others (geev, gees, complex
+// ones, ...) and for options or shapes the routine does not take.
 bool IsLapackTarget(absl::string_view target);
 
 // Custom calls of XLA's and JAX's that mark rather than compute: the

@@ -1,9 +1,12 @@
 #include "compiler/ir/hlo_printer.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -253,8 +256,17 @@ std::string PrintAttributes(
       break;
     case Opcode::kCustomCall:
       add("custom_call_target", absl::StrCat("\"", a.custom_call_target, "\""));
-      // The options of a LAPACK call the host backend runs (hlo_lowering.h).
-      if (!a.config.empty()) add("backend_config", a.config);
+      // The options of a LAPACK call the host backend runs (hlo_lowering.h),
+      // as the parser spells them; anything else (from a proto) quoted and
+      // escaped, so that no config can write text of its own.
+      if (!a.config.empty()) {
+        const bool plain = std::all_of(a.config.begin(), a.config.end(), [](char ch) {
+          return absl::ascii_isalnum(ch) || ch == ' ' || ch == '=' || ch == ':' || ch == ',' ||
+                 ch == '{' || ch == '}' || ch == '_';
+        });
+        add("backend_config",
+            plain ? a.config : absl::StrCat("\"", absl::CEscape(a.config), "\""));
+      }
       break;
     case Opcode::kInfeed:
       if (!a.config.empty()) add("infeed_config", absl::StrCat("\"", a.config, "\""));

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
@@ -1197,7 +1198,12 @@ absl::StatusOr<Shape> InferUnchecked(const Instruction& instr) {
       // as XLA's algorithms take it: three_fry u64[2], philox (and
       // rng_default, which is philox) u64[2] or u64[3].
       const Shape& state = operand_shape(0);
-      const bool three_fry = instr.attrs().config == "rng_three_fry";
+      const std::string& algorithm = instr.attrs().config;
+      if (!algorithm.empty() && algorithm != "rng_philox" && algorithm != "rng_three_fry") {
+        return Err(absl::StrCat("rng-bit-generator's algorithm '", absl::CEscape(algorithm),
+                                "' is not rng_default, rng_philox or rng_three_fry"));
+      }
+      const bool three_fry = algorithm == "rng_three_fry";
       if (!state.IsArray() || state.type() != ElementType::kU64 || state.rank() != 1 ||
           state.dim(0) < 2 || state.dim(0) > (three_fry ? 2 : 3)) {
         return Err(absl::StrCat("rng-bit-generator's state must be u64[2]",

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
+#include "compiler/ir/hlo_printer.h"
 #include "gtest/gtest.h"
 #include "runtime/custom_call.h"
 #include "runtime/host/philox.h"
@@ -1012,6 +1013,60 @@ TEST(CpuOpsTest, LapackCallsRunThroughLapack) {
                            {F32({3, 2}, {1, 2, 3, 4, 5, 6})});
   ASSERT_FALSE(not_square.ok());
   EXPECT_THAT(std::string(not_square.status().message()), HasSubstr("a must be square"));
+}
+
+// A module sent as a proto skips the parser: the kernel checks the target,
+// its options and its sizes itself, and empty matrices give zeros, never
+// what LAPACK's scratch held.
+TEST(CpuOpsTest, LapackCallsCheckWhatTheParserWouldHave) {
+  auto compile = [](const std::string& target, const std::string& config,
+                    const std::string& a = "f32[4,4]",
+                    const std::string& result = "(f32[4,4], f32[4], f32[4,4], f32[4,4], s32[])")
+      -> absl::Status {
+    auto module = ir::ParseModule(absl::StrCat("ENTRY e {\n  a = ", a, " parameter(0)\n  ROOT c = ",
+                                               result, " custom-call(a), custom_call_target=\"t\"\n}"));
+    if (!module.ok()) return module.status();
+    ir::Attributes& at = (*module)->entry()->root()->mutable_attrs();
+    at.custom_call_target = target;
+    at.config = config;
+    return CompileProgram("cpu", **module, {}).status();
+  };
+  EXPECT_THAT(compile("lapack_", "").message(), HasSubstr("is not a LAPACK call Kiln runs"));
+  EXPECT_THAT(compile("lapack__ffi", "").message(), HasSubstr("is not a LAPACK call Kiln runs"));
+  EXPECT_THAT(compile("lapack_cgesdd_ffi", "").message(),
+              HasSubstr("is not a LAPACK call Kiln runs"));
+  EXPECT_THAT(compile("lapack_spotrf_ffi", "").message(),
+              HasSubstr("is not a LAPACK call Kiln runs"));
+  EXPECT_THAT(compile("lapack_sgesdd_ffi", "{mode = 79 : ui8}").message(),
+              HasSubstr("option mode = 79 is not one it takes"));
+  EXPECT_THAT(compile("lapack_sgesdd_ffi", "{uplo = 76 : ui8}").message(),
+              HasSubstr("option uplo = 76 is not one it takes"));
+  EXPECT_THAT(compile("lapack_sgesdd_ffi", "{mode = 65 : ui8").message(),
+              HasSubstr("backend_config"));
+  EXPECT_THAT(compile("lapack_sgesdd_ffi", "", "f32[20000,2]",
+                      "(f32[20000,2], f32[2], f32[20000,20000], f32[2,2], s32[])")
+                  .message(),
+              HasSubstr("larger than Kiln's LAPACK calls take"));
+  EXPECT_TRUE(compile("lapack_sgesdd_ffi", "{mode = 65 : ui8}").ok());
+  // A config from a proto prints quoted and escaped: it cannot write text
+  // of its own into the module (and so into its fingerprint).
+  auto module = ir::ParseModule(
+      "ENTRY e {\n  a = f32[2] parameter(0)\n  ROOT c = f32[2] custom-call(a), "
+      "custom_call_target=\"t\"\n}");
+  ASSERT_TRUE(module.ok());
+  (*module)->entry()->root()->mutable_attrs().config = "x}\n  ROOT d = f32[2] negate(a)";
+  EXPECT_THAT(ir::PrintModule(**module),
+              HasSubstr(R"x(backend_config="x}\n  ROOT d = f32[2] negate(a)")x"));
+
+  // gesdd of an empty matrix: every output is zero.
+  auto empty = RunHlo(R"(ENTRY e {
+  a = f32[0,3] parameter(0)
+  ROOT c = (f32[0,3], f32[0], f32[0,0], f32[3,3], s32[]) custom-call(a), custom_call_target="lapack_sgesdd_ffi", backend_config={mode = 65 : ui8}
+})",
+                      {F32({0, 3}, {})});
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_THAT(Values(empty->tuple_elements()[3]), ElementsAre(0, 0, 0, 0, 0, 0, 0, 0, 0));
+  EXPECT_THAT(Values(empty->tuple_elements()[4]), ElementsAre(0));
 }
 
 TEST(CpuDeviceTest, ArgumentChecksAndMemoryLimit) {

@@ -4,6 +4,8 @@
 // reads column-major matrices: each matrix is transposed into a
 // column-major copy, factored there, and transposed back.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -102,10 +104,17 @@ void FromColumnMajor(const T* from, T* to, int64_t rows, int64_t cols) {
 template <typename T>
 class Scratch {
  public:
-  void resize(size_t n) {
-    if (n <= size_) return;
-    data_.reset(static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))));
-    size_ = n;
+  // Zeroed, so that nothing of an earlier matrix (or of the heap) can be
+  // read back. False when the memory is not there.
+  bool resize(size_t n) {
+    if (n > size_) {
+      data_.reset(static_cast<T*>(
+          ::operator new(n * sizeof(T), std::align_val_t(64), std::nothrow)));
+      size_ = data_ == nullptr ? 0 : n;
+      if (data_ == nullptr) return false;
+    }
+    if (n > 0) std::memset(static_cast<void*>(data_.get()), 0, n * sizeof(T));
+    return true;
   }
   T* data() { return data_.get(); }
   size_t size() const { return size_; }
@@ -118,11 +127,17 @@ class Scratch {
   size_t size_ = 0;
 };
 
-// A LAPACK size from a workspace query (returned as a float).
+// A LAPACK size from a workspace query (returned as a float, rounded up
+// with room for the float's rounding); 0 when it does not fit an int.
 template <typename T>
 int WorkSize(T query) {
-  return std::max(1, static_cast<int>(query) + 1);
+  const double size = std::ceil(static_cast<double>(query) * (1 + 1e-6)) + 1;
+  if (!(size < static_cast<double>(std::numeric_limits<int>::max()))) return 0;
+  return std::max(1, static_cast<int>(size));
 }
+
+constexpr int64_t kMaxSide = 16384;
+constexpr int64_t kMaxElements = int64_t{1} << 26;
 
 // What a call computes, checked once when the kernel is built.
 struct Call {
@@ -146,13 +161,23 @@ absl::Status Expect(const Shape& got, const Shape& want, const std::string& targ
 }
 
 absl::StatusOr<Call> Check(const ir::Instruction& instr) {
+  // A module may come as a proto, past the parser's checks: the target,
+  // its options and its sizes are all checked again here.
   const std::string& target = instr.attrs().custom_call_target;
   absl::string_view name = target;
-  absl::ConsumePrefix(&name, "lapack_");
-  absl::ConsumeSuffix(&name, "_ffi");
+  const bool named = absl::ConsumePrefix(&name, "lapack_") && absl::ConsumeSuffix(&name, "_ffi");
   Call c;
+  if (!named || name.size() < 2 || (name[0] != 's' && name[0] != 'd')) {
+    return absl::InvalidArgumentError(absl::StrCat("custom-call '", target,
+                                                   "' is not a LAPACK call Kiln runs"));
+  }
   c.routine = std::string(name.substr(1));
   c.type = name[0] == 's' ? ElementType::kF32 : ElementType::kF64;
+  if (c.routine != "getrf" && c.routine != "geqrf" && c.routine != "orgqr" &&
+      c.routine != "syevd" && c.routine != "gesdd") {
+    return absl::InvalidArgumentError(absl::StrCat("custom-call '", target,
+                                                   "' is not a LAPACK call Kiln runs"));
+  }
   if (instr.operand_count() < 1) {
     return absl::InvalidArgumentError(absl::StrCat(target, " takes a matrix"));
   }
@@ -167,14 +192,28 @@ absl::StatusOr<Call> Check(const ir::Instruction& instr) {
   for (int64_t d : c.batch) c.matrices *= d;
   c.m = a.dim(a.rank() - 2);
   c.n = a.dim(a.rank() - 1);
-  if (c.m > (1 << 20) || c.n > (1 << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(target, ": ", a.ToString(),
-                                                   " is larger than LAPACK's int sizes"));
+  // LAPACK sizes its workspaces in 32-bit ints, up to a few times m n (and
+  // 2 n^2 for syevd): matrices up to 16384 on a side and 2^26 elements
+  // keep every one of them far from overflowing.
+  if (c.m > kMaxSide || c.n > kMaxSide || c.m * c.n > kMaxElements) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        target, ": ", a.ToString(), " is larger than Kiln's LAPACK calls take (", kMaxSide,
+        " on a side, ", kMaxElements, " elements per matrix)"));
   }
   ASSIGN_OR_RETURN(auto options, ir::ParseFfiOptions(instr.attrs().config.empty()
                                                          ? "{}" : instr.attrs().config));
-  if (auto it = options.find("mode"); it != options.end()) c.mode = static_cast<char>(it->second);
-  if (auto it = options.find("uplo"); it != options.end()) c.uplo = static_cast<char>(it->second);
+  c.mode = c.routine == "gesdd" ? 'A' : 'V';
+  for (const auto& [key, value] : options) {
+    const bool ok =
+        (c.routine == "syevd" && key == "mode" && (value == 'N' || value == 'V')) ||
+        (c.routine == "syevd" && key == "uplo" && (value == 'L' || value == 'U')) ||
+        (c.routine == "gesdd" && key == "mode" && (value == 'A' || value == 'S' || value == 'N'));
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(target, ": option ", key, " = ", value,
+                                                     " is not one it takes"));
+    }
+    (key == "mode" ? c.mode : c.uplo) = static_cast<char>(value);
+  }
   const int64_t mn = std::min(c.m, c.n);
   auto dims = [&](std::initializer_list<int64_t> tail) {
     std::vector<int64_t> d = c.batch;
@@ -261,64 +300,93 @@ absl::StatusOr<BufferPtr> Run(const Call& c, ExecState& st, const std::vector<Bu
     ASSIGN_OR_RETURN(BufferPtr b, st.Allocate(out_shape));
     outs.push_back(std::move(b));
   }
+  auto result = [&]() -> absl::StatusOr<BufferPtr> {
+    if (!out_shape.IsTuple()) return outs[0];
+    return Buffer::MakeTuple(std::move(outs));
+  };
+  // Empty matrices have nothing to factor: every result is zero (an empty
+  // a, its info 0).
+  if (c.m == 0 || c.n == 0) return result();
+  const std::string name = absl::StrCat("LAPACK's ", c.routine);
+  auto room = [&](bool ok) {
+    return ok ? absl::OkStatus()
+              : absl::ResourceExhaustedError(absl::StrCat(name, ": no memory for its scratch"));
+  };
+  auto done = [&](int info) {
+    return info >= 0 ? absl::OkStatus()
+                     : absl::InternalError(absl::StrCat(name, " refused argument ", -info));
+  };
+  auto work_size = [&](T query) -> absl::StatusOr<int> {
+    const int size = WorkSize(query);
+    if (size == 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(name, ": its workspace does not fit"));
+    }
+    return size;
+  };
   const int m = static_cast<int>(c.m), n = static_cast<int>(c.n), mn = std::min(m, n);
   Scratch<T> a, work, u, vt, tau, w;
   Scratch<int> iwork;
-  a.resize(std::max<int64_t>(1, c.m * c.n));
   for (int64_t mat = 0; mat < c.matrices; ++mat) {
     if (mat > 0 && Cancelled()) return absl::CancelledError("the execution was cancelled");
-    const T* in = ops[0]->as<T>() + mat * c.m * c.n;
-    ToColumnMajor(in, a.data(), c.m, c.n);
+    RETURN_IF_ERROR(room(a.resize(c.m * c.n)));
+    ToColumnMajor(ops[0]->as<T>() + mat * c.m * c.n, a.data(), c.m, c.n);
     int info = 0;
     if (c.routine == "getrf") {
-      iwork.resize(std::max(1, mn));
+      RETURN_IF_ERROR(room(iwork.resize(mn)));
       Getrf(m, n, a.data(), iwork.data(), &info);
+      RETURN_IF_ERROR(done(info));
       std::memcpy(outs[1]->as<int32_t>() + mat * mn, iwork.data(), mn * sizeof(int));
       outs[2]->as<int32_t>()[mat] = info;
     } else if (c.routine == "geqrf" || c.routine == "orgqr") {
       T query = 0;
       const int k = static_cast<int>(c.k);
-      tau.resize(std::max<int64_t>(1, std::max<int64_t>(mn, c.k)));
-      if (c.routine == "orgqr") std::memcpy(tau.data(), ops[1]->as<T>() + mat * c.k, c.k * sizeof(T));
-      if (c.routine == "geqrf") {
-        Geqrf(m, n, a.data(), tau.data(), &query, -1, &info);
-      } else {
+      RETURN_IF_ERROR(room(tau.resize(std::max<int64_t>(1, std::max<int64_t>(mn, c.k)))));
+      if (c.routine == "orgqr") {
+        std::memcpy(tau.data(), ops[1]->as<T>() + mat * c.k, c.k * sizeof(T));
         Orgqr(m, n, k, a.data(), tau.data(), &query, -1, &info);
+      } else {
+        Geqrf(m, n, a.data(), tau.data(), &query, -1, &info);
       }
-      const int lwork = WorkSize(query);
-      work.resize(lwork);
+      RETURN_IF_ERROR(done(info));
+      ASSIGN_OR_RETURN(const int lwork, work_size(query));
+      RETURN_IF_ERROR(room(work.resize(lwork)));
       if (c.routine == "geqrf") {
         Geqrf(m, n, a.data(), tau.data(), work.data(), lwork, &info);
+        RETURN_IF_ERROR(done(info));
         std::memcpy(outs[1]->as<T>() + mat * mn, tau.data(), mn * sizeof(T));
       } else {
         Orgqr(m, n, k, a.data(), tau.data(), work.data(), lwork, &info);
+        RETURN_IF_ERROR(done(info));
       }
     } else if (c.routine == "syevd") {
       T query = 0;
       int iquery = 0;
-      w.resize(std::max(1, n));
+      RETURN_IF_ERROR(room(w.resize(n)));
       Syevd(c.mode, c.uplo, n, a.data(), w.data(), &query, -1, &iquery, -1, &info);
-      const int lwork = WorkSize(query), liwork = std::max(1, iquery);
-      work.resize(lwork);
-      iwork.resize(liwork);
+      RETURN_IF_ERROR(done(info));
+      ASSIGN_OR_RETURN(const int lwork, work_size(query));
+      const int liwork = std::max(1, iquery);
+      RETURN_IF_ERROR(room(work.resize(lwork) && iwork.resize(liwork)));
       Syevd(c.mode, c.uplo, n, a.data(), w.data(), work.data(), lwork, iwork.data(), liwork,
             &info);
+      RETURN_IF_ERROR(done(info));
       std::memcpy(outs[1]->as<T>() + mat * n, w.data(), n * sizeof(T));
       outs[2]->as<int32_t>()[mat] = info;
     } else {  // gesdd
       const int64_t u_size = c.m * c.u_cols, vt_size = c.vt_rows * c.n;
-      u.resize(std::max<int64_t>(1, u_size));
-      vt.resize(std::max<int64_t>(1, vt_size));
-      w.resize(std::max(1, mn));
-      const int ldu = std::max(1, m), ldvt = std::max(1, static_cast<int>(c.vt_rows));
+      RETURN_IF_ERROR(room(u.resize(std::max<int64_t>(1, u_size)) &&
+                           vt.resize(std::max<int64_t>(1, vt_size)) && w.resize(mn) &&
+                           iwork.resize(8 * static_cast<size_t>(mn))));
+      const int ldu = m, ldvt = std::max(1, static_cast<int>(c.vt_rows));
       T query = 0;
-      iwork.resize(std::max(1, 8 * mn));
       Gesdd(c.mode, m, n, a.data(), w.data(), u.data(), ldu, vt.data(), ldvt, &query, -1,
             iwork.data(), &info);
-      const int lwork = WorkSize(query);
-      work.resize(lwork);
+      RETURN_IF_ERROR(done(info));
+      ASSIGN_OR_RETURN(const int lwork, work_size(query));
+      RETURN_IF_ERROR(room(work.resize(lwork)));
       Gesdd(c.mode, m, n, a.data(), w.data(), u.data(), ldu, vt.data(), ldvt, work.data(), lwork,
             iwork.data(), &info);
+      RETURN_IF_ERROR(done(info));
       std::memcpy(outs[1]->as<T>() + mat * mn, w.data(), mn * sizeof(T));
       if (c.mode != 'N') {
         FromColumnMajor(u.data(), outs[2]->as<T>() + mat * u_size, c.m, c.u_cols);
@@ -328,8 +396,7 @@ absl::StatusOr<BufferPtr> Run(const Call& c, ExecState& st, const std::vector<Bu
     }
     FromColumnMajor(a.data(), outs[0]->as<T>() + mat * c.m * c.n, c.m, c.n);
   }
-  if (!out_shape.IsTuple()) return outs[0];
-  return Buffer::MakeTuple(std::move(outs));
+  return result();
 }
 
 }  // namespace
