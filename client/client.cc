@@ -427,6 +427,10 @@ void FillRequest(const ExecuteOptions& options, v1::ExecuteRequest* req) {
   req->set_inline_result_max_bytes(options.inline_result_max_bytes);
   for (int d : options.donate) req->add_donated_arguments(d);
   req->set_infeed_timeout_millis(absl::ToInt64Milliseconds(options.infeed_timeout));
+  if (!options.group_id.empty()) {
+    req->set_group_id(options.group_id);
+    for (int count : options.group_replicas) req->add_group_replicas(count);
+  }
 }
 
 void MarkDonated(const std::vector<int>& donate,
@@ -593,6 +597,28 @@ absl::StatusOr<v1::MemoryInfoResponse> Client::MemoryInfo(const std::string& dev
   req.set_session_id(core_->session_id());
   req.set_device(device);
   return core_->transport().MemoryInfo(req);
+}
+
+absl::Status Client::JoinGroup(const GroupMembership& membership) {
+  if (protocol_version() < 5) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the server speaks protocol version ", protocol_version(), "; groups of servers need 5"));
+  }
+  v1::JoinGroupRequest req;
+  req.set_session_id(core_->session_id());
+  req.set_group_id(membership.id);
+  req.set_secret(membership.secret);
+  req.set_rank(membership.rank);
+  for (const std::string& m : membership.members) req.add_members(m);
+  req.set_timeout_millis(absl::ToInt64Milliseconds(membership.timeout));
+  return core_->transport().JoinGroup(req).status();
+}
+
+absl::Status Client::LeaveGroup(const std::string& group_id) {
+  v1::LeaveGroupRequest req;
+  req.set_session_id(core_->session_id());
+  req.set_group_id(group_id);
+  return core_->transport().LeaveGroup(req).status();
 }
 
 absl::StatusOr<std::string> Client::CreateFeedToken(const std::string& device) {

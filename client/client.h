@@ -24,7 +24,7 @@ namespace kiln::client {
 
 // Protocol versions this client speaks.
 inline constexpr uint32_t kClientMinVersion = 1;
-inline constexpr uint32_t kClientMaxVersion = 4;
+inline constexpr uint32_t kClientMaxVersion = 5;
 
 struct DeviceDescription {
   std::string name;  // "cpu:0"
@@ -125,6 +125,22 @@ struct ExecuteOptions {
   // Protocol 4: values sent with the call for the arguments whose buffer is
   // null, by index (null entries: the buffer is given). Borrowed.
   std::vector<const ir::Literal*> inline_values;
+  // Protocol 5, ExecuteReplicated only: the execution spans the servers of
+  // this group (JoinGroup), group_replicas[m] replicas on member m; this
+  // server's replicas are numbered after those of the members before it.
+  // client/mesh.h sets these.
+  std::string group_id;
+  std::vector<int> group_replicas;
+};
+
+// This server's place in a group of servers (protocol 5).
+struct GroupMembership {
+  std::string id;      // 1-128 of [A-Za-z0-9._-]
+  std::string secret;  // 16-128 bytes, the same for every member
+  int rank = 0;
+  std::vector<std::string> members;  // every member's address, by rank
+  // How long forming the group and each exchange between servers may take.
+  absl::Duration timeout = absl::Seconds(30);
 };
 
 struct OutfeedOptions {
@@ -240,6 +256,10 @@ class Client {
                                                      const std::vector<ReplicaArguments>& replicas,
                                                      const ExecuteOptions& options = {});
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const std::string& device);
+  // Joins a group of servers; returns once every member joined (each is
+  // asked at about the same time: client/mesh.h does it).
+  absl::Status JoinGroup(const GroupMembership& membership);
+  absl::Status LeaveGroup(const std::string& group_id);
 
   // Feeds. Each session has an infeed and an outfeed queue per device. A
   // token lets a producer or consumer in another process (its own client)

@@ -107,6 +107,16 @@ class GrpcTransport : public Transport {
     return Unary<v1::ExecuteRequest, v1::ExecuteResponse>(&v1::KilnService::Stub::Execute, r, options_.execute_timeout,
                                                           cancel);
   }
+  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest& r) override {
+    // Waits for the other members, up to the group's timeout (at most 10
+    // minutes), as long as a compile may take.
+    return Unary<v1::JoinGroupRequest, v1::JoinGroupResponse>(&v1::KilnService::Stub::JoinGroup, r,
+                                                              options_.compile_timeout);
+  }
+  absl::StatusOr<v1::LeaveGroupResponse> LeaveGroup(const v1::LeaveGroupRequest& r) override {
+    return Unary<v1::LeaveGroupRequest, v1::LeaveGroupResponse>(
+        &v1::KilnService::Stub::LeaveGroup, r, options_.control_timeout);
+  }
   absl::StatusOr<v1::CreateFeedTokenResponse> CreateFeedToken(
       const v1::CreateFeedTokenRequest& r) override {
     return Unary<v1::CreateFeedTokenRequest, v1::CreateFeedTokenResponse>(

@@ -8,7 +8,7 @@ packages=(
   libeigen3-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev ocl-icd-opencl-dev libspdlog-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev dataset-fashion-mnist python3 patchelf xz-utils
-  libcivetweb-dev openssl python3-prometheus-client python3-yaml
+  libcivetweb-dev openssl python3-prometheus-client python3-yaml libgloo-dev
   clang-14 libclang-rt-14-dev libomp-14-dev
 )
 missing=()

@@ -150,6 +150,12 @@ class InProcessTransport : public Transport {
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& r) override {
     return service_->MemoryInfo(r);
   }
+  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest& r) override {
+    return service_->JoinGroup(r);
+  }
+  absl::StatusOr<v1::LeaveGroupResponse> LeaveGroup(const v1::LeaveGroupRequest& r) override {
+    return service_->LeaveGroup(r);
+  }
   absl::StatusOr<v1::MetricsResponse> GetMetrics(const v1::MetricsRequest&) override {
     return service_->GetMetrics();
   }

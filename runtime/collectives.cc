@@ -1,28 +1,61 @@
 #include "runtime/collectives.h"
 
+#include <cstring>
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "runtime/device.h"
 
 namespace kiln::runtime {
 
 absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
     int replica, std::vector<BufferPtr> operands, const CancelCheck& cancelled) {
-  if (replica < 0 || replica >= replica_count_) {
-    return absl::InvalidArgumentError(absl::StrCat("replica ", replica, " of ", replica_count_));
+  const int local = replica - cross_.replica_offset;
+  if (local < 0 || local >= local_count_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replica ", replica, " does not run here (replicas ", cross_.replica_offset,
+                     " to ", cross_.replica_offset + local_count_ - 1, " of ", replica_count_,
+                     ")"));
   }
   absl::MutexLock lock(&mu_);
   if (!aborted_.ok()) return aborted_;
-  const int64_t number = next_round_[replica]++;
+  const int64_t number = next_round_[local]++;
   Round& round = rounds_[number % 2];
   if (round.number != number) {
     round.number = number;
     round.arrived = 0;
+    round.ready = false;
     round.values.assign(replica_count_, {});
   }
   round.values[replica] = std::move(operands);
   ++round.arrived;
-  auto complete = [&]() {
-    return !aborted_.ok() || (round.number == number && round.arrived == replica_count_);
-  };
+  if (round.arrived == local_count_) {
+    if (cross_.group == nullptr) {
+      round.ready = true;
+    } else {
+      // The last local replica brings the other servers' operands. The
+      // others keep waiting (and polling for cancellation) meanwhile; the
+      // round stays in its slot until every local replica has read it.
+      const std::vector<std::vector<BufferPtr>> here(
+          round.values.begin() + cross_.replica_offset,
+          round.values.begin() + cross_.replica_offset + local_count_);
+      mu_.Unlock();
+      absl::StatusOr<std::vector<std::vector<BufferPtr>>> all = ExchangeAcrossHosts(number, here);
+      mu_.Lock();
+      if (!all.ok()) {
+        if (aborted_.ok()) aborted_ = all.status();
+      } else {
+        for (int r = 0; r < replica_count_; ++r) {
+          if (r < cross_.replica_offset || r >= cross_.replica_offset + local_count_) {
+            round.values[r] = std::move((*all)[r]);
+          }
+        }
+        round.ready = true;
+      }
+    }
+  }
+  auto complete = [&]() { return !aborted_.ok() || (round.number == number && round.ready); };
   const absl::Time deadline = absl::Now() + timeout_;
   while (!complete()) {
     // Wake a few times a second to poll `cancelled`.
@@ -33,11 +66,130 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
       return absl::DeadlineExceededError(absl::StrCat(
           "replica ", replica, " waited ", absl::FormatDuration(timeout_),
           " for the other replicas at collective ", number, " (", round.arrived, " of ",
-          replica_count_, " arrived)"));
+          local_count_, " arrived", cross_.group != nullptr ? " on this server" : "", ")"));
     }
   }
   if (!aborted_.ok()) return aborted_;
   return round.values;
+}
+
+namespace {
+
+// What one server sends for one round, ahead of its replicas' bytes.
+struct RoundHeader {
+  uint64_t magic = 0;
+  int64_t round = 0;
+  int32_t replica_offset = 0;
+  int32_t replicas = 0;
+  int64_t replica_bytes = 0;  // the operands of one replica
+  uint64_t shapes = 0;        // a hash of the operands' shapes
+};
+constexpr uint64_t kRoundMagic = 0x4b494c4e58434831;  // "KILNXCH1"
+
+// FNV-1a: the same on every server, whatever its build.
+uint64_t HashText(absl::string_view text, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeAcrossHosts(
+    int64_t number, const std::vector<std::vector<BufferPtr>>& local) {
+  HostGroup& group = *cross_.group;
+  Device& device = *cross_.device;
+  // Every replica's operands have the shapes of local replica 0's.
+  const std::vector<BufferPtr>& first = local[0];
+  RoundHeader header;
+  header.magic = kRoundMagic;
+  header.round = number;
+  header.replica_offset = cross_.replica_offset;
+  header.replicas = local_count_;
+  header.shapes = HashText("");
+  for (const BufferPtr& b : first) {
+    if (b->tuple_size() > 0 || !b->shape().IsArray()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "collective ", number, ": an operand of shape ", b->shape().ToString(),
+          " cannot cross servers (arrays only)"));
+    }
+    header.replica_bytes += b->size_bytes();
+    header.shapes = HashText(b->shape().ToString(), header.shapes);
+  }
+  std::string mine(sizeof(header) + header.replica_bytes * local_count_, '\0');
+  std::memcpy(mine.data(), &header, sizeof(header));
+  int64_t at = sizeof(header);
+  for (const std::vector<BufferPtr>& operands : local) {
+    for (const BufferPtr& b : operands) {
+      if (b->size_bytes() > 0) {
+        RETURN_IF_ERROR(device.CopyFromBuffer(*b, 0, mine.data() + at, b->size_bytes()));
+      }
+      at += b->size_bytes();
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> all, group.AllGather(mine));
+
+  std::vector<std::vector<BufferPtr>> values(replica_count_);
+  std::vector<bool> seen(replica_count_, false);
+  for (int rank = 0; rank < group.size(); ++rank) {
+    const std::string who =
+        absl::StrCat("server ", group.spec().members[rank], " (member ", rank, ")");
+    const std::string& bytes = all[rank];
+    RoundHeader theirs;
+    if (bytes.size() < sizeof(theirs)) {
+      return absl::InternalError(absl::StrCat(who, " sent ", bytes.size(), " bytes at collective ",
+                                              number, ", less than a header"));
+    }
+    std::memcpy(&theirs, bytes.data(), sizeof(theirs));
+    if (theirs.magic != kRoundMagic || theirs.round != number) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(who, " is at another collective (", theirs.round, ") than this server (",
+                       number, "): the servers run different programs"));
+    }
+    if (theirs.replica_bytes != header.replica_bytes || theirs.shapes != header.shapes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who, " hands in operands of other shapes at collective ", number,
+          ": the servers run different programs"));
+    }
+    if (theirs.replicas < 0 || theirs.replica_offset < 0 ||
+        static_cast<int64_t>(theirs.replica_offset) + theirs.replicas > replica_count_ ||
+        static_cast<int64_t>(bytes.size()) !=
+            static_cast<int64_t>(sizeof(theirs)) + theirs.replica_bytes * theirs.replicas) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who, " runs replicas ", theirs.replica_offset, "+", theirs.replicas, " with ",
+          bytes.size(), " bytes; the execution has ", replica_count_, " replicas"));
+    }
+    const char* p = bytes.data() + sizeof(theirs);
+    for (int r = theirs.replica_offset; r < theirs.replica_offset + theirs.replicas; ++r) {
+      if (seen[r]) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("replica ", r, " runs on two servers, one of them ", who));
+      }
+      seen[r] = true;
+      if (rank == group.rank()) {
+        p += theirs.replica_bytes;
+        continue;
+      }
+      for (const BufferPtr& like : first) {
+        ASSIGN_OR_RETURN(BufferPtr b, device.Allocate(like->shape()));
+        if (like->size_bytes() > 0) {
+          RETURN_IF_ERROR(device.CopyToBuffer(*b, 0, p, like->size_bytes()));
+        }
+        p += like->size_bytes();
+        values[r].push_back(std::move(b));
+      }
+    }
+  }
+  for (int r = 0; r < replica_count_; ++r) {
+    if (!seen[r]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no server of group ", group.spec().id, " runs replica ", r, " of ",
+                       replica_count_));
+    }
+  }
+  return values;
 }
 
 void ReplicaRendezvous::Abort(absl::Status status) {

@@ -12,8 +12,23 @@
 #include "absl/time/time.h"
 #include "runtime/buffer.h"
 #include "runtime/feed_queue.h"
+#include "runtime/host_group.h"
 
 namespace kiln::runtime {
+
+class Device;
+
+// The servers a replicated execution spans, seen from one of them: this
+// server runs replicas [replica_offset, replica_offset + its count) of
+// `replica_count`, the others run the rest.
+struct CrossHost {
+  HostGroup* group = nullptr;  // borrowed
+  int replica_offset = 0;
+  int replica_count = 0;
+  // Where the other servers' operands land (one of this server's devices,
+  // of the executable's kind). Borrowed.
+  Device* device = nullptr;
+};
 
 // Thread-safe; one per replicated execution, shared by its replicas (each
 // replica on its own thread). Replicas run the same program, so their n-th
@@ -21,12 +36,25 @@ namespace kiln::runtime {
 class ReplicaRendezvous {
  public:
   ReplicaRendezvous(int replica_count, absl::Duration timeout)
-      : replica_count_(replica_count), timeout_(timeout), next_round_(replica_count, 0) {}
+      : local_count_(replica_count),
+        replica_count_(replica_count),
+        timeout_(timeout),
+        next_round_(replica_count, 0) {}
+  // `local_count` replicas here, the others on the servers of `cross`: the
+  // last local replica to arrive at a round exchanges the local operands
+  // for the other servers' (within the group's timeout).
+  ReplicaRendezvous(int local_count, absl::Duration timeout, const CrossHost& cross)
+      : local_count_(local_count),
+        replica_count_(cross.replica_count),
+        timeout_(timeout),
+        cross_(cross),
+        next_round_(local_count, 0) {}
 
+  // Replicas on all servers.
   int replica_count() const { return replica_count_; }
 
   // Hands in `operands` for `replica`'s next collective and waits for every
-  // replica's. Returns them indexed by replica. The buffers must not change
+  // replica's. Returns them indexed by replica (its global id). The buffers must not change
   // afterwards (they are read by the other replicas). Errors: the status of
   // Abort; DEADLINE_EXCEEDED when a replica does not arrive in time;
   // CANCELLED when `cancelled` turns true.
@@ -41,10 +69,18 @@ class ReplicaRendezvous {
   struct Round {
     int64_t number = -1;
     int arrived = 0;
+    bool ready = false;  // every replica's operands are in `values`
     std::vector<std::vector<BufferPtr>> values;
   };
+  // The other servers' replicas' operands for round `number`, given this
+  // server's (by local replica).
+  absl::StatusOr<std::vector<std::vector<BufferPtr>>> ExchangeAcrossHosts(
+      int64_t number, const std::vector<std::vector<BufferPtr>>& local);
+
+  const int local_count_;
   const int replica_count_;
   const absl::Duration timeout_;
+  const CrossHost cross_;
   absl::Mutex mu_;
   // Rounds alternate between two slots: a replica can only start round n+2
   // after every replica arrived at n+1, that is, after all have read n.

@@ -11,10 +11,20 @@ namespace kiln::runtime {
 
 absl::StatusOr<std::vector<BufferPtr>> ExecuteReplicated(Executable& executable,
                                                          std::vector<ReplicaRun>& replicas,
-                                                         absl::Duration collective_timeout) {
+                                                         absl::Duration collective_timeout,
+                                                         const CrossHost* cross) {
   const int n = static_cast<int>(replicas.size());
   if (n == 0) return absl::InvalidArgumentError("a replicated execution needs a replica");
-  ReplicaRendezvous rendezvous(n, collective_timeout);
+  const int offset = cross != nullptr ? cross->replica_offset : 0;
+  const int total = cross != nullptr ? cross->replica_count : n;
+  if (offset < 0 || offset + n > total) {
+    return absl::InvalidArgumentError(absl::StrCat("replicas ", offset, " to ", offset + n - 1,
+                                                   " of ", total, " replicas"));
+  }
+  ReplicaRendezvous rendezvous =
+      cross == nullptr
+          ? ReplicaRendezvous(n, collective_timeout)
+          : ReplicaRendezvous(n, collective_timeout + cross->group->spec().timeout, *cross);
   std::atomic<bool> failed{false};
   absl::Mutex mu;
   absl::Status first_error;
@@ -25,8 +35,8 @@ absl::StatusOr<std::vector<BufferPtr>> ExecuteReplicated(Executable& executable,
     AccountScope scope(account);
     ReplicaRun& replica = replicas[r];
     ExecuteOptions options = replica.options;
-    options.replica_id = r;
-    options.replica_count = n;
+    options.replica_id = offset + r;
+    options.replica_count = total;
     options.rendezvous = &rendezvous;
     const CancelCheck outer = replica.options.cancelled;
     options.cancelled = [&failed, outer]() { return failed.load() || (outer && outer()); };
@@ -40,9 +50,9 @@ absl::StatusOr<std::vector<BufferPtr>> ExecuteReplicated(Executable& executable,
     }
     // A single execution's error reads as before; a replica names itself.
     absl::Status error =
-        n == 1 ? out.status()
+        total == 1 ? out.status()
                : absl::Status(out.status().code(),
-                              absl::StrCat("replica ", r, " on ", replica.device->name(), ": ",
+                              absl::StrCat("replica ", offset + r, " on ", replica.device->name(), ": ",
                                            out.status().message()));
     {
       absl::MutexLock lock(&mu);

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "runtime/collectives.h"
 #include "runtime/device.h"
 
 namespace kiln::runtime {
@@ -26,9 +27,13 @@ struct ReplicaRun {
 // when there are several.
 // `collective_timeout` bounds how long a replica waits for the others at an
 // all-reduce.
+// With `cross` (borrowed), the replicas here are those of ids
+// cross->replica_offset onwards, and the others run on the other servers
+// of cross->group; collectives wait for the group's timeout on top.
 absl::StatusOr<std::vector<BufferPtr>> ExecuteReplicated(Executable& executable,
                                                          std::vector<ReplicaRun>& replicas,
-                                                         absl::Duration collective_timeout);
+                                                         absl::Duration collective_timeout,
+                                                         const CrossHost* cross = nullptr);
 
 }  // namespace kiln::runtime
 

@@ -190,6 +190,29 @@ grpc::Status GrpcService::CreateFeedToken(grpc::ServerContext* ctx,
   return Reply(service_->CreateFeedToken(*req), resp);
 }
 
+grpc::Status GrpcService::JoinGroup(grpc::ServerContext* ctx, const v1::JoinGroupRequest* req,
+                                    v1::JoinGroupResponse* resp) {
+  RETURN_IF_UNAUTHORIZED(ctx, req->session_id());
+  // The member calls member 0's store with the client's token, which
+  // member 0 checks as it checks any call.
+  std::string authorization;
+  const auto& metadata = ctx->client_metadata();
+  if (auto it = metadata.find("authorization"); it != metadata.end()) {
+    authorization.assign(it->second.data(), it->second.size());
+  }
+  return Reply(service_->JoinGroup(*req, authorization), resp);
+}
+grpc::Status GrpcService::LeaveGroup(grpc::ServerContext* ctx, const v1::LeaveGroupRequest* req,
+                                     v1::LeaveGroupResponse* resp) {
+  RETURN_IF_UNAUTHORIZED(ctx, req->session_id());
+  return Reply(service_->LeaveGroup(*req), resp);
+}
+grpc::Status GrpcService::GroupStore(grpc::ServerContext* ctx, const v1::GroupStoreRequest* req,
+                                     v1::GroupStoreResponse* resp) {
+  RETURN_IF_UNAUTHORIZED(ctx, "");
+  return Reply(service_->GroupStore(*req), resp);
+}
+
 grpc::Status GrpcService::Infeed(grpc::ServerContext* ctx,
                                  grpc::ServerReader<v1::InfeedChunk>* reader,
                                  v1::InfeedResponse* resp) {

@@ -57,6 +57,14 @@ class GrpcService final : public v1::KilnService::Service {
                       v1::InfeedResponse*) override;
   grpc::Status Outfeed(grpc::ServerContext*, const v1::OutfeedRequest*,
                        grpc::ServerWriter<v1::OutfeedChunk>*) override;
+  grpc::Status JoinGroup(grpc::ServerContext*, const v1::JoinGroupRequest*,
+                         v1::JoinGroupResponse*) override;
+  grpc::Status LeaveGroup(grpc::ServerContext*, const v1::LeaveGroupRequest*,
+                          v1::LeaveGroupResponse*) override;
+  // Between servers: the token of the client that formed the group, and
+  // the group's secret.
+  grpc::Status GroupStore(grpc::ServerContext*, const v1::GroupStoreRequest*,
+                          v1::GroupStoreResponse*) override;
 
  private:
   // The token check, and for an identified caller (a token's name, or

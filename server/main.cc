@@ -14,6 +14,9 @@
 #include "runtime/backend.h"
 #include "runtime/compute_threads.h"
 #include "server/allocator.h"
+#include "base/file_io.h"
+#include "base/net_address.h"
+#include "server/grpc_group.h"
 #include "server/grpc_service.h"
 #include "base/logging.h"
 #include "server/exposure.h"
@@ -77,6 +80,13 @@ ABSL_FLAG(int64_t, infeed_timeout_seconds, 30,
           "how long a program's infeed waits for data before failing");
 ABSL_FLAG(int64_t, collective_timeout_seconds, 60,
           "how long a replica waits for the others at an all-reduce");
+ABSL_FLAG(std::string, group_host, "",
+          "host name or IP that this server's collectives with other servers (groups, over "
+          "Gloo's TCP transport) bind to and the other servers reach; empty: the host of "
+          "--listen, or this machine's host name when --listen is a wildcard");
+ABSL_FLAG(std::string, group_tls_ca, "",
+          "PEM CA certificate(s) of the other servers of a group: this server then reaches "
+          "member 0's group store over TLS, presenting --tls_cert/--tls_key; empty: plain TCP");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the server: turns on TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -247,6 +257,39 @@ int main(int argc, char** argv) {
     trace = *std::move(opened);
     options.trace = trace.get();
   }
+  {
+    std::string group_host = absl::GetFlag(FLAGS_group_host);
+    if (group_host.empty()) {
+      group_host = std::string(kiln::HostOf(absl::GetFlag(FLAGS_listen)));
+      if (group_host.empty() || group_host == "0.0.0.0" || group_host == "::" ||
+          group_host == "[::]") {
+        char name[256] = {};
+        group_host = gethostname(name, sizeof(name) - 1) == 0 ? name : "127.0.0.1";
+      }
+    }
+    options.group_bind_host = group_host;
+  }
+  if (!absl::GetFlag(FLAGS_group_tls_ca).empty()) {
+    kiln::server::GroupChannelOptions group_channel;
+    auto read = [](const std::string& path, const char* flag, std::string* out) {
+      if (path.empty()) return true;
+      std::optional<std::string> text = kiln::ReadFileToString(path);
+      if (!text.has_value()) {
+        std::fprintf(stderr, "kiln-server: cannot read %s %s\n", flag, path.c_str());
+        return false;
+      }
+      *out = *std::move(text);
+      return true;
+    };
+    if (!read(absl::GetFlag(FLAGS_group_tls_ca), "--group_tls_ca", &group_channel.ca_pem) ||
+        !read(absl::GetFlag(FLAGS_tls_cert), "--tls_cert", &group_channel.cert_pem) ||
+        !read(absl::GetFlag(FLAGS_tls_key), "--tls_key", &group_channel.key_pem)) {
+      return 2;
+    }
+    kiln::server::SetGroupChannelOptions(group_channel);
+  }
+  options.remote_group_store = kiln::server::RemoteGroupStore;
+  options.probe_member = kiln::server::ProbeServer;
   auto service = kiln::server::Service::Create(options);
   if (!service.ok()) {
     std::fprintf(stderr, "kiln-server: %s\n", std::string(service.status().message()).c_str());

@@ -6,7 +6,11 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <thread>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/fingerprint.h"
@@ -519,9 +523,61 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
   }
   inline_values.clear();  // the buffers hold the values now
   inline_charge.Reset();
+  // A group's execution: this server's replicas and the other members'.
+  std::shared_ptr<GroupEntry> group;
+  runtime::CrossHost cross;
+  if (!req.group_id().empty()) {
+    if (!replicated) {
+      return absl::InvalidArgumentError("an execution in a group lists its replicas");
+    }
+    ASSIGN_OR_RETURN(group, session->GetGroup(req.group_id()));
+    const runtime::HostGroup& hosts = *group->group;
+    if (req.group_replicas_size() != hosts.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("group ", req.group_id(), " has ",
+                                                     hosts.size(), " members, the execution counts replicas of ",
+                                                     req.group_replicas_size()));
+    }
+    int64_t total = 0;
+    for (int m = 0; m < hosts.size(); ++m) {
+      const int count = req.group_replicas(m);
+      if (count < 1 || count > kMaxReplicasPerMember) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "member ", m, " of group ", req.group_id(), " would run ", count,
+            " replicas (1 to ", kMaxReplicasPerMember, ")"));
+      }
+      if (m == hosts.rank()) cross.replica_offset = static_cast<int>(total);
+      total += count;
+    }
+    if (req.group_replicas(hosts.rank()) != static_cast<int>(plan.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "this server is member ", hosts.rank(), " of group ", req.group_id(), " with ",
+          req.group_replicas(hosts.rank()), " replicas, but the execution lists ", plan.size()));
+    }
+    cross.group = group->group.get();
+    cross.replica_count = static_cast<int>(total);
+    cross.device = plan[0].first;
+  }
   if (!donated.empty()) RETURN_IF_ERROR(session->TakeBuffers(donated).status());
-  absl::StatusOr<std::vector<runtime::BufferPtr>> results =
-      runtime::ExecuteReplicated(*exe.executable, runs, options_.collective_timeout);
+  absl::StatusOr<std::vector<runtime::BufferPtr>> results;
+  if (group == nullptr) {
+    results = runtime::ExecuteReplicated(*exe.executable, runs, options_.collective_timeout);
+  } else {
+    absl::MutexLock one_at_a_time(&group->run_mu);
+    metrics_.Add("group_executes");
+    results =
+        runtime::ExecuteReplicated(*exe.executable, runs, options_.collective_timeout, &cross);
+    if (!results.ok()) {
+      // This member's rounds no longer match the others': the group is
+      // done. Say who is gone when the servers lost each other.
+      const bool lost = !group->group->broken().ok();
+      group->group->Break(results.status());
+      if (lost) {
+        metrics_.Add("group_failures");
+        results = absl::Status(results.status().code(),
+                               absl::StrCat(results.status().message(), MissingMembers(*group, req)));
+      }
+    }
+  }
   runs.clear();
   metrics_.Add("executes");
   if (replicated) metrics_.Add("replicated_executes");
@@ -615,6 +671,181 @@ void Service::RecordProfile(const runtime::ExecutionProfile& p) {
   metrics_.Add("tpu_simulated_nanos_infeed", static_cast<int64_t>(p.infeed_seconds * 1e9));
   metrics_.Add("tpu_matrix_flops", p.matrix_flops);
   metrics_.Add("tpu_hbm_bytes", p.hbm_bytes);
+}
+
+namespace {
+
+bool ValidGroupId(absl::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+// Compares secrets in time that does not depend on where they differ.
+bool SameSecret(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JoinGroupResponse> Service::JoinGroup(const v1::JoinGroupRequest& req,
+                                                         const std::string& authorization) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
+  const std::string& id = req.group_id();
+  if (!ValidGroupId(id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a group id is 1 to 128 of [A-Za-z0-9._-], got \"",
+                     absl::CHexEscape(id.substr(0, 128)), "\""));
+  }
+  if (req.secret().size() < 16 || req.secret().size() > 128) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", id, ": the secret must have 16 to 128 bytes, got ", req.secret().size()));
+  }
+  const int n = req.members_size();
+  if (n < 1 || n > kMaxGroupMembers) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", id, ": ", n, " members (1 to ", kMaxGroupMembers, ")"));
+  }
+  if (req.rank() < 0 || req.rank() >= n) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", id, ": rank ", req.rank(), " of ", n, " members"));
+  }
+  for (int m = 0; m < n; ++m) {
+    if (req.members(m).empty() || req.members(m).size() > 256) {
+      return absl::InvalidArgumentError(absl::StrCat("group ", id, ": member ", m, "'s address has ", req.members(m).size(), " bytes (1 to 256)"));
+    }
+  }
+  if (req.timeout_millis() > absl::ToInt64Milliseconds(kMaxGroupTimeout)) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", id, ": a timeout of ", req.timeout_millis(), " ms is over the limit of ", absl::FormatDuration(kMaxGroupTimeout)));
+  }
+  if (session->GetGroup(id).ok()) {
+    return absl::AlreadyExistsError(absl::StrCat("group ", id, " is already formed"));
+  }
+  runtime::HostGroupSpec spec;
+  spec.id = id;
+  spec.rank = req.rank();
+  spec.members.assign(req.members().begin(), req.members().end());
+  spec.bind_host = options_.group_bind_host;
+  if (req.timeout_millis() > 0) spec.timeout = absl::Milliseconds(req.timeout_millis());
+  if (!runtime::HostGroupsSupported()) {
+    return runtime::HostGroup::Create(spec, nullptr).status();
+  }
+  std::shared_ptr<runtime::GroupStore> store;
+  if (spec.rank == 0) {
+    // Gloo writes two keys per member: its host name and its addresses.
+    auto local = std::make_shared<runtime::LocalGroupStore>(2 * n + 8, int64_t{1} << 20);
+    absl::MutexLock lock(&group_stores_mu_);
+    // Stores of sessions that are gone go first.
+    absl::erase_if(group_stores_, [&](const auto& entry) {
+      return !sessions_->Alive(entry.second.session_id);
+    });
+    if (group_stores_.contains(id)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("group ", id, " is already formed on this server by another session"));
+    }
+    if (static_cast<int>(group_stores_.size()) >= kMaxHostedGroups) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "this server keeps the stores of ", kMaxHostedGroups, " groups already"));
+    }
+    group_stores_[id] = HostedStore{req.secret(), session->id(), local};
+    store = local;
+  } else {
+    if (!options_.remote_group_store) {
+      return absl::UnimplementedError(absl::StrCat(
+          "group ", id, ": this server reaches no other server, so it can only be member 0"));
+    }
+    store = options_.remote_group_store(req.members(0), id, req.secret(), spec.timeout,
+                                        authorization);
+  }
+  auto forget_store = [&]() {
+    if (spec.rank != 0) return;
+    absl::MutexLock lock(&group_stores_mu_);
+    group_stores_.erase(id);
+  };
+  logging::Info("session {}: joining group {} as member {} of {}", session->id(), id, spec.rank, n);
+  absl::StatusOr<std::unique_ptr<runtime::HostGroup>> formed = runtime::HostGroup::Create(spec, store);
+  if (!formed.ok()) {
+    forget_store();
+    metrics_.Add("group_join_errors");
+    return formed.status();
+  }
+  auto entry = std::make_shared<GroupEntry>();
+  entry->group = *std::move(formed);
+  if (absl::Status added = session->AddGroup(id, std::move(entry)); !added.ok()) {
+    forget_store();
+    return added;
+  }
+  metrics_.Add("groups_joined");
+  return v1::JoinGroupResponse();
+}
+
+absl::StatusOr<v1::LeaveGroupResponse> Service::LeaveGroup(const v1::LeaveGroupRequest& req) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
+  RETURN_IF_ERROR(session->RemoveGroup(req.group_id()));
+  absl::MutexLock lock(&group_stores_mu_);
+  auto it = group_stores_.find(req.group_id());
+  if (it != group_stores_.end() && it->second.session_id == session->id()) group_stores_.erase(it);
+  return v1::LeaveGroupResponse();
+}
+
+absl::StatusOr<v1::GroupStoreResponse> Service::GroupStore(const v1::GroupStoreRequest& req) {
+  std::shared_ptr<runtime::LocalGroupStore> store;
+  {
+    absl::MutexLock lock(&group_stores_mu_);
+    auto it = group_stores_.find(req.group_id());
+    if (it == group_stores_.end() || !sessions_->Alive(it->second.session_id)) {
+      return absl::NotFoundError(absl::StrCat(
+          "group ", absl::CHexEscape(req.group_id().substr(0, 128)), " is not formed on this server"));
+    }
+    if (!SameSecret(it->second.secret, req.secret())) {
+      metrics_.Add("group_store_denied");
+      return absl::PermissionDeniedError(
+          absl::StrCat("the secret of group ", req.group_id(), " does not match"));
+    }
+    store = it->second.store;
+  }
+  if (req.key().empty() || req.key().size() > 256) {
+    return absl::InvalidArgumentError(absl::StrCat("a group store key has 1 to 256 bytes, got ", req.key().size()));
+  }
+  v1::GroupStoreResponse resp;
+  if (req.set()) {
+    RETURN_IF_ERROR(store->Set(req.key(), req.value()));
+    return resp;
+  }
+  const absl::Duration timeout =
+      std::clamp(absl::Milliseconds(req.timeout_millis()), absl::ZeroDuration(), kMaxGroupTimeout);
+  ASSIGN_OR_RETURN(*resp.mutable_value(), store->Get(req.key(), timeout));
+  return resp;
+}
+
+std::string Service::MissingMembers(const GroupEntry& entry, const v1::ExecuteRequest& req) const {
+  const runtime::HostGroup& group = *entry.group;
+  if (!options_.probe_member) return "";
+  const absl::Duration wait = std::min(absl::Seconds(2), group.spec().timeout);
+  std::vector<absl::Status> answers(group.size());
+  std::vector<std::thread> probes;
+  for (int m = 0; m < group.size(); ++m) {
+    if (m == group.rank()) continue;
+    probes.emplace_back([&, m] { answers[m] = options_.probe_member(group.spec().members[m], wait); });
+  }
+  for (std::thread& t : probes) t.join();
+  std::vector<std::string> gone;
+  int first = 0;
+  for (int m = 0; m < group.size(); ++m) {
+    const int count = m < req.group_replicas_size() ? req.group_replicas(m) : 0;
+    if (m != group.rank() && !answers[m].ok()) {
+      gone.push_back(absl::StrCat("member ", m, " (", group.spec().members[m], ", replicas ", first,
+                                  " to ", first + count - 1, ") does not answer: ",
+                                  answers[m].message()));
+    }
+    first += count;
+  }
+  if (gone.empty()) {
+    return "; every other member answers, so one of them failed or stalled in the program";
+  }
+  return absl::StrCat("; ", absl::StrJoin(gone, "; "));
 }
 
 absl::StatusOr<v1::MemoryInfoResponse> Service::MemoryInfo(const v1::MemoryInfoRequest& req) {

@@ -26,7 +26,14 @@ namespace kiln::server {
 
 // Protocol versions this server speaks (docs/protocol.md has the changelog).
 inline constexpr uint32_t kMinProtocolVersion = 1;
-inline constexpr uint32_t kMaxProtocolVersion = 4;
+inline constexpr uint32_t kMaxProtocolVersion = 5;
+
+// Groups of servers: members per group, replicas per member, the longest
+// timeout a client may ask for, and the groups whose store one server keeps.
+inline constexpr int kMaxGroupMembers = 256;
+inline constexpr int kMaxReplicasPerMember = 4096;
+inline constexpr absl::Duration kMaxGroupTimeout = absl::Minutes(10);
+inline constexpr int kMaxHostedGroups = 64;
 
 struct ServiceOptions {
   absl::Duration lease = absl::Seconds(60);
@@ -56,6 +63,23 @@ struct ServiceOptions {
   int64_t compile_cache_dir_bytes = int64_t{4} << 30;
   // Borrowed, must outlive the service; null: no trace (--trace_file).
   TraceWriter* trace = nullptr;
+  // Groups of servers (JoinGroup): the host or IP this server's Gloo
+  // transport binds to, which the other members must reach
+  // (--group_host).
+  std::string group_bind_host = "127.0.0.1";
+  // Reaches the store that a group's member 0 at `address` keeps, retrying
+  // for up to `timeout` while it is not there yet; set by the gRPC layer.
+  // Null: this server can only be a group's member 0.
+  // `authorization` is what the joining call carried (its bearer token),
+  // shown to member 0 in turn.
+  std::function<std::shared_ptr<runtime::GroupStore>(
+      const std::string& address, const std::string& group_id, const std::string& secret,
+      absl::Duration timeout, const std::string& authorization)>
+      remote_group_store;
+  // OK when the server at `address` answers within `timeout`; after an
+  // exchange between servers failed, it tells which member is gone. Null:
+  // nobody is probed.
+  std::function<absl::Status(const std::string& address, absl::Duration timeout)> probe_member;
 };
 
 // Thread-safe: every method may be called from many threads at once.
@@ -98,6 +122,17 @@ class Service {
                                               runtime::MemoryCharge* reply_charge = nullptr);
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& request);
   v1::MetricsResponse GetMetrics();
+  // Groups of servers (protocol version 5). JoinGroup blocks until every
+  // member joined or the group's timeout passed.
+  // `authorization` (the call's bearer token, if any) goes with this
+  // member's calls to member 0's store.
+  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest& request,
+                                                  const std::string& authorization = "");
+  absl::StatusOr<v1::LeaveGroupResponse> LeaveGroup(const v1::LeaveGroupRequest& request);
+  // Called by the other members of a group this server is member 0 of;
+  // authorized by the group's secret (and by the joining client's token,
+  // which the gRPC layer checks), not by a session.
+  absl::StatusOr<v1::GroupStoreResponse> GroupStore(const v1::GroupStoreRequest& request);
   // Whether the session is open (its lease has not run out).
   bool SessionAlive(const std::string& session_id) const;
   // The same figures in Prometheus' text format (server/prometheus.h).
@@ -165,6 +200,17 @@ class Service {
     std::string session_id;
     std::string device;
   };
+  // After an exchange between servers failed: which members do not
+  // answer, for the error.
+  std::string MissingMembers(const GroupEntry& group, const v1::ExecuteRequest& req) const;
+  // The stores of the groups this server is member 0 of.
+  struct HostedStore {
+    std::string secret;
+    std::string session_id;
+    std::shared_ptr<runtime::LocalGroupStore> store;
+  };
+  absl::Mutex group_stores_mu_;
+  absl::flat_hash_map<std::string, HostedStore> group_stores_ ABSL_GUARDED_BY(group_stores_mu_);
   absl::Mutex feed_tokens_mu_;
   absl::flat_hash_map<std::string, FeedGrant> feed_tokens_ ABSL_GUARDED_BY(feed_tokens_mu_);
 };

@@ -240,13 +240,13 @@ TEST_F(ServiceTest, PollingAFeedTokenDoesNotKeepItsSessionAlive) {
 
 TEST_F(ServiceTest, VersionMismatchNamesBothRanges) {
   v1::HandshakeRequest req;
-  req.set_min_version(5);
+  req.set_min_version(6);
   req.set_max_version(7);
   auto r = service_->Handshake(req);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(r.status().message().find("client speaks 5..7"), std::string::npos);
-  EXPECT_NE(r.status().message().find("server speaks 1..4"), std::string::npos);
+  EXPECT_NE(r.status().message().find("client speaks 6..7"), std::string::npos);
+  EXPECT_NE(r.status().message().find("server speaks 1..5"), std::string::npos);
 }
 
 TEST_F(ServiceTest, TransferRoundTripInChunks) {

@@ -175,11 +175,48 @@ void Session::Clear() {
   AbortFeeds();
   absl::flat_hash_map<std::string, BufferEntry> buffers;
   absl::flat_hash_map<std::string, ExecutableEntry> executables;
+  absl::flat_hash_map<std::string, std::shared_ptr<GroupEntry>> groups;
   {
     absl::MutexLock lock(&mu_);
     buffers.swap(buffers_);
     executables.swap(executables_);
+    groups.swap(groups_);
   }
+}
+
+absl::Status Session::AddGroup(const std::string& id, std::shared_ptr<GroupEntry> group) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return absl::FailedPreconditionError("the session is closed");
+  if (groups_.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrCat("group ", id, " is already formed"));
+  }
+  if (static_cast<int>(groups_.size()) >= kMaxGroups) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a session may be in at most ", kMaxGroups, " groups; leave one first"));
+  }
+  groups_.emplace(id, std::move(group));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<GroupEntry>> Session::GetGroup(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = groups_.find(id);
+  if (it == groups_.end()) {
+    return absl::NotFoundError(absl::StrCat("this session formed no group ", id));
+  }
+  return it->second;
+}
+
+absl::Status Session::RemoveGroup(const std::string& id) {
+  std::shared_ptr<GroupEntry> gone;
+  absl::MutexLock lock(&mu_);
+  auto it = groups_.find(id);
+  if (it == groups_.end()) {
+    return absl::NotFoundError(absl::StrCat("this session formed no group ", id));
+  }
+  gone = std::move(it->second);
+  groups_.erase(it);
+  return absl::OkStatus();
 }
 
 int64_t Session::buffer_count() const {

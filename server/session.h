@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "runtime/device.h"
+#include "runtime/host_group.h"
 #include "runtime/memory.h"
 
 namespace kiln::server {
@@ -35,6 +36,14 @@ struct BufferEntry {
 // sharing a device never see each other's values.
 // Values waiting in them are charged to `account` (the session's host
 // memory).
+// A group of servers this session's client formed (runtime/host_group.h).
+struct GroupEntry {
+  std::unique_ptr<runtime::HostGroup> group;
+  // One execution at a time: every member must run the group's rounds in
+  // the same order.
+  absl::Mutex run_mu;
+};
+
 struct FeedQueues {
   FeedQueues(size_t capacity, const std::shared_ptr<runtime::MemoryAccount>& account)
       : infeed(capacity, account), outfeed(capacity, account) {}
@@ -91,6 +100,13 @@ class Session {
   // Ends the session: marks it closed (running programs stop), aborts its
   // queues and drops its handles.
   void Clear();
+  // Groups of servers (JoinGroup). AddGroup: ALREADY_EXISTS for a known id,
+  // RESOURCE_EXHAUSTED past kMaxGroups.
+  static constexpr int kMaxGroups = 16;
+  absl::Status AddGroup(const std::string& id, std::shared_ptr<GroupEntry> group);
+  // NOT_FOUND naming the id.
+  absl::StatusOr<std::shared_ptr<GroupEntry>> GetGroup(const std::string& id) const;
+  absl::Status RemoveGroup(const std::string& id);
   bool closed() const { return closed_.load(); }
   int64_t buffer_count() const;
 
@@ -118,6 +134,7 @@ class Session {
   absl::flat_hash_map<std::string, ExecutableEntry> executables_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<FeedQueues>> feeds_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<GroupEntry>> groups_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> closed_{false};
 };
 

@@ -157,7 +157,13 @@ class Kubernetes(unittest.TestCase):
         listen = [l for l in cm_text.splitlines() if l.startswith("--listen=")][0]
         self.assertTrue(listen.endswith(":%d" % ports["grpc"]), listen)
         # Probes run `kiln health` against the gRPC port with a token.
-        env = {e["name"]: e["value"] for e in container.get("env", [])}
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        # Variables the arguments use are defined ($(NAME), expanded by
+        # Kubernetes), and the arguments are flags kiln-server knows.
+        for arg in container["args"]:
+            for name in re.findall(r"\$\(([A-Z_]+)\)", arg):
+                self.assertIn(name, env, arg)
+            self.assertIn(arg.split("=", 1)[0][2:], server_flags() | {"flagfile"}, arg)
         for probe in ("readinessProbe", "livenessProbe"):
             cmd = container[probe]["exec"]["command"]
             self.assertEqual(cmd[:2], ["/opt/kiln/bin/kiln", "health"])

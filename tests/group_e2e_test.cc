@@ -1,0 +1,399 @@
+// Three kiln-servers on loopback run one replicated program as a group
+// (client/mesh.h): collectives span the servers; a server killed in the
+// middle of a collective makes the others fail within the group's timeout,
+// naming it; the survivors form a new group that works.
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "client/mesh.h"
+#include "compiler/ir/hlo_parser.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "kiln/v1/service.grpc.pb.h"
+#include "tests/server_process.h"
+
+namespace kiln {
+namespace {
+
+using ::testing::HasSubstr;
+
+ir::Literal F32(std::vector<float> v) {
+  return ir::Literal::FromVector<float>(ir::ElementType::kF32, {int64_t(v.size())}, v);
+}
+
+constexpr int kServers = 3;
+constexpr int kDevicesPerServer = 2;
+
+class GroupE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < kServers; ++i) {
+      servers_.push_back(std::make_unique<testing::ServerProcess>(
+          std::vector<std::string>{absl::StrCat("--devices=cpu:", kDevicesPerServer)}));
+      ASSERT_FALSE(servers_.back()->address().empty()) << "server " << i << " did not start";
+      addresses_.push_back(servers_.back()->address());
+    }
+    // A killed server's client gives up soon.
+    client::ConnectOptions options;
+    options.control_timeout = absl::Seconds(5);
+    options.reconnect_timeout = absl::Seconds(1);
+    auto mesh = client::Mesh::Connect(addresses_, options);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    mesh_ = *std::move(mesh);
+  }
+
+  // One replica per device of the mesh's servers `hosts`, in order; replica
+  // r's argument is made by `arg(r)`.
+  std::vector<client::MeshReplica> Replicas(const std::vector<int>& hosts,
+                                            const std::function<ir::Literal(int)>& arg) {
+    std::vector<client::MeshReplica> replicas;
+    for (int h : hosts) {
+      for (int d = 0; d < kDevicesPerServer; ++d) {
+        const int r = static_cast<int>(replicas.size());
+        const std::string device = absl::StrCat("cpu:", d);
+        auto x = mesh_->host(h).TransferToDevice(arg(r), device);
+        EXPECT_TRUE(x.ok()) << x.status();
+        if (!x.ok()) return {};
+        replicas.push_back({absl::StrCat("host", h, "/", device), {*x}});
+      }
+    }
+    return replicas;
+  }
+
+  std::vector<std::unique_ptr<testing::ServerProcess>> servers_;
+  std::vector<std::string> addresses_;
+  std::unique_ptr<client::Mesh> mesh_;
+};
+
+constexpr char kAllReduce[] = R"(HloModule sum
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[3] parameter(0)
+  id = u32[] replica-id()
+  idf = f32[] convert(id)
+  ids = f32[3] broadcast(idf), dimensions={}
+  both = f32[3] add(x, ids)
+  sum = f32[3] all-reduce(both), replica_groups={}, to_apply=add
+  pair = f32[3] all-reduce(both), replica_groups={{0,5},{1,2,3,4}}, to_apply=add
+  idv = f32[1] reshape(idf)
+  gathered = f32[6] all-gather(idv), dimensions={0}, replica_groups={}
+  ROOT t = (f32[3], f32[3], f32[6]) tuple(sum, pair, gathered)
+})";
+
+TEST_F(GroupE2ETest, CollectivesSpanEveryReplicaOfEveryServer) {
+  auto module = ir::ParseModule(kAllReduce);
+  ASSERT_TRUE(module.ok()) << module.status();
+  EXPECT_EQ(mesh_->devices().size(), size_t{kServers * kDevicesPerServer});
+  auto group = mesh_->FormGroup({}, absl::Seconds(20));
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto program = (*group)->Compile(**module, "cpu");
+  ASSERT_TRUE(program.ok()) << program.status();
+  // Replica r hands in (r+1)*[1, 10, 100] plus its id r.
+  auto make = [](int r) { return F32({1.0f * (r + 1), 10.0f * (r + 1), 100.0f * (r + 1)}); };
+  std::vector<client::MeshReplica> replicas = Replicas({0, 1, 2}, make);
+  ASSERT_EQ(replicas.size(), 6u);
+  client::ExecuteOptions options;
+  options.inline_result_max_bytes = 1 << 10;
+  for (int round = 0; round < 2; ++round) {  // the group is reused
+    auto results = (*group)->Run(*program, replicas, options);
+    ASSERT_TRUE(results.ok()) << results.status();
+    ASSERT_EQ(results->size(), 6u);
+    for (int r = 0; r < 6; ++r) {
+      const client::ExecuteResult& out = (*results)[r];
+      ASSERT_EQ(out.inline_values.size(), 3u);
+      // Sum over r of (r+1)*k + r = 21k + 15.
+      EXPECT_EQ(out.inline_values[0]->GetAsDouble(0), 21 + 15) << "replica " << r;
+      EXPECT_EQ(out.inline_values[0]->GetAsDouble(1), 210 + 15) << "replica " << r;
+      EXPECT_EQ(out.inline_values[0]->GetAsDouble(2), 2100 + 15) << "replica " << r;
+      // Groups {0,5} and {1,2,3,4}: (1+6)k + 5 and (2+3+4+5)k + 10.
+      const bool outer = r == 0 || r == 5;
+      EXPECT_EQ(out.inline_values[1]->GetAsDouble(1), outer ? 70 + 5 : 140 + 10) << "replica " << r;
+      for (int i = 0; i < 6; ++i) EXPECT_EQ(out.inline_values[2]->GetAsDouble(i), i);
+    }
+  }
+  EXPECT_TRUE((*group)->Leave().ok());
+}
+
+TEST_F(GroupE2ETest, MismatchedReplicaListsAreRefusedBeforeAnythingRuns) {
+  auto module = ir::ParseModule(kAllReduce);
+  ASSERT_TRUE(module.ok());
+  auto group = mesh_->FormGroup({0, 1}, absl::Seconds(20));
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto program = (*group)->Compile(**module, "cpu");
+  ASSERT_TRUE(program.ok()) << program.status();
+  // Server 2 is not in the group.
+  auto replicas = Replicas({0, 2}, [](int) { return F32({1, 2, 3}); });
+  auto outside = (*group)->Run(*program, replicas);
+  EXPECT_EQ(outside.status().code(), absl::StatusCode::kInvalidArgument);
+  // Out of member order.
+  replicas = Replicas({1, 0}, [](int) { return F32({1, 2, 3}); });
+  auto disordered = (*group)->Run(*program, replicas);
+  EXPECT_THAT(std::string(disordered.status().message()), HasSubstr("member order"));
+}
+
+// Many all-reduces in a loop: long enough to kill a server in the middle.
+constexpr char kLoop[] = R"(HloModule spin
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+cond {
+  p = (s32[], f32[3]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(100000000)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[3]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  x = f32[3] get-tuple-element(p), index=1
+  y = f32[3] all-reduce(x), replica_groups={}, to_apply=add
+  ROOT t = (s32[], f32[3]) tuple(j, y)
+}
+ENTRY main {
+  x = f32[3] parameter(0)
+  zero = s32[] constant(0)
+  t = (s32[], f32[3]) tuple(zero, x)
+  w = (s32[], f32[3]) while(t), condition=cond, body=body
+  ROOT r = f32[3] get-tuple-element(w), index=1
+})";
+
+// Runs kLoop over all three servers, sends `sig` to server 2 in the
+// middle, and checks that the others fail within the group's timeout (and
+// the client's grace for a member that does not return), naming server 2
+// and its replicas. Returns the group, broken.
+std::unique_ptr<client::MeshGroup> FailMidLoop(GroupE2ETest* test, client::Mesh& mesh,
+                                               testing::ServerProcess& victim,
+                                               const std::vector<std::string>& addresses,
+                                               int sig, absl::Duration timeout,
+                                               std::vector<client::MeshReplica>* replicas,
+                                               client::MeshProgram* program) {
+  auto loop = ir::ParseModule(kLoop);
+  EXPECT_TRUE(loop.ok()) << loop.status();
+  auto group = mesh.FormGroup({}, timeout);
+  EXPECT_TRUE(group.ok()) << group.status();
+  if (!loop.ok() || !group.ok()) return nullptr;
+  auto compiled = (*group)->Compile(**loop, "cpu");
+  EXPECT_TRUE(compiled.ok()) << compiled.status();
+  if (!compiled.ok()) return nullptr;
+  *program = *compiled;
+
+  absl::StatusOr<std::vector<client::ExecuteResult>> spun = absl::UnknownError("not run");
+  std::atomic<bool> done{false};
+  std::thread run([&] {
+    spun = (*group)->Run(*program, *replicas);
+    done = true;
+  });
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_FALSE(done.load()) << "the loop ended before the signal: " << spun.status();
+  const absl::Time signalled = absl::Now();
+  kill(victim.pid(), sig);
+  run.join();
+  const absl::Duration took = absl::Now() - signalled;
+  // The group's timeout, the probe of the members, the client's grace for
+  // a member that does not return, and the replies: far less than a hang.
+  EXPECT_LT(took, 2 * timeout + absl::Seconds(30));
+  EXPECT_FALSE(spun.ok());
+  const std::string message(spun.status().message());
+  // Both survivors name the server and its replicas.
+  const std::string named =
+      absl::StrCat("member 2 (", addresses[2], ", replicas 4 to 5) does not answer");
+  EXPECT_THAT(message, HasSubstr(absl::StrCat("member 0 (host0, ", addresses[0])));
+  EXPECT_THAT(message, HasSubstr(absl::StrCat("member 1 (host1, ", addresses[1])));
+  size_t count = 0;
+  for (size_t at = message.find(named); at != std::string::npos; at = message.find(named, at + 1)) {
+    ++count;
+  }
+  EXPECT_EQ(count, 2u) << message;
+  return *std::move(group);
+}
+
+TEST_F(GroupE2ETest, AStalledServerFailsTheOthersWithinTheTimeout) {
+  const absl::Duration timeout = absl::Seconds(3);
+  auto replicas = Replicas({0, 1, 2}, [](int) { return F32({0, 0, 0}); });
+  ASSERT_EQ(replicas.size(), 6u);
+  client::MeshProgram program;
+  auto group = FailMidLoop(this, *mesh_, *servers_[2], addresses_, SIGSTOP, timeout, &replicas,
+                           &program);
+  kill(servers_[2]->pid(), SIGCONT);
+  ASSERT_NE(group, nullptr);
+  // The stalled server's call was cancelled, and said so.
+  EXPECT_THAT(std::string(group->broken().message()), HasSubstr("its call was cancelled"));
+}
+
+TEST_F(GroupE2ETest, AKilledServerFailsTheOthersWithinTheTimeoutAndTheSurvivorsRegroup) {
+  const absl::Duration timeout = absl::Seconds(3);
+  auto replicas = Replicas({0, 1, 2}, [](int) { return F32({0, 0, 0}); });
+  ASSERT_EQ(replicas.size(), 6u);
+  client::MeshProgram program;
+  auto group = FailMidLoop(this, *mesh_, *servers_[2], addresses_, SIGKILL, timeout, &replicas,
+                           &program);
+  ASSERT_NE(group, nullptr);
+
+  // The old group is broken for good.
+  auto again = group->Run(program, replicas);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // The survivors form a new group without restarting.
+  auto sum = ir::ParseModule(R"(HloModule sum4
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[3] parameter(0)
+  ROOT r = f32[3] all-reduce(x), replica_groups={}, to_apply=add
+})");
+  ASSERT_TRUE(sum.ok());
+  auto survivors = mesh_->FormGroup({0, 1}, timeout);
+  ASSERT_TRUE(survivors.ok()) << survivors.status();
+  auto summed = (*survivors)->Compile(**sum, "cpu");
+  ASSERT_TRUE(summed.ok()) << summed.status();
+  auto four = Replicas({0, 1}, [](int r) { return F32({1.0f * r, 2.0f, 3.0f}); });
+  client::ExecuteOptions options;
+  options.inline_result_max_bytes = 64;
+  auto results = (*survivors)->Run(*summed, four, options);
+  ASSERT_TRUE(results.ok()) << results.status();
+  ASSERT_EQ(results->size(), 4u);
+  for (const client::ExecuteResult& out : *results) {
+    EXPECT_EQ(out.inline_values[0]->GetAsDouble(0), 0 + 1 + 2 + 3);
+    EXPECT_EQ(out.inline_values[0]->GetAsDouble(2), 12);
+  }
+}
+
+TEST_F(GroupE2ETest, AGroupStoreRefusesAWrongSecretAndAnUnknownGroup) {
+  auto group = mesh_->FormGroup({0, 1}, absl::Seconds(20));
+  ASSERT_TRUE(group.ok()) << group.status();
+  // A member that does not come: the others name it within the timeout.
+  client::GroupMembership lonely;
+  lonely.id = "lonely";
+  lonely.secret = std::string(16, 's');
+  lonely.rank = 0;
+  lonely.members = {addresses_[0], addresses_[1]};
+  lonely.timeout = absl::Milliseconds(500);
+  absl::Status alone = mesh_->host(0).JoinGroup(lonely);
+  EXPECT_FALSE(alone.ok());
+  EXPECT_THAT(std::string(alone.message()), HasSubstr(absl::StrCat("member 1 (", addresses_[1])));
+  // A short secret and a bad id are refused.
+  lonely.secret = "short";
+  EXPECT_EQ(mesh_->host(0).JoinGroup(lonely).code(), absl::StatusCode::kInvalidArgument);
+  lonely.secret = std::string(16, 's');
+  lonely.id = "a b";
+  EXPECT_EQ(mesh_->host(0).JoinGroup(lonely).code(), absl::StatusCode::kInvalidArgument);
+  // Member 1 of a group whose member 0 never forms it gives up in time.
+  lonely.id = "nobody-leads";
+  lonely.rank = 1;
+  absl::Status follower = mesh_->host(1).JoinGroup(lonely);
+  EXPECT_FALSE(follower.ok());
+
+  // Member 0 keeps the formed group's store: a caller without its secret
+  // reads nothing, nor from a group that is not there.
+  auto stub = v1::KilnService::NewStub(
+      grpc::CreateChannel(addresses_[0], grpc::InsecureChannelCredentials()));
+  v1::GroupStoreRequest req;
+  req.set_group_id((*group)->id());
+  req.set_secret(std::string(48, '0'));
+  req.set_key("0");
+  req.set_timeout_millis(10);
+  {
+    grpc::ClientContext ctx;
+    v1::GroupStoreResponse resp;
+    EXPECT_EQ(stub->GroupStore(&ctx, req, &resp).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  req.set_group_id("no-such-group");
+  {
+    grpc::ClientContext ctx;
+    v1::GroupStoreResponse resp;
+    EXPECT_EQ(stub->GroupStore(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // Once the group is left, its store is gone.
+  const std::string id = (*group)->id();
+  ASSERT_TRUE((*group)->Leave().ok());
+  req.set_group_id(id);
+  {
+    grpc::ClientContext ctx;
+    v1::GroupStoreResponse resp;
+    EXPECT_EQ(stub->GroupStore(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+}
+
+// With bearer tokens on, a member reaches member 0's store with the token
+// of the client that formed the group.
+TEST(GroupTokensE2ETest, MembersShowTheClientsTokenToMemberZero) {
+  char dir_template[] = "/tmp/kiln-group-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string tokens = std::string(dir_template) + "/tokens";
+  {
+    std::ofstream(tokens) << "trainer aaaaaaaaaaaaaaaaaaaa\n";
+  }
+  chmod(tokens.c_str(), 0600);
+  std::vector<std::unique_ptr<testing::ServerProcess>> servers;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(std::make_unique<testing::ServerProcess>(
+        std::vector<std::string>{"--devices=cpu:1", "--auth_tokens_file=" + tokens}));
+    ASSERT_FALSE(servers.back()->address().empty());
+    addresses.push_back(servers.back()->address());
+  }
+  client::ConnectOptions options;
+  options.security.token = "aaaaaaaaaaaaaaaaaaaa";
+  auto mesh = client::Mesh::Connect(addresses, options);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto group = (*mesh)->FormGroup({}, absl::Seconds(20));
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto module = ir::ParseModule(R"(HloModule sum2
+add {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] add(a, b)
+}
+ENTRY main {
+  x = s32[2] parameter(0)
+  ROOT r = s32[2] all-reduce(x), replica_groups={}, to_apply=add
+})");
+  ASSERT_TRUE(module.ok());
+  auto program = (*group)->Compile(**module, "cpu");
+  ASSERT_TRUE(program.ok()) << program.status();
+  std::vector<client::MeshReplica> replicas;
+  for (int h = 0; h < 2; ++h) {
+    auto x = (*mesh)->host(h).TransferToDevice(
+        ir::Literal::FromVector<int32_t>(ir::ElementType::kS32, {2}, {h + 1, 100 * (h + 1)}),
+        "cpu:0");
+    ASSERT_TRUE(x.ok()) << x.status();
+    replicas.push_back({absl::StrCat("host", h, "/cpu:0"), {*x}});
+  }
+  client::ExecuteOptions run;
+  run.inline_result_max_bytes = 64;
+  auto results = (*group)->Run(*program, replicas, run);
+  ASSERT_TRUE(results.ok()) << results.status();
+  for (const client::ExecuteResult& out : *results) {
+    EXPECT_EQ(out.inline_values[0]->GetAsDouble(0), 3);
+    EXPECT_EQ(out.inline_values[0]->GetAsDouble(1), 300);
+  }
+  group->reset();
+  mesh->reset();
+  std::filesystem::remove_all(dir_template);
+}
+
+}  // namespace
+}  // namespace kiln
