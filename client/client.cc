@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/grpc_transport.h"
+#include "client/mesh_transport.h"
 #include "compiler/ir/proto_convert.h"
 #include "base/status_macros.h"
 
@@ -281,6 +282,18 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
   ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
                    ConnectGrpc(address, GrpcOptionsOf(options)));
   return Create(std::move(transport), options);
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::ConnectMesh(
+    const std::vector<std::string>& addresses, const ConnectOptions& options) {
+  if (addresses.empty()) return absl::InvalidArgumentError("a mesh needs a server");
+  std::vector<std::unique_ptr<Transport>> hosts;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    absl::StatusOr<std::unique_ptr<Transport>> t = ConnectGrpc(addresses[i], GrpcOptionsOf(options));
+    if (!t.ok()) return WithContext(t.status(), absl::StrCat("host", i, " (", addresses[i], ")"));
+    hosts.push_back(*std::move(t));
+  }
+  return Create(MakeMeshTransport(std::move(hosts), addresses, options.group_timeout), options);
 }
 
 Client::~Client() { core_->Shutdown(); }

@@ -51,6 +51,9 @@ struct ConnectOptions {
   // Test hook: no keep-alives and no session close, like a client that
   // vanished.
   bool keep_alive = true;
+  // Several servers (ConnectMesh): how long forming a group of them and
+  // each exchange between them may take.
+  absl::Duration group_timeout = absl::Seconds(30);
 };
 
 
@@ -205,6 +208,11 @@ class Client {
   // Connects to a kiln-server, retrying until `options.connect_timeout`.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address,
                                                          const ConnectOptions& options = {});
+  // Connects to several kiln-servers and drives them as one
+  // (client/mesh_transport.h): devices "host<i>/<device>", replicated
+  // executions across servers as groups of them.
+  static absl::StatusOr<std::unique_ptr<Client>> ConnectMesh(
+      const std::vector<std::string>& addresses, const ConnectOptions& options = {});
   // (A service in this process, without sockets: embedded/embedded.h.)
   // Builds a client over any transport (tests, embedders).
   static absl::StatusOr<std::unique_ptr<Client>> Create(std::unique_ptr<Transport> transport,

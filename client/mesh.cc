@@ -1,36 +1,17 @@
 #include "client/mesh.h"
 
-#include <random>
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/numbers.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
+#include "client/fan_out.h"
 
 namespace kiln::client {
-namespace {
-
-// Runs f(0..n-1) on threads of their own and waits for all.
-template <typename F>
-void ForEachInParallel(int n, F f) {
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (int i = 0; i < n; ++i) threads.emplace_back(f, i);
-  for (std::thread& t : threads) t.join();
-}
-
-std::string RandomHex(int bytes) {
-  std::random_device random;
-  std::string out;
-  for (int i = 0; i < bytes; ++i) absl::StrAppendFormat(&out, "%02x", random() & 0xff);
-  return out;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Mesh>> Mesh::Connect(const std::vector<std::string>& addresses,
                                                     const ConnectOptions& options) {
@@ -83,10 +64,14 @@ absl::StatusOr<std::unique_ptr<MeshGroup>> Mesh::FormGroup(std::vector<int> host
     for (int i = 0; i < this->hosts(); ++i) hosts.push_back(i);
   }
   std::vector<std::string> members;
-  for (int h : hosts) {
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    const int h = hosts[i];
     if (h < 0 || h >= this->hosts()) {
       return absl::InvalidArgumentError(
           absl::StrCat("host ", h, " is not in the mesh (hosts 0 to ", this->hosts() - 1, ")"));
+    }
+    if (std::find(hosts.begin(), hosts.begin() + i, h) != hosts.begin() + i) {
+      return absl::InvalidArgumentError(absl::StrCat("host ", h, " is named twice"));
     }
     members.push_back(addresses_[h]);
   }
@@ -193,62 +178,18 @@ absl::StatusOr<std::vector<ExecuteResult>> MeshGroup::Run(const MeshProgram& pro
           absl::StrCat(Describe(m), " runs no replica; every member runs at least one"));
     }
   }
-  // Every member's call at once. Once one fails, the others fail within
-  // the group's timeout (their exchanges break); a member whose call has
-  // not returned by then (a stalled server) is cancelled.
-  std::vector<absl::StatusOr<ReplicatedResult>> results(n);
-  std::vector<CallCanceller> cancellers(n);
-  absl::Mutex mu;
-  std::vector<bool> finished(n, false);
-  int remaining = n;
-  absl::Time first_failure = absl::InfiniteFuture();
-  if (options.cancel != nullptr) {
-    options.cancel->SetHook([&] {
-      for (CallCanceller& c : cancellers) c.Cancel();
-    });
-  }
-  std::vector<std::thread> calls;
-  for (int m = 0; m < n; ++m) {
-    calls.emplace_back([&, m] {
-      ExecuteOptions o = options;
-      o.group_id = id_;
-      o.group_replicas = counts;
-      o.cancel = &cancellers[m];
-      absl::StatusOr<ReplicatedResult> result =
-          mesh_->host(hosts_[m]).ExecuteReplicated(*program.members[m], mine[m], o);
-      absl::MutexLock lock(&mu);
-      if (!result.ok() && first_failure == absl::InfiniteFuture()) first_failure = absl::Now();
-      results[m] = std::move(result);
-      finished[m] = true;
-      --remaining;
-    });
-  }
-  const absl::Duration grace = timeout_ + absl::Seconds(5);
-  std::vector<bool> stalled(n, false);
-  {
-    absl::MutexLock lock(&mu);
-    auto all_done = [&]() { return remaining == 0; };
-    while (!all_done()) {
-      mu.AwaitWithTimeout(absl::Condition(&all_done), absl::Milliseconds(100));
-      if (!all_done() && absl::Now() > first_failure + grace) {
-        for (int m = 0; m < n; ++m) {
-          if (!finished[m] && !stalled[m]) {
-            stalled[m] = true;
-            cancellers[m].Cancel();
-          }
-        }
-      }
-    }
-  }
-  for (std::thread& t : calls) t.join();
-  if (options.cancel != nullptr) options.cancel->ClearHook();
-  for (int m = 0; m < n; ++m) {
-    if (stalled[m]) {
-      results[m] = absl::DeadlineExceededError(absl::StrCat(
-          "did not finish within ", absl::FormatDuration(grace),
-          " after another member failed (stalled?); its call was cancelled"));
-    }
-  }
+  // Every member's call at once; a stalled member is cancelled.
+  std::vector<bool> stalled;
+  std::vector<absl::StatusOr<ReplicatedResult>> results = FanOut<ReplicatedResult>(
+      n, timeout_ + absl::Seconds(5), options.cancel,
+      [&](int m, CallCanceller* canceller) {
+        ExecuteOptions o = options;
+        o.group_id = id_;
+        o.group_replicas = counts;
+        o.cancel = canceller;
+        return mesh_->host(hosts_[m]).ExecuteReplicated(*program.members[m], mine[m], o);
+      },
+      &stalled);
   std::vector<std::string> errors;
   absl::StatusCode code = absl::StatusCode::kOk;
   int first = 0;

@@ -31,7 +31,11 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
   round.values[replica] = std::move(operands);
   ++round.arrived;
   if (round.arrived == local_count_) {
-    if (cross_.group == nullptr) {
+    // Replicas that reached different collectives (a loop whose trip count
+    // depends on the replica) would read each other's operands as theirs.
+    if (absl::Status same = SameOperands(round.values); !same.ok()) {
+      if (aborted_.ok()) aborted_ = same;
+    } else if (cross_.group == nullptr) {
       round.ready = true;
     } else {
       // The last local replica brings the other servers' operands. The
@@ -40,9 +44,17 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
       const std::vector<std::vector<BufferPtr>> here(
           round.values.begin() + cross_.replica_offset,
           round.values.begin() + cross_.replica_offset + local_count_);
+      round.exchanging = true;
       mu_.Unlock();
-      absl::StatusOr<std::vector<std::vector<BufferPtr>>> all = ExchangeAcrossHosts(number, here);
+      absl::StatusOr<std::vector<std::vector<BufferPtr>>> all;
+      try {
+        all = ExchangeAcrossHosts(number, here);
+      } catch (const std::exception& e) {  // std::bad_alloc of a large round
+        all = absl::ResourceExhaustedError(
+            absl::StrCat("collective ", number, " between the servers: ", e.what()));
+      }
       mu_.Lock();
+      round.exchanging = false;
       if (!all.ok()) {
         if (aborted_.ok()) aborted_ = all.status();
       } else {
@@ -56,11 +68,13 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
     }
   }
   auto complete = [&]() { return !aborted_.ok() || (round.number == number && round.ready); };
-  const absl::Time deadline = absl::Now() + timeout_;
+  absl::Time deadline = absl::Now() + timeout_;
   while (!complete()) {
     // Wake a few times a second to poll `cancelled`.
     mu_.AwaitWithTimeout(absl::Condition(&complete), absl::Milliseconds(50));
     if (complete()) break;
+    // The exchange between the servers has its own deadline.
+    if (round.number == number && round.exchanging) deadline = absl::Now() + timeout_;
     if (cancelled && cancelled()) return absl::CancelledError("cancelled in a collective");
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -73,11 +87,37 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
   return round.values;
 }
 
+absl::Status ReplicaRendezvous::SameOperands(
+    const std::vector<std::vector<BufferPtr>>& values) const {
+  const int first = cross_.replica_offset;
+  const std::vector<BufferPtr>& like = values[first];
+  auto shapes = [](const std::vector<BufferPtr>& ops) {
+    std::string out;
+    for (const BufferPtr& b : ops) absl::StrAppend(&out, out.empty() ? "" : ", ", b->shape().ToString());
+    return out;
+  };
+  for (int r = first + 1; r < first + local_count_; ++r) {
+    bool same = values[r].size() == like.size();
+    for (size_t k = 0; same && k < like.size(); ++k) {
+      same = values[r][k]->shape() == like[k]->shape();
+    }
+    if (!same) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "replica ", r, " hands in (", shapes(values[r]), ") at a collective where replica ",
+          first, " hands in (", shapes(like),
+          "): the replicas reached different collectives"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 // What one server sends for one round, ahead of its replicas' bytes.
 struct RoundHeader {
   uint64_t magic = 0;
+  uint64_t program = 0;     // which program runs (CrossHost::program)
+  int64_t execution = 0;    // which execution of the group
   int64_t round = 0;
   int32_t replica_offset = 0;
   int32_t replicas = 0;
@@ -106,6 +146,8 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeA
   RoundHeader header;
   header.magic = kRoundMagic;
   header.round = number;
+  header.program = cross_.program;
+  header.execution = cross_.execution;
   header.replica_offset = cross_.replica_offset;
   header.replicas = local_count_;
   header.shapes = HashText("");
@@ -117,6 +159,13 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeA
     }
     header.replica_bytes += b->size_bytes();
     header.shapes = HashText(b->shape().ToString(), header.shapes);
+  }
+  if (header.replica_bytes >
+      (kMaxGroupExchangeBytes - static_cast<int64_t>(sizeof(header))) / local_count_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "collective ", number, " would send ", header.replica_bytes, " bytes for each of ",
+        local_count_, " replicas to the other servers, over the limit of ",
+        kMaxGroupExchangeBytes, " bytes a round"));
   }
   std::string mine(sizeof(header) + header.replica_bytes * local_count_, '\0');
   std::memcpy(mine.data(), &header, sizeof(header));
@@ -143,7 +192,14 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeA
                                               number, ", less than a header"));
     }
     std::memcpy(&theirs, bytes.data(), sizeof(theirs));
-    if (theirs.magic != kRoundMagic || theirs.round != number) {
+    if (theirs.magic != kRoundMagic || theirs.program != header.program ||
+        theirs.execution != header.execution) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who, " runs another program or execution of the group than this server (execution ",
+          theirs.execution, " against ", header.execution,
+          "): run one execution of a group at a time, on every member"));
+    }
+    if (theirs.round != number) {
       return absl::FailedPreconditionError(
           absl::StrCat(who, " is at another collective (", theirs.round, ") than this server (",
                        number, "): the servers run different programs"));

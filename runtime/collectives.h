@@ -28,6 +28,10 @@ struct CrossHost {
   // Where the other servers' operands land (one of this server's devices,
   // of the executable's kind). Borrowed.
   Device* device = nullptr;
+  // What every server must agree on at each round: the program (a hash of
+  // its fingerprint) and which execution of the group this is.
+  uint64_t program = 0;
+  int64_t execution = 0;
 };
 
 // Thread-safe; one per replicated execution, shared by its replicas (each
@@ -70,8 +74,12 @@ class ReplicaRendezvous {
     int64_t number = -1;
     int arrived = 0;
     bool ready = false;  // every replica's operands are in `values`
+    bool exchanging = false;  // a replica is exchanging with the other servers
     std::vector<std::vector<BufferPtr>> values;
   };
+  // OK when every local replica handed in operands of the shapes of the
+  // first one's.
+  absl::Status SameOperands(const std::vector<std::vector<BufferPtr>>& values) const;
   // The other servers' replicas' operands for round `number`, given this
   // server's (by local replica).
   absl::StatusOr<std::vector<std::vector<BufferPtr>>> ExchangeAcrossHosts(

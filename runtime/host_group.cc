@@ -129,8 +129,9 @@ class GlooStore : public gloo::rendezvous::Store {
 // message tells them apart.
 absl::Status FromGloo(const HostGroupSpec& spec, absl::string_view what, const std::exception& e) {
   const std::string message = absl::StrCat("group ", spec.id, ": ", what, ": ", e.what());
-  if (absl::StrContains(absl::AsciiStrToLower(e.what()), "timed out") ||
-      absl::StrContains(absl::AsciiStrToLower(e.what()), "timeout")) {
+  const std::string lower = absl::AsciiStrToLower(e.what());
+  if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout") ||
+      absl::StrContains(lower, "did not join")) {
     return absl::DeadlineExceededError(message);
   }
   return absl::UnavailableError(message);
@@ -158,19 +159,20 @@ class GlooHostGroup : public HostGroup {
       std::vector<size_t> elements(n);
       size_t total = 0;
       for (int r = 0; r < n; ++r) {
-        if (sizes[r] < 0 || sizes[r] > kMaxBytes) {
+        if (sizes[r] < 0 || sizes[r] > kMaxGroupExchangeBytes) {
           return Break(absl::InvalidArgumentError(
               absl::StrCat("group ", spec().id, ": member ", r, " (", spec().members[r],
-                           ") sends ", sizes[r], " bytes, over the limit of ", kMaxBytes)));
+                           ") sends ", sizes[r], " bytes, over the limit of ",
+                           kMaxGroupExchangeBytes)));
         }
         elements[r] = static_cast<size_t>(sizes[r]);
         total += elements[r];
       }
       std::string out(total, '\0');
       if (total > 0) {
-        std::string in = mine;
         gloo::AllgathervOptions bytes(context_);
-        bytes.setInput(in.data(), in.size());
+        // Gloo only reads its input.
+        bytes.setInput(const_cast<char*>(mine.data()), mine.size());
         bytes.setOutput(out.data(), elements);
         bytes.setTag(next_tag_++);
         gloo::allgatherv(bytes);
@@ -188,8 +190,6 @@ class GlooHostGroup : public HostGroup {
   }
 
  private:
-  // One round's bytes from one member (operands of one collective).
-  static constexpr int64_t kMaxBytes = int64_t{1} << 34;
   // OK while the group is whole.
   absl::Status Usable() const {
     const absl::Status b = broken();

@@ -17,6 +17,9 @@
 
 namespace kiln::runtime {
 
+// The most bytes one member hands in to one exchange.
+inline constexpr int64_t kMaxGroupExchangeBytes = int64_t{1} << 34;
+
 // Where the members of a group publish their transport addresses.
 // Thread-safe.
 class GroupStore {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/net_address.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "kiln/v1/service.grpc.pb.h"
@@ -15,6 +16,11 @@ namespace {
 
 absl::Mutex g_channel_mu;
 GroupChannelOptions g_channel_options ABSL_GUARDED_BY(g_channel_mu);
+
+bool GroupChannelsUseTls() {
+  absl::MutexLock lock(&g_channel_mu);
+  return !g_channel_options.ca_pem.empty();
+}
 
 std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) {
   absl::MutexLock lock(&g_channel_mu);
@@ -116,7 +122,11 @@ std::shared_ptr<runtime::GroupStore> RemoteGroupStore(const std::string& address
                                                       const std::string& secret,
                                                       absl::Duration timeout,
                                                       const std::string& authorization) {
-  return std::make_shared<GrpcGroupStore>(address, group_id, secret, timeout, authorization);
+  // A bearer token crosses the network only encrypted, as the client's
+  // own calls do: without TLS, member 0 gets it only on this machine.
+  const bool may_send = GroupChannelsUseTls() || IsLoopbackHost(HostOf(address));
+  return std::make_shared<GrpcGroupStore>(address, group_id, secret, timeout,
+                                          may_send ? authorization : std::string());
 }
 
 absl::Status ProbeServer(const std::string& address, absl::Duration timeout) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -553,22 +554,52 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
           "this server is member ", hosts.rank(), " of group ", req.group_id(), " with ",
           req.group_replicas(hosts.rank()), " replicas, but the execution lists ", plan.size()));
     }
+    if (plan[0].first->kind() == "gpu") {
+      return absl::UnimplementedError(
+          "groups of servers run on cpu and tpu devices; gpu collectives across servers are not "
+          "built yet");
+    }
     cross.group = group->group.get();
     cross.replica_count = static_cast<int>(total);
     cross.device = plan[0].first;
+    // The fingerprint is hex: its first 16 digits name the program.
+    uint64_t program = 0;
+    for (size_t i = 0; i < exe.fingerprint.size() && i < 16; ++i) {
+      program = program * 31 + static_cast<unsigned char>(exe.fingerprint[i]);
+    }
+    cross.program = program;
+  }
+  // One execution of a group at a time: every member must run the group's
+  // executions in the same order. Checked before anything is taken.
+  bool holds_group = false;
+  absl::Cleanup release_group = [&] {
+    if (holds_group) group->run_mu.Unlock();
+  };
+  if (group != nullptr) {
+    if (absl::Status broken = group->group->broken(); !broken.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "group ", req.group_id(), " broke in an earlier execution (form a new group): ",
+          broken.message()));
+    }
+    if (!group->run_mu.TryLock()) {
+      return absl::AbortedError(absl::StrCat("another execution of group ", req.group_id(),
+                                             " is running; run one at a time"));
+    }
+    holds_group = true;
+    cross.execution = group->executions++;
   }
   if (!donated.empty()) RETURN_IF_ERROR(session->TakeBuffers(donated).status());
   absl::StatusOr<std::vector<runtime::BufferPtr>> results;
   if (group == nullptr) {
     results = runtime::ExecuteReplicated(*exe.executable, runs, options_.collective_timeout);
   } else {
-    absl::MutexLock one_at_a_time(&group->run_mu);
     metrics_.Add("group_executes");
     results =
         runtime::ExecuteReplicated(*exe.executable, runs, options_.collective_timeout, &cross);
     if (!results.ok()) {
       // This member's rounds no longer match the others': the group is
-      // done. Say who is gone when the servers lost each other.
+      // done. Say who is gone when the servers lost each other in this
+      // execution.
       const bool lost = !group->group->broken().ok();
       group->group->Break(results.status());
       if (lost) {
@@ -713,16 +744,29 @@ absl::StatusOr<v1::JoinGroupResponse> Service::JoinGroup(const v1::JoinGroupRequ
     return absl::InvalidArgumentError(absl::StrCat("group ", id, ": rank ", req.rank(), " of ", n, " members"));
   }
   for (int m = 0; m < n; ++m) {
-    if (req.members(m).empty() || req.members(m).size() > 256) {
-      return absl::InvalidArgumentError(absl::StrCat("group ", id, ": member ", m, "'s address has ", req.members(m).size(), " bytes (1 to 256)"));
+    const std::string& address = req.members(m);
+    const bool plain = std::all_of(address.begin(), address.end(), [](char c) {
+      return absl::ascii_isalnum(c) || std::strchr(".-_:[]/%", c) != nullptr;
+    });
+    if (address.empty() || address.size() > 256 || !plain) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group ", id, ": member ", m, "'s address must be 1 to 256 of [A-Za-z0-9.-_:[]/%], got \"",
+          absl::CHexEscape(address.substr(0, 256)), "\""));
     }
   }
   if (req.timeout_millis() > absl::ToInt64Milliseconds(kMaxGroupTimeout)) {
     return absl::InvalidArgumentError(absl::StrCat("group ", id, ": a timeout of ", req.timeout_millis(), " ms is over the limit of ", absl::FormatDuration(kMaxGroupTimeout)));
   }
-  if (session->GetGroup(id).ok()) {
-    return absl::AlreadyExistsError(absl::StrCat("group ", id, " is already formed"));
+  // The session's place for the group, and one of the server's places for
+  // a group being formed, before anything waits.
+  RETURN_IF_ERROR(session->ReserveGroup(id));
+  absl::Cleanup unreserve = [&] { session->Unreserve(id); };
+  if (joins_in_flight_.fetch_add(1) >= kMaxJoinsInFlight) {
+    joins_in_flight_.fetch_sub(1);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this server is forming ", kMaxJoinsInFlight, " groups already; try again later"));
   }
+  absl::Cleanup joined = [&] { joins_in_flight_.fetch_sub(1); };
   runtime::HostGroupSpec spec;
   spec.id = id;
   spec.rank = req.rank();
@@ -762,7 +806,8 @@ absl::StatusOr<v1::JoinGroupResponse> Service::JoinGroup(const v1::JoinGroupRequ
   auto forget_store = [&]() {
     if (spec.rank != 0) return;
     absl::MutexLock lock(&group_stores_mu_);
-    group_stores_.erase(id);
+    auto it = group_stores_.find(id);
+    if (it != group_stores_.end() && it->second.session_id == session->id()) group_stores_.erase(it);
   };
   logging::Info("session {}: joining group {} as member {} of {}", session->id(), id, spec.rank, n);
   absl::StatusOr<std::unique_ptr<runtime::HostGroup>> formed = runtime::HostGroup::Create(spec, store);
@@ -773,6 +818,7 @@ absl::StatusOr<v1::JoinGroupResponse> Service::JoinGroup(const v1::JoinGroupRequ
   }
   auto entry = std::make_shared<GroupEntry>();
   entry->group = *std::move(formed);
+  std::move(unreserve).Cancel();
   if (absl::Status added = session->AddGroup(id, std::move(entry)); !added.ok()) {
     forget_store();
     return added;
@@ -795,14 +841,14 @@ absl::StatusOr<v1::GroupStoreResponse> Service::GroupStore(const v1::GroupStoreR
   {
     absl::MutexLock lock(&group_stores_mu_);
     auto it = group_stores_.find(req.group_id());
-    if (it == group_stores_.end() || !sessions_->Alive(it->second.session_id)) {
-      return absl::NotFoundError(absl::StrCat(
-          "group ", absl::CHexEscape(req.group_id().substr(0, 128)), " is not formed on this server"));
-    }
-    if (!SameSecret(it->second.secret, req.secret())) {
-      metrics_.Add("group_store_denied");
-      return absl::PermissionDeniedError(
-          absl::StrCat("the secret of group ", req.group_id(), " does not match"));
+    // An unknown group and a wrong secret read alike: a caller without the
+    // secret learns nothing of the groups here.
+    const bool known = it != group_stores_.end() && sessions_->Alive(it->second.session_id);
+    if (!known || !SameSecret(it->second.secret, req.secret())) {
+      if (known) metrics_.Add("group_store_denied");
+      return absl::NotFoundError(absl::StrCat("no group ",
+                                              absl::CHexEscape(req.group_id().substr(0, 128)),
+                                              " with this secret is formed on this server"));
     }
     store = it->second.store;
   }

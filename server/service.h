@@ -4,6 +4,7 @@
 #ifndef KILN_SERVER_SERVICE_H_
 #define KILN_SERVER_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -34,6 +35,9 @@ inline constexpr int kMaxGroupMembers = 256;
 inline constexpr int kMaxReplicasPerMember = 4096;
 inline constexpr absl::Duration kMaxGroupTimeout = absl::Minutes(10);
 inline constexpr int kMaxHostedGroups = 64;
+// Groups being formed at once on one server (each holds a call and its
+// connections while it waits for the other members).
+inline constexpr int kMaxJoinsInFlight = 32;
 
 struct ServiceOptions {
   absl::Duration lease = absl::Seconds(60);
@@ -209,6 +213,7 @@ class Service {
     std::string session_id;
     std::shared_ptr<runtime::LocalGroupStore> store;
   };
+  std::atomic<int> joins_in_flight_{0};
   absl::Mutex group_stores_mu_;
   absl::flat_hash_map<std::string, HostedStore> group_stores_ ABSL_GUARDED_BY(group_stores_mu_);
   absl::Mutex feed_tokens_mu_;

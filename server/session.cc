@@ -184,16 +184,31 @@ void Session::Clear() {
   }
 }
 
-absl::Status Session::AddGroup(const std::string& id, std::shared_ptr<GroupEntry> group) {
+absl::Status Session::ReserveGroup(const std::string& id) {
   absl::MutexLock lock(&mu_);
   if (closed_) return absl::FailedPreconditionError("the session is closed");
-  if (groups_.contains(id)) {
-    return absl::AlreadyExistsError(absl::StrCat("group ", id, " is already formed"));
+  if (groups_.contains(id) || reserved_groups_.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrCat("group ", id, " is already formed or forming"));
   }
-  if (static_cast<int>(groups_.size()) >= kMaxGroups) {
+  if (static_cast<int>(groups_.size() + reserved_groups_.size()) >= kMaxGroups) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "a session may be in at most ", kMaxGroups, " groups; leave one first"));
   }
+  reserved_groups_.insert(id);
+  return absl::OkStatus();
+}
+
+void Session::Unreserve(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  reserved_groups_.erase(id);
+}
+
+absl::Status Session::AddGroup(const std::string& id, std::shared_ptr<GroupEntry> group) {
+  absl::MutexLock lock(&mu_);
+  if (reserved_groups_.erase(id) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("group ", id, " was not being formed"));
+  }
+  if (closed_) return absl::FailedPreconditionError("the session is closed");
   groups_.emplace(id, std::move(group));
   return absl::OkStatus();
 }

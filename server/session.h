@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -42,6 +43,7 @@ struct GroupEntry {
   // One execution at a time: every member must run the group's rounds in
   // the same order.
   absl::Mutex run_mu;
+  int64_t executions ABSL_GUARDED_BY(run_mu) = 0;
 };
 
 struct FeedQueues {
@@ -100,9 +102,13 @@ class Session {
   // Ends the session: marks it closed (running programs stop), aborts its
   // queues and drops its handles.
   void Clear();
-  // Groups of servers (JoinGroup). AddGroup: ALREADY_EXISTS for a known id,
-  // RESOURCE_EXHAUSTED past kMaxGroups.
+  // Groups of servers (JoinGroup). ReserveGroup holds a place for a group
+  // being formed: ALREADY_EXISTS for a known or reserved id,
+  // RESOURCE_EXHAUSTED past kMaxGroups (formed and reserved together).
+  // AddGroup fills the place; Unreserve gives it up.
   static constexpr int kMaxGroups = 16;
+  absl::Status ReserveGroup(const std::string& id);
+  void Unreserve(const std::string& id);
   absl::Status AddGroup(const std::string& id, std::shared_ptr<GroupEntry> group);
   // NOT_FOUND naming the id.
   absl::StatusOr<std::shared_ptr<GroupEntry>> GetGroup(const std::string& id) const;
@@ -135,6 +141,7 @@ class Session {
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<FeedQueues>> feeds_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<GroupEntry>> groups_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> reserved_groups_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> closed_{false};
 };
 

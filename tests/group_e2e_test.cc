@@ -16,8 +16,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/data_parallel.h"
+#include "client/lazy.h"
 #include "client/mesh.h"
 #include "compiler/ir/hlo_parser.h"
+#include "examples/fashion_mnist/trainer.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -205,6 +208,15 @@ std::unique_ptr<client::MeshGroup> FailMidLoop(GroupE2ETest* test, client::Mesh&
   });
   absl::SleepFor(absl::Seconds(1));
   EXPECT_FALSE(done.load()) << "the loop ended before the signal: " << spun.status();
+  // A second execution of the group while the first runs is refused at
+  // once: the members would pair rounds of different executions.
+  client::ExecuteOptions second;
+  second.group_id = (*group)->id();
+  second.group_replicas = {2, 2, 2};
+  std::vector<client::ReplicaArguments> host0 = {{"cpu:0", (*replicas)[0].args},
+                                                 {"cpu:1", (*replicas)[1].args}};
+  auto refused = mesh.host(0).ExecuteReplicated(*program->members[0], host0, second);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAborted) << refused.status();
   const absl::Time signalled = absl::Now();
   kill(victim.pid(), sig);
   run.join();
@@ -249,9 +261,17 @@ TEST_F(GroupE2ETest, AKilledServerFailsTheOthersWithinTheTimeoutAndTheSurvivorsR
                            &program);
   ASSERT_NE(group, nullptr);
 
-  // The old group is broken for good.
+  // The old group is broken for good, on the client and on the servers.
   auto again = group->Run(program, replicas);
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  client::ExecuteOptions direct;
+  direct.group_id = group->id();
+  direct.group_replicas = {2, 2, 2};
+  std::vector<client::ReplicaArguments> host0 = {{"cpu:0", replicas[0].args},
+                                                 {"cpu:1", replicas[1].args}};
+  auto broken = mesh_->host(0).ExecuteReplicated(*program.members[0], host0, direct);
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kFailedPrecondition) << broken.status();
+  EXPECT_THAT(std::string(broken.status().message()), HasSubstr("broke in an earlier execution"));
 
   // The survivors form a new group without restarting.
   auto sum = ir::ParseModule(R"(HloModule sum4
@@ -318,7 +338,7 @@ TEST_F(GroupE2ETest, AGroupStoreRefusesAWrongSecretAndAnUnknownGroup) {
   {
     grpc::ClientContext ctx;
     v1::GroupStoreResponse resp;
-    EXPECT_EQ(stub->GroupStore(&ctx, req, &resp).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(stub->GroupStore(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
   }
   req.set_group_id("no-such-group");
   {
@@ -334,6 +354,154 @@ TEST_F(GroupE2ETest, AGroupStoreRefusesAWrongSecretAndAnUnknownGroup) {
     grpc::ClientContext ctx;
     v1::GroupStoreResponse resp;
     EXPECT_EQ(stub->GroupStore(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+}
+
+// Replicas whose n-th collectives differ (a loop whose trip count depends
+// on the replica) are stopped, on one server and across servers, instead
+// of reading each other's operands as their own.
+constexpr char kDiverging[] = R"(HloModule diverge
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+cond {
+  p = (u32[], f32[2]) parameter(0)
+  i = u32[] get-tuple-element(p), index=0
+  id = u32[] replica-id()
+  ROOT le = pred[] compare(i, id), direction=LE
+}
+body {
+  p = (u32[], f32[2]) parameter(0)
+  i = u32[] get-tuple-element(p), index=0
+  one = u32[] constant(1)
+  j = u32[] add(i, one)
+  x = f32[2] get-tuple-element(p), index=1
+  y = f32[2] all-reduce(x), replica_groups={}, to_apply=add
+  ROOT t = (u32[], f32[2]) tuple(j, y)
+}
+ENTRY main {
+  x = f32[2] parameter(0)
+  big = f32[1000] broadcast(f32[] constant(1)), dimensions={}
+  zero = u32[] constant(0)
+  t = (u32[], f32[2]) tuple(zero, x)
+  w = (u32[], f32[2]) while(t), condition=cond, body=body
+  after = f32[1000] all-reduce(big), replica_groups={}, to_apply=add
+  r = f32[2] get-tuple-element(w), index=1
+  ROOT out = (f32[2], f32[1000]) tuple(r, after)
+})";
+
+TEST_F(GroupE2ETest, ReplicasAtDifferentCollectivesAreStoppedNotMixedUp) {
+  auto module = ir::ParseModule(kDiverging);
+  ASSERT_TRUE(module.ok()) << module.status();
+  // On one server.
+  auto exe = mesh_->host(0).Compile(**module, "cpu:0");
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  std::vector<client::ReplicaArguments> local;
+  for (int d = 0; d < kDevicesPerServer; ++d) {
+    const std::string device = absl::StrCat("cpu:", d);
+    auto x = mesh_->host(0).TransferToDevice(F32({1, 2}), device);
+    ASSERT_TRUE(x.ok()) << x.status();
+    local.push_back({device, {*x}});
+  }
+  auto alone = mesh_->host(0).ExecuteReplicated(**exe, local);
+  EXPECT_EQ(alone.status().code(), absl::StatusCode::kFailedPrecondition) << alone.status();
+  EXPECT_THAT(std::string(alone.status().message()), HasSubstr("reached different collectives"));
+  // Across servers.
+  auto group = mesh_->FormGroup({}, absl::Seconds(5));
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto program = (*group)->Compile(**module, "cpu");
+  ASSERT_TRUE(program.ok()) << program.status();
+  auto replicas = Replicas({0, 1, 2}, [](int) { return F32({1, 2}); });
+  auto across = (*group)->Run(*program, replicas);
+  EXPECT_FALSE(across.ok());
+  EXPECT_THAT(std::string(across.status().message()), HasSubstr("reached different collectives"));
+  // Every server still serves.
+  for (int h = 0; h < kServers; ++h) {
+    EXPECT_TRUE(mesh_->host(h).TransferToDevice(F32({1}), "cpu:0").ok()) << "host " << h;
+  }
+}
+
+// Data-parallel training through one client over two servers (the mesh
+// transport): the same steps as one device with the whole batch.
+TEST(GroupTrainingE2ETest, DataParallelOverTwoServersMatchesOneDevice) {
+  std::vector<std::unique_ptr<testing::ServerProcess>> servers;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(std::make_unique<testing::ServerProcess>(
+        std::vector<std::string>{"--devices=cpu:2"}));
+    ASSERT_FALSE(servers.back()->address().empty());
+    addresses.push_back(servers.back()->address());
+  }
+  std::vector<float> images(64 * 784);
+  std::vector<int32_t> labels(64);
+  for (size_t i = 0; i < images.size(); ++i) images[i] = float((i * 37) % 255) / 255.0f;
+  for (int i = 0; i < 64; ++i) labels[i] = (i * 7) % 10;
+
+  // Trains the MLP for three steps on `devices` (one: no data
+  // parallelism); returns the losses and the final parameters.
+  auto train = [&](client::Client& c, const std::vector<std::string>& devices,
+                   std::vector<double>* losses) {
+    auto ctx = client::LazyContext::Create(&c);
+    auto model = examples::MakeModel("mlp", ctx.get(), devices[0], 1);
+    EXPECT_TRUE(model.ok()) << model.status();
+    examples::TrainerOptions options;
+    options.learning_rate = 0.05;
+    if (devices.size() > 1) options.replica_devices = devices;
+    examples::Trainer trainer(ctx.get(), model->get(), devices[0], options);
+    for (int step = 0; step < 3; ++step) {
+      auto r = trainer.TrainStep(images.data(), labels.data(), 64);
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) return std::vector<ir::Literal>();
+      losses->push_back(r->loss);
+    }
+    std::vector<ir::Literal> params;
+    client::DataParallel dp(ctx.get(), devices);
+    for (const client::Tensor& p : (*model)->params()) {
+      absl::StatusOr<ir::Literal> value = devices.size() > 1 ? dp.CheckInStep(p) : p.ToHost();
+      EXPECT_TRUE(value.ok()) << value.status();
+      if (value.ok()) params.push_back(*std::move(value));
+    }
+    return params;
+  };
+
+  auto mesh = client::Client::ConnectMesh(addresses);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto devices = examples::ReplicaDevices(**mesh, "cpu", 4);
+  ASSERT_TRUE(devices.ok()) << devices.status();
+  EXPECT_EQ(*devices, (std::vector<std::string>{"host0/cpu:0", "host0/cpu:1", "host1/cpu:0",
+                                                "host1/cpu:1"}));
+  std::vector<double> parallel_losses, single_losses;
+  std::vector<ir::Literal> parallel = train(**mesh, *devices, &parallel_losses);
+  // Each step ran as one execution on each server, in a group of both.
+  auto metrics = (*mesh)->Metrics();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  int64_t group_executes = 0;
+  for (const auto& c : metrics->counters()) {
+    if (c.name() == "group_executes") group_executes = c.value();
+  }
+  EXPECT_GE(group_executes, 2 * 3);
+
+  auto single_client = client::Client::Connect(addresses[0]);
+  ASSERT_TRUE(single_client.ok()) << single_client.status();
+  std::vector<ir::Literal> single = train(**single_client, {"cpu:0"}, &single_losses);
+
+  ASSERT_EQ(parallel_losses.size(), 3u);
+  ASSERT_EQ(single_losses.size(), 3u);
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_NEAR(parallel_losses[s], single_losses[s], 1e-4 * std::max(1.0, single_losses[s]))
+        << "step " << s;
+  }
+  EXPECT_LT(single_losses.back(), single_losses.front()) << "the model trains";
+  ASSERT_EQ(parallel.size(), single.size());
+  for (size_t p = 0; p < single.size(); ++p) {
+    ASSERT_EQ(parallel[p].element_count(), single[p].element_count());
+    double worst = 0;
+    for (int64_t i = 0; i < single[p].element_count(); ++i) {
+      worst = std::max(worst, std::abs(parallel[p].GetAsDouble(i) - single[p].GetAsDouble(i)));
+    }
+    EXPECT_LT(worst, 1e-4) << "parameter " << p;
   }
 }
 

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/flags.h"
 #include "base/status_macros.h"
 #include "client/client.h"
@@ -46,6 +47,9 @@ ABSL_FLAG(std::string, lr_schedule, "cosine",
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum (0 for plain SGD)");
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd or adam");
 ABSL_FLAG(std::string, server, "", "kiln-server address; empty runs the service embedded");
+ABSL_FLAG(std::string, servers, "",
+          "several kiln-servers (A,B,...) driven as one: their devices read host<i>/<device>, "
+          "and --replicas spread over the servers in order (docs/groups.md)");
 ABSL_FLAG(std::string, mode, "lazy", "lazy (one barrier per step) or eager (every op runs at once)");
 ABSL_FLAG(bool, pipeline, true,
           "lazy mode: send each step and trace the next while the device runs it (a step's "
@@ -136,7 +140,16 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
   const int eval_batch = absl::GetFlag(FLAGS_eval_batch_size);
   const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   absl::StatusOr<std::unique_ptr<kiln::client::Client>> client;
-  if (absl::GetFlag(FLAGS_server).empty()) {
+  const std::vector<std::string> servers =
+      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
+  if (!servers.empty()) {
+    if (!absl::GetFlag(FLAGS_server).empty()) {
+      return absl::InvalidArgumentError("give --server or --servers, not both");
+    }
+    kiln::client::ConnectOptions options;
+    options.client_name = "fashion_mnist";
+    client = kiln::client::Client::ConnectMesh(servers, options);
+  } else if (absl::GetFlag(FLAGS_server).empty()) {
     kiln::embedded::Options embedded;
     // The simulated chip only when asked for, so the default device stays
     // the CPU.
@@ -175,7 +188,9 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
               replicas > 1 ? absl::StrFormat(" and %d more replicas", replicas - 1).c_str() : "",
               mode.c_str(),
               absl::GetFlag(FLAGS_optimizer).c_str(), batch, base_lr,
-              absl::GetFlag(FLAGS_server).empty()
+              !servers.empty()
+                  ? (" through the kiln-servers at " + absl::GetFlag(FLAGS_servers)).c_str()
+              : absl::GetFlag(FLAGS_server).empty()
                   ? " on an embedded service"
                   : (" through kiln-server at " + absl::GetFlag(FLAGS_server)).c_str());
 
