@@ -1,6 +1,9 @@
 #include "runtime/collectives.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -10,7 +13,9 @@
 namespace kiln::runtime {
 
 absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
-    int replica, std::vector<BufferPtr> operands, const CancelCheck& cancelled) {
+    int replica, std::vector<BufferPtr> operands, const CancelCheck& cancelled,
+    const Reduction* reduction, bool* reduced) {
+  if (reduced != nullptr) *reduced = false;
   const int local = replica - cross_.replica_offset;
   if (local < 0 || local >= local_count_) {
     return absl::InvalidArgumentError(
@@ -26,6 +31,7 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
     round.number = number;
     round.arrived = 0;
     round.ready = false;
+    round.reduced = false;
     round.values.assign(replica_count_, {});
   }
   round.values[replica] = std::move(operands);
@@ -48,7 +54,21 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
       mu_.Unlock();
       absl::StatusOr<std::vector<std::vector<BufferPtr>>> all;
       try {
-        all = ExchangeAcrossHosts(number, here);
+        if (reduction != nullptr) {
+          // Every local replica reads the same reduced operands.
+          absl::StatusOr<std::vector<std::vector<BufferPtr>>> sums =
+              ReduceAcrossHosts(number, here, *reduction);
+          if (sums.ok()) {
+            all = std::vector<std::vector<BufferPtr>>(replica_count_);
+            for (int r = 0; r < local_count_; ++r) {
+              (*all)[cross_.replica_offset + r] = std::move((*sums)[r]);
+            }
+          } else {
+            all = sums.status();
+          }
+        } else {
+          all = ExchangeAcrossHosts(number, here);
+        }
       } catch (const std::exception& e) {  // std::bad_alloc of a large round
         all = absl::ResourceExhaustedError(
             absl::StrCat("collective ", number, " between the servers: ", e.what()));
@@ -58,8 +78,10 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
       if (!all.ok()) {
         if (aborted_.ok()) aborted_ = all.status();
       } else {
+        round.reduced = reduction != nullptr;
         for (int r = 0; r < replica_count_; ++r) {
-          if (r < cross_.replica_offset || r >= cross_.replica_offset + local_count_) {
+          if (round.reduced || r < cross_.replica_offset ||
+              r >= cross_.replica_offset + local_count_) {
             round.values[r] = std::move((*all)[r]);
           }
         }
@@ -84,6 +106,13 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
     }
   }
   if (!aborted_.ok()) return aborted_;
+  if (round.reduced && reduction == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replica ", replica, " is at another kind of collective than the replica that brought "
+        "the other servers' operands at collective ", number,
+        ": the replicas reached different collectives"));
+  }
+  if (reduced != nullptr) *reduced = round.reduced;
   return round.values;
 }
 
@@ -135,21 +164,18 @@ uint64_t HashText(absl::string_view text, uint64_t h = 1469598103934665603ull) {
   return h;
 }
 
-}  // namespace
 
-absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeAcrossHosts(
-    int64_t number, const std::vector<std::vector<BufferPtr>>& local) {
-  HostGroup& group = *cross_.group;
-  Device& device = *cross_.device;
-  // Every replica's operands have the shapes of local replica 0's.
-  const std::vector<BufferPtr>& first = local[0];
+// What this server hands in for round `number`: the header of its local
+// replicas' operands (those of `first`, every local replica's shapes).
+absl::StatusOr<RoundHeader> HeaderOf(const CrossHost& cross, int local_count, int64_t number,
+                                     const std::vector<BufferPtr>& first) {
   RoundHeader header;
   header.magic = kRoundMagic;
   header.round = number;
-  header.program = cross_.program;
-  header.execution = cross_.execution;
-  header.replica_offset = cross_.replica_offset;
-  header.replicas = local_count_;
+  header.program = cross.program;
+  header.execution = cross.execution;
+  header.replica_offset = cross.replica_offset;
+  header.replicas = local_count;
   header.shapes = HashText("");
   for (const BufferPtr& b : first) {
     if (b->tuple_size() > 0 || !b->shape().IsArray()) {
@@ -161,12 +187,89 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeA
     header.shapes = HashText(b->shape().ToString(), header.shapes);
   }
   if (header.replica_bytes >
-      (kMaxGroupExchangeBytes - static_cast<int64_t>(sizeof(header))) / local_count_) {
+      (kMaxGroupExchangeBytes - static_cast<int64_t>(sizeof(header))) / local_count) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "collective ", number, " would send ", header.replica_bytes, " bytes for each of ",
-        local_count_, " replicas to the other servers, over the limit of ",
+        local_count, " replicas to the other servers, over the limit of ",
         kMaxGroupExchangeBytes, " bytes a round"));
   }
+  return header;
+}
+
+// Checks what every member handed in for the round whose header here is
+// `mine`: the same program, execution, round and operand shapes, and
+// replicas that cover every id once. `payload` is what follows a header
+// per replica (0: nothing follows). Returns each member's header, by rank.
+absl::StatusOr<std::vector<RoundHeader>> CheckRound(const HostGroup& group,
+                                                    const std::vector<std::string>& all,
+                                                    const RoundHeader& mine, int64_t payload,
+                                                    int replica_count) {
+  std::vector<RoundHeader> headers(group.size());
+  std::vector<bool> seen(replica_count, false);
+  const int64_t number = mine.round;
+  for (int rank = 0; rank < group.size(); ++rank) {
+    const std::string who =
+        absl::StrCat("server ", group.spec().members[rank], " (member ", rank, ")");
+    const std::string& bytes = all[rank];
+    RoundHeader& theirs = headers[rank];
+    if (bytes.size() < sizeof(theirs)) {
+      return absl::InternalError(absl::StrCat(who, " sent ", bytes.size(), " bytes at collective ",
+                                              number, ", less than a header"));
+    }
+    std::memcpy(&theirs, bytes.data(), sizeof(theirs));
+    if (theirs.magic != kRoundMagic || theirs.program != mine.program ||
+        theirs.execution != mine.execution) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who, " runs another program or execution of the group than this server (execution ",
+          theirs.execution, " against ", mine.execution,
+          "): run one execution of a group at a time, on every member"));
+    }
+    if (theirs.round != number) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(who, " is at another collective (", theirs.round, ") than this server (",
+                       number, "): the servers run different programs"));
+    }
+    if (theirs.replica_bytes != mine.replica_bytes || theirs.shapes != mine.shapes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who, " hands in operands of other shapes at collective ", number,
+          ": the servers run different programs, or their replicas reached different "
+          "collectives"));
+    }
+    if (theirs.replicas < 0 || theirs.replica_offset < 0 ||
+        static_cast<int64_t>(theirs.replica_offset) + theirs.replicas > replica_count ||
+        static_cast<int64_t>(bytes.size()) !=
+            static_cast<int64_t>(sizeof(theirs)) + payload * theirs.replicas) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who, " runs replicas ", theirs.replica_offset, "+", theirs.replicas, " with ",
+          bytes.size(), " bytes; the execution has ", replica_count, " replicas"));
+    }
+    for (int r = theirs.replica_offset; r < theirs.replica_offset + theirs.replicas; ++r) {
+      if (seen[r]) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("replica ", r, " runs on two servers, one of them ", who));
+      }
+      seen[r] = true;
+    }
+  }
+  for (int r = 0; r < replica_count; ++r) {
+    if (!seen[r]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no server of group ", group.spec().id, " runs replica ", r, " of ",
+                       replica_count));
+    }
+  }
+  return headers;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeAcrossHosts(
+    int64_t number, const std::vector<std::vector<BufferPtr>>& local) {
+  HostGroup& group = *cross_.group;
+  Device& device = *cross_.device;
+  // Every replica's operands have the shapes of local replica 0's.
+  const std::vector<BufferPtr>& first = local[0];
+  ASSIGN_OR_RETURN(RoundHeader header, HeaderOf(cross_, local_count_, number, first));
   std::string mine(sizeof(header) + header.replica_bytes * local_count_, '\0');
   std::memcpy(mine.data(), &header, sizeof(header));
   int64_t at = sizeof(header);
@@ -179,55 +282,14 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeA
     }
   }
   ASSIGN_OR_RETURN(std::vector<std::string> all, group.AllGather(mine));
-
+  ASSIGN_OR_RETURN(std::vector<RoundHeader> headers,
+                   CheckRound(group, all, header, header.replica_bytes, replica_count_));
   std::vector<std::vector<BufferPtr>> values(replica_count_);
-  std::vector<bool> seen(replica_count_, false);
   for (int rank = 0; rank < group.size(); ++rank) {
-    const std::string who =
-        absl::StrCat("server ", group.spec().members[rank], " (member ", rank, ")");
-    const std::string& bytes = all[rank];
-    RoundHeader theirs;
-    if (bytes.size() < sizeof(theirs)) {
-      return absl::InternalError(absl::StrCat(who, " sent ", bytes.size(), " bytes at collective ",
-                                              number, ", less than a header"));
-    }
-    std::memcpy(&theirs, bytes.data(), sizeof(theirs));
-    if (theirs.magic != kRoundMagic || theirs.program != header.program ||
-        theirs.execution != header.execution) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          who, " runs another program or execution of the group than this server (execution ",
-          theirs.execution, " against ", header.execution,
-          "): run one execution of a group at a time, on every member"));
-    }
-    if (theirs.round != number) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(who, " is at another collective (", theirs.round, ") than this server (",
-                       number, "): the servers run different programs"));
-    }
-    if (theirs.replica_bytes != header.replica_bytes || theirs.shapes != header.shapes) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          who, " hands in operands of other shapes at collective ", number,
-          ": the servers run different programs"));
-    }
-    if (theirs.replicas < 0 || theirs.replica_offset < 0 ||
-        static_cast<int64_t>(theirs.replica_offset) + theirs.replicas > replica_count_ ||
-        static_cast<int64_t>(bytes.size()) !=
-            static_cast<int64_t>(sizeof(theirs)) + theirs.replica_bytes * theirs.replicas) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          who, " runs replicas ", theirs.replica_offset, "+", theirs.replicas, " with ",
-          bytes.size(), " bytes; the execution has ", replica_count_, " replicas"));
-    }
-    const char* p = bytes.data() + sizeof(theirs);
+    if (rank == group.rank()) continue;
+    const RoundHeader& theirs = headers[rank];
+    const char* p = all[rank].data() + sizeof(theirs);
     for (int r = theirs.replica_offset; r < theirs.replica_offset + theirs.replicas; ++r) {
-      if (seen[r]) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("replica ", r, " runs on two servers, one of them ", who));
-      }
-      seen[r] = true;
-      if (rank == group.rank()) {
-        p += theirs.replica_bytes;
-        continue;
-      }
       for (const BufferPtr& like : first) {
         ASSIGN_OR_RETURN(BufferPtr b, device.Allocate(like->shape()));
         if (like->size_bytes() > 0) {
@@ -238,14 +300,56 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeA
       }
     }
   }
-  for (int r = 0; r < replica_count_; ++r) {
-    if (!seen[r]) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("no server of group ", group.spec().id, " runs replica ", r, " of ",
-                       replica_count_));
+  return values;
+}
+
+absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ReduceAcrossHosts(
+    int64_t number, const std::vector<std::vector<BufferPtr>>& local,
+    const Reduction& reduction) {
+  HostGroup& group = *cross_.group;
+  Device& device = *cross_.device;
+  const std::vector<BufferPtr>& first = local[0];
+  // The members agree on the round first (a header each): an all-reduce of
+  // mismatched lengths would not fail cleanly.
+  ASSIGN_OR_RETURN(RoundHeader header, HeaderOf(cross_, local_count_, number, first));
+  std::string mine(sizeof(header), '\0');
+  std::memcpy(mine.data(), &header, sizeof(header));
+  ASSIGN_OR_RETURN(std::vector<std::string> all, group.AllGatherEqual(mine));
+  RETURN_IF_ERROR(CheckRound(group, all, header, 0, replica_count_).status());
+  // By local replica: its own copy of every reduced operand.
+  std::vector<std::vector<BufferPtr>> reduced(local_count_);
+  for (size_t k = 0; k < first.size(); ++k) {
+    const ir::Shape& shape = first[k]->shape();
+    const int64_t bytes = first[k]->size_bytes();
+    const int64_t count = shape.ElementCount();
+    // This server's replicas first, in replica order, then the servers'.
+    // (Scratch is not zeroed: every byte is written before it is read.)
+    std::unique_ptr<char[]> partial(new (std::nothrow) char[std::max<int64_t>(bytes, 1)]);
+    std::unique_ptr<char[]> next;
+    if (partial == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("collective ", number, ": no host memory for ", bytes, " bytes"));
+    }
+    if (bytes > 0) RETURN_IF_ERROR(device.CopyFromBuffer(*first[k], 0, partial.get(), bytes));
+    for (int r = 1; r < local_count_ && bytes > 0; ++r) {
+      if (next == nullptr) next.reset(new (std::nothrow) char[bytes]);
+      if (next == nullptr) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("collective ", number, ": no host memory for ", bytes, " bytes"));
+      }
+      RETURN_IF_ERROR(device.CopyFromBuffer(*local[r][k], 0, next.get(), bytes));
+      reduction.combine(k, partial.get(), partial.get(), next.get(), count);
+    }
+    RETURN_IF_ERROR(group.AllReduce(
+        partial.get(), count, ir::ElementTypeSize(shape.type()),
+        [&](void* out, const void* a, const void* b, size_t n) { reduction.combine(k, out, a, b, n); }));
+    for (int r = 0; r < local_count_; ++r) {
+      ASSIGN_OR_RETURN(BufferPtr out, device.Allocate(shape));
+      if (bytes > 0) RETURN_IF_ERROR(device.CopyToBuffer(*out, 0, partial.get(), bytes));
+      reduced[r].push_back(std::move(out));
     }
   }
-  return values;
+  return reduced;
 }
 
 void ReplicaRendezvous::Abort(absl::Status status) {

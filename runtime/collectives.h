@@ -5,6 +5,7 @@
 #define KILN_RUNTIME_COLLECTIVES_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,6 +33,14 @@ struct CrossHost {
   // its fingerprint) and which execution of the group this is.
   uint64_t program = 0;
   int64_t execution = 0;
+};
+
+// How an all-reduce combines its operands, for the path across servers
+// that reduces each server's replicas first and then the servers' partial
+// results: out = a (+) b over `count` elements of operand `operand`.
+struct Reduction {
+  std::function<void(size_t operand, void* out, const void* a, const void* b, size_t count)>
+      combine;
 };
 
 // Thread-safe; one per replicated execution, shared by its replicas (each
@@ -62,8 +71,16 @@ class ReplicaRendezvous {
   // afterwards (they are read by the other replicas). Errors: the status of
   // Abort; DEADLINE_EXCEEDED when a replica does not arrive in time;
   // CANCELLED when `cancelled` turns true.
+  // With `reduction`, across servers (crosses_hosts()), every replica
+  // gets the operands of all replicas already reduced, in buffers of its
+  // own, as its own entry of the result (the others are empty), and
+  // `*reduced` is set.
   absl::StatusOr<std::vector<std::vector<BufferPtr>>> Exchange(
-      int replica, std::vector<BufferPtr> operands, const CancelCheck& cancelled);
+      int replica, std::vector<BufferPtr> operands, const CancelCheck& cancelled,
+      const Reduction* reduction = nullptr, bool* reduced = nullptr);
+
+  // Whether the replicas span several servers.
+  bool crosses_hosts() const { return cross_.group != nullptr; }
 
   // Fails every waiting and later Exchange with `status` (a replica failed,
   // so the others would wait for it forever). The first status wins.
@@ -75,6 +92,7 @@ class ReplicaRendezvous {
     int arrived = 0;
     bool ready = false;  // every replica's operands are in `values`
     bool exchanging = false;  // a replica is exchanging with the other servers
+    bool reduced = false;     // `values` holds each replica's reduced operands
     std::vector<std::vector<BufferPtr>> values;
   };
   // OK when every local replica handed in operands of the shapes of the
@@ -84,6 +102,12 @@ class ReplicaRendezvous {
   // server's (by local replica).
   absl::StatusOr<std::vector<std::vector<BufferPtr>>> ExchangeAcrossHosts(
       int64_t number, const std::vector<std::vector<BufferPtr>>& local);
+  // All replicas' operands for round `number` reduced (this server's
+  // replicas in order, then the servers' partial results through Gloo), a
+  // copy for each local replica.
+  absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReduceAcrossHosts(
+      int64_t number, const std::vector<std::vector<BufferPtr>>& local,
+      const Reduction& reduction);
 
   const int local_count_;
   const int replica_count_;

@@ -17,6 +17,7 @@
 #ifdef KILN_WITH_GLOO
 #include "gloo/allgather.h"
 #include "gloo/allgatherv.h"
+#include "gloo/allreduce.h"
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
@@ -186,6 +187,51 @@ class GlooHostGroup : public HostGroup {
       return result;
     } catch (const std::exception& e) {
       return Break(FromGloo(spec(), "an exchange between the servers failed", e));
+    }
+  }
+
+  absl::StatusOr<std::vector<std::string>> AllGatherEqual(const std::string& mine) override {
+    absl::MutexLock lock(&exchange_mu_);
+    RETURN_IF_ERROR(Usable());
+    const int n = size();
+    if (mine.empty()) return std::vector<std::string>(n);
+    try {
+      std::string out(mine.size() * n, '\0');
+      gloo::AllgatherOptions options(context_);
+      options.setInput(const_cast<char*>(mine.data()), mine.size());
+      options.setOutput(out.data(), out.size());
+      options.setTag(next_tag_++);
+      gloo::allgather(options);
+      std::vector<std::string> result(n);
+      for (int r = 0; r < n; ++r) result[r] = out.substr(r * mine.size(), mine.size());
+      return result;
+    } catch (const std::exception& e) {
+      return Break(FromGloo(spec(), "an exchange between the servers failed", e));
+    }
+  }
+
+  absl::Status AllReduce(void* data, size_t count, size_t element_size,
+                         const Combine& combine) override {
+    absl::MutexLock lock(&exchange_mu_);
+    RETURN_IF_ERROR(Usable());
+    if (count == 0) return absl::OkStatus();
+    try {
+      gloo::AllreduceOptions options(context_);
+      switch (element_size) {
+        case 1: options.setOutput(static_cast<uint8_t*>(data), count); break;
+        case 2: options.setOutput(static_cast<uint16_t*>(data), count); break;
+        case 4: options.setOutput(static_cast<uint32_t*>(data), count); break;
+        case 8: options.setOutput(static_cast<uint64_t*>(data), count); break;
+        default:
+          return absl::InvalidArgumentError(
+              absl::StrCat("an all-reduce between servers of ", element_size, "-byte elements"));
+      }
+      options.setReduceFunction(combine);
+      options.setTag(next_tag_++);
+      gloo::allreduce(options);
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      return Break(FromGloo(spec(), "an all-reduce between the servers failed", e));
     }
   }
 

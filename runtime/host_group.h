@@ -6,6 +6,7 @@
 #ifndef KILN_RUNTIME_HOST_GROUP_H_
 #define KILN_RUNTIME_HOST_GROUP_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,18 @@ class HostGroup {
   // Every member hands in its bytes and gets everyone's, by rank. The
   // members may hand in different sizes.
   virtual absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine) = 0;
+  // The same when every member hands in `mine.size()` bytes (one exchange
+  // instead of two). Members that do not are an error.
+  virtual absl::StatusOr<std::vector<std::string>> AllGatherEqual(const std::string& mine) = 0;
+
+  // out = a (+) b over `count` elements; the same on every member.
+  using Combine = std::function<void(void* out, const void* a, const void* b, size_t count)>;
+  // Every member hands in `count` elements of `element_size` bytes (1, 2, 4
+  // or 8) at `data`, and gets back all members' combined element by element
+  // with `combine` in place (Gloo's ring all-reduce: every member gets the
+  // same bytes).
+  virtual absl::Status AllReduce(void* data, size_t count, size_t element_size,
+                                 const Combine& combine) = 0;
 
   // OK, or why the group broke.
   absl::Status broken() const {

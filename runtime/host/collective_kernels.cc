@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -139,6 +140,18 @@ void CombineMembers(const Round& round, size_t k, Opcode op, int64_t from, int64
   }
 }
 
+// Whether `groups` make one group of every replica (in any order).
+bool CoversEveryReplica(const std::vector<std::vector<int64_t>>& groups, int replica_count) {
+  if (groups.empty()) return true;
+  if (groups.size() != 1 || static_cast<int>(groups[0].size()) != replica_count) return false;
+  std::vector<bool> seen(replica_count, false);
+  for (int64_t id : groups[0]) {
+    if (id < 0 || id >= replica_count || seen[id]) return false;
+    seen[id] = true;
+  }
+  return true;
+}
+
 Kernel AllReduce(Opcode op, std::vector<std::vector<int64_t>> groups) {
   return [op, groups = std::move(groups)](ExecState& st, const std::vector<BufferPtr>& ops)
              -> absl::StatusOr<BufferPtr> {
@@ -147,6 +160,50 @@ Kernel AllReduce(Opcode op, std::vector<std::vector<int64_t>> groups) {
       RETURN_IF_ERROR(ReplicaGroupOf(groups, st.options->replica_id, st.options->replica_count)
                           .status());
       return OneOrTuple(ops);
+    }
+    const runtime::ExecuteOptions& o = *st.options;
+    if (o.rendezvous->crosses_hosts() && CoversEveryReplica(groups, o.replica_count)) {
+      // Across servers: each server reduces its replicas, then the servers
+      // reduce their partial results (Gloo's ring all-reduce).
+      runtime::Reduction reduction;
+      reduction.combine = [&ops, op](size_t k, void* out, const void* a, const void* b,
+                                     size_t count) {
+        ir::DispatchType(ops[k]->shape().type(), [&](auto tag) {
+          using T = decltype(tag);
+          using A = Accumulator<T>;
+          const T* x = static_cast<const T*>(a);
+          const T* y = static_cast<const T*>(b);
+          T* z = static_cast<T*>(out);
+          if constexpr (std::is_floating_point_v<T>) {
+            if (op == Opcode::kAdd) {  // gradients: a loop the compiler vectorizes
+              for (size_t i = 0; i < count; ++i) z[i] = x[i] + y[i];
+              return;
+            }
+          }
+          for (size_t i = 0; i < count; ++i) {
+            z[i] = static_cast<T>(ApplyReducerOp<A>(op, static_cast<A>(x[i]), static_cast<A>(y[i])));
+          }
+        });
+      };
+      bool reduced = false;
+      ASSIGN_OR_RETURN(std::vector<std::vector<runtime::BufferPtr>> values,
+                       o.rendezvous->Exchange(o.replica_id, {ops.begin(), ops.end()}, o.cancelled,
+                                              &reduction, &reduced));
+      if (reduced) {
+        // This replica's own buffers: its results as they are.
+        std::vector<BufferPtr> outs;
+        for (const runtime::BufferPtr& sum : values[o.replica_id]) {
+          BufferPtr mine = HostBuffer::Cast(sum);
+          if (mine == nullptr) return absl::InternalError("a reduced operand off the host");
+          outs.push_back(std::move(mine));
+        }
+        return OneOrTuple(std::move(outs));
+      }
+      // The replica that brought the other servers' operands was at another
+      // kind of collective.
+      return absl::FailedPreconditionError(
+          "an all-reduce met another kind of collective across servers: the replicas reached "
+          "different collectives");
     }
     ASSIGN_OR_RETURN(Round round, Exchange(st, groups, ops));
     std::vector<BufferPtr> outs;
