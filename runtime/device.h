@@ -34,6 +34,8 @@ struct ExecuteOptions {
   // where they meet for all-reduce (borrowed; null: a single replica).
   int replica_id = 0;
   int replica_count = 1;
+  // Servers the replicas span (a group of servers; 1: this server alone).
+  int hosts = 1;
   ReplicaRendezvous* rendezvous = nullptr;
   // The queues infeed and outfeed use; null: the device's own.
   FeedQueue* infeed = nullptr;

@@ -37,6 +37,7 @@ absl::StatusOr<std::vector<BufferPtr>> ExecuteReplicated(Executable& executable,
     ExecuteOptions options = replica.options;
     options.replica_id = offset + r;
     options.replica_count = total;
+    options.hosts = cross != nullptr ? cross->group->size() : 1;
     options.rendezvous = &rendezvous;
     const CancelCheck outer = replica.options.cancelled;
     options.cancelled = [&failed, outer]() { return failed.load() || (outer && outer()); };

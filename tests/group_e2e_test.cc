@@ -505,6 +505,55 @@ TEST(GroupTrainingE2ETest, DataParallelOverTwoServersMatchesOneDevice) {
   }
 }
 
+// On simulated TPU cores, an all-reduce across servers is priced with the
+// network between them on top of each server's chips.
+TEST(GroupTpuE2ETest, TheProfileOfAGroupPricesTheNetworkBetweenServers) {
+  std::vector<std::unique_ptr<testing::ServerProcess>> servers;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(std::make_unique<testing::ServerProcess>(
+        std::vector<std::string>{"--devices=cpu:1,tpu:2"}));
+    ASSERT_FALSE(servers.back()->address().empty());
+    addresses.push_back(servers.back()->address());
+  }
+  auto client = client::Client::ConnectMesh(addresses);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto module = ir::ParseModule(R"(HloModule sum
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[65536] parameter(0)
+  ROOT r = f32[65536] all-reduce(x), replica_groups={}, to_apply=add
+})");
+  ASSERT_TRUE(module.ok());
+  auto exe = (*client)->Compile(**module, "host0/tpu:0");
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto run = [&](const std::vector<std::string>& devices) {
+    std::vector<client::ReplicaArguments> replicas;
+    for (const std::string& d : devices) {
+      auto x = (*client)->TransferToDevice(
+          ir::Literal(ir::Shape(ir::ElementType::kF32, {65536})), d);
+      EXPECT_TRUE(x.ok()) << x.status();
+      replicas.push_back({d, {*x}});
+    }
+    return (*client)->ExecuteReplicated(**exe, replicas);
+  };
+  auto alone = run({"host0/tpu:0", "host0/tpu:1"});
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  auto both = run({"host0/tpu:0", "host0/tpu:1", "host1/tpu:0", "host1/tpu:1"});
+  ASSERT_TRUE(both.ok()) << both.status();
+  ASSERT_TRUE(alone->profile.has_value() && both->profile.has_value());
+  // Each server reduces its two cores as before, then the ring between the
+  // two servers: 2 (2-1)/2 x 256 KiB / 12.5 GB/s + 2 x 10 us.
+  EXPECT_NEAR(both->profile->interconnect_seconds() - alone->profile->interconnect_seconds(),
+              (1 << 18) / 12.5e9 + 2 * 10e-6, 1e-9);
+  EXPECT_EQ(both->replicas.size(), 4u);
+  EXPECT_EQ(both->replicas[3].outputs[0]->device(), "host1/tpu:1");
+}
+
 // With bearer tokens on, a member reaches member 0's store with the token
 // of the client that formed the group.
 TEST(GroupTokensE2ETest, MembersShowTheClientsTokenToMemberZero) {

@@ -56,7 +56,7 @@ absl::StatusOr<runtime::ExecutionProfile> ProgramExecutable::Estimate(int replic
     return absl::UnimplementedError("this backend has no cost model to price programs with");
   }
   if (!estimate_.ok()) return estimate_.status();
-  return profile_(*estimate_, replica_count);
+  return profile_(*estimate_, replica_count, 1);
 }
 
 absl::StatusOr<runtime::BufferPtr> ProgramExecutable::Execute(
@@ -120,7 +120,7 @@ absl::StatusOr<runtime::BufferPtr> ProgramExecutable::ExecuteOwned(
   }
   if (!result.ok()) return result.status();
   if (profile_ && options.profile != nullptr) {
-    *options.profile = profile_(cost, options.replica_count);
+    *options.profile = profile_(cost, options.replica_count, options.hosts);
   }
   return runtime::BufferPtr(*std::move(result));
 }

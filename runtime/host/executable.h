@@ -20,7 +20,7 @@ class ProgramExecutable : public runtime::Executable {
   // Turns the counters an execution accumulated into its profile;
   // `replica_count` prices the all-reduces over every replica.
   using ProfileFn = std::function<runtime::ExecutionProfile(const runtime::CostCounters&,
-                                                            int replica_count)>;
+                                                            int replica_count, int hosts)>;
   // Runs on devices of `kind` (host devices). `profile` null: executions
   // report no profile.
   // `uses_rng`: whether any computation draws from the rng (others skip

@@ -46,6 +46,8 @@ const std::vector<Field>& Fields() {
       {"on_chip_bandwidth", &ChipConfig::on_chip_bandwidth},
       {"interconnect_latency", &ChipConfig::interconnect_latency, true},
       {"host_link_bandwidth", &ChipConfig::host_link_bandwidth},
+      {"dcn_bandwidth", &ChipConfig::dcn_bandwidth},
+      {"dcn_latency", &ChipConfig::dcn_latency, true},
   };
   return *kFields;
 }

@@ -43,6 +43,10 @@ struct ChipConfig {
   double interconnect_latency = 2e-6;    // seconds per hop
   // The host link (PCIe) of one chip, shared by its cores' feeds.
   double host_link_bandwidth = 15.75e9;  // PCIe 3.0 x16
+  // The network between the servers of a group (data-center network):
+  // bytes/s of one server's link and seconds per message.
+  double dcn_bandwidth = 12.5e9;  // 100 Gbit/s
+  double dcn_latency = 10e-6;
 
   // Peak matrix-unit throughput of one core, flop/s (a multiply-add is 2).
   double PeakMatrixFlops() const {

@@ -193,6 +193,13 @@ double CostModel::AllReduceSeconds(int64_t bytes, int64_t replicas, int64_t call
   return AllReduceSeconds(bytes, cores, calls);
 }
 
+double CostModel::HostsAllReduceSeconds(int64_t bytes, int64_t hosts, int64_t calls) const {
+  if (hosts <= 1 || calls <= 0) return 0;
+  const double h = static_cast<double>(hosts);
+  return 2.0 * (h - 1) / h * static_cast<double>(bytes) / config_.dcn_bandwidth +
+         2.0 * (h - 1) * static_cast<double>(calls) * config_.dcn_latency;
+}
+
 double CostModel::TransferSeconds(int64_t bytes, int64_t from, int64_t to) const {
   const Place a = PlaceOf(config_, from), b = PlaceOf(config_, to);
   if (a.chip == b.chip) return static_cast<double>(bytes) / config_.on_chip_bandwidth;
@@ -326,7 +333,10 @@ runtime::CostCounters CostModel::RegionCost(const FusedRegion& region) const {
 }
 
 runtime::ExecutionProfile CostModel::Profile(const runtime::CostCounters& c,
-                                             int replica_count) const {
+                                             int replica_count, int hosts) const {
+  hosts = std::max(1, hosts);
+  // The replicas of one server (the busiest).
+  const int here = (std::max(1, replica_count) + hosts - 1) / hosts;
   runtime::ExecutionProfile p;
   p.matrix_seconds = c.matrix_seconds;
   p.vector_seconds = c.vector_seconds;
@@ -335,10 +345,11 @@ runtime::ExecutionProfile CostModel::Profile(const runtime::CostCounters& c,
   // replicas) of them, which share its host link.
   p.infeed_seconds =
       c.infeed_seconds +
-      FeedSeconds(c.feed_bytes, std::min(std::max(1, replica_count), config_.cores_per_chip));
+      FeedSeconds(c.feed_bytes, std::min(here, config_.cores_per_chip));
   p.interconnect_seconds =
-      c.interconnect_seconds + AllReduceSeconds(c.all_replica_reduce_bytes, replica_count,
-                                                c.all_replica_reduce_calls);
+      c.interconnect_seconds +
+      AllReduceSeconds(c.all_replica_reduce_bytes, here, c.all_replica_reduce_calls) +
+      HostsAllReduceSeconds(c.all_replica_reduce_bytes, hosts, c.all_replica_reduce_calls);
   p.simulated_seconds = p.matrix_seconds + p.vector_seconds + p.hbm_seconds +
                         p.infeed_seconds + p.interconnect_seconds;
   p.matrix_flops = c.matrix_flops;

@@ -48,6 +48,10 @@
 //            moves its operand one path: b / on_chip_bandwidth on one chip,
 //            b / ici_link_bandwidth + d * interconnect_latency across d
 //            chip hops of the torus.
+//            Across h servers (a group), an all-reduce over every replica
+//            reduces on each server's cores first (the replicas of one
+//            server, as above), then adds the ring between the servers:
+//              2 (h-1)/h * b / dcn_bandwidth + 2 (h-1) * dcn_latency.
 //
 // An execution's simulated time is the sum over the regions it ran (loop
 // bodies once per iteration). Matrix utilization = useful matrix flops /
@@ -80,8 +84,11 @@ class CostModel {
   // The profile of an execution that accumulated `counters`, with feeds and
   // all-reduces over every replica priced for `replica_count` replicas
   // (replica r on core r).
-  runtime::ExecutionProfile Profile(const runtime::CostCounters& counters,
-                                    int replica_count) const;
+  // With `hosts` > 1 the replicas span that many servers (a group): each
+  // all-reduce over every replica reduces on each server's chips, then
+  // across the servers (dcn_bandwidth, dcn_latency).
+  runtime::ExecutionProfile Profile(const runtime::CostCounters& counters, int replica_count,
+                                    int hosts = 1) const;
 
   // The formulas, exposed for tests and benchmarks. Times of the matrix
   // and HBM parts are before the efficiency factors.
@@ -93,6 +100,9 @@ class CostModel {
                           int64_t calls = 1) const;
   // The same over cores 0..replicas-1.
   double AllReduceSeconds(int64_t bytes, int64_t replicas, int64_t calls = 1) const;
+  // The ring between `hosts` servers of `calls` all-reduces of `bytes` in
+  // all (0 for one server).
+  double HostsAllReduceSeconds(int64_t bytes, int64_t hosts, int64_t calls = 1) const;
   // One transfer of `bytes` from core `from` to core `to`.
   double TransferSeconds(int64_t bytes, int64_t from, int64_t to) const;
   // Feeds moving `bytes` while `sharing` cores use their chip's host link.

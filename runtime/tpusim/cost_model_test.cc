@@ -224,6 +224,24 @@ TEST(TpuCostTest, TransfersFollowTheTorus) {
                    2.0 * 3 / 4 * (1 << 20) / (4 * 82e9) + 2 * 2 * 2e-6);
 }
 
+TEST(TpuCostTest, AnAllReduceAcrossServersAddsTheRingBetweenThem) {
+  const CostModel model{ChipConfig{}};
+  runtime::CostCounters c;
+  c.all_replica_reduce_bytes = 1 << 20;
+  c.all_replica_reduce_calls = 2;
+  // Sixteen replicas on two servers: each server's eight cores reduce as
+  // eight replicas on one chip do, then the two servers exchange.
+  const double on_each = model.Profile(c, 8).interconnect_seconds;
+  EXPECT_GT(on_each, 0);
+  EXPECT_DOUBLE_EQ(model.Profile(c, 16, 2).interconnect_seconds,
+                   on_each + 2.0 * 1 / 2 * (1 << 20) / 12.5e9 + 2 * 1 * 2 * 10e-6);
+  EXPECT_DOUBLE_EQ(model.HostsAllReduceSeconds(1 << 20, 3, 1),
+                   2.0 * 2 / 3 * (1 << 20) / 12.5e9 + 2 * 2 * 10e-6);
+  EXPECT_EQ(model.HostsAllReduceSeconds(1 << 20, 1, 1), 0);
+  // A group of one server prices as the server alone.
+  EXPECT_DOUBLE_EQ(model.Profile(c, 8, 1).interconnect_seconds, on_each);
+}
+
 constexpr char kLoop[] = R"(
 HloModule loop
 cond {

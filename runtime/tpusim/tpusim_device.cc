@@ -113,8 +113,9 @@ absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimCompiler::Build(
   ASSIGN_OR_RETURN(std::shared_ptr<runtime::Executable> executable,
                    host::CompileProgram(
                        "tpu", module, options, std::move(program_options),
-                       [model](const runtime::CostCounters& counters, int replica_count) {
-                         return model->Profile(counters, replica_count);
+                       [model](const runtime::CostCounters& counters, int replica_count,
+                               int hosts) {
+                         return model->Profile(counters, replica_count, hosts);
                        }));
   static_cast<host::ProgramExecutable&>(*executable).set_estimate(prices->Estimate());
   return executable;
