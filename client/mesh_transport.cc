@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -102,15 +103,19 @@ class MeshTransport : public Transport {
     return out;
   }
 
+  // Every server at once; one that an execution found gone is skipped.
   absl::StatusOr<v1::CloseSessionResponse> CloseSession(const v1::CloseSessionRequest&) override {
-    absl::Status first;
-    for (size_t i = 0; i < hosts_.size(); ++i) {
+    const int n = hosts();
+    std::vector<absl::Status> closed(n);
+    ForEachInParallel(n, [&](int i) {
+      if (Gone(i)) return;
       v1::CloseSessionRequest req;
       req.set_session_id(hosts_[i].session);
-      absl::Status s = hosts_[i].transport->CloseSession(req).status();
-      if (!s.ok() && first.ok()) first = OnHost(static_cast<int>(i), hosts_[i].address, s);
+      closed[i] = hosts_[i].transport->CloseSession(req).status();
+    });
+    for (int i = 0; i < n; ++i) {
+      if (!closed[i].ok()) return OnHost(i, hosts_[i].address, closed[i]);
     }
-    if (!first.ok()) return first;
     return v1::CloseSessionResponse();
   }
 
@@ -245,6 +250,10 @@ class MeshTransport : public Transport {
       absl::StatusCode code = absl::StatusCode::kOk;
       for (size_t m = 0; m < members.size(); ++m) {
         if (responses[m].ok()) continue;
+        if (stalled[m] || responses[m].status().code() == absl::StatusCode::kUnavailable) {
+          absl::MutexLock lock(&mu_);
+          gone_.insert(members[m]);
+        }
         if (code == absl::StatusCode::kOk) code = responses[m].status().code();
         errors.push_back(absl::StrCat("host", members[m], " (", hosts_[members[m]].address,
                                       "): ", responses[m].status().message()));
@@ -486,14 +495,23 @@ class MeshTransport : public Transport {
     LeaveQuietly(gone);
   }
 
-  // Best effort: a member that is gone has dropped the group already.
+  // Best effort, every member at once: a member that is gone has dropped
+  // the group already (and is not waited for).
   void LeaveQuietly(const Group& group) {
-    for (int h : group.members) {
+    ForEachInParallel(static_cast<int>(group.members.size()), [&](int m) {
+      const int h = group.members[m];
+      if (Gone(h)) return;
       v1::LeaveGroupRequest req;
       req.set_session_id(hosts_[h].session);
       req.set_group_id(group.id);
       (void)hosts_[h].transport->LeaveGroup(req);
-    }
+    });
+  }
+
+  // Whether an execution found server `host` unreachable or stalled.
+  bool Gone(int host) {
+    absl::MutexLock lock(&mu_);
+    return gone_.contains(host);
   }
 
   absl::StatusOr<std::pair<int, v1::FeedTarget>> LocalTarget(const v1::FeedTarget& target) {
@@ -522,6 +540,7 @@ class MeshTransport : public Transport {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Program>> programs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<int> gone_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
