@@ -10,6 +10,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/flags.h"
 #include "runtime/backend.h"
 #include "runtime/compute_threads.h"
@@ -84,6 +85,10 @@ ABSL_FLAG(std::string, group_host, "",
           "host name or IP that this server's collectives with other servers (groups, over "
           "Gloo's TCP transport) bind to and the other servers reach; empty: the host of "
           "--listen, or this machine's host name when --listen is a wildcard");
+ABSL_FLAG(std::string, group_peers, "",
+          "comma-separated hosts (names or IPs, as the members' addresses give them) that the "
+          "members of a group may be on, or * for any; empty: any while --listen is on "
+          "loopback, no groups otherwise (docs/groups.md)");
 ABSL_FLAG(std::string, group_tls_ca, "",
           "PEM CA certificate(s) of the other servers of a group: this server then reaches "
           "member 0's group store over TLS, presenting --tls_cert/--tls_key; empty: plain TCP");
@@ -268,6 +273,9 @@ int main(int argc, char** argv) {
       }
     }
     options.group_bind_host = group_host;
+    options.group_peers =
+        absl::StrSplit(absl::GetFlag(FLAGS_group_peers), ',', absl::SkipEmpty());
+    options.group_peers_required = !kiln::IsLoopbackHost(kiln::HostOf(absl::GetFlag(FLAGS_listen)));
   }
   if (!absl::GetFlag(FLAGS_group_tls_ca).empty()) {
     kiln::server::GroupChannelOptions group_channel;

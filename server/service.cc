@@ -17,6 +17,7 @@
 #include "compiler/ir/fingerprint.h"
 #include "compiler/ir/hlo_printer.h"
 #include "compiler/ir/proto_convert.h"
+#include "base/net_address.h"
 #include "base/status_macros.h"
 #include "compiler/ir/verifier.h"
 #include "runtime/replicated.h"
@@ -756,6 +757,25 @@ absl::StatusOr<v1::JoinGroupResponse> Service::JoinGroup(const v1::JoinGroupRequ
   }
   if (req.timeout_millis() > absl::ToInt64Milliseconds(kMaxGroupTimeout)) {
     return absl::InvalidArgumentError(absl::StrCat("group ", id, ": a timeout of ", req.timeout_millis(), " ms is over the limit of ", absl::FormatDuration(kMaxGroupTimeout)));
+  }
+  const bool any_peer = std::find(options_.group_peers.begin(), options_.group_peers.end(),
+                                  "*") != options_.group_peers.end();
+  if (options_.group_peers.empty() && options_.group_peers_required) {
+    return absl::FailedPreconditionError(
+        "this server listens beyond loopback: name the hosts its groups may span with "
+        "--group_peers (docs/groups.md)");
+  }
+  if (!options_.group_peers.empty() && !any_peer) {
+    for (int m = 0; m < n; ++m) {
+      const absl::string_view host = HostOf(req.members(m));
+      if (std::find(options_.group_peers.begin(), options_.group_peers.end(), host) ==
+          options_.group_peers.end()) {
+        metrics_.Add("group_join_refused");
+        return absl::PermissionDeniedError(absl::StrCat(
+            "group ", id, ": member ", m, " is on ", host,
+            ", which is not among this server's --group_peers"));
+      }
+    }
   }
   // The session's place for the group, and one of the server's places for
   // a group being formed, before anything waits.

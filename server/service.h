@@ -71,6 +71,13 @@ struct ServiceOptions {
   // transport binds to, which the other members must reach
   // (--group_host).
   std::string group_bind_host = "127.0.0.1";
+  // The hosts (names or IPs, as members' addresses give them) that a
+  // group's members may be on (--group_peers; "*": any). This server
+  // calls and connects to the members a client names: the list keeps it
+  // from reaching anything else. Empty: any when `group_peers_required` is
+  // false (a server on loopback), no group at all otherwise.
+  std::vector<std::string> group_peers;
+  bool group_peers_required = false;
   // Reaches the store that a group's member 0 at `address` keeps, retrying
   // for up to `timeout` while it is not there yet; set by the gRPC layer.
   // Null: this server can only be a group's member 0.

@@ -554,6 +554,42 @@ ENTRY main {
   EXPECT_EQ(both->replicas[3].outputs[0]->device(), "host1/tpu:1");
 }
 
+// --group_peers: a server joins only groups whose members are on the hosts
+// it lists.
+TEST(GroupPeersE2ETest, AServerJoinsOnlyGroupsOfItsPeers) {
+  testing::ServerProcess listed({"--devices=cpu:1", "--group_peers=127.0.0.1"});
+  testing::ServerProcess strict({"--devices=cpu:1", "--group_peers=10.0.0.1,10.0.0.2"});
+  ASSERT_FALSE(listed.address().empty());
+  ASSERT_FALSE(strict.address().empty());
+  auto client = client::Client::Connect(strict.address());
+  ASSERT_TRUE(client.ok()) << client.status();
+  client::GroupMembership m;
+  m.id = "outside";
+  m.secret = std::string(16, 's');
+  m.members = {strict.address(), "192.168.1.1:22"};
+  absl::Status refused = (*client)->JoinGroup(m);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("--group_peers"));
+  // Loopback members are listed on the other server: a group of one forms.
+  auto ok_client = client::Client::Connect(listed.address());
+  ASSERT_TRUE(ok_client.ok());
+  m.id = "inside";
+  m.members = {listed.address()};
+  EXPECT_TRUE((*ok_client)->JoinGroup(m).ok());
+  // A server that listens beyond loopback joins no group until it lists
+  // its peers.
+  testing::ServerProcess exposed({"--devices=cpu:1", "--listen=0.0.0.0:0", "--insecure"});
+  ASSERT_FALSE(exposed.address().empty());
+  const std::string port = exposed.address().substr(exposed.address().rfind(':'));
+  auto exposed_client = client::Client::Connect("127.0.0.1" + port);
+  ASSERT_TRUE(exposed_client.ok()) << exposed_client.status();
+  m.id = "exposed";
+  m.members = {"127.0.0.1" + port};
+  absl::Status unlisted = (*exposed_client)->JoinGroup(m);
+  EXPECT_EQ(unlisted.code(), absl::StatusCode::kFailedPrecondition) << unlisted;
+  EXPECT_THAT(std::string(unlisted.message()), HasSubstr("--group_peers"));
+}
+
 // With bearer tokens on, a member reaches member 0's store with the token
 // of the client that formed the group.
 TEST(GroupTokensE2ETest, MembersShowTheClientsTokenToMemberZero) {

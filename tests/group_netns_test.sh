@@ -64,7 +64,8 @@ start_server() {
   # Listening on an address other machines reach needs --insecure without
   # TLS; the namespaces are this test's own.
   ip netns exec "$prefix-$i" "$bin/kiln-server" --listen="10.77.9.$((i + 1)):7000" \
-    --devices=cpu:1 --insecure --log_level=warn > "$work/server$i.log" 2>&1 &
+    --devices=cpu:1 --insecure --group_peers=10.77.9.1,10.77.9.2,10.77.9.3 \
+    --log_level=warn > "$work/server$i.log" 2>&1 &
   pids+=($!)
   server_pid[$i]=$!
   for _ in $(seq 100); do
