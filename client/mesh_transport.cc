@@ -92,6 +92,7 @@ class MeshTransport : public Transport {
   absl::StatusOr<v1::KeepAliveResponse> KeepAlive(const v1::KeepAliveRequest&) override {
     v1::KeepAliveResponse out;
     for (size_t i = 0; i < hosts_.size(); ++i) {
+      if (Gone(static_cast<int>(i))) continue;
       v1::KeepAliveRequest req;
       req.set_session_id(hosts_[i].session);
       absl::StatusOr<v1::KeepAliveResponse> r = hosts_[i].transport->KeepAlive(req);
@@ -166,6 +167,9 @@ class MeshTransport : public Transport {
       if (by_host[i].buffer_handles_size() == 0 && by_host[i].executable_handles_size() == 0) {
         continue;
       }
+      // A server an execution found gone holds nothing of this session
+      // any more.
+      if (Gone(static_cast<int>(i))) continue;
       by_host[i].set_session_id(hosts_[i].session);
       absl::StatusOr<v1::ReleaseResponse> r2 = hosts_[i].transport->Release(by_host[i]);
       if (!r2.ok()) return OnHost(static_cast<int>(i), hosts_[i].address, r2.status());
