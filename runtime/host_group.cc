@@ -87,15 +87,16 @@ int RankOfKey(absl::string_view key) {
 // written it.
 class GlooStore : public gloo::rendezvous::Store {
  public:
-  GlooStore(std::shared_ptr<GroupStore> store, const HostGroupSpec& spec)
-      : store_(std::move(store)), spec_(spec) {}
+  GlooStore(std::shared_ptr<GroupStore> store, const HostGroupSpec& spec,
+            const CancelCheck& cancelled)
+      : store_(std::move(store)), spec_(spec), cancelled_(cancelled) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     const absl::Status s = store_->Set(Key(key), std::string(data.begin(), data.end()));
     if (!s.ok()) throw gloo::IoException(absl::StrCat("group store: ", s.message()));
   }
   std::vector<char> get(const std::string& key) override {
-    absl::StatusOr<std::string> v = store_->Get(Key(key), spec_.timeout);
+    absl::StatusOr<std::string> v = Wait(key, absl::Now() + spec_.timeout);
     if (!v.ok()) throw gloo::IoException(Missing(key, v.status()));
     return std::vector<char>(v->begin(), v->end());
   }
@@ -104,13 +105,37 @@ class GlooStore : public gloo::rendezvous::Store {
             const std::chrono::milliseconds& timeout) override {
     const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
     for (const std::string& key : keys) {
-      absl::StatusOr<std::string> v =
-          store_->Get(Key(key), std::max(absl::Milliseconds(1), deadline - absl::Now()));
+      absl::StatusOr<std::string> v = Wait(key, deadline);
       if (!v.ok()) throw gloo::IoException(Missing(key, v.status()));
     }
   }
 
+  bool was_cancelled() const { return cancelled_flag_; }
+
  private:
+  // The key's value, waiting in slices so that a cancelled join stops.
+  absl::StatusOr<std::string> Wait(const std::string& key, absl::Time deadline) {
+    while (true) {
+      const absl::Duration left = deadline - absl::Now();
+      const absl::Duration slice =
+          std::max(absl::Milliseconds(1), std::min(left, absl::Milliseconds(200)));
+      absl::StatusOr<std::string> v = store_->Get(Key(key), slice);
+      // Not there yet: not set yet, or (a remote store) member 0 has not
+      // formed the group or is not up yet.
+      const absl::StatusCode code = v.status().code();
+      if (v.ok() || (code != absl::StatusCode::kDeadlineExceeded &&
+                     code != absl::StatusCode::kNotFound &&
+                     code != absl::StatusCode::kUnavailable)) {
+        return v;
+      }
+      if (cancelled_ && cancelled_()) {
+        cancelled_flag_ = true;
+        return absl::CancelledError("the join was cancelled");
+      }
+      if (absl::Now() >= deadline) return v;
+    }
+  }
+
   std::string Key(const std::string& key) const { return absl::StrCat(spec_.id, "/", key); }
   std::string Missing(const std::string& key, const absl::Status& status) const {
     const int rank = RankOfKey(key);
@@ -124,6 +149,8 @@ class GlooStore : public gloo::rendezvous::Store {
 
   std::shared_ptr<GroupStore> store_;
   const HostGroupSpec spec_;
+  const CancelCheck cancelled_;
+  bool cancelled_flag_ = false;
 };
 
 // Gloo reports a timeout and a lost connection alike as IoException; the
@@ -255,7 +282,8 @@ class GlooHostGroup : public HostGroup {
 bool HostGroupsSupported() { return true; }
 
 absl::StatusOr<std::unique_ptr<HostGroup>> HostGroup::Create(const HostGroupSpec& spec,
-                                                             std::shared_ptr<GroupStore> store) {
+                                                             std::shared_ptr<GroupStore> store,
+                                                             const CancelCheck& cancelled) {
   const int n = static_cast<int>(spec.members.size());
   if (n < 1 || spec.rank < 0 || spec.rank >= n) {
     return absl::InvalidArgumentError(
@@ -277,8 +305,15 @@ absl::StatusOr<std::unique_ptr<HostGroup>> HostGroup::Create(const HostGroupSpec
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(spec.rank, n);
     context->setTimeout(Millis(spec.timeout));
-    GlooStore gloo_store(std::move(store), spec);
-    context->connectFullMesh(gloo_store, device);
+    GlooStore gloo_store(std::move(store), spec, cancelled);
+    try {
+      context->connectFullMesh(gloo_store, device);
+    } catch (const std::exception& e) {
+      if (gloo_store.was_cancelled()) {
+        return absl::CancelledError(absl::StrCat("group ", spec.id, ": joining was cancelled"));
+      }
+      throw;
+    }
     return std::unique_ptr<HostGroup>(
         new GlooHostGroup(spec, std::move(device), std::move(context)));
   } catch (const std::exception& e) {
@@ -292,7 +327,8 @@ absl::StatusOr<std::unique_ptr<HostGroup>> HostGroup::Create(const HostGroupSpec
 bool HostGroupsSupported() { return false; }
 
 absl::StatusOr<std::unique_ptr<HostGroup>> HostGroup::Create(const HostGroupSpec& spec,
-                                                             std::shared_ptr<GroupStore>) {
+                                                             std::shared_ptr<GroupStore>,
+                                                             const CancelCheck&) {
   return absl::UnimplementedError(absl::StrCat(
       "group ", spec.id, ": this kiln-server was built without Gloo (libgloo-dev), so it cannot "
       "join a group of servers"));

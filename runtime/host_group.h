@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/cancel_check.h"
 
 namespace kiln::runtime {
 
@@ -65,9 +66,12 @@ struct HostGroupSpec {
 class HostGroup {
  public:
   // Connects to every other member (each calls Create at about the same
-  // time). UNIMPLEMENTED when Kiln was built without Gloo.
+  // time). UNIMPLEMENTED when Kiln was built without Gloo. While it waits
+  // for the others' addresses it polls `cancelled` (may be null): CANCELLED
+  // once that turns true.
   static absl::StatusOr<std::unique_ptr<HostGroup>> Create(const HostGroupSpec& spec,
-                                                           std::shared_ptr<GroupStore> store);
+                                                           std::shared_ptr<GroupStore> store,
+                                                           const CancelCheck& cancelled = nullptr);
   virtual ~HostGroup() = default;
 
   const HostGroupSpec& spec() const { return spec_; }

@@ -111,6 +111,19 @@ TEST(HostGroupTest, AMemberThatNeverJoinsIsNamedWithinTheTimeout) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 
+TEST(HostGroupTest, AJoinStopsWhenCancelled) {
+  if (!HostGroupsSupported()) GTEST_SKIP() << "built without Gloo";
+  auto store = std::make_shared<LocalGroupStore>(64, 1 << 16);
+  const absl::Time start = absl::Now();
+  // Member 1 never comes; the join is cancelled after 300 ms, long before
+  // its timeout.
+  absl::StatusOr<std::unique_ptr<HostGroup>> g = HostGroup::Create(
+      Spec("g5", 0, 2, absl::Seconds(60)), store,
+      [start] { return absl::Now() - start > absl::Milliseconds(300); });
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kCancelled) << g.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
 TEST(HostGroupTest, AMemberThatLeavesBreaksTheGroupForTheOthers) {
   if (!HostGroupsSupported()) GTEST_SKIP() << "built without Gloo";
   std::vector<std::unique_ptr<HostGroup>> groups = Form("g3", 3, absl::Seconds(2));

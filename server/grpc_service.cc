@@ -200,7 +200,7 @@ grpc::Status GrpcService::JoinGroup(grpc::ServerContext* ctx, const v1::JoinGrou
   if (auto it = metadata.find("authorization"); it != metadata.end()) {
     authorization.assign(it->second.data(), it->second.size());
   }
-  return Reply(service_->JoinGroup(*req, authorization), resp);
+  return Reply(service_->JoinGroup(*req, authorization, CancelledBy(ctx)), resp);
 }
 grpc::Status GrpcService::LeaveGroup(grpc::ServerContext* ctx, const v1::LeaveGroupRequest* req,
                                      v1::LeaveGroupResponse* resp) {

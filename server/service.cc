@@ -726,7 +726,8 @@ bool SameSecret(absl::string_view a, absl::string_view b) {
 }  // namespace
 
 absl::StatusOr<v1::JoinGroupResponse> Service::JoinGroup(const v1::JoinGroupRequest& req,
-                                                         const std::string& authorization) {
+                                                         const std::string& authorization,
+                                                         const runtime::CancelCheck& cancelled) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
   const std::string& id = req.group_id();
   if (!ValidGroupId(id)) {
@@ -830,7 +831,12 @@ absl::StatusOr<v1::JoinGroupResponse> Service::JoinGroup(const v1::JoinGroupRequ
     if (it != group_stores_.end() && it->second.session_id == session->id()) group_stores_.erase(it);
   };
   logging::Info("session {}: joining group {} as member {} of {}", session->id(), id, spec.rank, n);
-  absl::StatusOr<std::unique_ptr<runtime::HostGroup>> formed = runtime::HostGroup::Create(spec, store);
+  absl::StatusOr<std::unique_ptr<runtime::HostGroup>> formed =
+      runtime::HostGroup::Create(spec, store, cancelled);
+  // A client that went away meanwhile gets no group (nobody would leave it).
+  if (formed.ok() && cancelled && cancelled()) {
+    formed = absl::CancelledError(absl::StrCat("group ", id, ": the joining call went away"));
+  }
   if (!formed.ok()) {
     forget_store();
     metrics_.Add("group_join_errors");

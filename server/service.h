@@ -137,8 +137,10 @@ class Service {
   // member joined or the group's timeout passed.
   // `authorization` (the call's bearer token, if any) goes with this
   // member's calls to member 0's store.
+  // `cancelled` (may be null) stops the wait when the call goes away.
   absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest& request,
-                                                  const std::string& authorization = "");
+                                                  const std::string& authorization = "",
+                                                  const runtime::CancelCheck& cancelled = nullptr);
   absl::StatusOr<v1::LeaveGroupResponse> LeaveGroup(const v1::LeaveGroupRequest& request);
   // Called by the other members of a group this server is member 0 of;
   // authorized by the group's secret (and by the joining client's token,
