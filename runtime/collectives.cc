@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/device.h"
+#include "runtime/memory.h"
 
 namespace kiln::runtime {
 
@@ -270,6 +271,13 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeA
   // Every replica's operands have the shapes of local replica 0's.
   const std::vector<BufferPtr>& first = local[0];
   ASSIGN_OR_RETURN(RoundHeader header, HeaderOf(cross_, local_count_, number, first));
+  // What this round holds on the host: what this server sends, and what
+  // all servers send, charged as the execution's temporaries.
+  MemoryCharge scratch(AccountScope::Current());
+  RETURN_IF_ERROR(scratch.Grow(
+      static_cast<int64_t>(sizeof(header)) * (1 + group.size()) +
+          header.replica_bytes * (local_count_ + static_cast<int64_t>(replica_count_)),
+      absl::StrCat("the exchange of collective ", number, " between the servers")));
   std::string mine(sizeof(header) + header.replica_bytes * local_count_, '\0');
   std::memcpy(mine.data(), &header, sizeof(header));
   int64_t at = sizeof(header);
@@ -316,6 +324,14 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ReduceAcr
   std::memcpy(mine.data(), &header, sizeof(header));
   ASSIGN_OR_RETURN(std::vector<std::string> all, group.AllGatherEqual(mine));
   RETURN_IF_ERROR(CheckRound(group, all, header, 0, replica_count_).status());
+  // The host scratch of the largest operand, charged as the execution's
+  // temporaries.
+  int64_t largest = 0;
+  for (const BufferPtr& b : first) largest = std::max(largest, b->size_bytes());
+  MemoryCharge scratch(AccountScope::Current());
+  RETURN_IF_ERROR(scratch.Grow(largest * (local_count_ > 1 ? 2 : 1),
+                               absl::StrCat("the all-reduce of collective ", number,
+                                            " between the servers")));
   // By local replica: its own copy of every reduced operand.
   std::vector<std::vector<BufferPtr>> reduced(local_count_);
   for (size_t k = 0; k < first.size(); ++k) {

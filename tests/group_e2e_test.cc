@@ -554,6 +554,49 @@ ENTRY main {
   EXPECT_EQ(both->replicas[3].outputs[0]->device(), "host1/tpu:1");
 }
 
+// What an exchange between servers holds on the host counts against the
+// session's memory quota.
+TEST(GroupQuotaE2ETest, AnExchangeOverTheSessionsQuotaIsRefused) {
+  std::vector<std::unique_ptr<testing::ServerProcess>> servers;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 3; ++i) {
+    servers.push_back(std::make_unique<testing::ServerProcess>(
+        std::vector<std::string>{"--devices=cpu:2", "--session_memory_bytes=2M"}));
+    ASSERT_FALSE(servers.back()->address().empty());
+    addresses.push_back(servers.back()->address());
+  }
+  auto mesh = client::Mesh::Connect(addresses);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto group = (*mesh)->FormGroup({}, absl::Seconds(10));
+  ASSERT_TRUE(group.ok()) << group.status();
+  // Groups of three: every replica's 400 KB crosses servers.
+  auto module = ir::ParseModule(R"(HloModule halves
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[100000] parameter(0)
+  ROOT r = f32[100000] all-reduce(x), replica_groups={{0,1,2},{3,4,5}}, to_apply=add
+})");
+  ASSERT_TRUE(module.ok());
+  auto program = (*group)->Compile(**module, "cpu");
+  ASSERT_TRUE(program.ok()) << program.status();
+  std::vector<client::MeshReplica> replicas;
+  for (int h = 0; h < 3; ++h) {
+    for (int d = 0; d < 2; ++d) {
+      auto x = (*mesh)->host(h).TransferToDevice(
+          ir::Literal(ir::Shape(ir::ElementType::kF32, {100000})), absl::StrCat("cpu:", d));
+      ASSERT_TRUE(x.ok()) << x.status();
+      replicas.push_back({absl::StrCat("host", h, "/cpu:", d), {*x}});
+    }
+  }
+  auto run = (*group)->Run(*program, replicas);
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kResourceExhausted) << run.status();
+  EXPECT_THAT(std::string(run.status().message()), HasSubstr("between the servers"));
+}
+
 // --group_peers: a server joins only groups whose members are on the hosts
 // it lists.
 TEST(GroupPeersE2ETest, AServerJoinsOnlyGroupsOfItsPeers) {
