@@ -80,13 +80,16 @@ std::vector<absl::StatusOr<T>> FanOut(
   for (std::thread& t : threads) t.join();
   if (cancel != nullptr) cancel->ClearHook();
   for (int m = 0; m < n; ++m) {
-    if (late[m]) {
+    if (late[m] && !results[m].ok()) {
       results[m] = absl::DeadlineExceededError(absl::StrCat(
           "did not finish within ", absl::FormatDuration(grace),
           " after another member failed (stalled?); its call was cancelled"));
     }
   }
-  if (stalled != nullptr) *stalled = late;
+  if (stalled != nullptr) {
+    for (int m = 0; m < n; ++m) late[m] = late[m] && !results[m].ok();
+    *stalled = late;
+  }
   return results;
 }
 

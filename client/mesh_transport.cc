@@ -1,6 +1,7 @@
 #include "client/mesh_transport.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -89,16 +90,23 @@ class MeshTransport : public Transport {
     return out;
   }
 
+  // Every server at once: one that does not answer does not keep the
+  // others' sessions from being renewed.
   absl::StatusOr<v1::KeepAliveResponse> KeepAlive(const v1::KeepAliveRequest&) override {
-    v1::KeepAliveResponse out;
-    for (size_t i = 0; i < hosts_.size(); ++i) {
-      if (Gone(static_cast<int>(i))) continue;
+    const int n = hosts();
+    std::vector<absl::StatusOr<v1::KeepAliveResponse>> renewed(n, v1::KeepAliveResponse());
+    ForEachInParallel(n, [&](int i) {
+      if (Gone(i)) return;
       v1::KeepAliveRequest req;
       req.set_session_id(hosts_[i].session);
-      absl::StatusOr<v1::KeepAliveResponse> r = hosts_[i].transport->KeepAlive(req);
-      if (!r.ok()) return OnHost(static_cast<int>(i), hosts_[i].address, r.status());
-      if (out.lease_seconds() == 0 || r->lease_seconds() < out.lease_seconds()) {
-        out.set_lease_seconds(r->lease_seconds());
+      renewed[i] = hosts_[i].transport->KeepAlive(req);
+    });
+    v1::KeepAliveResponse out;
+    for (int i = 0; i < n; ++i) {
+      if (!renewed[i].ok()) return OnHost(i, hosts_[i].address, renewed[i].status());
+      const int64_t lease = renewed[i]->lease_seconds();
+      if (lease > 0 && (out.lease_seconds() == 0 || lease < out.lease_seconds())) {
+        out.set_lease_seconds(lease);
       }
     }
     return out;
@@ -235,9 +243,13 @@ class MeshTransport : public Transport {
       requests[m].set_executable_handle(handle);
     }
     std::vector<absl::StatusOr<v1::ExecuteResponse>> responses;
+    // One execution across servers at a time: each member runs one
+    // execution of a group at a time, and they must all run the same.
+    std::optional<absl::MutexLock> one_at_a_time;
     if (members.size() == 1) {
       responses.push_back(hosts_[members[0]].transport->Execute(requests[0], cancel));
     } else {
+      one_at_a_time.emplace(&run_mu_);
       ASSIGN_OR_RETURN(std::string group, GroupOf(members));
       for (v1::ExecuteRequest& req : requests) {
         req.set_group_id(group);
@@ -479,8 +491,15 @@ class MeshTransport : public Transport {
     }
     if (!errors.empty()) {
       LeaveQuietly(group);
-      return absl::UnavailableError(
-          absl::StrCat("forming group ", group.id, ": ", absl::StrJoin(errors, "; ")));
+      absl::StatusCode code = absl::StatusCode::kUnavailable;
+      for (const absl::Status& j : joined) {
+        if (!j.ok()) {
+          code = j.code();
+          break;
+        }
+      }
+      return absl::Status(code, absl::StrCat("forming group ", group.id, ": ",
+                                             absl::StrJoin(errors, "; ")));
     }
     absl::MutexLock lock(&mu_);
     groups_[key] = group;
@@ -545,6 +564,9 @@ class MeshTransport : public Transport {
   absl::flat_hash_map<std::string, std::shared_ptr<Program>> programs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<int> gone_ ABSL_GUARDED_BY(mu_);
+  // Held by an execution across servers (forming its group, running,
+  // dropping the group when it failed).
+  absl::Mutex run_mu_;
 };
 
 }  // namespace

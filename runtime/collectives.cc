@@ -14,7 +14,7 @@
 namespace kiln::runtime {
 
 absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
-    int replica, std::vector<BufferPtr> operands, const CancelCheck& cancelled,
+    int replica, std::vector<BufferPtr> operands, const CancelCheck& cancelled, uint64_t kind,
     const Reduction* reduction, bool* reduced) {
   if (reduced != nullptr) *reduced = false;
   const int local = replica - cross_.replica_offset;
@@ -34,13 +34,15 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
     round.ready = false;
     round.reduced = false;
     round.values.assign(replica_count_, {});
+    round.kinds.assign(replica_count_, 0);
   }
   round.values[replica] = std::move(operands);
+  round.kinds[replica] = kind;
   ++round.arrived;
   if (round.arrived == local_count_) {
     // Replicas that reached different collectives (a loop whose trip count
     // depends on the replica) would read each other's operands as theirs.
-    if (absl::Status same = SameOperands(round.values); !same.ok()) {
+    if (absl::Status same = SameOperands(round.values, round.kinds); !same.ok()) {
       if (aborted_.ok()) aborted_ = same;
     } else if (cross_.group == nullptr) {
       round.ready = true;
@@ -58,7 +60,7 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
         if (reduction != nullptr) {
           // Every local replica reads the same reduced operands.
           absl::StatusOr<std::vector<std::vector<BufferPtr>>> sums =
-              ReduceAcrossHosts(number, here, *reduction);
+              ReduceAcrossHosts(number, here, round.kinds[cross_.replica_offset], *reduction);
           if (sums.ok()) {
             all = std::vector<std::vector<BufferPtr>>(replica_count_);
             for (int r = 0; r < local_count_; ++r) {
@@ -68,7 +70,7 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
             all = sums.status();
           }
         } else {
-          all = ExchangeAcrossHosts(number, here);
+          all = ExchangeAcrossHosts(number, here, round.kinds[cross_.replica_offset]);
         }
       } catch (const std::exception& e) {  // std::bad_alloc of a large round
         all = absl::ResourceExhaustedError(
@@ -117,8 +119,8 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::Exchange(
   return round.values;
 }
 
-absl::Status ReplicaRendezvous::SameOperands(
-    const std::vector<std::vector<BufferPtr>>& values) const {
+absl::Status ReplicaRendezvous::SameOperands(const std::vector<std::vector<BufferPtr>>& values,
+                                             const std::vector<uint64_t>& kinds) const {
   const int first = cross_.replica_offset;
   const std::vector<BufferPtr>& like = values[first];
   auto shapes = [](const std::vector<BufferPtr>& ops) {
@@ -127,15 +129,15 @@ absl::Status ReplicaRendezvous::SameOperands(
     return out;
   };
   for (int r = first + 1; r < first + local_count_; ++r) {
-    bool same = values[r].size() == like.size();
+    bool same = values[r].size() == like.size() && kinds[r] == kinds[first];
     for (size_t k = 0; same && k < like.size(); ++k) {
       same = values[r][k]->shape() == like[k]->shape();
     }
     if (!same) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "replica ", r, " hands in (", shapes(values[r]), ") at a collective where replica ",
-          first, " hands in (", shapes(like),
-          "): the replicas reached different collectives"));
+          "replica ", r, " is at another collective than replica ", first, " (it hands in (",
+          shapes(values[r]), "), replica ", first, " (", shapes(like),
+          ")): the replicas reached different collectives"));
     }
   }
   return absl::OkStatus();
@@ -153,6 +155,8 @@ struct RoundHeader {
   int32_t replicas = 0;
   int64_t replica_bytes = 0;  // the operands of one replica
   uint64_t shapes = 0;        // a hash of the operands' shapes
+  uint64_t kind = 0;          // which collective (Exchange's `kind`)
+  int64_t path = 0;           // 1: exchange, 2: reduce then all-reduce
 };
 constexpr uint64_t kRoundMagic = 0x4b494c4e58434831;  // "KILNXCH1"
 
@@ -169,8 +173,11 @@ uint64_t HashText(absl::string_view text, uint64_t h = 1469598103934665603ull) {
 // What this server hands in for round `number`: the header of its local
 // replicas' operands (those of `first`, every local replica's shapes).
 absl::StatusOr<RoundHeader> HeaderOf(const CrossHost& cross, int local_count, int64_t number,
-                                     const std::vector<BufferPtr>& first) {
+                                     const std::vector<BufferPtr>& first, uint64_t kind,
+                                     int64_t path) {
   RoundHeader header;
+  header.kind = kind;
+  header.path = path;
   header.magic = kRoundMagic;
   header.round = number;
   header.program = cross.program;
@@ -230,9 +237,11 @@ absl::StatusOr<std::vector<RoundHeader>> CheckRound(const HostGroup& group,
           absl::StrCat(who, " is at another collective (", theirs.round, ") than this server (",
                        number, "): the servers run different programs"));
     }
-    if (theirs.replica_bytes != mine.replica_bytes || theirs.shapes != mine.shapes) {
+    if (theirs.replica_bytes != mine.replica_bytes || theirs.shapes != mine.shapes ||
+        theirs.kind != mine.kind || theirs.path != mine.path) {
       return absl::FailedPreconditionError(absl::StrCat(
-          who, " hands in operands of other shapes at collective ", number,
+          who, " is at another kind of collective or hands in operands of other shapes at "
+          "collective ", number,
           ": the servers run different programs, or their replicas reached different "
           "collectives"));
     }
@@ -265,12 +274,13 @@ absl::StatusOr<std::vector<RoundHeader>> CheckRound(const HostGroup& group,
 }  // namespace
 
 absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeAcrossHosts(
-    int64_t number, const std::vector<std::vector<BufferPtr>>& local) {
+    int64_t number, const std::vector<std::vector<BufferPtr>>& local, uint64_t kind) {
   HostGroup& group = *cross_.group;
   Device& device = *cross_.device;
   // Every replica's operands have the shapes of local replica 0's.
   const std::vector<BufferPtr>& first = local[0];
-  ASSIGN_OR_RETURN(RoundHeader header, HeaderOf(cross_, local_count_, number, first));
+  ASSIGN_OR_RETURN(RoundHeader header,
+                   HeaderOf(cross_, local_count_, number, first, kind, /*path=*/1));
   // What this round holds on the host: what this server sends, and what
   // all servers send, charged as the execution's temporaries.
   MemoryCharge scratch(AccountScope::Current());
@@ -278,9 +288,15 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeA
       static_cast<int64_t>(sizeof(header)) * (1 + group.size()) +
           header.replica_bytes * (local_count_ + static_cast<int64_t>(replica_count_)),
       absl::StrCat("the exchange of collective ", number, " between the servers")));
-  std::string mine(sizeof(header) + header.replica_bytes * local_count_, '\0');
-  std::memcpy(mine.data(), &header, sizeof(header));
-  int64_t at = sizeof(header);
+  // The servers agree on the round (one fixed-size exchange, the same
+  // first call on every path) before anything else crosses.
+  std::string head(sizeof(header), '\0');
+  std::memcpy(head.data(), &header, sizeof(header));
+  ASSIGN_OR_RETURN(std::vector<std::string> heads, group.AllGatherEqual(head));
+  ASSIGN_OR_RETURN(std::vector<RoundHeader> headers,
+                   CheckRound(group, heads, header, 0, replica_count_));
+  std::string mine(header.replica_bytes * local_count_, '\0');
+  int64_t at = 0;
   for (const std::vector<BufferPtr>& operands : local) {
     for (const BufferPtr& b : operands) {
       if (b->size_bytes() > 0) {
@@ -290,13 +306,17 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeA
     }
   }
   ASSIGN_OR_RETURN(std::vector<std::string> all, group.AllGather(mine));
-  ASSIGN_OR_RETURN(std::vector<RoundHeader> headers,
-                   CheckRound(group, all, header, header.replica_bytes, replica_count_));
   std::vector<std::vector<BufferPtr>> values(replica_count_);
   for (int rank = 0; rank < group.size(); ++rank) {
     if (rank == group.rank()) continue;
     const RoundHeader& theirs = headers[rank];
-    const char* p = all[rank].data() + sizeof(theirs);
+    if (static_cast<int64_t>(all[rank].size()) != theirs.replica_bytes * theirs.replicas) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", group.spec().members[rank], " (member ", rank, ") sent ", all[rank].size(),
+          " bytes at collective ", number, " where its header promised ",
+          theirs.replica_bytes * theirs.replicas));
+    }
+    const char* p = all[rank].data();
     for (int r = theirs.replica_offset; r < theirs.replica_offset + theirs.replicas; ++r) {
       for (const BufferPtr& like : first) {
         ASSIGN_OR_RETURN(BufferPtr b, device.Allocate(like->shape()));
@@ -312,14 +332,15 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ExchangeA
 }
 
 absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ReduceAcrossHosts(
-    int64_t number, const std::vector<std::vector<BufferPtr>>& local,
+    int64_t number, const std::vector<std::vector<BufferPtr>>& local, uint64_t kind,
     const Reduction& reduction) {
   HostGroup& group = *cross_.group;
   Device& device = *cross_.device;
   const std::vector<BufferPtr>& first = local[0];
   // The members agree on the round first (a header each): an all-reduce of
   // mismatched lengths would not fail cleanly.
-  ASSIGN_OR_RETURN(RoundHeader header, HeaderOf(cross_, local_count_, number, first));
+  ASSIGN_OR_RETURN(RoundHeader header,
+                   HeaderOf(cross_, local_count_, number, first, kind, /*path=*/2));
   std::string mine(sizeof(header), '\0');
   std::memcpy(mine.data(), &header, sizeof(header));
   ASSIGN_OR_RETURN(std::vector<std::string> all, group.AllGatherEqual(mine));
@@ -332,7 +353,7 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ReduceAcr
   RETURN_IF_ERROR(scratch.Grow(largest * (local_count_ > 1 ? 2 : 1),
                                absl::StrCat("the all-reduce of collective ", number,
                                             " between the servers")));
-  // By local replica: its own copy of every reduced operand.
+  // By local replica: every reduced operand (shared).
   std::vector<std::vector<BufferPtr>> reduced(local_count_);
   for (size_t k = 0; k < first.size(); ++k) {
     const ir::Shape& shape = first[k]->shape();
@@ -359,11 +380,10 @@ absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReplicaRendezvous::ReduceAcr
     RETURN_IF_ERROR(group.AllReduce(
         partial.get(), count, ir::ElementTypeSize(shape.type()),
         [&](void* out, const void* a, const void* b, size_t n) { reduction.combine(k, out, a, b, n); }));
-    for (int r = 0; r < local_count_; ++r) {
-      ASSIGN_OR_RETURN(BufferPtr out, device.Allocate(shape));
-      if (bytes > 0) RETURN_IF_ERROR(device.CopyToBuffer(*out, 0, partial.get(), bytes));
-      reduced[r].push_back(std::move(out));
-    }
+    // One buffer, which this server's replicas copy from.
+    ASSIGN_OR_RETURN(BufferPtr out, device.Allocate(shape));
+    if (bytes > 0) RETURN_IF_ERROR(device.CopyToBuffer(*out, 0, partial.get(), bytes));
+    for (int r = 0; r < local_count_; ++r) reduced[r].push_back(out);
   }
   return reduced;
 }

@@ -72,12 +72,14 @@ class ReplicaRendezvous {
   // Abort; DEADLINE_EXCEEDED when a replica does not arrive in time;
   // CANCELLED when `cancelled` turns true.
   // With `reduction`, across servers (crosses_hosts()), every replica
-  // gets the operands of all replicas already reduced, in buffers of its
-  // own, as its own entry of the result (the others are empty), and
-  // `*reduced` is set.
+  // gets the operands of all replicas already reduced (buffers this
+  // server's replicas share: read only), as its own entry of the result
+  // (the others are empty), and `*reduced` is set.
+  // `kind` names the collective (its opcode, reduction and groups, hashed
+  // by the caller): replicas at different kinds fail.
   absl::StatusOr<std::vector<std::vector<BufferPtr>>> Exchange(
       int replica, std::vector<BufferPtr> operands, const CancelCheck& cancelled,
-      const Reduction* reduction = nullptr, bool* reduced = nullptr);
+      uint64_t kind = 0, const Reduction* reduction = nullptr, bool* reduced = nullptr);
 
   // Whether the replicas span several servers.
   bool crosses_hosts() const { return cross_.group != nullptr; }
@@ -94,19 +96,21 @@ class ReplicaRendezvous {
     bool exchanging = false;  // a replica is exchanging with the other servers
     bool reduced = false;     // `values` holds each replica's reduced operands
     std::vector<std::vector<BufferPtr>> values;
+    std::vector<uint64_t> kinds;  // each replica's `kind`
   };
   // OK when every local replica handed in operands of the shapes of the
   // first one's.
-  absl::Status SameOperands(const std::vector<std::vector<BufferPtr>>& values) const;
+  absl::Status SameOperands(const std::vector<std::vector<BufferPtr>>& values,
+                            const std::vector<uint64_t>& kinds) const;
   // The other servers' replicas' operands for round `number`, given this
   // server's (by local replica).
   absl::StatusOr<std::vector<std::vector<BufferPtr>>> ExchangeAcrossHosts(
-      int64_t number, const std::vector<std::vector<BufferPtr>>& local);
+      int64_t number, const std::vector<std::vector<BufferPtr>>& local, uint64_t kind);
   // All replicas' operands for round `number` reduced (this server's
-  // replicas in order, then the servers' partial results through Gloo), a
-  // copy for each local replica.
+  // replicas in order, then the servers' partial results through Gloo), by
+  // local replica (the same buffers for each).
   absl::StatusOr<std::vector<std::vector<BufferPtr>>> ReduceAcrossHosts(
-      int64_t number, const std::vector<std::vector<BufferPtr>>& local,
+      int64_t number, const std::vector<std::vector<BufferPtr>>& local, uint64_t kind,
       const Reduction& reduction);
 
   const int local_count_;

@@ -154,7 +154,8 @@ class GlooStore : public gloo::rendezvous::Store {
 };
 
 // Gloo reports a timeout and a lost connection alike as IoException; the
-// message tells them apart.
+// message tells them apart. A lost member is ABORTED, not UNAVAILABLE: this
+// server is up, and its callers must not take it for the one that is gone.
 absl::Status FromGloo(const HostGroupSpec& spec, absl::string_view what, const std::exception& e) {
   const std::string message = absl::StrCat("group ", spec.id, ": ", what, ": ", e.what());
   const std::string lower = absl::AsciiStrToLower(e.what());
@@ -162,7 +163,7 @@ absl::Status FromGloo(const HostGroupSpec& spec, absl::string_view what, const s
       absl::StrContains(lower, "did not join")) {
     return absl::DeadlineExceededError(message);
   }
-  return absl::UnavailableError(message);
+  return absl::AbortedError(message);
 }
 
 class GlooHostGroup : public HostGroup {

@@ -589,7 +589,14 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     holds_group = true;
     cross.execution = group->executions++;
   }
-  if (!donated.empty()) RETURN_IF_ERROR(session->TakeBuffers(donated).status());
+  if (!donated.empty()) {
+    if (absl::Status taken = session->TakeBuffers(donated).status(); !taken.ok()) {
+      // This member skips an execution the others run: its rounds no
+      // longer match theirs.
+      if (group != nullptr) group->group->Break(taken);
+      return taken;
+    }
+  }
   absl::StatusOr<std::vector<runtime::BufferPtr>> results;
   if (group == nullptr) {
     results = runtime::ExecuteReplicated(*exe.executable, runs, options_.collective_timeout);

@@ -408,6 +408,40 @@ TEST_F(GroupE2ETest, ReplicasAtDifferentCollectivesAreStoppedNotMixedUp) {
   auto alone = mesh_->host(0).ExecuteReplicated(**exe, local);
   EXPECT_EQ(alone.status().code(), absl::StatusCode::kFailedPrecondition) << alone.status();
   EXPECT_THAT(std::string(alone.status().message()), HasSubstr("reached different collectives"));
+  // The same shapes at different all-reduces (a max and a sum) are told
+  // apart too.
+  auto kinds = ir::ParseModule(R"(HloModule kinds
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+sum_branch {
+  p = f32[2] parameter(0)
+  ROOT r = f32[2] all-reduce(p), replica_groups={}, to_apply=add
+}
+max_branch {
+  p = f32[2] parameter(0)
+  ROOT r = f32[2] all-reduce(p), replica_groups={}, to_apply=max
+}
+ENTRY main {
+  x = f32[2] parameter(0)
+  id = u32[] replica-id()
+  zero = u32[] constant(0)
+  first = pred[] compare(id, zero), direction=EQ
+  ROOT c = f32[2] conditional(first, x, x), true_computation=max_branch, false_computation=sum_branch
+})");
+  ASSERT_TRUE(kinds.ok()) << kinds.status();
+  auto kinds_exe = mesh_->host(0).Compile(**kinds, "cpu:0");
+  ASSERT_TRUE(kinds_exe.ok()) << kinds_exe.status();
+  auto mixed = mesh_->host(0).ExecuteReplicated(**kinds_exe, local);
+  EXPECT_EQ(mixed.status().code(), absl::StatusCode::kFailedPrecondition) << mixed.status();
+  EXPECT_THAT(std::string(mixed.status().message()), HasSubstr("reached different collectives"));
   // Across servers.
   auto group = mesh_->FormGroup({}, absl::Seconds(5));
   ASSERT_TRUE(group.ok()) << group.status();

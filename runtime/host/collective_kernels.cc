@@ -58,8 +58,28 @@ struct Round {
   std::vector<std::vector<runtime::BufferPtr>> held;
 };
 
+// Names a collective for the rendezvous, which stops replicas that reach
+// different ones: its opcode, its reduction (or nothing), its dimension
+// and its groups.
+uint64_t KindOf(Opcode collective, Opcode reducer, int64_t dimension,
+                const std::vector<std::vector<int64_t>>& groups) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ull;
+  };
+  mix(static_cast<uint64_t>(collective));
+  mix(static_cast<uint64_t>(reducer));
+  mix(static_cast<uint64_t>(dimension));
+  for (const auto& group : groups) {
+    mix(~uint64_t{0});
+    for (int64_t id : group) mix(static_cast<uint64_t>(id));
+  }
+  return h;
+}
+
 absl::StatusOr<Round> Exchange(ExecState& st, const std::vector<std::vector<int64_t>>& groups,
-                               const std::vector<BufferPtr>& ops) {
+                               const std::vector<BufferPtr>& ops, uint64_t kind) {
   const runtime::ExecuteOptions& o = *st.options;
   Round round;
   ASSIGN_OR_RETURN(round.group, ReplicaGroupOf(groups, o.replica_id, o.replica_count));
@@ -70,7 +90,8 @@ absl::StatusOr<Round> Exchange(ExecState& st, const std::vector<std::vector<int6
     // are counted per replica, so one that skipped a round would leave the
     // others waiting for it.
     ASSIGN_OR_RETURN(round.held,
-                     o.rendezvous->Exchange(o.replica_id, {ops.begin(), ops.end()}, o.cancelled));
+                     o.rendezvous->Exchange(o.replica_id, {ops.begin(), ops.end()}, o.cancelled,
+                                            kind));
   }
   for (size_t i = 0; i < round.group.size(); ++i) {
     const int64_t r = round.group[i];
@@ -188,14 +209,18 @@ Kernel AllReduce(Opcode op, std::vector<std::vector<int64_t>> groups) {
       bool reduced = false;
       ASSIGN_OR_RETURN(std::vector<std::vector<runtime::BufferPtr>> values,
                        o.rendezvous->Exchange(o.replica_id, {ops.begin(), ops.end()}, o.cancelled,
+                                              KindOf(Opcode::kAllReduce, op, -1, groups),
                                               &reduction, &reduced));
       if (reduced) {
-        // This replica's own buffers: its results as they are.
+        // The reduced operands are shared by this server's replicas: each
+        // copies them into buffers of its own device.
         std::vector<BufferPtr> outs;
-        for (const runtime::BufferPtr& sum : values[o.replica_id]) {
-          BufferPtr mine = HostBuffer::Cast(sum);
-          if (mine == nullptr) return absl::InternalError("a reduced operand off the host");
-          outs.push_back(std::move(mine));
+        for (size_t k = 0; k < ops.size(); ++k) {
+          BufferPtr sum = HostBuffer::Cast(values[o.replica_id][k]);
+          if (sum == nullptr) return absl::InternalError("a reduced operand off the host");
+          ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(ops[k]->shape()));
+          if (out->size_bytes() > 0) std::memcpy(out->data(), sum->data(), out->size_bytes());
+          outs.push_back(std::move(out));
         }
         return OneOrTuple(std::move(outs));
       }
@@ -205,7 +230,7 @@ Kernel AllReduce(Opcode op, std::vector<std::vector<int64_t>> groups) {
           "an all-reduce met another kind of collective across servers: the replicas reached "
           "different collectives");
     }
-    ASSIGN_OR_RETURN(Round round, Exchange(st, groups, ops));
+    ASSIGN_OR_RETURN(Round round, Exchange(st, groups, ops, KindOf(Opcode::kAllReduce, op, -1, groups)));
     std::vector<BufferPtr> outs;
     for (size_t k = 0; k < ops.size(); ++k) {
       ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(ops[k]->shape()));
@@ -225,7 +250,7 @@ Kernel AllGather(int64_t d, std::vector<std::vector<int64_t>> groups, Shape out_
   return [d, groups = std::move(groups), out_shape](ExecState& st,
                                                     const std::vector<BufferPtr>& ops)
              -> absl::StatusOr<BufferPtr> {
-    ASSIGN_OR_RETURN(Round round, Exchange(st, groups, ops));
+    ASSIGN_OR_RETURN(Round round, Exchange(st, groups, ops, KindOf(Opcode::kAllGather, Opcode::kParameter, d, groups)));
     std::vector<BufferPtr> outs;
     for (size_t k = 0; k < ops.size(); ++k) {
       const Shape& in = ops[k]->shape();
@@ -253,7 +278,7 @@ Kernel ReduceScatter(Opcode op, int64_t d, std::vector<std::vector<int64_t>> gro
   return [op, d, groups = std::move(groups), out_shape](ExecState& st,
                                                         const std::vector<BufferPtr>& ops)
              -> absl::StatusOr<BufferPtr> {
-    ASSIGN_OR_RETURN(Round round, Exchange(st, groups, ops));
+    ASSIGN_OR_RETURN(Round round, Exchange(st, groups, ops, KindOf(Opcode::kReduceScatter, op, d, groups)));
     std::vector<BufferPtr> outs;
     for (size_t k = 0; k < ops.size(); ++k) {
       const Shape& in = ops[k]->shape();
@@ -286,7 +311,7 @@ Kernel ReduceScatter(Opcode op, int64_t d, std::vector<std::vector<int64_t>> gro
 Kernel AllToAll(std::optional<int64_t> d, std::vector<std::vector<int64_t>> groups) {
   return [d, groups = std::move(groups)](ExecState& st, const std::vector<BufferPtr>& ops)
              -> absl::StatusOr<BufferPtr> {
-    ASSIGN_OR_RETURN(Round round, Exchange(st, groups, ops));
+    ASSIGN_OR_RETURN(Round round, Exchange(st, groups, ops, KindOf(Opcode::kAllToAll, Opcode::kParameter, d.value_or(-1), groups)));
     const int64_t g = static_cast<int64_t>(round.group.size());
     if (!d.has_value()) {
       RETURN_IF_ERROR(CheckGroupSize(round, static_cast<int64_t>(ops.size()), "all-to-all"));
@@ -333,7 +358,9 @@ Kernel CollectivePermute(std::vector<std::vector<int64_t>> pairs) {
     if (o.rendezvous == nullptr) {
       all.push_back({ops[0]});
     } else {
-      ASSIGN_OR_RETURN(all, o.rendezvous->Exchange(o.replica_id, {ops[0]}, o.cancelled));
+      ASSIGN_OR_RETURN(all, o.rendezvous->Exchange(
+                                o.replica_id, {ops[0]}, o.cancelled,
+                                KindOf(Opcode::kCollectivePermute, Opcode::kParameter, -1, pairs)));
     }
     ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(ops[0]->shape()));
     const int64_t bytes = ops[0]->shape().ByteSize();
@@ -351,7 +378,7 @@ Kernel CollectivePermute(std::vector<std::vector<int64_t>> pairs) {
 Kernel CollectiveBroadcast(std::vector<std::vector<int64_t>> groups) {
   return [groups = std::move(groups)](ExecState& st, const std::vector<BufferPtr>& ops)
              -> absl::StatusOr<BufferPtr> {
-    ASSIGN_OR_RETURN(Round round, Exchange(st, groups, ops));
+    ASSIGN_OR_RETURN(Round round, Exchange(st, groups, ops, KindOf(Opcode::kCollectiveBroadcast, Opcode::kParameter, -1, groups)));
     const Buffer& root = *round.members[0][0];
     ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(root.shape()));
     std::memcpy(out->data(), root.data(), root.shape().ByteSize());
