@@ -136,7 +136,8 @@ class MeshTransport : public Transport {
     local.set_session_id(hosts_[where.first].session);
     local.set_device(where.second);
     ASSIGN_OR_RETURN(v1::TransferToDeviceResponse resp,
-                     hosts_[where.first].transport->TransferToDevice(local, data, chunk_bytes));
+                     Named(where.first, hosts_[where.first].transport->TransferToDevice(
+                                            local, data, chunk_bytes)));
     resp.set_buffer_handle(Prefixed(where.first, resp.buffer_handle()));
     return resp;
   }
@@ -148,7 +149,7 @@ class MeshTransport : public Transport {
     v1::TransferFromDeviceRequest local = r;
     local.set_session_id(hosts_[where.first].session);
     local.set_buffer_handle(where.second);
-    return hosts_[where.first].transport->TransferFromDevice(local, on_chunk);
+    return Named(where.first, hosts_[where.first].transport->TransferFromDevice(local, on_chunk));
   }
 
   absl::StatusOr<v1::ReleaseResponse> Release(const v1::ReleaseRequest& r) override {
@@ -197,7 +198,7 @@ class MeshTransport : public Transport {
     v1::CompileRequest local = r;
     local.set_session_id(host.session);
     local.set_device(where.second);
-    ASSIGN_OR_RETURN(v1::CompileResponse resp, host.transport->Compile(local));
+    ASSIGN_OR_RETURN(v1::CompileResponse resp, Named(where.first, host.transport->Compile(local)));
     program->handles[where.first] = resp.executable_handle();
     resp.set_executable_handle(Prefixed(where.first, resp.executable_handle()));
     absl::MutexLock lock(&mu_);
@@ -247,7 +248,7 @@ class MeshTransport : public Transport {
     // execution of a group at a time, and they must all run the same.
     std::optional<absl::MutexLock> one_at_a_time;
     if (members.size() == 1) {
-      responses.push_back(hosts_[members[0]].transport->Execute(requests[0], cancel));
+      responses.push_back(Named(members[0], hosts_[members[0]].transport->Execute(requests[0], cancel)));
     } else {
       one_at_a_time.emplace(&run_mu_);
       ASSIGN_OR_RETURN(std::string group, GroupOf(members));
@@ -283,7 +284,7 @@ class MeshTransport : public Transport {
     }
     v1::ExecuteResponse out;
     for (size_t m = 0; m < members.size(); ++m) {
-      if (!responses[m].ok()) return OnHost(members[m], hosts_[members[m]].address, responses[m].status());
+      if (!responses[m].ok()) return responses[m].status();
       v1::ExecuteResponse& resp = *responses[m];
       out.set_execute_micros(std::max(out.execute_micros(), resp.execute_micros()));
       if (resp.has_profile() && (!out.has_profile() || resp.profile().simulated_seconds() >
@@ -306,7 +307,8 @@ class MeshTransport : public Transport {
     v1::MemoryInfoRequest local = r;
     local.set_session_id(hosts_[where.first].session);
     local.set_device(where.second);
-    ASSIGN_OR_RETURN(v1::MemoryInfoResponse resp, hosts_[where.first].transport->MemoryInfo(local));
+    ASSIGN_OR_RETURN(v1::MemoryInfoResponse resp,
+                     Named(where.first, hosts_[where.first].transport->MemoryInfo(local)));
     resp.set_device(Prefixed(where.first, resp.device()));
     return resp;
   }
@@ -347,7 +349,7 @@ class MeshTransport : public Transport {
     local.set_session_id(hosts_[where.first].session);
     local.set_device(where.second);
     ASSIGN_OR_RETURN(v1::CreateFeedTokenResponse resp,
-                     hosts_[where.first].transport->CreateFeedToken(local));
+                     Named(where.first, hosts_[where.first].transport->CreateFeedToken(local)));
     resp.set_feed_token(Prefixed(where.first, resp.feed_token()));
     return resp;
   }
@@ -355,14 +357,14 @@ class MeshTransport : public Transport {
   absl::StatusOr<std::unique_ptr<InfeedStream>> OpenInfeed(const v1::FeedTarget& target,
                                                            int64_t chunk_bytes) override {
     ASSIGN_OR_RETURN(auto local, LocalTarget(target));
-    return hosts_[local.first].transport->OpenInfeed(local.second, chunk_bytes);
+    return Named(local.first, hosts_[local.first].transport->OpenInfeed(local.second, chunk_bytes));
   }
 
   absl::StatusOr<std::unique_ptr<OutfeedStream>> OpenOutfeed(const v1::OutfeedRequest& r) override {
     ASSIGN_OR_RETURN(auto local, LocalTarget(r.target()));
     v1::OutfeedRequest req = r;
     *req.mutable_target() = local.second;
-    return hosts_[local.first].transport->OpenOutfeed(req);
+    return Named(local.first, hosts_[local.first].transport->OpenOutfeed(req));
   }
 
  private:
@@ -384,6 +386,17 @@ class MeshTransport : public Transport {
   };
 
   int hosts() const { return static_cast<int>(hosts_.size()); }
+
+  // A call's error names the server it went to.
+  absl::Status Named(int host, absl::Status status) const {
+    if (status.ok()) return status;
+    return OnHost(host, hosts_[host].address, status);
+  }
+  template <typename T>
+  absl::StatusOr<T> Named(int host, absl::StatusOr<T> result) const {
+    if (result.ok()) return result;
+    return OnHost(host, hosts_[host].address, result.status());
+  }
 
   absl::StatusOr<std::shared_ptr<Program>> ProgramOf(const std::string& handle) {
     absl::MutexLock lock(&mu_);
@@ -447,7 +460,8 @@ class MeshTransport : public Transport {
       }
       local.add_argument_handles(arg.second);
     }
-    ASSIGN_OR_RETURN(v1::ExecuteResponse resp, hosts_[host].transport->Execute(local, cancel));
+    ASSIGN_OR_RETURN(v1::ExecuteResponse resp,
+                     Named(host, hosts_[host].transport->Execute(local, cancel)));
     for (v1::ExecuteOutput& o : *resp.mutable_outputs()) {
       o.set_buffer_handle(Prefixed(host, o.buffer_handle()));
     }
