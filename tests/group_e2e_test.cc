@@ -36,18 +36,32 @@ ir::Literal F32(std::vector<float> v) {
   return ir::Literal::FromVector<float>(ir::ElementType::kF32, {int64_t(v.size())}, v);
 }
 
+// `n` kiln-servers on loopback, started with `flags`; each stops when
+// `processes` goes. `addresses` holds those that started.
+struct Servers {
+  std::vector<std::unique_ptr<testing::ServerProcess>> processes;
+  std::vector<std::string> addresses;
+};
+Servers StartServers(int n, const std::vector<std::string>& flags) {
+  Servers servers;
+  for (int i = 0; i < n; ++i) {
+    servers.processes.push_back(std::make_unique<testing::ServerProcess>(flags));
+    if (!servers.processes.back()->address().empty()) {
+      servers.addresses.push_back(servers.processes.back()->address());
+    }
+  }
+  return servers;
+}
+
 constexpr int kServers = 3;
 constexpr int kDevicesPerServer = 2;
 
 class GroupE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (int i = 0; i < kServers; ++i) {
-      servers_.push_back(std::make_unique<testing::ServerProcess>(
-          std::vector<std::string>{absl::StrCat("--devices=cpu:", kDevicesPerServer)}));
-      ASSERT_FALSE(servers_.back()->address().empty()) << "server " << i << " did not start";
-      addresses_.push_back(servers_.back()->address());
-    }
+    servers_ = StartServers(kServers, {absl::StrCat("--devices=cpu:", kDevicesPerServer)});
+    ASSERT_EQ(servers_.addresses.size(), size_t{kServers}) << "a kiln-server did not start";
+    addresses_ = servers_.addresses;
     // A killed server's client gives up soon.
     client::ConnectOptions options;
     options.control_timeout = absl::Seconds(5);
@@ -75,7 +89,7 @@ class GroupE2ETest : public ::testing::Test {
     return replicas;
   }
 
-  std::vector<std::unique_ptr<testing::ServerProcess>> servers_;
+  Servers servers_;
   std::vector<std::string> addresses_;
   std::unique_ptr<client::Mesh> mesh_;
 };
@@ -244,9 +258,9 @@ TEST_F(GroupE2ETest, AStalledServerFailsTheOthersWithinTheTimeout) {
   auto replicas = Replicas({0, 1, 2}, [](int) { return F32({0, 0, 0}); });
   ASSERT_EQ(replicas.size(), 6u);
   client::MeshProgram program;
-  auto group = FailMidLoop(this, *mesh_, *servers_[2], addresses_, SIGSTOP, timeout, &replicas,
+  auto group = FailMidLoop(this, *mesh_, *servers_.processes[2], addresses_, SIGSTOP, timeout, &replicas,
                            &program);
-  kill(servers_[2]->pid(), SIGCONT);
+  kill(servers_.processes[2]->pid(), SIGCONT);
   ASSERT_NE(group, nullptr);
   // The stalled server's call was cancelled, and said so.
   EXPECT_THAT(std::string(group->broken().message()), HasSubstr("its call was cancelled"));
@@ -257,7 +271,7 @@ TEST_F(GroupE2ETest, AKilledServerFailsTheOthersWithinTheTimeoutAndTheSurvivorsR
   auto replicas = Replicas({0, 1, 2}, [](int) { return F32({0, 0, 0}); });
   ASSERT_EQ(replicas.size(), 6u);
   client::MeshProgram program;
-  auto group = FailMidLoop(this, *mesh_, *servers_[2], addresses_, SIGKILL, timeout, &replicas,
+  auto group = FailMidLoop(this, *mesh_, *servers_.processes[2], addresses_, SIGKILL, timeout, &replicas,
                            &program);
   ASSERT_NE(group, nullptr);
 
@@ -460,14 +474,9 @@ ENTRY main {
 // Data-parallel training through one client over two servers (the mesh
 // transport): the same steps as one device with the whole batch.
 TEST(GroupTrainingE2ETest, DataParallelOverTwoServersMatchesOneDevice) {
-  std::vector<std::unique_ptr<testing::ServerProcess>> servers;
-  std::vector<std::string> addresses;
-  for (int i = 0; i < 2; ++i) {
-    servers.push_back(std::make_unique<testing::ServerProcess>(
-        std::vector<std::string>{"--devices=cpu:2"}));
-    ASSERT_FALSE(servers.back()->address().empty());
-    addresses.push_back(servers.back()->address());
-  }
+  const Servers servers = StartServers(2, {"--devices=cpu:2"});
+  ASSERT_EQ(servers.addresses.size(), 2u) << "a kiln-server did not start";
+  const std::vector<std::string>& addresses = servers.addresses;
   std::vector<float> images(64 * 784);
   std::vector<int32_t> labels(64);
   for (size_t i = 0; i < images.size(); ++i) images[i] = float((i * 37) % 255) / 255.0f;
@@ -542,14 +551,9 @@ TEST(GroupTrainingE2ETest, DataParallelOverTwoServersMatchesOneDevice) {
 // On simulated TPU cores, an all-reduce across servers is priced with the
 // network between them on top of each server's chips.
 TEST(GroupTpuE2ETest, TheProfileOfAGroupPricesTheNetworkBetweenServers) {
-  std::vector<std::unique_ptr<testing::ServerProcess>> servers;
-  std::vector<std::string> addresses;
-  for (int i = 0; i < 2; ++i) {
-    servers.push_back(std::make_unique<testing::ServerProcess>(
-        std::vector<std::string>{"--devices=cpu:1,tpu:2"}));
-    ASSERT_FALSE(servers.back()->address().empty());
-    addresses.push_back(servers.back()->address());
-  }
+  const Servers servers = StartServers(2, {"--devices=cpu:1,tpu:2"});
+  ASSERT_EQ(servers.addresses.size(), 2u) << "a kiln-server did not start";
+  const std::vector<std::string>& addresses = servers.addresses;
   auto client = client::Client::ConnectMesh(addresses);
   ASSERT_TRUE(client.ok()) << client.status();
   auto module = ir::ParseModule(R"(HloModule sum
@@ -591,14 +595,9 @@ ENTRY main {
 // What an exchange between servers holds on the host counts against the
 // session's memory quota.
 TEST(GroupQuotaE2ETest, AnExchangeOverTheSessionsQuotaIsRefused) {
-  std::vector<std::unique_ptr<testing::ServerProcess>> servers;
-  std::vector<std::string> addresses;
-  for (int i = 0; i < 3; ++i) {
-    servers.push_back(std::make_unique<testing::ServerProcess>(
-        std::vector<std::string>{"--devices=cpu:2", "--session_memory_bytes=2M"}));
-    ASSERT_FALSE(servers.back()->address().empty());
-    addresses.push_back(servers.back()->address());
-  }
+  const Servers servers = StartServers(3, {"--devices=cpu:2", "--session_memory_bytes=2M"});
+  ASSERT_EQ(servers.addresses.size(), 3u) << "a kiln-server did not start";
+  const std::vector<std::string>& addresses = servers.addresses;
   auto mesh = client::Mesh::Connect(addresses);
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   auto group = (*mesh)->FormGroup({}, absl::Seconds(10));
@@ -677,14 +676,9 @@ TEST(GroupTokensE2ETest, MembersShowTheClientsTokenToMemberZero) {
     std::ofstream(tokens) << "trainer aaaaaaaaaaaaaaaaaaaa\n";
   }
   chmod(tokens.c_str(), 0600);
-  std::vector<std::unique_ptr<testing::ServerProcess>> servers;
-  std::vector<std::string> addresses;
-  for (int i = 0; i < 2; ++i) {
-    servers.push_back(std::make_unique<testing::ServerProcess>(
-        std::vector<std::string>{"--devices=cpu:1", "--auth_tokens_file=" + tokens}));
-    ASSERT_FALSE(servers.back()->address().empty());
-    addresses.push_back(servers.back()->address());
-  }
+  const Servers servers = StartServers(2, {"--devices=cpu:1", "--auth_tokens_file=" + tokens});
+  ASSERT_EQ(servers.addresses.size(), 2u) << "a kiln-server did not start";
+  const std::vector<std::string>& addresses = servers.addresses;
   client::ConnectOptions options;
   options.security.token = "aaaaaaaaaaaaaaaaaaaa";
   auto mesh = client::Mesh::Connect(addresses, options);
