@@ -131,14 +131,11 @@ class MeshTransport : public Transport {
   absl::StatusOr<v1::TransferToDeviceResponse> TransferToDevice(const v1::TransferHeader& header,
                                                                 absl::string_view data,
                                                                 int64_t chunk_bytes) override {
-    ASSIGN_OR_RETURN(auto where, SplitName(header.device(), hosts(), "device"));
-    v1::TransferHeader local = header;
-    local.set_session_id(hosts_[where.first].session);
-    local.set_device(where.second);
+    ASSIGN_OR_RETURN(auto local, OnItsHost(header));
     ASSIGN_OR_RETURN(v1::TransferToDeviceResponse resp,
-                     Named(where.first, hosts_[where.first].transport->TransferToDevice(
-                                            local, data, chunk_bytes)));
-    resp.set_buffer_handle(Prefixed(where.first, resp.buffer_handle()));
+                     Named(local.first, hosts_[local.first].transport->TransferToDevice(
+                                            local.second, data, chunk_bytes)));
+    resp.set_buffer_handle(Prefixed(local.first, resp.buffer_handle()));
     return resp;
   }
 
@@ -303,13 +300,10 @@ class MeshTransport : public Transport {
   }
 
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& r) override {
-    ASSIGN_OR_RETURN(auto where, SplitName(r.device(), hosts(), "device"));
-    v1::MemoryInfoRequest local = r;
-    local.set_session_id(hosts_[where.first].session);
-    local.set_device(where.second);
+    ASSIGN_OR_RETURN(auto local, OnItsHost(r));
     ASSIGN_OR_RETURN(v1::MemoryInfoResponse resp,
-                     Named(where.first, hosts_[where.first].transport->MemoryInfo(local)));
-    resp.set_device(Prefixed(where.first, resp.device()));
+                     Named(local.first, hosts_[local.first].transport->MemoryInfo(local.second)));
+    resp.set_device(Prefixed(local.first, resp.device()));
     return resp;
   }
 
@@ -344,13 +338,10 @@ class MeshTransport : public Transport {
 
   absl::StatusOr<v1::CreateFeedTokenResponse> CreateFeedToken(
       const v1::CreateFeedTokenRequest& r) override {
-    ASSIGN_OR_RETURN(auto where, SplitName(r.device(), hosts(), "device"));
-    v1::CreateFeedTokenRequest local = r;
-    local.set_session_id(hosts_[where.first].session);
-    local.set_device(where.second);
+    ASSIGN_OR_RETURN(auto local, OnItsHost(r));
     ASSIGN_OR_RETURN(v1::CreateFeedTokenResponse resp,
-                     Named(where.first, hosts_[where.first].transport->CreateFeedToken(local)));
-    resp.set_feed_token(Prefixed(where.first, resp.feed_token()));
+                     Named(local.first, hosts_[local.first].transport->CreateFeedToken(local.second)));
+    resp.set_feed_token(Prefixed(local.first, resp.feed_token()));
     return resp;
   }
 
@@ -386,6 +377,17 @@ class MeshTransport : public Transport {
   };
 
   int hosts() const { return static_cast<int>(hosts_.size()); }
+
+  // A request naming a mesh device, as its server takes it: that server's
+  // session and its own name of the device. Returns the server too.
+  template <typename Request>
+  absl::StatusOr<std::pair<int, Request>> OnItsHost(const Request& r) const {
+    ASSIGN_OR_RETURN(auto where, SplitName(r.device(), hosts(), "device"));
+    Request local = r;
+    local.set_session_id(hosts_[where.first].session);
+    local.set_device(where.second);
+    return std::make_pair(where.first, std::move(local));
+  }
 
   // A call's error names the server it went to.
   absl::Status Named(int host, absl::Status status) const {
