@@ -122,8 +122,8 @@ class Compiler {
     return absl::UnimplementedError("this backend keeps no compiled programs on disk");
   }
   // What else an artifact depends on, for the persistent cache's key: the
-  // versions of the libraries that generate code or choose kernels, and the
-  // processor they chose for.
+  // versions of the libraries that generate code or choose kernels, the
+  // processor they chose for, and the passes that rewrote the module.
   virtual std::string ArtifactDependencies() const { return ""; }
 };
 

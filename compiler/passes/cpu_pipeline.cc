@@ -4,6 +4,7 @@
 #include "compiler/passes/constant_folding.h"
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dce.h"
+#include "compiler/passes/fusion.h"
 
 namespace kiln::passes {
 
@@ -25,6 +26,7 @@ std::unique_ptr<Pipeline> CpuPipeline(bool verify) {
   auto pipeline = std::make_unique<Pipeline>(
       "cpu", PipelineOptions{.max_iterations = 1, .verify = verify});
   AddSimplify(*pipeline, verify);
+  pipeline->AddPass<LoopFusion>();
   return pipeline;
 }
 

@@ -204,10 +204,10 @@ TEST(PipelineTest, VerifiesByDefaultOnlyInDebugBuilds) {
 #endif
 }
 
-TEST(CpuPipelineTest, HasTheSimplifyingPassesToAFixedPoint) {
+TEST(CpuPipelineTest, SimplifiesToAFixedPointThenFuses) {
   std::unique_ptr<Pipeline> cpu = CpuPipeline(/*verify=*/true);
   EXPECT_EQ(cpu->Describe(),
-            "cpu(simplify(algebraic-simplifier, constant-folding, cse, dce))");
+            "cpu(simplify(algebraic-simplifier, constant-folding, cse, dce), loop-fusion)");
   EXPECT_TRUE(cpu->options().verify);
 }
 

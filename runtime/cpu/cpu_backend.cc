@@ -32,7 +32,13 @@ class CpuCompiler : public runtime::Compiler {
     return host::CompileProgram("cpu", *decoded.module, options);
   }
 
-  std::string ArtifactDependencies() const override { return host::HostArtifactDependencies(); }
+  // An artifact holds the module as the pipeline left it: another pipeline
+  // compiles it again.
+  std::string ArtifactDependencies() const override {
+    static const std::string dependencies = absl::StrCat(
+        host::HostArtifactDependencies(), "; passes ", passes::CpuPipeline(false)->Describe());
+    return dependencies;
+  }
 };
 
 }  // namespace

@@ -1178,7 +1178,7 @@ ENTRY main {
 namespace kiln::host {
 namespace {
 
-// A fused group whose input is an intermediate read for the last time
+// A loop fusion whose input is an intermediate read for the last time
 // writes its result over that input: correct values, and the execution's
 // peak memory holds one array fewer.
 TEST(CpuInPlaceTest, ALastReadIntermediateTakesTheResult) {
@@ -1195,6 +1195,7 @@ TEST(CpuInPlaceTest, ALastReadIntermediateTakesTheResult) {
   HostDevice device("cpu", 0, int64_t{1} << 30, 4);
   auto module = ir::ParseModule(text);
   ASSERT_TRUE(module.ok()) << module.status();
+  ASSERT_TRUE(passes::LoopFusion().Run(module->get()).ok());
   auto exe = CompileProgram("cpu", **module, {});
   ASSERT_TRUE(exe.ok()) << exe.status();
   std::vector<float> xs(n), ys(n);

@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
+#include "compiler/passes/fusion.h"
 #include "runtime/host/cancel.h"
 #include "runtime/host/elementwise.h"
 
@@ -59,34 +61,13 @@ class StepProfile {
 using ir::Instruction;
 using ir::Opcode;
 
-// A broadcast that fused loops expand as they go: of a scalar, or of an
-// operand whose dimensions are a contiguous run of the output's (a bias over
-// channels, a vector over rows).
-bool IsExpandableBroadcast(const Instruction& instr) {
-  if (instr.opcode() != Opcode::kBroadcast) return false;
-  const ir::Shape& in = instr.operand(0)->shape();
-  if (in.ElementCount() == 1) return true;
-  const std::vector<int64_t>& dims = instr.attrs().dimensions;
-  if (dims.empty() || in.dims() == instr.shape().dims()) return false;
-  for (size_t i = 1; i < dims.size(); ++i) {
-    if (dims[i] != dims[i - 1] + 1) return false;
-  }
-  return true;
-}
-
-bool IsFusible(const Instruction& instr) {
-  return ir::IsElementwise(instr.opcode()) || IsExpandableBroadcast(instr);
-}
-
-// group_of[i] for a broadcast that every user's fused group expands itself
-// (it has no step of its own).
-constexpr int kInlined = -2;
-
-// Builds the fused kernel for the instructions `members` (topological order;
-// the last is the group's output). Operands whose group_of is kInlined are
-// broadcasts expanded inside the group.
-Kernel MakeFusedKernel(const std::vector<const Instruction*>& members,
-                       const std::vector<int>& group_of, std::vector<int>* input_slots) {
+// Builds the loop that computes `nodes` (topological; the last is the
+// output) in one pass. A value that is not among them is read as a loop
+// input, from the program slot `slot_of` gives; `input_slots` receives
+// those slots in input order.
+Kernel MakeLoopKernel(const std::vector<const Instruction*>& nodes,
+                      const std::function<int(const Instruction*)>& slot_of,
+                      std::vector<int>* input_slots) {
   auto group = std::make_shared<FusedGroup>();
   absl::flat_hash_map<const Instruction*, int> node_of;
   absl::flat_hash_map<const Instruction*, int> input_of;
@@ -95,17 +76,20 @@ Kernel MakeFusedKernel(const std::vector<const Instruction*>& members,
     if (inserted) {
       group->input_types.push_back(o->shape().type());
       group->input_is_scalar.push_back(o->shape().ElementCount() == 1);
-      input_slots->push_back(o->index());
+      input_slots->push_back(slot_of(o));
     }
     return -1 - in->second;
   };
-  auto add_node = [&](const Instruction* m, std::vector<int> args) {
+  for (const Instruction* m : nodes) {
     FusedNode node;
     node.op = m->opcode();
     node.out_type = m->shape().type();
     node.in_type = m->operand(0)->shape().type();
     node.direction = m->attrs().direction;
-    node.args = std::move(args);
+    for (const Instruction* o : m->operands()) {
+      auto it = node_of.find(o);
+      node.args.push_back(it != node_of.end() ? it->second : input(o));
+    }
     const ir::Shape& in = m->operand(0)->shape();
     if (m->opcode() == Opcode::kBroadcast && in.ElementCount() != 1) {
       node.broadcast_size = in.ElementCount();
@@ -117,23 +101,8 @@ Kernel MakeFusedKernel(const std::vector<const Instruction*>& members,
     }
     node_of[m] = static_cast<int>(group->nodes.size());
     group->nodes.push_back(std::move(node));
-    return node_of[m];
-  };
-  for (const Instruction* m : members) {
-    std::vector<int> args;
-    for (const Instruction* o : m->operands()) {
-      auto it = node_of.find(o);
-      if (it != node_of.end()) {
-        args.push_back(it->second);
-      } else if (group_of[o->index()] == kInlined) {
-        args.push_back(add_node(o, {input(o->operand(0))}));
-      } else {
-        args.push_back(input(o));
-      }
-    }
-    add_node(m, std::move(args));
   }
-  const ir::Shape out_shape = members.back()->shape();
+  const ir::Shape out_shape = nodes.back()->shape();
   group->element_count = out_shape.ElementCount();
   return [group, out_shape](ExecState& st, const std::vector<BufferPtr>& ops)
              -> absl::StatusOr<BufferPtr> {
@@ -224,62 +193,46 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
   for (const Instruction* p : comp.parameters()) {
     program->param_slots_.push_back(p->index());
   }
-  // Users per instruction, to find single-use chains.
-  std::vector<std::vector<const Instruction*>> users(n);
-  for (const auto& instr : instrs) {
-    for (const Instruction* o : instr->operands()) {
-      auto& u = users[o->index()];
-      if (std::find(u.begin(), u.end(), instr.get()) == u.end()) {
-        u.push_back(instr.get());
-      }
-    }
-  }
-  // group_of[i]: the instruction whose fused step computes i (itself when it
-  // is a group's output), or -1 when i is not fused.
-  std::vector<int> group_of(n, -1);
-  for (int i = n - 1; i >= 0; --i) {
-    const Instruction& instr = *instrs[i];
-    if (!IsFusible(instr)) continue;
-    group_of[i] = i;
-    if (IsExpandableBroadcast(instr) && &instr != comp.root() && !users[i].empty() &&
-        std::all_of(users[i].begin(), users[i].end(), [&](const Instruction* u) {
-          return group_of[u->index()] >= 0 && ir::IsElementwise(u->opcode());
-        })) {
-      // Cheaper to expand in each user's loop than to write out and read.
-      group_of[i] = kInlined;
-      continue;
-    }
-    if (users[i].size() == 1 && &instr != comp.root()) {
-      const Instruction* user = users[i][0];
-      if (group_of[user->index()] >= 0 &&
-          user->shape().dims() == instr.shape().dims()) {
-        group_of[i] = group_of[user->index()];
-      }
-    }
-  }
-  std::vector<std::vector<const Instruction*>> members(n);
-  for (int i = 0; i < n; ++i) {
-    if (group_of[i] >= 0) members[group_of[i]].push_back(instrs[i].get());
-  }
   for (int i = 0; i < n; ++i) {
     const Instruction& instr = *instrs[i];
-    if (instr.opcode() == Opcode::kParameter || group_of[i] == kInlined) continue;
-    if (group_of[i] >= 0 && group_of[i] != i) continue;  // inside a group
+    if (instr.opcode() == Opcode::kParameter) continue;
     Step step;
     step.name = instr.name();
-    step.what = absl::StrCat(group_of[i] == i ? "fused " : "", ir::OpcodeName(instr.opcode()),
-                             " ", instr.shape().ToString(), " ", instr.name());
     step.output = i;
-    if (group_of[i] == i) {
-      step.kernel = MakeFusedKernel(members[i], group_of, &step.inputs);
-      program->fused_instructions_ += static_cast<int>(members[i].size()) - 1;
-      if (options.step_cost) step.cost = options.step_cost(members[i]);
+    // Which instructions run as one loop is the fusion pass's choice
+    // (compiler/passes/fusion.h): a call of a loop fusion runs its callee
+    // as one loop, and a lone elementwise instruction or expandable
+    // broadcast is a loop of one.
+    const bool fused_call = instr.opcode() == Opcode::kCall && instr.called().size() == 1 &&
+                            passes::IsLoopFusion(*instr.called(0));
+    if (fused_call) {
+      const ir::Computation& callee = *instr.called(0);
+      std::vector<const Instruction*> nodes;
+      for (const auto& m : callee.instructions()) {
+        if (m->opcode() != Opcode::kParameter) nodes.push_back(m.get());
+      }
+      const Instruction* root = callee.root();
+      step.what = absl::StrCat("fused ", ir::OpcodeName(root->opcode()), " ",
+                               instr.shape().ToString(), " ", instr.name());
+      step.kernel = MakeLoopKernel(
+          nodes,
+          [&](const Instruction* param) {
+            return instr.operand(static_cast<int>(param->attrs().parameter_number))->index();
+          },
+          &step.inputs);
+      program->fused_instructions_ += static_cast<int>(nodes.size()) - 1;
+    } else if (ir::IsElementwise(instr.opcode()) || passes::IsExpandableBroadcast(instr)) {
+      step.what = absl::StrCat(ir::OpcodeName(instr.opcode()), " ", instr.shape().ToString(),
+                               " ", instr.name());
+      step.kernel = MakeLoopKernel(
+          {&instr}, [](const Instruction* o) { return o->index(); }, &step.inputs);
     } else {
+      step.what = absl::StrCat(ir::OpcodeName(instr.opcode()), " ", instr.shape().ToString(),
+                               " ", instr.name());
       absl::StatusOr<Kernel> kernel = MakeKernel(instr, programs);
       if (kernel.ok() && options.wrap_kernel) {
         kernel = options.wrap_kernel(instr, *std::move(kernel));
       }
-      if (options.step_cost) step.cost = options.step_cost({&instr});
       if (!kernel.ok()) {
         return WithContext(kernel.status(),
                            absl::StrCat("instruction ", instr.name()));
@@ -287,6 +240,7 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
       step.kernel = *std::move(kernel);
       for (const Instruction* o : instr.operands()) step.inputs.push_back(o->index());
     }
+    if (options.step_cost) step.cost = options.step_cost({&instr});
     program->steps_.push_back(std::move(step));
   }
   // Drop each value after its last reader so memory is reused early.

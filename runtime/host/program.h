@@ -17,11 +17,11 @@ namespace kiln::host {
 
 // What another backend adds to these programs (tpusim runs them too).
 struct ProgramOptions {
-  // Replaces the kernel of an instruction that is not fused (e.g. to round
-  // a dot's inputs); null: the kernels as they are.
+  // Replaces the kernel of an instruction that is not an elementwise loop
+  // (e.g. to round a dot's inputs); null: the kernels as they are.
   std::function<absl::StatusOr<Kernel>(const ir::Instruction&, Kernel)> wrap_kernel;
-  // The simulated cost of a step that computes `members` (one instruction,
-  // or a fused elementwise group, output last); null: no costs.
+  // The simulated cost of a step that computes `members` (the step's one
+  // instruction); null: no costs.
   std::function<runtime::CostCounters(const std::vector<const ir::Instruction*>& members)>
       step_cost;
 };
@@ -29,8 +29,10 @@ struct ProgramOptions {
 // Immutable after Build; Run may be called from many threads at once.
 class Program {
  public:
-  // Builds the steps of `computation`; called computations come from
-  // `programs`. Errors name the instruction the CPU cannot run.
+  // Builds the steps of `computation`, one per instruction; called
+  // computations come from `programs`. A call of a loop fusion
+  // (compiler/passes/fusion.h) runs as one elementwise loop. Errors name
+  // the instruction the CPU cannot run.
   static absl::StatusOr<std::shared_ptr<const Program>> Build(
       const ir::Computation& computation, ProgramSource& programs,
       const ProgramOptions& options = {});
@@ -43,7 +45,7 @@ class Program {
   absl::StatusOr<BufferPtr> Run(ExecState& state, std::vector<BufferPtr>&& args) const;
 
   int step_count() const { return static_cast<int>(steps_.size()); }
-  // How many elementwise instructions were merged into fused steps.
+  // How many instructions beyond one per step the loop fusions compute.
   int fused_instruction_count() const { return fused_instructions_; }
 
  private:

@@ -1,10 +1,11 @@
-// How Program::Build splits a computation into steps, and that fused steps
-// compute what the unfused instructions would.
+// How Program::Build splits a loop-fused computation into steps, and that
+// fused steps compute what the unfused instructions would.
 #include "runtime/host/program.h"
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/verifier.h"
+#include "compiler/passes/fusion.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/host/host_device.h"
@@ -16,12 +17,14 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 
-// The steps the entry computation of `text` compiles to.
+// The steps the entry computation of `text` compiles to, after loop fusion.
 int StepsOf(const std::string& text) {
   auto module = ir::ParseModule(text);
   EXPECT_TRUE(module.ok()) << module.status();
   if (!module.ok()) return -1;
   EXPECT_TRUE(ir::Verify(**module).ok());
+  auto fused = passes::LoopFusion().Run(module->get());
+  EXPECT_TRUE(fused.ok()) << fused.status();
   ProgramCache cache;
   auto program = cache.Get((*module)->entry());
   EXPECT_TRUE(program.ok()) << program.status();

@@ -10,6 +10,7 @@
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/literal.h"
 #include "compiler/ir/verifier.h"
+#include "compiler/passes/fusion.h"
 #include "runtime/host/executable.h"
 #include "runtime/host/host_buffer.h"
 #include "runtime/host/host_device.h"
@@ -17,7 +18,7 @@
 namespace kiln::host {
 
 // Compiles with `compiler` and runs on `device` (both null: the host
-// interpreter on a fresh "cpu" host device); fills `profile` when the
+// interpreter, after loop fusion, on a fresh "cpu" host device); fills `profile` when the
 // backend has a cost model.
 inline absl::StatusOr<ir::Literal> RunHlo(absl::string_view text,
                                           const std::vector<ir::Literal>& args,
@@ -29,6 +30,11 @@ inline absl::StatusOr<ir::Literal> RunHlo(absl::string_view text,
   auto module = ir::ParseModule(text);
   if (!module.ok()) return module.status();
   if (absl::Status st = ir::Verify(**module); !st.ok()) return st;
+  // Without a compiler, the module runs as the CPU pipeline would leave its
+  // elementwise work: fused into loops.
+  if (compiler == nullptr) {
+    if (auto fused = passes::LoopFusion().Run(module->get()); !fused.ok()) return fused.status();
+  }
   auto exe = compiler != nullptr ? compiler->Compile(**module, {})
                                  : CompileProgram(device->kind(), **module, {});
   if (!exe.ok()) return exe.status();

@@ -92,7 +92,11 @@ absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimCompiler::Load(
 }
 
 std::string TpuSimCompiler::ArtifactDependencies() const {
-  return host::HostArtifactDependencies();
+  // An artifact holds the module as the pipeline left it: another pipeline
+  // compiles it again.
+  static const std::string dependencies = absl::StrCat(
+      host::HostArtifactDependencies(), "; passes ", passes::TpuPipeline(false)->Describe());
+  return dependencies;
 }
 
 absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimCompiler::Build(

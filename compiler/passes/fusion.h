@@ -1,0 +1,41 @@
+// Loop fusion: elementwise instructions that can run as one pass over
+// memory become a call of a computation that holds them.
+#ifndef KILN_COMPILER_PASSES_FUSION_H_
+#define KILN_COMPILER_PASSES_FUSION_H_
+
+#include "compiler/passes/pass.h"
+
+namespace kiln::passes {
+
+// Groups an elementwise instruction with the elementwise producers that
+// only it reads and that have its dimensions, and with the broadcasts it
+// can expand as it goes (of a scalar, or of an operand whose dimensions
+// are a contiguous run of the output's, as a bias's are). Each group of
+// two or more becomes a call of a new computation `fused_computation.N`
+// whose instructions form a loop fusion (IsLoopFusion). A broadcast read
+// only by fused instructions is copied into every group that reads it
+// rather than written out. Fuses in the entry, loop bodies and conditions,
+// conditional branches and called computations; never in a computation
+// that another op applies per element or per window (reduce, sort, map,
+// scatter, all-reduce: their callers run them on scalars). Results are
+// unchanged, bit for bit.
+class LoopFusion : public Pass {
+ public:
+  absl::string_view name() const override { return "loop-fusion"; }
+  absl::StatusOr<bool> Run(ir::Module* module) override;
+};
+
+// Whether `instr` is a broadcast that a fused loop expands as it goes.
+bool IsExpandableBroadcast(const ir::Instruction& instr);
+
+// Whether `c` can run as one elementwise loop: its root is an array; every
+// instruction other than a parameter has the root's dimensions and is
+// either elementwise over operands of those dimensions or an expandable
+// broadcast of a parameter; parameters have the root's dimensions or one
+// element. What LoopFusion outlines has this form; a backend checks it
+// again before running a call as one loop, since modules come from clients.
+bool IsLoopFusion(const ir::Computation& c);
+
+}  // namespace kiln::passes
+
+#endif  // KILN_COMPILER_PASSES_FUSION_H_
