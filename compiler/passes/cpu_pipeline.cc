@@ -22,11 +22,11 @@ Pipeline& AddSimplify(Pipeline& pipeline, bool verify) {
   return simplify;
 }
 
-std::unique_ptr<Pipeline> CpuPipeline(bool verify) {
+std::unique_ptr<Pipeline> CpuPipeline(bool verify, LoopFusionOptions fusion) {
   auto pipeline = std::make_unique<Pipeline>(
       "cpu", PipelineOptions{.max_iterations = 1, .verify = verify});
   AddSimplify(*pipeline, verify);
-  pipeline->AddPass<LoopFusion>();
+  pipeline->AddPass<LoopFusion>(fusion);
   return pipeline;
 }
 

@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "compiler/passes/fusion.h"
 #include "compiler/passes/pipeline.h"
 
 namespace kiln::passes {
@@ -21,7 +22,8 @@ Pipeline& AddSimplify(Pipeline& pipeline, bool verify);
 // then loop-fusion (fusion.h).
 // `verify` runs the verifier before and after every pass (default: in
 // debug builds).
-std::unique_ptr<Pipeline> CpuPipeline(bool verify = kVerifyBetweenPasses);
+std::unique_ptr<Pipeline> CpuPipeline(bool verify = kVerifyBetweenPasses,
+                                      LoopFusionOptions fusion = {});
 
 }  // namespace kiln::passes
 

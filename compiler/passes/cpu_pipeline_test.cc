@@ -110,7 +110,7 @@ void CheckCorpusModule(const std::string& name, std::unique_ptr<Pipeline> (*make
 }
 
 TEST_P(PipelineCorpusTest, CpuVerifiesAndKeepsTheSignature) {
-  CheckCorpusModule(GetParam(), &CpuPipeline);
+  CheckCorpusModule(GetParam(), [](bool verify) { return CpuPipeline(verify); });
 }
 
 TEST_P(PipelineCorpusTest, TpuVerifiesAndKeepsTheSignature) {

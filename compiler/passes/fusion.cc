@@ -1,6 +1,7 @@
 #include "compiler/passes/fusion.h"
 
 #include <algorithm>
+#include <climits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "compiler/passes/dce.h"
-#include "compiler/passes/rewriter.h"
+#include "compiler/ir/shape_inference.h"
 
 namespace kiln::passes {
 namespace {
@@ -59,28 +60,36 @@ absl::flat_hash_set<const Computation*> FusibleComputations(const ir::Module& mo
   return fusible;
 }
 
-// One group: its output, the members computed inside it (topological,
-// output last), and the broadcasts it expands itself.
+// One group: the members computed inside it (topological) and the ones
+// written out (read outside the group, or the computation's root).
 struct Group {
-  Instruction* output = nullptr;
   std::vector<Instruction*> members;
   absl::flat_hash_set<const Instruction*> member_set;
+  std::vector<Instruction*> outputs;
+  bool merged = false;  // taken into another group
 };
 
-// Plans the groups of `comp`: each fusible instruction joins the group of
-// its only user when that user is elementwise, fused and of its
-// dimensions; a broadcast whose users are all fused elementwise
-// instructions is expanded by each of them (`inlined`).
-std::vector<Group> PlanGroups(const Computation& comp,
-                              absl::flat_hash_set<const Instruction*>* inlined) {
-  const auto& instrs = comp.instructions();
-  absl::flat_hash_map<const Instruction*, std::vector<const Instruction*>> users;
-  for (const auto& instr : instrs) {
+using Users = absl::flat_hash_map<const Instruction*, std::vector<const Instruction*>>;
+
+Users UsersOf(const Computation& comp) {
+  Users users;
+  for (const auto& instr : comp.instructions()) {
     for (const Instruction* o : instr->operands()) {
       auto& u = users[o];
       if (std::find(u.begin(), u.end(), instr.get()) == u.end()) u.push_back(instr.get());
     }
   }
+  return users;
+}
+
+// Plans the groups of `comp`: each fusible instruction joins the group of
+// its only user when that user is elementwise, fused and of its
+// dimensions; a broadcast whose users are all fused elementwise
+// instructions is expanded by each of them (`inlined`). Every fusible
+// instruction that is not inlined gets a group, one instruction or more.
+std::vector<Group> PlanGroups(const Computation& comp, Users& users,
+                              absl::flat_hash_set<const Instruction*>* inlined) {
+  const auto& instrs = comp.instructions();
   absl::flat_hash_map<const Instruction*, Instruction*> group_of;
   for (auto it = instrs.rbegin(); it != instrs.rend(); ++it) {
     Instruction* instr = it->get();
@@ -112,24 +121,115 @@ std::vector<Group> PlanGroups(const Computation& comp,
     auto g = group_of.find(instr.get());
     if (g == group_of.end()) continue;
     auto [slot, inserted] = index_of.emplace(g->second, static_cast<int>(groups.size()));
-    if (inserted) groups.push_back(Group{g->second, {}, {}});
+    if (inserted) groups.emplace_back();
     Group& group = groups[slot->second];
     group.members.push_back(instr.get());
     group.member_set.insert(instr.get());
   }
-  // A group of one instruction that expands no broadcast gains nothing.
-  std::vector<Group> kept;
-  for (Group& g : groups) {
-    bool expands = false;
-    for (const Instruction* o : g.output->operands()) expands = expands || inlined->contains(o);
-    if (g.members.size() > 1 || expands) kept.push_back(std::move(g));
-  }
-  return kept;
+  return groups;
 }
 
-// Builds the computation `name` computing `group` (operands already
-// redirected by the rewriter); `inputs` receives the values it reads, in
-// parameter order.
+// At most this many instructions are visited to prove one merge safe; a
+// merge that needs more is not made.
+constexpr int kMergeSearchBudget = 20000;
+
+// Whether the union of `a` and `b` is convex: no value outside it is
+// computed from a member and read by a member (the fused call would then
+// need its own result). `position` orders the computation.
+bool UnionIsConvex(const Group& a, const Group& b,
+                   const absl::flat_hash_map<const Instruction*, int>& position) {
+  auto inside = [&](const Instruction* i) {
+    return a.member_set.contains(i) || b.member_set.contains(i);
+  };
+  int first = INT32_MAX;
+  for (const Group* g : {&a, &b}) {
+    for (const Instruction* m : g->members) first = std::min(first, position.at(m));
+  }
+  std::vector<const Instruction*> work;
+  absl::flat_hash_set<const Instruction*> seen;
+  for (const Group* g : {&a, &b}) {
+    for (const Instruction* m : g->members) {
+      for (const Instruction* o : m->operands()) {
+        if (!inside(o) && seen.insert(o).second) work.push_back(o);
+      }
+    }
+  }
+  // Backwards from the values read from outside: reaching a member means
+  // the value depends on the union. Values before the union's first member
+  // cannot.
+  while (!work.empty()) {
+    const Instruction* v = work.back();
+    work.pop_back();
+    if (static_cast<int>(seen.size()) > kMergeSearchBudget) return false;
+    if (position.at(v) < first) continue;
+    for (const Instruction* o : v->operands()) {
+      if (inside(o)) return false;
+      if (seen.insert(o).second) work.push_back(o);
+    }
+  }
+  return true;
+}
+
+// Multi-output fusion: a group whose output other instructions read as
+// well joins the group of an elementwise user of the same dimensions when
+// the union stays convex; the joined group writes both results in one pass
+// (a momentum and the weights it updates; a pre-activation and its relu).
+void MergeProducers(const Computation& comp, Users& users, std::vector<Group>& groups) {
+  absl::flat_hash_map<const Instruction*, int> position;
+  for (const auto& instr : comp.instructions()) {
+    position[instr.get()] = static_cast<int>(position.size());
+  }
+  absl::flat_hash_map<const Instruction*, int> group_index;
+  for (int g = 0; g < static_cast<int>(groups.size()); ++g) {
+    for (const Instruction* m : groups[g].members) group_index[m] = g;
+  }
+  for (int p = 0; p < static_cast<int>(groups.size()); ++p) {
+    Group& producer = groups[p];
+    const Instruction* out = producer.members.back();
+    if (out == comp.root() || users[out].size() < 2) continue;
+    for (const Instruction* u : users[out]) {
+      auto it = group_index.find(u);
+      if (it == group_index.end() || it->second == p || !ir::IsElementwise(u->opcode())) {
+        continue;
+      }
+      Group& consumer = groups[it->second];
+      if (consumer.members.back()->shape().dims() != out->shape().dims() ||
+          !UnionIsConvex(producer, consumer, position)) {
+        continue;
+      }
+      std::vector<Instruction*> members = producer.members;
+      members.insert(members.end(), consumer.members.begin(), consumer.members.end());
+      std::sort(members.begin(), members.end(), [&](const Instruction* x, const Instruction* y) {
+        return position.at(x) < position.at(y);
+      });
+      consumer.members = std::move(members);
+      for (Instruction* m : producer.members) {
+        consumer.member_set.insert(m);
+        group_index[m] = it->second;
+      }
+      producer.merged = true;
+      break;
+    }
+  }
+}
+
+// The members that `groups` must write out: read outside their group, or
+// the root.
+void FindOutputs(const Computation& comp, Users& users, std::vector<Group>& groups) {
+  for (Group& g : groups) {
+    for (Instruction* m : g.members) {
+      const std::vector<const Instruction*>& uses = users[m];
+      if (m == comp.root() || std::any_of(uses.begin(), uses.end(), [&](const Instruction* u) {
+            return !g.member_set.contains(u);
+          })) {
+        g.outputs.push_back(m);
+      }
+    }
+  }
+}
+
+// Builds the computation `name` computing `group`; `inputs` receives the
+// values it reads, in parameter order. Several outputs make a tuple root.
 std::unique_ptr<Computation> Outline(const Group& group,
                                      const absl::flat_hash_set<const Instruction*>& inlined,
                                      const std::string& name,
@@ -171,7 +271,16 @@ std::unique_ptr<Computation> Outline(const Group& group,
     }
     copy(m, std::move(operands));
   }
-  fused->set_root(copy_of.at(group.output));
+  if (group.outputs.size() == 1) {
+    fused->set_root(copy_of.at(group.outputs[0]));
+  } else {
+    std::vector<ir::Shape> shapes;
+    for (const Instruction* o : group.outputs) shapes.push_back(o->shape());
+    auto tuple = std::make_unique<Instruction>(Opcode::kTuple, ir::Shape::Tuple(std::move(shapes)),
+                                               "outputs");
+    for (const Instruction* o : group.outputs) tuple->AddOperand(copy_of.at(o));
+    fused->set_root(fused->AddInstruction(std::move(tuple)));
+  }
   // Parameter names may meet the copies' names.
   absl::flat_hash_set<std::string> taken;
   for (const auto& instr : fused->instructions()) {
@@ -181,6 +290,91 @@ std::unique_ptr<Computation> Outline(const Group& group,
     instr->set_name(std::move(name));
   }
   return fused;
+}
+
+// Adds `instr` to `comp` under a name unique among `names`, after checking
+// its declared shape.
+absl::StatusOr<Instruction*> AddChecked(Computation* comp, absl::flat_hash_set<std::string>& names,
+                                        std::unique_ptr<Instruction> instr,
+                                        absl::string_view base_name) {
+  absl::StatusOr<ir::Shape> inferred = ir::InferShape(*instr);
+  if (!inferred.ok() || *inferred != instr->shape()) {
+    return absl::InternalError(absl::StrCat(
+        "loop-fusion made a ", ir::OpcodeName(instr->opcode()), " of ",
+        instr->shape().ToString(), " where shape inference gives ",
+        inferred.ok() ? inferred->ToString() : inferred.status().message()));
+  }
+  std::string name(base_name);
+  for (int n = 1; names.contains(name); ++n) name = absl::StrCat(base_name, ".", n);
+  names.insert(name);
+  instr->set_name(std::move(name));
+  return comp->AddInstruction(std::move(instr));
+}
+
+// Fuses `comp`; new computations get names not in `comp_names`.
+absl::StatusOr<bool> FuseComputation(ir::Module* module, Computation* comp,
+                                     const LoopFusionOptions& options,
+                                     absl::flat_hash_set<std::string>& comp_names) {
+  RETURN_IF_ERROR(comp->Canonicalize());
+  Users users = UsersOf(*comp);
+  absl::flat_hash_set<const Instruction*> inlined;
+  std::vector<Group> groups = PlanGroups(*comp, users, &inlined);
+  if (options.multi_output) MergeProducers(*comp, users, groups);
+  FindOutputs(*comp, users, groups);
+  absl::flat_hash_set<std::string> names;
+  for (const auto& instr : comp->instructions()) names.insert(instr->name());
+  // What replaces each output: the call, or an element of its tuple.
+  absl::flat_hash_map<const Instruction*, Instruction*> replacement;
+  for (const Group& g : groups) {
+    if (g.merged) continue;
+    // A group of one instruction that expands no broadcast gains nothing.
+    bool expands = false;
+    for (const Instruction* m : g.members) {
+      for (const Instruction* o : m->operands()) expands = expands || inlined.contains(o);
+    }
+    if (g.members.size() < 2 && !expands) continue;
+    std::string name = "fused_computation";
+    for (int n = 1; comp_names.contains(name); ++n) name = absl::StrCat("fused_computation.", n);
+    std::vector<Instruction*> inputs;
+    std::unique_ptr<Computation> fused = Outline(g, inlined, name, &inputs);
+    RETURN_IF_ERROR(fused->Canonicalize());
+    // Only what a backend will run as one loop is outlined.
+    if (!IsLoopFusion(*fused)) continue;
+    comp_names.insert(name);
+    Computation* callee = module->AddComputation(std::move(fused));
+    const Instruction* last = g.outputs.back();
+    auto call = std::make_unique<Instruction>(Opcode::kCall, callee->root()->shape(), "");
+    for (Instruction* in : inputs) call->AddOperand(in);
+    call->AddCalled(callee);
+    call->set_source_line(last->source_line());
+    ASSIGN_OR_RETURN(Instruction * added, AddChecked(comp, names, std::move(call), "fusion"));
+    if (g.outputs.size() == 1) {
+      replacement[g.outputs[0]] = added;
+      continue;
+    }
+    for (size_t k = 0; k < g.outputs.size(); ++k) {
+      auto element = std::make_unique<Instruction>(Opcode::kGetTupleElement,
+                                                    g.outputs[k]->shape(), "");
+      element->AddOperand(added);
+      element->mutable_attrs().tuple_index = static_cast<int64_t>(k);
+      ASSIGN_OR_RETURN(replacement[g.outputs[k]],
+                       AddChecked(comp, names, std::move(element), g.outputs[k]->name()));
+    }
+  }
+  if (replacement.empty()) return false;
+  // Every reader of an output, the new calls included, reads its
+  // replacement; the fused instructions stay behind without users.
+  for (const auto& instr : comp->instructions()) {
+    for (int k = 0; k < instr->operand_count(); ++k) {
+      auto it = replacement.find(instr->operand(k));
+      if (it != replacement.end() && it->second != instr.get()) instr->ReplaceOperand(k, it->second);
+    }
+  }
+  if (auto it = replacement.find(comp->root()); it != replacement.end()) {
+    comp->set_root(it->second);
+  }
+  RETURN_IF_ERROR(comp->Canonicalize());
+  return true;
 }
 
 }  // namespace
@@ -200,15 +394,30 @@ bool IsExpandableBroadcast(const Instruction& instr) {
 
 bool IsLoopFusion(const Computation& c) {
   const Instruction* root = c.root();
-  if (root == nullptr || root->shape().IsTuple() || root->opcode() == Opcode::kParameter) {
-    return false;
+  if (root == nullptr || root->opcode() == Opcode::kParameter) return false;
+  // The outputs: the root, or the elements of a tuple root (distinct
+  // instructions of the loop).
+  std::vector<const Instruction*> outputs;
+  if (root->opcode() == Opcode::kTuple) {
+    if (root->operand_count() == 0) return false;
+    for (const Instruction* o : root->operands()) {
+      if (o->opcode() == Opcode::kParameter || o->opcode() == Opcode::kTuple ||
+          std::find(outputs.begin(), outputs.end(), o) != outputs.end()) {
+        return false;
+      }
+      outputs.push_back(o);
+    }
+  } else {
+    outputs.push_back(root);
   }
-  const std::vector<int64_t>& dims = root->shape().dims();
+  if (outputs[0]->shape().IsTuple()) return false;
+  const std::vector<int64_t>& dims = outputs[0]->shape().dims();
   for (const auto& instr : c.instructions()) {
     if (instr->opcode() == Opcode::kParameter) {
       if (!instr->shape().IsArray()) return false;
       continue;
     }
+    if (instr.get() == root && root->opcode() == Opcode::kTuple) continue;
     if (instr->shape().IsTuple() || instr->shape().dims() != dims) return false;
     if (ir::IsElementwise(instr->opcode())) {
       for (const Instruction* o : instr->operands()) {
@@ -229,43 +438,15 @@ absl::StatusOr<bool> LoopFusion::Run(ir::Module* module) {
   const absl::flat_hash_set<const Computation*> fusible = FusibleComputations(*module);
   absl::flat_hash_set<std::string> names;
   for (const auto& c : module->computations()) names.insert(c->name());
-  bool changed = false;
   // Computations added below are loop fusions already: only the ones
   // present now are visited.
   std::vector<Computation*> targets;
   for (const auto& c : module->computations()) {
     if (fusible.contains(c.get())) targets.push_back(c.get());
   }
+  bool changed = false;
   for (Computation* comp : targets) {
-    absl::flat_hash_set<const Instruction*> inlined;
-    const std::vector<Group> groups = PlanGroups(*comp, &inlined);
-    if (groups.empty()) continue;
-    absl::flat_hash_map<const Instruction*, const Group*> group_at;
-    for (const Group& g : groups) group_at[g.output] = &g;
-    Rewriter rewriter(comp);
-    ASSIGN_OR_RETURN(bool comp_changed,
-                     rewriter.Run([&](Instruction* instr) -> absl::StatusOr<Instruction*> {
-                       auto g = group_at.find(instr);
-                       if (g == group_at.end()) return nullptr;
-                       std::string name = "fused_computation";
-                       for (int n = 1; names.contains(name); ++n) {
-                         name = absl::StrCat("fused_computation.", n);
-                       }
-                       std::vector<Instruction*> inputs;
-                       std::unique_ptr<Computation> fused =
-                           Outline(*g->second, inlined, name, &inputs);
-                       RETURN_IF_ERROR(fused->Canonicalize());
-                       // Only what a backend will run as one loop is outlined.
-                       if (!IsLoopFusion(*fused)) return nullptr;
-                       names.insert(name);
-                       Computation* callee = module->AddComputation(std::move(fused));
-                       auto call =
-                           std::make_unique<Instruction>(Opcode::kCall, instr->shape(), "");
-                       for (Instruction* in : inputs) call->AddOperand(in);
-                       call->AddCalled(callee);
-                       call->set_source_line(instr->source_line());
-                       return rewriter.Add(std::move(call), "fusion");
-                     }));
+    ASSIGN_OR_RETURN(bool comp_changed, FuseComputation(module, comp, options_, names));
     changed = changed || comp_changed;
   }
   // The fused instructions stay behind without users.

@@ -19,20 +19,34 @@ namespace kiln::passes {
 // that another op applies per element or per window (reduce, sort, map,
 // scatter, all-reduce: their callers run them on scalars). Results are
 // unchanged, bit for bit.
+//
+// A group whose output is also read elsewhere joins the group of an
+// elementwise user of the same dimensions when nothing outside the two is
+// computed from one and read by the other; the joined loop then writes
+// several results (a tuple root, read through get-tuple-element): SGD's
+// velocity and weights, or a pre-activation and its relu, in one pass.
+struct LoopFusionOptions {
+  bool multi_output = true;
+};
+
 class LoopFusion : public Pass {
  public:
+  explicit LoopFusion(LoopFusionOptions options = {}) : options_(options) {}
   absl::string_view name() const override { return "loop-fusion"; }
   absl::StatusOr<bool> Run(ir::Module* module) override;
+
+ private:
+  LoopFusionOptions options_;
 };
 
 // Whether `instr` is a broadcast that a fused loop expands as it goes.
 bool IsExpandableBroadcast(const ir::Instruction& instr);
 
-// Whether `c` can run as one elementwise loop: its root is an array; every
-// instruction other than a parameter has the root's dimensions and is
-// either elementwise over operands of those dimensions or an expandable
-// broadcast of a parameter; parameters have the root's dimensions or one
-// element. What LoopFusion outlines has this form; a backend checks it
+// Whether `c` can run as one elementwise loop: its root is an array, or a
+// tuple of distinct instructions of the loop (its outputs); every other
+// instruction other than a parameter has the outputs' dimensions and is
+// either elementwise over operands of those dimensions (or over parameters
+// of one element) or an expandable broadcast of a parameter. What LoopFusion outlines has this form; a backend checks it
 // again before running a call as one loop, since modules come from clients.
 bool IsLoopFusion(const ir::Computation& c);
 

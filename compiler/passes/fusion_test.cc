@@ -51,9 +51,10 @@ ENTRY main {
   EXPECT_FALSE(RunPass(fusion, *module));
 }
 
-// A value read twice is a group's output; a broadcast read by a dot is
-// written out, and the loops that also read it take it as an input.
-TEST(LoopFusionTest, SharedValuesEndGroupsAndBroadcastsForOtherOpsStay) {
+// A value read by more than one loop is written out by the first loop that
+// reads it, which computes it too (one pass for both); so is a broadcast
+// that a dot needs.
+TEST(LoopFusionTest, ValuesReadElsewhereBecomeExtraOutputs) {
   auto module = Parse(R"(
 HloModule m
 ENTRY main {
@@ -75,23 +76,134 @@ ENTRY main {
   EXPECT_TRUE(RunPass(fusion, *module));
   EXPECT_EQ(Structure(*module), Structure(R"(
 HloModule m
-fused_computation {
+f1 {
   p0 = f32[4,4] parameter(0)
-  l = f32[4,4] log(p0)
-  n = f32[4,4] negate(l)
   p1 = f32[4,4] parameter(1)
-  ROOT m = f32[4,4] multiply(n, p1)
+  s = f32[4,4] add(p0, p1)
+  e = f32[4,4] exponential(s)
+  ROOT t = (f32[4,4], f32[4,4]) tuple(s, e)
+}
+f2 {
+  p0 = f32[4] parameter(0)
+  cb = f32[4,4] broadcast(p0), dimensions={0}
+  p1 = f32[4,4] parameter(1)
+  l = f32[4,4] log(p1)
+  n = f32[4,4] negate(l)
+  m = f32[4,4] multiply(n, cb)
+  ROOT t = (f32[4,4], f32[4,4]) tuple(cb, m)
+}
+ENTRY main {
+  c = f32[4] parameter(2)
+  x = f32[4,4] parameter(0)
+  y = f32[4,4] parameter(1)
+  f1 = (f32[4,4], f32[4,4]) call(x, y), to_apply=f1
+  s = f32[4,4] get-tuple-element(f1), index=0
+  f2 = (f32[4,4], f32[4,4]) call(c, s), to_apply=f2
+  cb = f32[4,4] get-tuple-element(f2), index=0
+  e = f32[4,4] get-tuple-element(f1), index=1
+  d = f32[4,4] dot(cb, e), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  m = f32[4,4] get-tuple-element(f2), index=1
+  ROOT t = (f32[4,4], f32[4,4]) tuple(d, m)
+}
+)")) << ir::PrintModule(*module);
+  EXPECT_FALSE(RunPass(fusion, *module));
+}
+
+// The momentum update of SGD: the new velocity is an output and is read
+// by the weights' update, so one loop writes both.
+TEST(LoopFusionTest, MomentumAndWeightsUpdateInOneLoop) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  w = f32[64] parameter(0)
+  v = f32[64] parameter(1)
+  g = f32[64] parameter(2)
+  mu = f32[] constant(0.9)
+  mub = f32[64] broadcast(mu), dimensions={}
+  mv = f32[64] multiply(v, mub)
+  v2 = f32[64] add(mv, g)
+  lr = f32[] constant(0.01)
+  lrb = f32[64] broadcast(lr), dimensions={}
+  step = f32[64] multiply(v2, lrb)
+  w2 = f32[64] subtract(w, step)
+  ROOT t = (f32[64], f32[64]) tuple(w2, v2)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  LoopFusion fusion;
+  EXPECT_TRUE(RunPass(fusion, *module));
+  int calls = 0;
+  for (const auto& instr : module->entry()->instructions()) {
+    if (instr->opcode() != ir::Opcode::kCall) continue;
+    ++calls;
+    EXPECT_TRUE(IsLoopFusion(*instr->called(0)));
+    EXPECT_EQ(instr->shape().tuple_shapes().size(), 2u) << ir::PrintModule(*module);
+  }
+  EXPECT_EQ(calls, 1) << ir::PrintModule(*module);
+}
+
+TEST(LoopFusionTest, WithoutMultiOutputEachLoopWritesOneResult) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  v = f32[64] parameter(0)
+  g = f32[64] parameter(1)
+  v2 = f32[64] add(v, g)
+  e = f32[64] exponential(v2)
+  n = f32[64] negate(e)
+  ROOT t = (f32[64], f32[64]) tuple(v2, n)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  LoopFusion fusion(LoopFusionOptions{.multi_output = false});
+  EXPECT_TRUE(RunPass(fusion, *module));
+  EXPECT_EQ(Structure(*module), Structure(R"(
+HloModule m
+f {
+  p0 = f32[64] parameter(0)
+  e = f32[64] exponential(p0)
+  ROOT n = f32[64] negate(e)
+}
+ENTRY main {
+  v = f32[64] parameter(0)
+  g = f32[64] parameter(1)
+  v2 = f32[64] add(v, g)
+  fusion = f32[64] call(v2), to_apply=f
+  ROOT t = (f32[64], f32[64]) tuple(v2, fusion)
+}
+)")) << ir::PrintModule(*module);
+}
+
+// Merging a producer into a consumer that also reads, through another op,
+// a value computed from the producer would make the call read its own
+// result: such producers stay separate.
+TEST(LoopFusionTest, MergesThatWouldFormACycleAreNotMade) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  x = f32[4,4] parameter(0)
+  s = f32[4,4] exponential(x)
+  d = f32[4,4] dot(s, s), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  a = f32[4,4] add(s, d)
+  ROOT n = f32[4,4] negate(a)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  LoopFusion fusion;
+  EXPECT_TRUE(RunPass(fusion, *module));
+  EXPECT_EQ(Structure(*module), Structure(R"(
+HloModule m
+f {
+  p0 = f32[4,4] parameter(0)
+  p1 = f32[4,4] parameter(1)
+  a = f32[4,4] add(p0, p1)
+  ROOT n = f32[4,4] negate(a)
 }
 ENTRY main {
   x = f32[4,4] parameter(0)
-  y = f32[4,4] parameter(1)
-  s = f32[4,4] add(x, y)
-  e = f32[4,4] exponential(s)
-  c = f32[4] parameter(2)
-  cb = f32[4,4] broadcast(c), dimensions={0}
-  d = f32[4,4] dot(cb, e), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  fusion = f32[4,4] call(s, cb), to_apply=fused_computation
-  ROOT t = (f32[4,4], f32[4,4]) tuple(d, fusion)
+  s = f32[4,4] exponential(x)
+  d = f32[4,4] dot(s, s), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT fusion = f32[4,4] call(s, d), to_apply=f
 }
 )")) << ir::PrintModule(*module);
 }
@@ -205,13 +317,42 @@ ENTRY e {
   ROOT a = f32[4,3] add(c, bb)
 }
 )"));
-  // A tuple root.
+  // Several outputs of one loop.
+  EXPECT_TRUE(EntryIsLoop(R"(
+HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  n = f32[4] negate(x)
+  c = pred[4] compare(n, x), direction=LT
+  ROOT t = (f32[4], pred[4]) tuple(n, c)
+}
+)"));
+  // A tuple root that returns a parameter, one value twice, or values of
+  // different dimensions.
   EXPECT_FALSE(EntryIsLoop(R"(
 HloModule m
 ENTRY e {
   x = f32[4] parameter(0)
   n = f32[4] negate(x)
-  ROOT t = (f32[4]) tuple(n)
+  ROOT t = (f32[4], f32[4]) tuple(n, x)
+}
+)"));
+  EXPECT_FALSE(EntryIsLoop(R"(
+HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  n = f32[4] negate(x)
+  ROOT t = (f32[4], f32[4]) tuple(n, n)
+}
+)"));
+  EXPECT_FALSE(EntryIsLoop(R"(
+HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  y = f32[2,2] parameter(1)
+  n = f32[4] negate(x)
+  m = f32[2,2] negate(y)
+  ROOT t = (f32[4], f32[2,2]) tuple(n, m)
 }
 )"));
   // An op that is not elementwise.

@@ -369,7 +369,8 @@ namespace {
 // of its own; `poll` says whether to check for cancellation (only the
 // thread that runs the execution has its cancel check).
 void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& inputs,
-                   uint8_t* out, int64_t block, int64_t begin, int64_t end, bool poll) {
+                   const std::vector<uint8_t*>& outs, int64_t block, int64_t begin,
+                   int64_t end, bool poll) {
   const int num_nodes = static_cast<int>(group.nodes.size());
   const int num_inputs = static_cast<int>(inputs.size());
   // Scratch: one block per node (8 bytes per element covers every type),
@@ -386,16 +387,24 @@ void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& i
     uint8_t* dst = input_block(k);
     for (int64_t i = 0; i < block; ++i) std::memcpy(dst + i * size, inputs[k], size);
   }
-  const int out_size = ir::ElementTypeSize(group.nodes.back().out_type);
-  // Where each node's values are: its scratch block, or, for a broadcast of
-  // a scalar input inside the group, the input's expanded block (nothing to
-  // run).
+  // output_of[i]: the output node i writes, or -1.
+  std::vector<int> output_of(num_nodes, -1);
+  if (group.outputs.empty()) {
+    output_of[num_nodes - 1] = 0;
+  } else {
+    for (size_t k = 0; k < group.outputs.size(); ++k) {
+      output_of[group.outputs[k]] = static_cast<int>(k);
+    }
+  }
+  // Where each node's values are: its scratch block, its output, or, for a
+  // broadcast of a scalar input inside the group, the input's expanded
+  // block (nothing to run).
   std::vector<const uint8_t*> values(num_nodes);
   std::vector<bool> aliased(num_nodes, false);
   for (int i = 0; i < num_nodes; ++i) {
     const FusedNode& node = group.nodes[i];
     values[i] = node_block(i);
-    if (node.op == ir::Opcode::kBroadcast && node.broadcast_size == 0 && i != num_nodes - 1 &&
+    if (node.op == ir::Opcode::kBroadcast && node.broadcast_size == 0 && output_of[i] < 0 &&
         node.args[0] < 0 && group.input_is_scalar[-1 - node.args[0]]) {
       values[i] = input_block(-1 - node.args[0]);
       aliased[i] = true;
@@ -409,7 +418,9 @@ void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& i
     for (int i = 0; i < num_nodes; ++i) {
       const FusedNode& node = group.nodes[i];
       if (aliased[i]) continue;
-      uint8_t* dst = i == num_nodes - 1 ? out + start * out_size : node_block(i);
+      const int size = ir::ElementTypeSize(node.out_type);
+      uint8_t* dst = output_of[i] >= 0 ? outs[output_of[i]] + start * size : node_block(i);
+      values[i] = dst;
       if (node.broadcast_size > 0) {
         // Reads its input, which the group never writes (not a scalar,
         // and not the output's shape unless the broadcast is the identity).
@@ -428,11 +439,11 @@ void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& i
                                                        group.input_types[k]));
         }
       }
-      if (i == num_nodes - 1 && std::find(args.begin(), args.end(), dst) != args.end()) {
+      if (output_of[i] >= 0 && std::find(args.begin(), args.end(), dst) != args.end()) {
         // The output is written over one of its own inputs (in place): the
         // loops take distinct arrays, so go through the node's scratch.
         RunNode(node, args, node_block(i), n);
-        std::memcpy(dst, node_block(i), n * out_size);
+        std::memcpy(dst, node_block(i), n * size);
         continue;
       }
       RunNode(node, args, dst, n);
@@ -442,8 +453,8 @@ void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& i
 
 }  // namespace
 
-void RunFusedGroup(const FusedGroup& group,
-                   const std::vector<const uint8_t*>& inputs, uint8_t* out) {
+void RunFusedGroup(const FusedGroup& group, const std::vector<const uint8_t*>& inputs,
+                   const std::vector<uint8_t*>& outs) {
   // Blocks of at most kBlock elements; a small group needs only its size
   // (an op on one element would otherwise fill and clear whole blocks).
   const int64_t count = group.element_count;
@@ -457,14 +468,14 @@ void RunFusedGroup(const FusedGroup& group,
     threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), blocks));
   }
   if (threads <= 1) {
-    RunFusedRange(group, inputs, out, block, 0, count, /*poll=*/true);
+    RunFusedRange(group, inputs, outs, block, 0, count, /*poll=*/true);
     return;
   }
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
     const int64_t first = blocks * t / n, last = blocks * (t + 1) / n;
-    RunFusedRange(group, inputs, out, block, first * block, std::min(count, last * block),
+    RunFusedRange(group, inputs, outs, block, first * block, std::min(count, last * block),
                   /*poll=*/t == 0);
   }
 }

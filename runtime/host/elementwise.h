@@ -37,7 +37,9 @@ struct FusedNode {
 };
 
 struct FusedGroup {
-  std::vector<FusedNode> nodes;  // topological; the last is the output
+  std::vector<FusedNode> nodes;  // topological; the last is an output
+  // The nodes written out, in output order; empty: only the last.
+  std::vector<int> outputs;
   std::vector<ir::ElementType> input_types;
   // Inputs with one element are broadcast over the whole output.
   std::vector<bool> input_is_scalar;
@@ -45,11 +47,11 @@ struct FusedGroup {
 };
 
 // Evaluates `group` reading `inputs` (one pointer per group input) and
-// writing `out`, which may be one of the inputs that is not a scalar (the
-// group then runs in place). Thread-compatible; allocates its scratch per
-// call.
-void RunFusedGroup(const FusedGroup& group,
-                   const std::vector<const uint8_t*>& inputs, uint8_t* out);
+// writing `outs` (one per output). An output may be an input that is not a
+// scalar (the group then runs in place) when no node after the output's
+// reads that input. Thread-compatible; allocates its scratch per call.
+void RunFusedGroup(const FusedGroup& group, const std::vector<const uint8_t*>& inputs,
+                   const std::vector<uint8_t*>& outs);
 
 }  // namespace kiln::host
 

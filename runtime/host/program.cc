@@ -61,23 +61,29 @@ class StepProfile {
 using ir::Instruction;
 using ir::Opcode;
 
-// Builds the loop that computes `nodes` (topological; the last is the
-// output) in one pass. A value that is not among them is read as a loop
-// input, from the program slot `slot_of` gives; `input_slots` receives
-// those slots in input order.
+// Builds the loop that computes `nodes` (topological) in one pass and
+// writes `outputs` (some of the nodes; a tuple of them when `tuple`, else
+// the one). A value that is not among the nodes is read as a loop input,
+// from the program slot `slot_of` gives; `input_slots` receives those slots
+// in input order.
 Kernel MakeLoopKernel(const std::vector<const Instruction*>& nodes,
+                      const std::vector<const Instruction*>& outputs, bool tuple,
                       const std::function<int(const Instruction*)>& slot_of,
                       std::vector<int>* input_slots) {
   auto group = std::make_shared<FusedGroup>();
   absl::flat_hash_map<const Instruction*, int> node_of;
   absl::flat_hash_map<const Instruction*, int> input_of;
+  // last_reader[k]: the last node that reads input k.
+  std::vector<int> last_reader;
   auto input = [&](const Instruction* o) {
     auto [in, inserted] = input_of.emplace(o, static_cast<int>(group->input_types.size()));
     if (inserted) {
       group->input_types.push_back(o->shape().type());
       group->input_is_scalar.push_back(o->shape().ElementCount() == 1);
       input_slots->push_back(slot_of(o));
+      last_reader.push_back(-1);
     }
+    last_reader[in->second] = static_cast<int>(group->nodes.size());
     return -1 - in->second;
   };
   for (const Instruction* m : nodes) {
@@ -102,29 +108,43 @@ Kernel MakeLoopKernel(const std::vector<const Instruction*>& nodes,
     node_of[m] = static_cast<int>(group->nodes.size());
     group->nodes.push_back(std::move(node));
   }
-  const ir::Shape out_shape = nodes.back()->shape();
-  group->element_count = out_shape.ElementCount();
-  return [group, out_shape](ExecState& st, const std::vector<BufferPtr>& ops)
+  std::vector<ir::Shape> out_shapes;
+  for (const Instruction* o : outputs) {
+    group->outputs.push_back(node_of.at(o));
+    out_shapes.push_back(o->shape());
+  }
+  group->element_count = out_shapes[0].ElementCount();
+  return [group, out_shapes, last_reader, tuple](ExecState& st, const std::vector<BufferPtr>& ops)
              -> absl::StatusOr<BufferPtr> {
     // An input that nothing else holds (Program::Run dropped its slot: this
-    // is its last reader) and that has the output's shape takes the result
-    // in place, saving an allocation and its page faults.
-    BufferPtr out;
-    for (size_t k = 0; k < ops.size(); ++k) {
-      if (!group->input_is_scalar[k] && ops[k].use_count() == 1 &&
-          ops[k]->shape() == out_shape) {
-        out = ops[k];
-        break;
+    // is its last reader), that has an output's shape and that no later
+    // node reads takes that output in place, saving an allocation and its
+    // page faults.
+    std::vector<BufferPtr> outs(out_shapes.size());
+    std::vector<bool> taken(ops.size(), false);
+    for (size_t j = 0; j < outs.size(); ++j) {
+      for (size_t k = 0; k < ops.size(); ++k) {
+        if (!taken[k] && !group->input_is_scalar[k] && ops[k].use_count() == 1 &&
+            last_reader[k] <= group->outputs[j] &&
+            ops[k]->shape() == out_shapes[j]) {
+          outs[j] = ops[k];
+          taken[k] = true;
+          break;
+        }
       }
-    }
-    if (out == nullptr) {
-      ASSIGN_OR_RETURN(out, st.Allocate(out_shape));
+      if (outs[j] == nullptr) {
+        ASSIGN_OR_RETURN(outs[j], st.Allocate(out_shapes[j]));
+      }
     }
     std::vector<const uint8_t*> inputs;
     inputs.reserve(ops.size());
     for (const BufferPtr& b : ops) inputs.push_back(b->data());
-    RunFusedGroup(*group, inputs, out->data());
-    return out;
+    std::vector<uint8_t*> out_data;
+    out_data.reserve(outs.size());
+    for (const BufferPtr& b : outs) out_data.push_back(b->data());
+    RunFusedGroup(*group, inputs, out_data);
+    if (!tuple) return outs[0];
+    return HostBuffer::MakeTuple(std::move(outs));
   };
 }
 
@@ -207,15 +227,25 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
                             passes::IsLoopFusion(*instr.called(0));
     if (fused_call) {
       const ir::Computation& callee = *instr.called(0);
+      const Instruction* root = callee.root();
+      // A tuple root names the outputs; the kernel assembles it.
+      const bool tuple = root->opcode() == Opcode::kTuple;
       std::vector<const Instruction*> nodes;
       for (const auto& m : callee.instructions()) {
-        if (m->opcode() != Opcode::kParameter) nodes.push_back(m.get());
+        if (m->opcode() != Opcode::kParameter && !(tuple && m.get() == root)) {
+          nodes.push_back(m.get());
+        }
       }
-      const Instruction* root = callee.root();
-      step.what = absl::StrCat("fused ", ir::OpcodeName(root->opcode()), " ",
+      std::vector<const Instruction*> outputs;
+      if (tuple) {
+        for (const Instruction* o : root->operands()) outputs.push_back(o);
+      } else {
+        outputs.push_back(root);
+      }
+      step.what = absl::StrCat("fused ", ir::OpcodeName(outputs.back()->opcode()), " ",
                                instr.shape().ToString(), " ", instr.name());
       step.kernel = MakeLoopKernel(
-          nodes,
+          nodes, outputs, tuple,
           [&](const Instruction* param) {
             return instr.operand(static_cast<int>(param->attrs().parameter_number))->index();
           },
@@ -225,7 +255,8 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
       step.what = absl::StrCat(ir::OpcodeName(instr.opcode()), " ", instr.shape().ToString(),
                                " ", instr.name());
       step.kernel = MakeLoopKernel(
-          {&instr}, [](const Instruction* o) { return o->index(); }, &step.inputs);
+          {&instr}, {&instr}, /*tuple=*/false, [](const Instruction* o) { return o->index(); },
+          &step.inputs);
     } else {
       step.what = absl::StrCat(ir::OpcodeName(instr.opcode()), " ", instr.shape().ToString(),
                                " ", instr.name());

@@ -47,9 +47,10 @@ TEST(ProgramTest, BiasAndScalarBroadcastsExpandInsideFusedLoops) {
   mask = pred[2,3,2,3] compare(a, zb), direction=GT
   ROOT t = (f32[2,3,2,3], pred[2,3,2,3]) tuple(relu, mask)
 })";
-  // The constant, the add (it has two users), the maximum, the compare and
-  // the tuple: no step for either broadcast.
-  EXPECT_EQ(StepsOf(text), 5);
+  // The constant; one loop writing the add (it has two users) and the
+  // maximum, and a step taking each of its two results; the compare's loop;
+  // the tuple. No step for either broadcast.
+  EXPECT_EQ(StepsOf(text), 6);
   std::vector<float> x(36);
   for (int i = 0; i < 36; ++i) x[i] = static_cast<float>(i % 7) - 3.0f;
   auto r = RunHlo(text, {F32({2, 3, 2, 3}, x), F32({3}, {1.0f, -2.0f, 0.5f})});
@@ -105,6 +106,37 @@ TEST(ProgramTest, BroadcastReadByADotIsWrittenOut) {
   auto r = RunHlo(text, {F32({2}, {1.0f, 2.0f})});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_THAT(Values(*r), ElementsAre(5, 5, 5, 5, 5, 5, 5, 5, 5));
+}
+
+// One loop writes two outputs. The intermediate `a` is read for the last
+// time by the loop, and both outputs have its shape: only the output
+// computed after every read of `a` may take its buffer (the first taking
+// it would change what the second reads).
+TEST(ProgramTest, LoopsWithSeveralOutputsTakeAnInputOnlyAfterItsLastRead) {
+  const std::string text = R"(ENTRY e {
+  x = f32[4,8] parameter(0)
+  a = f32[32] reshape(x)
+  u = f32[32] negate(a)
+  w = f32[32] add(u, a)
+  m = f32[32] multiply(u, u)
+  ROOT t = (f32[32], f32[32], f32[32]) tuple(u, w, m)
+})";
+  // The reshape; one loop writing u and w, and a step taking each; m; the
+  // tuple.
+  EXPECT_EQ(StepsOf(text), 6);
+  std::vector<float> x(32);
+  for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(i) - 10.5f;
+  auto r = RunHlo(text, {F32({4, 8}, x)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<double> u, w, m;
+  for (int i = 0; i < 32; ++i) {
+    u.push_back(-x[i]);
+    w.push_back(-x[i] + x[i]);
+    m.push_back(x[i] * x[i]);
+  }
+  EXPECT_THAT(Values(r->tuple_elements()[0]), ElementsAreArray(u));
+  EXPECT_THAT(Values(r->tuple_elements()[1]), ElementsAreArray(w));
+  EXPECT_THAT(Values(r->tuple_elements()[2]), ElementsAreArray(m));
 }
 
 }  // namespace
