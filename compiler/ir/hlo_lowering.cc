@@ -7,13 +7,16 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/json.h"
 #include "base/status_macros.h"
+#include "compiler/ir/shape_inference.h"
 #include "compiler/ir/verifier.h"
 
 namespace kiln::ir {
@@ -743,8 +746,182 @@ absl::Status LowerLapackCall(Module* module, Computation* comp, Instruction* res
   return absl::OkStatus();
 }
 
+bool IsGemmTarget(absl::string_view target) {
+  return target == "__cublas$gemm" || target == "__cublas$lt$matmul";
+}
+
+absl::Status LowerGemmCall(Computation* comp, Instruction* result,
+                           const std::vector<Instruction*>& operands,
+                           absl::string_view backend_config) {
+  const std::string target = result->attrs().custom_call_target;
+  auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("custom-call '", target, "': ", why));
+  };
+  if (backend_config.empty()) {
+    return refuse("has no backend_config, which holds the dot's dimension numbers");
+  }
+  // Older XLA writes the JSON as a quoted, escaped string.
+  std::string text(absl::StripAsciiWhitespace(backend_config));
+  if (text.size() >= 2 && text.front() == '"' && text.back() == '"') {
+    std::string unescaped;
+    if (!absl::CUnescape(absl::string_view(text).substr(1, text.size() - 2), &unescaped)) {
+      return refuse("backend_config is a string with bad escapes");
+    }
+    text = std::move(unescaped);
+  }
+  absl::StatusOr<JsonValue> json = ParseJson(text);
+  if (!json.ok()) return refuse(absl::StrCat("backend_config: ", json.status().message()));
+  const JsonValue* config = json->Find("gemm_backend_config");
+  if (config == nullptr) config = &*json;  // the older, flat form
+  const JsonValue* numbers = config->Find("dot_dimension_numbers");
+  if (numbers == nullptr || !numbers->is_object()) {
+    return refuse("backend_config has no dot_dimension_numbers");
+  }
+  DotDims dims;
+  const std::pair<const char*, std::vector<int64_t>*> lists[] = {
+      {"lhs_contracting_dimensions", &dims.lhs_contracting},
+      {"rhs_contracting_dimensions", &dims.rhs_contracting},
+      {"lhs_batch_dimensions", &dims.lhs_batch},
+      {"rhs_batch_dimensions", &dims.rhs_batch}};
+  for (const auto& [key, list] : lists) {
+    const JsonValue* v = numbers->Find(key);
+    if (v == nullptr) continue;  // protobuf's JSON leaves empty lists out
+    if (v->AsArray() == nullptr) return refuse(absl::StrCat(key, " is not a list"));
+    for (const JsonValue& d : *v->AsArray()) {
+      std::optional<int64_t> i = d.AsInt();
+      if (!i.has_value()) return refuse(absl::StrCat(key, " holds a non-integer"));
+      list->push_back(*i);
+    }
+  }
+  auto number = [&](const char* key, double fallback) -> absl::StatusOr<double> {
+    const JsonValue* v = config->Find(key);
+    if (v == nullptr) return fallback;
+    if (!v->AsNumber().has_value()) return refuse(absl::StrCat(key, " is not a number"));
+    return *v->AsNumber();
+  };
+  ASSIGN_OR_RETURN(const double alpha, number("alpha_real", 1));
+  ASSIGN_OR_RETURN(const double alpha_imag, number("alpha_imag", 0));
+  ASSIGN_OR_RETURN(const double beta, number("beta", 0));
+  if (alpha_imag != 0) return refuse("a complex alpha (complex types are not supported)");
+  std::string epilogue = "DEFAULT";
+  if (const JsonValue* e = config->Find("epilogue"); e != nullptr) {
+    if (e->AsString() == nullptr) return refuse("epilogue is not a string");
+    epilogue = *e->AsString();
+  }
+  const bool bias = epilogue == "BIAS" || epilogue == "BIAS_RELU" || epilogue == "BIAS_GELU";
+  const bool relu = epilogue == "RELU" || epilogue == "BIAS_RELU";
+  const bool gelu = epilogue == "GELU" || epilogue == "BIAS_GELU";
+  if (!bias && !relu && !gelu && epilogue != "DEFAULT") {
+    return refuse(absl::StrCat("epilogue ", epilogue, " is not supported (Kiln reads DEFAULT, "
+                               "BIAS, RELU, BIAS_RELU, GELU and BIAS_GELU)"));
+  }
+  const size_t want = 2 + (beta != 0 ? 1 : 0) + (bias ? 1 : 0);
+  if (operands.size() != want) {
+    return refuse(absl::StrCat("takes ", want, " operands with beta ", beta, " and epilogue ",
+                               epilogue, ", got ", operands.size()));
+  }
+  const Shape& declared = result->shape();
+  const bool tuple = declared.IsTuple();
+  if (tuple && (declared.tuple_shapes().size() != 2 || !declared.tuple_shape(0).IsArray() ||
+                !declared.tuple_shape(1).IsArray() ||
+                declared.tuple_shape(1).type() != ElementType::kS8 ||
+                declared.tuple_shape(1).rank() != 1)) {
+    return refuse(absl::StrCat("returns ", declared.ToString(),
+                               ", not an array or (array, s8[workspace])"));
+  }
+  const Shape out = tuple ? declared.tuple_shape(0) : declared;
+  if (!out.IsArray() || out.rank() < 1) {
+    return refuse(absl::StrCat("returns ", declared.ToString(), ", not an array of rank 1 or more"));
+  }
+  for (const Instruction* o : operands) {
+    if (!o->shape().IsArray()) return refuse("takes arrays");
+  }
+  const ElementType t = out.type();
+  const std::string base = result->name();
+  int counter = 0;
+  auto add = [&](Opcode op, const Shape& s, std::vector<Instruction*> ops) {
+    Instruction* added = comp->AddInstruction(
+        std::make_unique<Instruction>(op, s, absl::StrCat(base, ".gemm", counter++)));
+    for (Instruction* o : ops) added->AddOperand(o);
+    return added;
+  };
+  auto as_out_type = [&](Instruction* v) {
+    if (v->shape().type() == t) return v;
+    return add(Opcode::kConvert, Shape(t, v->shape().dims()), {v});
+  };
+  auto scalar = [&](double value) {
+    Instruction* c = add(Opcode::kConstant, Shape::Scalar(t), {});
+    c->mutable_attrs().literal = Literal::Scalar<double>(t, value);
+    return add(Opcode::kBroadcast, out, {c});
+  };
+  Instruction* a = operands[0];
+  Instruction* b = operands[1];
+  if (a->shape().type() != b->shape().type()) {
+    a = as_out_type(a);
+    b = as_out_type(b);
+  }
+  Instruction* value = add(Opcode::kDot, out, {a, b});
+  value->mutable_attrs().dot = dims;
+  absl::StatusOr<Shape> inferred = InferShape(*value);
+  if (!inferred.ok()) return refuse(inferred.status().message());
+  if (*inferred != out) {
+    return refuse(absl::StrCat("its dimension numbers make ", inferred->ToString(),
+                               " of the operands, but it returns ", out.ToString()));
+  }
+  if (alpha != 1) value = add(Opcode::kMultiply, out, {value, scalar(alpha)});
+  size_t next = 2;
+  if (beta != 0) {
+    Instruction* c = operands[next++];
+    if (c->shape().dims() != out.dims()) {
+      return refuse(absl::StrCat("its addend is ", c->shape().ToString(), ", not of the result's ",
+                                 out.ToString()));
+    }
+    value = add(Opcode::kAdd, out, {value, add(Opcode::kMultiply, out, {as_out_type(c), scalar(beta)})});
+  }
+  if (bias) {
+    Instruction* v = operands[next++];
+    const int64_t last = out.rank() - 1;
+    if (v->shape().rank() != 1 || v->shape().dim(0) != out.dim(static_cast<int>(last))) {
+      return refuse(absl::StrCat("its bias is ", v->shape().ToString(),
+                                 ", not a vector along the result's last dimension of ",
+                                 out.ToString()));
+    }
+    Instruction* spread = add(Opcode::kBroadcast, out, {as_out_type(v)});
+    spread->mutable_attrs().dimensions = {last};
+    value = add(Opcode::kAdd, out, {value, spread});
+  }
+  if (relu) value = add(Opcode::kMaximum, out, {value, scalar(0)});
+  if (gelu) {
+    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as cuBLASLt's GELU.
+    Instruction* x = value;
+    Instruction* cube = add(Opcode::kMultiply, out, {add(Opcode::kMultiply, out, {x, x}), x});
+    Instruction* inner = add(Opcode::kAdd, out, {x, add(Opcode::kMultiply, out,
+                                                        {cube, scalar(0.044715)})});
+    Instruction* th = add(Opcode::kTanh, out, {add(Opcode::kMultiply, out,
+                                                   {inner, scalar(0.7978845608028654)})});
+    value = add(Opcode::kMultiply, out,
+                {add(Opcode::kMultiply, out, {x, scalar(0.5)}),
+                 add(Opcode::kAdd, out, {th, scalar(1)})});
+  }
+  result->mutable_attrs() = Attributes();
+  if (tuple) {
+    const Shape& workspace = declared.tuple_shape(1);
+    Instruction* zero = add(Opcode::kConstant, Shape::Scalar(ElementType::kS8), {});
+    zero->mutable_attrs().literal = Literal::Scalar<int64_t>(ElementType::kS8, 0);
+    result->set_opcode(Opcode::kTuple);
+    result->AddOperand(value);
+    result->AddOperand(add(Opcode::kBroadcast, workspace, {zero}));
+    return absl::OkStatus();
+  }
+  // The call itself becomes the last step: a copy of the value.
+  result->set_opcode(Opcode::kCopy);
+  result->AddOperand(value);
+  return absl::OkStatus();
+}
+
 absl::Status LowerXlaMarkerCall(Instruction* call, const std::vector<Instruction*>& operands) {
   const std::string target = call->attrs().custom_call_target;
+  if (IsGemmTarget(target)) return absl::OkStatus();
   if (absl::StrContains(target, "python") && absl::StrContains(target, "callback")) {
     return absl::InvalidArgumentError(absl::StrCat(
         "custom-call '", target, "' calls back into the Python process that traced the "

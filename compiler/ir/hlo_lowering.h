@@ -117,6 +117,25 @@ absl::Status LowerBatchNorm(Module* module, Computation* comp, Instruction* resu
 // ones, ...) and for options or shapes the routine does not take.
 bool IsLapackTarget(absl::string_view target);
 
+// XLA's GPU backend rewrites dots into calls of cuBLAS: `__cublas$gemm`
+// and `__cublas$lt$matmul`, whose backend_config (JSON; the
+// gemm_backend_config message, nested or not) holds the dot's dimension
+// numbers, alpha (real), beta and an epilogue. `result` (the custom call,
+// no operands yet) becomes
+//   act(alpha * dot(a, b) + beta * c + broadcast(bias))
+// over operands (a, b[, c when beta is not 0][, bias when the epilogue has
+// one]) in the call's declared element type (operands of another type are
+// converted first), where act is the epilogue's: DEFAULT or BIAS (none),
+// RELU, GELU (the tanh form). The bias runs along the result's last
+// dimension. A declared tuple (result, s8[workspace]) gets a zero
+// workspace as its second element. InvalidArgument for other epilogues
+// (the ones with an auxiliary output), a complex alpha, fp8 calls, and
+// shapes that disagree with the dimension numbers.
+bool IsGemmTarget(absl::string_view target);
+absl::Status LowerGemmCall(Computation* comp, Instruction* result,
+                           const std::vector<Instruction*>& operands,
+                           absl::string_view backend_config);
+
 // Custom calls of XLA's and JAX's that mark rather than compute: the
 // sharding annotations (`Sharding`, and `SPMDFullToShardShape` /
 // `SPMDShardToFullShape` where the shard is the whole array, as on one
@@ -125,8 +144,9 @@ bool IsLapackTarget(absl::string_view target);
 // `xla_ffi_python_cpu_callback`, ...) cannot run anywhere else and are
 // refused naming the target; so are the SPMD calls whose shard is a part,
 // and the calls into GPU and TPU libraries that XLA's device backends,
-// jaxlib's GPU lowerings and Pallas insert (`__cublas$gemm`,
-// `__cudnn$convForward`, `cusolver_getrf_ffi`, `tpu_custom_call`, ...).
+// jaxlib's GPU lowerings and Pallas insert (`__cudnn$convForward`,
+// `cusolver_getrf_ffi`, `tpu_custom_call`, ...), except the cuBLAS calls
+// that LowerGemmCall reads.
 // Other targets are left as they are.
 absl::Status LowerXlaMarkerCall(Instruction* call, const std::vector<Instruction*>& operands);
 // The options of a typed-FFI backend_config, "{uplo = 76 : ui8, ...}": each

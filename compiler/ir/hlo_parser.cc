@@ -1315,6 +1315,11 @@ absl::Status Parser::Resolve(Module* module, PendingInstr& p,
                                       /*largest=*/true, comparator)));
     operands.clear();
   }
+  if (instr->opcode() == Opcode::kCustomCall && IsGemmTarget(instr->attrs().custom_call_target)) {
+    RETURN_IF_ERROR(shapes_known(operands));
+    RETURN_IF_ERROR(lowered(LowerGemmCall(computation(), instr, operands, p.backend_config)));
+    operands.clear();
+  }
   if (instr->opcode() == Opcode::kCustomCall && IsLapackTarget(instr->attrs().custom_call_target)) {
     RETURN_IF_ERROR(shapes_known(operands));
     RETURN_IF_ERROR(

@@ -672,17 +672,87 @@ ENTRY e {
                       "custom_call_target=\"xla_ffi_python_cpu_callback\"\n}"),
               HasSubstr("line 3: %f: custom-call 'xla_ffi_python_cpu_callback' calls back into "
                         "the Python process"));
-  // XLA's GPU modules after its passes: the cuBLAS call names itself.
+  // XLA's GPU modules after its passes: a cuDNN call names itself.
   EXPECT_THAT(ErrorOf(R"(ENTRY e {
-  a = f32[4,4] parameter(0)
-  g = (f32[4,4], s8[0]) custom-call(a, a), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"alpha_real":1}}
-  ROOT r = f32[4,4] get-tuple-element(g), index=0
+  a = f32[1,4,4,1] parameter(0)
+  k = f32[1,1,1,1] parameter(1)
+  c = (f32[1,4,4,1], u8[0]) custom-call(a, k), window={size=1x1}, dim_labels=b01f_01io->b01f, custom_call_target="__cudnn$convForward"
+  ROOT r = f32[1,4,4,1] get-tuple-element(c), index=0
 })"),
-              HasSubstr("line 3: %g: custom-call '__cublas$gemm' is a call into a GPU or TPU "
-                        "library"));
+              HasSubstr("line 4: %c: custom-call '__cudnn$convForward' is a call into a GPU or "
+                        "TPU library"));
   EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[4] parameter(0)\n  ROOT f = f32[4] custom-call(x), "
                       "custom_call_target=\"tpu_custom_call\"\n}"),
               HasSubstr("'tpu_custom_call' is a call into a GPU or TPU library"));
+}
+
+// XLA's GPU backend turns dots into cuBLAS calls whose backend_config holds
+// the dimension numbers, alpha, beta and an epilogue: they read as the
+// dot and the elementwise ops they stand for.
+TEST(XlaSyntaxTest, CublasCallsReadAsDotsWithTheirEpilogues) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  a = f32[2,3]{1,0} parameter(0)
+  b = f32[4,3]{0,1} parameter(1)
+  g = (f32[2,4]{1,0}, s8[1028]{0}) custom-call(a, b), custom_call_target="__cublas$gemm", backend_config={"operation_queue_id":"0","wait_on_operation_queues":[],"gemm_backend_config":{"alpha_real":2,"alpha_imag":0,"beta":0,"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["1"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]},"precision_config":{"operand_precision":["DEFAULT","DEFAULT"],"algorithm":"ALG_UNSET"},"epilogue":"DEFAULT","grad_x":false,"grad_y":false}}
+  ROOT r = f32[2,4] get-tuple-element(g), index=0
+})");
+  EXPECT_THAT(printed, HasSubstr("dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={1}"));
+  EXPECT_THAT(printed, HasSubstr("multiply("));
+  EXPECT_THAT(printed, HasSubstr("s8[1028] broadcast("));
+  // The older flat form, quoted, with beta and the addend.
+  const std::string flat = Canonical(R"(
+ENTRY e {
+  a = f32[2,3] parameter(0)
+  b = f32[3,4] parameter(1)
+  c = f32[2,4] parameter(2)
+  ROOT g = f32[2,4] custom-call(a, b, c), custom_call_target="__cublas$gemm", backend_config="{\"alpha_real\":1,\"beta\":1,\"dot_dimension_numbers\":{\"lhs_contracting_dimensions\":[1],\"rhs_contracting_dimensions\":[0]}}"
+})");
+  EXPECT_THAT(flat, HasSubstr("dot(%a, %b)"));
+  EXPECT_THAT(flat, HasSubstr("ROOT %g = f32[2,4] copy("));
+  // cuBLASLt with a bias and a relu.
+  const std::string lt = Canonical(R"(
+ENTRY e {
+  a = bf16[2,3] parameter(0)
+  b = bf16[3,4] parameter(1)
+  bias = bf16[4] parameter(2)
+  g = (f32[2,4], s8[0]) custom-call(a, b, bias), custom_call_target="__cublas$lt$matmul", backend_config={"gemm_backend_config":{"alpha_real":1,"beta":0,"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["0"]},"epilogue":"BIAS_RELU"}}
+  ROOT r = f32[2,4] get-tuple-element(g), index=0
+})");
+  EXPECT_THAT(lt, HasSubstr("f32[2,4] dot(%a, %b)"));
+  EXPECT_THAT(lt, HasSubstr("f32[4] convert(%bias)"));
+  EXPECT_THAT(lt, HasSubstr("broadcast("));
+  EXPECT_THAT(lt, HasSubstr("maximum("));
+  // What does not fit is refused naming the call.
+  const std::string gemm_head = "ENTRY e {\n  a = f32[2,3] parameter(0)\n  b = f32[3,4] parameter(1)\n  ";
+  EXPECT_THAT(ErrorOf(gemm_head + "ROOT g = f32[2,4] custom-call(a, b), custom_call_target=\"__cublas$gemm\"\n}"),
+              HasSubstr("line 4: %g: custom-call '__cublas$gemm': has no backend_config"));
+  EXPECT_THAT(
+      ErrorOf(gemm_head +
+              "ROOT g = f32[2,4] custom-call(a, b), custom_call_target=\"__cublas$lt$matmul\", "
+              "backend_config={\"dot_dimension_numbers\":{\"lhs_contracting_dimensions\":[1],"
+              "\"rhs_contracting_dimensions\":[0]},\"epilogue\":\"BIAS_GELU_AUX\"}\n}"),
+      HasSubstr("epilogue BIAS_GELU_AUX is not supported"));
+  EXPECT_THAT(
+      ErrorOf(gemm_head +
+              "ROOT g = f32[2,5] custom-call(a, b), custom_call_target=\"__cublas$gemm\", "
+              "backend_config={\"dot_dimension_numbers\":{\"lhs_contracting_dimensions\":[1],"
+              "\"rhs_contracting_dimensions\":[0]}}\n}"),
+      HasSubstr("its dimension numbers make f32[2,4] of the operands, but it returns f32[2,5]"));
+  EXPECT_THAT(
+      ErrorOf(gemm_head +
+              "ROOT g = f32[2,4] custom-call(a, b), custom_call_target=\"__cublas$gemm\", "
+              "backend_config={\"beta\":1,\"dot_dimension_numbers\":{\"lhs_contracting_dimensions\":[1],"
+              "\"rhs_contracting_dimensions\":[0]}}\n}"),
+      HasSubstr("takes 3 operands with beta 1"));
+  EXPECT_THAT(
+      ErrorOf(gemm_head +
+              "ROOT g = f32[2,4] custom-call(a, b), custom_call_target=\"__cublas$gemm\", "
+              "backend_config={\"dot_dimension_numbers\":{\"lhs_contracting_dimensions\":[1}}\n}"),
+      HasSubstr("backend_config: JSON at offset"));
+  EXPECT_THAT(ErrorOf(gemm_head + "ROOT g = f32[2,4] custom-call(a, b), "
+                                  "custom_call_target=\"__cublas$lt$matmul$f8\"\n}"),
+              HasSubstr("is a call into a GPU or TPU library"));
 }
 
 // XLA's optimized modules keep top-k as a custom call with its comparator;

@@ -406,6 +406,25 @@ def conv_batch_groups(x, k, groups, **window):
                            for g in range(groups)], axis=3)
 
 
+def case_xla_gpu_gemm():
+    """cuBLAS calls: alpha * dot (+ beta * c) (+ bias), then relu or the
+    tanh form of GELU, computed in float64."""
+    local = np.random.default_rng(20261127)
+    a = f32(local.uniform(-1, 1, (2, 3, 5)))
+    b = f32(local.uniform(-1, 1, (2, 4, 5)))
+    x = f32(local.uniform(-1, 1, (3, 6)))
+    y = f32(local.uniform(-1, 1, (6, 4)))
+    c = f32(local.uniform(-1, 1, (3, 4)))
+    bias = f32(local.uniform(-1, 1, 4))
+    d = lambda p, q: p.astype(np.float64) @ q.astype(np.float64)
+    batched = 0.5 * np.einsum("bik,bjk->bij", a.astype(np.float64), b.astype(np.float64))
+    accumulated = d(x, y) - 2 * c.astype(np.float64)
+    relu = np.maximum(d(x, y) + bias.astype(np.float64), 0)
+    v = d(x, y)
+    gelu = 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))
+    return [a, b, x, y, c, bias], [f32(batched), f32(accumulated), f32(relu), f32(gelu)]
+
+
 def case_xla_syntax_conv_batch_groups():
     x = f32(rng.uniform(-1, 1, (4, 5, 5, 3)))
     k = f32(rng.uniform(-1, 1, (3, 3, 3, 4)))
