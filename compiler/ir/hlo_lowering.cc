@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -746,6 +747,45 @@ absl::Status LowerLapackCall(Module* module, Computation* comp, Instruction* res
   return absl::OkStatus();
 }
 
+namespace {
+
+// A backend_config in JSON, as written ({...}) or as older XLA quotes it
+// ("{\"...\"}").
+absl::StatusOr<JsonValue> ReadBackendConfigJson(absl::string_view backend_config) {
+  std::string text(absl::StripAsciiWhitespace(backend_config));
+  if (text.size() >= 2 && text.front() == '"' && text.back() == '"') {
+    std::string unescaped;
+    if (!absl::CUnescape(absl::string_view(text).substr(1, text.size() - 2), &unescaped)) {
+      return absl::InvalidArgumentError("backend_config is a string with bad escapes");
+    }
+    text = std::move(unescaped);
+  }
+  absl::StatusOr<JsonValue> json = ParseJson(text);
+  if (!json.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("backend_config: ", json.status().message()));
+  }
+  return json;
+}
+
+// A tuple result's scratch or workspace buffer (an s8 or u8 vector): zeros.
+absl::StatusOr<Instruction*> ZeroScratch(Computation* comp, const Shape& scratch,
+                                         const std::string& name) {
+  if (!scratch.IsArray() || scratch.rank() != 1 ||
+      (scratch.type() != ElementType::kS8 && scratch.type() != ElementType::kU8)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("its scratch buffer is ", scratch.ToString(), ", not s8[N] or u8[N]"));
+  }
+  Instruction* zero = comp->AddInstruction(
+      std::make_unique<Instruction>(Opcode::kConstant, Shape::Scalar(scratch.type()), name + ".zero"));
+  zero->mutable_attrs().literal = Literal::Scalar<int64_t>(scratch.type(), 0);
+  Instruction* spread = comp->AddInstruction(
+      std::make_unique<Instruction>(Opcode::kBroadcast, scratch, name + ".scratch"));
+  spread->AddOperand(zero);
+  return spread;
+}
+
+}  // namespace
+
 bool IsGemmTarget(absl::string_view target) {
   return target == "__cublas$gemm" || target == "__cublas$lt$matmul";
 }
@@ -760,17 +800,8 @@ absl::Status LowerGemmCall(Computation* comp, Instruction* result,
   if (backend_config.empty()) {
     return refuse("has no backend_config, which holds the dot's dimension numbers");
   }
-  // Older XLA writes the JSON as a quoted, escaped string.
-  std::string text(absl::StripAsciiWhitespace(backend_config));
-  if (text.size() >= 2 && text.front() == '"' && text.back() == '"') {
-    std::string unescaped;
-    if (!absl::CUnescape(absl::string_view(text).substr(1, text.size() - 2), &unescaped)) {
-      return refuse("backend_config is a string with bad escapes");
-    }
-    text = std::move(unescaped);
-  }
-  absl::StatusOr<JsonValue> json = ParseJson(text);
-  if (!json.ok()) return refuse(absl::StrCat("backend_config: ", json.status().message()));
+  absl::StatusOr<JsonValue> json = ReadBackendConfigJson(backend_config);
+  if (!json.ok()) return refuse(json.status().message());
   const JsonValue* config = json->Find("gemm_backend_config");
   if (config == nullptr) config = &*json;  // the older, flat form
   const JsonValue* numbers = config->Find("dot_dimension_numbers");
@@ -905,12 +936,10 @@ absl::Status LowerGemmCall(Computation* comp, Instruction* result,
   }
   result->mutable_attrs() = Attributes();
   if (tuple) {
-    const Shape& workspace = declared.tuple_shape(1);
-    Instruction* zero = add(Opcode::kConstant, Shape::Scalar(ElementType::kS8), {});
-    zero->mutable_attrs().literal = Literal::Scalar<int64_t>(ElementType::kS8, 0);
+    ASSIGN_OR_RETURN(Instruction * workspace, ZeroScratch(comp, declared.tuple_shape(1), base));
     result->set_opcode(Opcode::kTuple);
     result->AddOperand(value);
-    result->AddOperand(add(Opcode::kBroadcast, workspace, {zero}));
+    result->AddOperand(workspace);
     return absl::OkStatus();
   }
   // The call itself becomes the last step: a copy of the value.
@@ -919,9 +948,178 @@ absl::Status LowerGemmCall(Computation* comp, Instruction* result,
   return absl::OkStatus();
 }
 
+bool IsCudnnConvTarget(absl::string_view target) {
+  return absl::StartsWith(target, "__cudnn$conv");
+}
+
+absl::Status LowerCudnnConvCall(Computation* comp, Instruction* result,
+                                const std::vector<Instruction*>& operands,
+                                absl::string_view backend_config) {
+  const std::string target = result->attrs().custom_call_target;
+  auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("custom-call '", target, "': ", why));
+  };
+  const bool forward = target == "__cudnn$convForward";
+  const bool fused = target == "__cudnn$convBiasActivationForward";
+  if (!forward && !fused) {
+    return refuse("is a cuDNN call that Kiln does not read (it reads convForward and "
+                  "convBiasActivationForward; the gradient calls are not read yet)");
+  }
+  JsonValue json;
+  if (!backend_config.empty()) {
+    absl::StatusOr<JsonValue> read = ReadBackendConfigJson(backend_config);
+    if (!read.ok()) return refuse(read.status().message());
+    json = *std::move(read);
+  }
+  const JsonValue* config = json.Find("cudnn_conv_backend_config");
+  if (config == nullptr) config = &json;  // the older, flat form
+  auto number = [&](const char* key, double fallback) -> absl::StatusOr<double> {
+    const JsonValue* v = config->Find(key);
+    if (v == nullptr) return fallback;
+    if (v->AsNumber().has_value()) return *v->AsNumber();
+    if (v->AsInt().has_value()) return static_cast<double>(*v->AsInt());
+    return refuse(absl::StrCat(key, " is not a number"));
+  };
+  ASSIGN_OR_RETURN(const double scale, number("conv_result_scale", 1));
+  ASSIGN_OR_RETURN(const double side_scale, number("side_input_scale", 0));
+  ASSIGN_OR_RETURN(const double leaky_alpha, number("leakyrelu_alpha", 0));
+  // stream_executor's ActivationMode, by name or by number.
+  std::string activation = "kNone";
+  if (const JsonValue* v = config->Find("activation_mode"); v != nullptr) {
+    static const char* const kByNumber[] = {"kNone", "kSigmoid", "kRelu",     "kRelu6",
+                                            "kReluX", "kTanh",   "kBandPass", "kElu",
+                                            "kLeakyRelu", "kGeluExact"};
+    if (std::optional<int64_t> i = v->AsInt(); i.has_value() && *i >= 0 && *i < 10) {
+      activation = kByNumber[*i];
+    } else if (v->AsString() != nullptr) {
+      activation = *v->AsString();
+    } else {
+      return refuse("activation_mode is neither a name nor a number");
+    }
+  }
+  static const absl::flat_hash_set<absl::string_view> kActivations = {
+      "kNone", "kRelu", "kRelu6", "kTanh", "kSigmoid", "kElu", "kLeakyRelu"};
+  if (!kActivations.contains(activation)) {
+    return refuse(absl::StrCat("activation_mode ", activation, " is not supported"));
+  }
+  if (forward && activation != "kNone") {
+    return refuse("convForward takes no activation");
+  }
+  const size_t min_operands = forward ? 2 : 3;
+  const size_t max_operands = forward ? 2 : 4;
+  if (operands.size() < min_operands || operands.size() > max_operands) {
+    return refuse(absl::StrCat("takes ", min_operands,
+                               max_operands > min_operands ? absl::StrCat(" or ", max_operands) : "",
+                               " operands, got ", operands.size()));
+  }
+  for (const Instruction* o : operands) {
+    if (!o->shape().IsArray()) return refuse("takes arrays");
+  }
+  const Shape& declared = result->shape();
+  const bool tuple = declared.IsTuple();
+  if (tuple && declared.tuple_shapes().size() != 2) {
+    return refuse(absl::StrCat("returns ", declared.ToString(),
+                               ", not an array or (array, u8[scratch])"));
+  }
+  const Shape out = tuple ? declared.tuple_shape(0) : declared;
+  if (!out.IsArray() || !IsFloatType(out.type())) {
+    return refuse(absl::StrCat("returns ", declared.ToString(), ", not a floating-point array"));
+  }
+  const ElementType t = out.type();
+  const std::string base = result->name();
+  int counter = 0;
+  auto add = [&](Opcode op, const Shape& s, std::vector<Instruction*> ops) {
+    Instruction* added = comp->AddInstruction(
+        std::make_unique<Instruction>(op, s, absl::StrCat(base, ".conv", counter++)));
+    for (Instruction* o : ops) added->AddOperand(o);
+    return added;
+  };
+  auto as_out_type = [&](Instruction* v) {
+    if (v->shape().type() == t) return v;
+    return add(Opcode::kConvert, Shape(t, v->shape().dims()), {v});
+  };
+  auto scalar = [&](double value) {
+    Instruction* c = add(Opcode::kConstant, Shape::Scalar(t), {});
+    c->mutable_attrs().literal = Literal::Scalar<double>(t, value);
+    return add(Opcode::kBroadcast, out, {c});
+  };
+  // The convolution the call's own attributes describe.
+  Instruction* value = add(Opcode::kConvolution, out,
+                           {as_out_type(operands[0]), as_out_type(operands[1])});
+  const Attributes& call = result->attrs();
+  Attributes& attrs = value->mutable_attrs();
+  attrs.window = call.window;
+  attrs.conv = call.conv;
+  attrs.feature_group_count = call.feature_group_count;
+  attrs.batch_group_count = call.batch_group_count;
+  attrs.operand_precision = call.operand_precision;
+  absl::StatusOr<Shape> inferred = InferShape(*value);
+  if (!inferred.ok()) return refuse(inferred.status().message());
+  if (*inferred != out) {
+    return refuse(absl::StrCat("its window and dim_labels make ", inferred->ToString(),
+                               ", but it returns ", out.ToString()));
+  }
+  if (scale != 1) value = add(Opcode::kMultiply, out, {value, scalar(scale)});
+  if (fused) {
+    if (operands.size() == 4 && side_scale != 0) {
+      Instruction* side = operands[3];
+      if (side->shape().dims() != out.dims()) {
+        return refuse(absl::StrCat("its side input is ", side->shape().ToString(),
+                                   ", not of the result's ", out.ToString()));
+      }
+      value = add(Opcode::kAdd, out,
+                  {value, add(Opcode::kMultiply, out, {as_out_type(side), scalar(side_scale)})});
+    }
+    Instruction* bias = operands[2];
+    const int64_t feature = call.conv.output_feature;
+    if (bias->shape().rank() != 1 || feature < 0 || feature >= out.rank() ||
+        bias->shape().dim(0) != out.dim(static_cast<int>(feature))) {
+      return refuse(absl::StrCat("its bias is ", bias->shape().ToString(),
+                                 ", not a vector along the output features of ", out.ToString()));
+    }
+    Instruction* spread = add(Opcode::kBroadcast, out, {as_out_type(bias)});
+    spread->mutable_attrs().dimensions = {feature};
+    value = add(Opcode::kAdd, out, {value, spread});
+    if (activation == "kRelu") {
+      value = add(Opcode::kMaximum, out, {value, scalar(0)});
+    } else if (activation == "kRelu6") {
+      value = add(Opcode::kMinimum, out, {add(Opcode::kMaximum, out, {value, scalar(0)}),
+                                          scalar(6)});
+    } else if (activation == "kTanh") {
+      value = add(Opcode::kTanh, out, {value});
+    } else if (activation == "kSigmoid") {
+      value = add(Opcode::kLogistic, out, {value});
+    } else if (activation == "kElu") {
+      // x for x > 0, exp(x) - 1 otherwise.
+      Instruction* positive = add(Opcode::kCompare, Shape(ElementType::kPred, out.dims()),
+                                  {value, scalar(0)});
+      positive->mutable_attrs().direction = ComparisonDirection::kGt;
+      value = add(Opcode::kSelect, out,
+                  {positive, value, add(Opcode::kExpm1, out, {value})});
+    } else if (activation == "kLeakyRelu") {
+      Instruction* positive = add(Opcode::kCompare, Shape(ElementType::kPred, out.dims()),
+                                  {value, scalar(0)});
+      positive->mutable_attrs().direction = ComparisonDirection::kGt;
+      value = add(Opcode::kSelect, out,
+                  {positive, value, add(Opcode::kMultiply, out, {value, scalar(leaky_alpha)})});
+    }
+  }
+  result->mutable_attrs() = Attributes();
+  if (tuple) {
+    ASSIGN_OR_RETURN(Instruction * scratch, ZeroScratch(comp, declared.tuple_shape(1), base));
+    result->set_opcode(Opcode::kTuple);
+    result->AddOperand(value);
+    result->AddOperand(scratch);
+    return absl::OkStatus();
+  }
+  result->set_opcode(Opcode::kCopy);
+  result->AddOperand(value);
+  return absl::OkStatus();
+}
+
 absl::Status LowerXlaMarkerCall(Instruction* call, const std::vector<Instruction*>& operands) {
   const std::string target = call->attrs().custom_call_target;
-  if (IsGemmTarget(target)) return absl::OkStatus();
+  if (IsGemmTarget(target) || IsCudnnConvTarget(target)) return absl::OkStatus();
   if (absl::StrContains(target, "python") && absl::StrContains(target, "callback")) {
     return absl::InvalidArgumentError(absl::StrCat(
         "custom-call '", target, "' calls back into the Python process that traced the "

@@ -136,6 +136,26 @@ absl::Status LowerGemmCall(Computation* comp, Instruction* result,
                            const std::vector<Instruction*>& operands,
                            absl::string_view backend_config);
 
+// XLA's GPU backend rewrites convolutions into calls of cuDNN, with the
+// convolution's window, dim_labels and group counts on the call and
+// cudnn_conv_backend_config (JSON) in backend_config:
+//   __cudnn$convForward(x, w) = conv_result_scale * convolution(x, w);
+//   __cudnn$convBiasActivationForward(x, w, bias[, side]) =
+//     act(conv_result_scale * convolution(x, w) + side_input_scale * side
+//         + broadcast(bias along the output feature dimension)),
+//   act from activation_mode: kNone, kRelu, kRelu6, kTanh, kSigmoid, kElu,
+//   kLeakyRelu (leakyrelu_alpha).
+// `result` (the call, no operands yet) becomes that value, or the tuple of
+// it and a zero scratch buffer when it returns (value, u8[N]).
+// IsCudnnConvTarget says whether a target is one of cuDNN's convolution
+// calls (`__cudnn$conv...`). InvalidArgument naming the call for the
+// others (convBackwardInput, convBackwardFilter, graph calls) and for other
+// activations.
+bool IsCudnnConvTarget(absl::string_view target);
+absl::Status LowerCudnnConvCall(Computation* comp, Instruction* result,
+                                const std::vector<Instruction*>& operands,
+                                absl::string_view backend_config);
+
 // Custom calls of XLA's and JAX's that mark rather than compute: the
 // sharding annotations (`Sharding`, and `SPMDFullToShardShape` /
 // `SPMDShardToFullShape` where the shard is the whole array, as on one
@@ -144,9 +164,9 @@ absl::Status LowerGemmCall(Computation* comp, Instruction* result,
 // `xla_ffi_python_cpu_callback`, ...) cannot run anywhere else and are
 // refused naming the target; so are the SPMD calls whose shard is a part,
 // and the calls into GPU and TPU libraries that XLA's device backends,
-// jaxlib's GPU lowerings and Pallas insert (`__cudnn$convForward`,
-// `cusolver_getrf_ffi`, `tpu_custom_call`, ...), except the cuBLAS calls
-// that LowerGemmCall reads.
+// jaxlib's GPU lowerings and Pallas insert (`__triton_gemm`,
+// `cusolver_getrf_ffi`, `tpu_custom_call`, ...), except the cuBLAS and
+// cuDNN calls that LowerGemmCall and LowerCudnnConvCall read.
 // Other targets are left as they are.
 absl::Status LowerXlaMarkerCall(Instruction* call, const std::vector<Instruction*>& operands);
 // The options of a typed-FFI backend_config, "{uplo = 76 : ui8, ...}": each

@@ -1320,6 +1320,12 @@ absl::Status Parser::Resolve(Module* module, PendingInstr& p,
     RETURN_IF_ERROR(lowered(LowerGemmCall(computation(), instr, operands, p.backend_config)));
     operands.clear();
   }
+  if (instr->opcode() == Opcode::kCustomCall &&
+      IsCudnnConvTarget(instr->attrs().custom_call_target)) {
+    RETURN_IF_ERROR(shapes_known(operands));
+    RETURN_IF_ERROR(lowered(LowerCudnnConvCall(computation(), instr, operands, p.backend_config)));
+    operands.clear();
+  }
   if (instr->opcode() == Opcode::kCustomCall && IsLapackTarget(instr->attrs().custom_call_target)) {
     RETURN_IF_ERROR(shapes_known(operands));
     RETURN_IF_ERROR(

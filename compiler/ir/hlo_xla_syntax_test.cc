@@ -672,14 +672,13 @@ ENTRY e {
                       "custom_call_target=\"xla_ffi_python_cpu_callback\"\n}"),
               HasSubstr("line 3: %f: custom-call 'xla_ffi_python_cpu_callback' calls back into "
                         "the Python process"));
-  // XLA's GPU modules after its passes: a cuDNN call names itself.
+  // XLA's GPU modules after its passes: a cuSOLVER call names itself.
   EXPECT_THAT(ErrorOf(R"(ENTRY e {
-  a = f32[1,4,4,1] parameter(0)
-  k = f32[1,1,1,1] parameter(1)
-  c = (f32[1,4,4,1], u8[0]) custom-call(a, k), window={size=1x1}, dim_labels=b01f_01io->b01f, custom_call_target="__cudnn$convForward"
-  ROOT r = f32[1,4,4,1] get-tuple-element(c), index=0
+  a = f32[4,4] parameter(0)
+  g = (f32[4,4], s32[4], s32[]) custom-call(a), custom_call_target="cusolver_getrf_ffi"
+  ROOT r = f32[4,4] get-tuple-element(g), index=0
 })"),
-              HasSubstr("line 4: %c: custom-call '__cudnn$convForward' is a call into a GPU or "
+              HasSubstr("line 3: %g: custom-call 'cusolver_getrf_ffi' is a call into a GPU or "
                         "TPU library"));
   EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[4] parameter(0)\n  ROOT f = f32[4] custom-call(x), "
                       "custom_call_target=\"tpu_custom_call\"\n}"),
@@ -753,6 +752,35 @@ ENTRY e {
   EXPECT_THAT(ErrorOf(gemm_head + "ROOT g = f32[2,4] custom-call(a, b), "
                                   "custom_call_target=\"__cublas$lt$matmul$f8\"\n}"),
               HasSubstr("is a call into a GPU or TPU library"));
+}
+
+// cuDNN's forward convolutions read as the convolution their attributes
+// describe, with the bias, side input and activation of the fused form.
+TEST(XlaSyntaxTest, CudnnForwardConvolutionsReadAsConvolutions) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  x = f32[1,5,5,2] parameter(0)
+  w = f32[3,3,2,4] parameter(1)
+  b = f32[4] parameter(2)
+  c = (f32[1,5,5,4], u8[0]) custom-call(x, w, b), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, custom_call_target="__cudnn$convBiasActivationForward", backend_config={"cudnn_conv_backend_config":{"activation_mode":"kRelu","conv_result_scale":1,"side_input_scale":0,"leakyrelu_alpha":0}}
+  ROOT r = f32[1,5,5,4] get-tuple-element(c), index=0
+})");
+  EXPECT_THAT(printed, HasSubstr("convolution(%x, %w), window={size=3x3 pad=1_1x1_1}, "
+                                 "dim_labels=b01f_01io->b01f"));
+  EXPECT_THAT(printed, HasSubstr("broadcast(%b), dimensions={3}"));
+  EXPECT_THAT(printed, HasSubstr("maximum("));
+  EXPECT_THAT(printed, HasSubstr("u8[0] broadcast("));
+  const std::string conv_head =
+      "ENTRY e {\n  x = f32[1,5,5,2] parameter(0)\n  w = f32[3,3,2,4] parameter(1)\n  ";
+  EXPECT_THAT(ErrorOf(conv_head +
+                      "ROOT c = f32[1,5,5,2] custom-call(x, w), window={size=3x3 pad=1_1x1_1}, "
+                      "dim_labels=b01f_01io->b01f, custom_call_target=\"__cudnn$convBackwardInput\"\n}"),
+              HasSubstr("line 4: %c: custom-call '__cudnn$convBackwardInput': is a cuDNN call "
+                        "that Kiln does not read"));
+  EXPECT_THAT(ErrorOf(conv_head +
+                      "ROOT c = f32[1,3,3,4] custom-call(x, w), window={size=3x3 pad=1_1x1_1}, "
+                      "dim_labels=b01f_01io->b01f, custom_call_target=\"__cudnn$convForward\"\n}"),
+              HasSubstr("its window and dim_labels make f32[1,5,5,4], but it returns f32[1,3,3,4]"));
 }
 
 // XLA's optimized modules keep top-k as a custom call with its comparator;

@@ -406,6 +406,24 @@ def conv_batch_groups(x, k, groups, **window):
                            for g in range(groups)], axis=3)
 
 
+def case_xla_gpu_conv():
+    """cuDNN's forward convolutions: scale * conv, and act(conv + side_scale
+    * side + bias) with relu and leaky relu, computed in float64."""
+    local = np.random.default_rng(20261128)
+    x = f32(local.uniform(-1, 1, (2, 6, 6, 3)))
+    w = f32(local.uniform(-1, 1, (3, 3, 3, 4)))
+    bias = f32(local.uniform(-1, 1, 4))
+    side = f32(local.uniform(-1, 1, (2, 3, 3, 4)))
+    xd, wd, bd = x.astype(np.float64), w.astype(np.float64), bias.astype(np.float64)
+    same = conv_nhwc(xd, wd, pad=((1, 1), (1, 1)))
+    plain = 0.5 * same
+    strided = conv_nhwc(xd, wd, stride=(2, 2), pad=((0, 1), (0, 1)))
+    fused = np.maximum(strided + 0.25 * side.astype(np.float64) + bd, 0)
+    pre = same + bd
+    leaky = np.where(pre > 0, pre, 0.125 * pre)
+    return [x, w, bias, side], [f32(plain), f32(fused), f32(leaky)]
+
+
 def case_xla_gpu_gemm():
     """cuBLAS calls: alpha * dot (+ beta * c) (+ bias), then relu or the
     tanh form of GELU, computed in float64."""
