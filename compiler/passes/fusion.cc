@@ -51,10 +51,19 @@ absl::flat_hash_set<const Computation*> FusibleComputations(const ir::Module& mo
       }
     }
   }
+  // Loops, conditions and branches run their instructions as steps even
+  // when they have a loop's form; only a call runs its callee as one loop.
+  absl::flat_hash_set<const Computation*> stepped;
+  for (const Computation* c : reachable) {
+    for (const auto& instr : c->instructions()) {
+      if (instr->opcode() == Opcode::kCall) continue;
+      for (const Computation* callee : instr->called()) stepped.insert(callee);
+    }
+  }
   absl::flat_hash_set<const Computation*> fusible;
   for (const Computation* c : reachable) {
     if (applied.contains(c)) continue;
-    if (c != module.entry() && IsLoopFusion(*c)) continue;
+    if (c != module.entry() && !stepped.contains(c) && IsLoopFusion(*c)) continue;
     fusible.insert(c);
   }
   return fusible;
@@ -133,35 +142,49 @@ std::vector<Group> PlanGroups(const Computation& comp, Users& users,
 // merge that needs more is not made.
 constexpr int kMergeSearchBudget = 20000;
 
-// Whether the union of `a` and `b` is convex: no value outside it is
-// computed from a member and read by a member (the fused call would then
-// need its own result). `position` orders the computation.
+// Whether the union of `a` and `b` is convex once every other group is one
+// call: no value outside it is computed from a member and read by a member
+// (the fused call would then need its own result). `group_index` and
+// `groups` give the other groups, which a path enters through any member
+// and leaves through any member's operands; such a path may lead to values
+// anywhere before the union, so the walk is bounded by size alone.
 bool UnionIsConvex(const Group& a, const Group& b,
-                   const absl::flat_hash_map<const Instruction*, int>& position) {
+                   const absl::flat_hash_map<const Instruction*, int>& group_index,
+                   const std::vector<Group>& groups) {
   auto inside = [&](const Instruction* i) {
     return a.member_set.contains(i) || b.member_set.contains(i);
   };
-  int first = INT32_MAX;
-  for (const Group* g : {&a, &b}) {
-    for (const Instruction* m : g->members) first = std::min(first, position.at(m));
-  }
   std::vector<const Instruction*> work;
   absl::flat_hash_set<const Instruction*> seen;
-  for (const Group* g : {&a, &b}) {
-    for (const Instruction* m : g->members) {
+  absl::flat_hash_set<int> entered;
+  // Queues the operands of `members` that are outside the union; false
+  // when `check` and one is inside it.
+  auto read_by = [&](const std::vector<Instruction*>& members, bool check) {
+    for (const Instruction* m : members) {
       for (const Instruction* o : m->operands()) {
-        if (!inside(o) && seen.insert(o).second) work.push_back(o);
+        if (inside(o)) {
+          if (check) return false;
+          continue;
+        }
+        if (seen.insert(o).second) work.push_back(o);
       }
     }
-  }
+    return true;
+  };
+  read_by(a.members, false);
+  read_by(b.members, false);
   // Backwards from the values read from outside: reaching a member means
-  // the value depends on the union. Values before the union's first member
-  // cannot.
+  // the value depends on the union.
   while (!work.empty()) {
     const Instruction* v = work.back();
     work.pop_back();
     if (static_cast<int>(seen.size()) > kMergeSearchBudget) return false;
-    if (position.at(v) < first) continue;
+    if (auto g = group_index.find(v); g != group_index.end()) {
+      if (entered.insert(g->second).second && !read_by(groups[g->second].members, true)) {
+        return false;
+      }
+      continue;
+    }
     for (const Instruction* o : v->operands()) {
       if (inside(o)) return false;
       if (seen.insert(o).second) work.push_back(o);
@@ -194,7 +217,7 @@ void MergeProducers(const Computation& comp, Users& users, std::vector<Group>& g
       }
       Group& consumer = groups[it->second];
       if (consumer.members.back()->shape().dims() != out->shape().dims() ||
-          !UnionIsConvex(producer, consumer, position)) {
+          !UnionIsConvex(producer, consumer, group_index, groups)) {
         continue;
       }
       std::vector<Instruction*> members = producer.members;

@@ -142,6 +142,64 @@ ENTRY main {
   EXPECT_EQ(calls, 1) << ir::PrintModule(*module);
 }
 
+// Two merges that are each safe alone would make two calls read each
+// other's results: pb joins ta and then ua, so pa (which ua reads) may not
+// join ub, which reads pb.
+TEST(LoopFusionTest, MergesThatWouldMakeTwoCallsReadEachOtherAreNotMade) {
+  auto module = Parse(R"(
+HloModule cycle
+ENTRY e {
+  x = f32[8] parameter(0)
+  y = f32[8] parameter(1)
+  pb = f32[8] exponential(y)
+  ta = f32[8] sine(pb)
+  pa = f32[8] negate(x)
+  ub = f32[8] multiply(pb, pa)
+  ua = f32[8] add(pa, ta)
+  ROOT r = (f32[8], f32[8], f32[8]) tuple(ta, ub, ua)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  LoopFusion fusion;
+  EXPECT_TRUE(RunPass(fusion, *module));
+  EXPECT_FALSE(RunPass(fusion, *module));
+}
+
+// A loop body of a loop's form still runs as steps: it is fused like any
+// other body.
+TEST(LoopFusionTest, BodiesOfALoopsFormAreFusedToo) {
+  auto module = Parse(R"(
+HloModule m
+cond {
+  p = f32[4] parameter(0)
+  z = f32[] constant(0)
+  r = f32[] reduce(p, z), dimensions={0}, to_apply=add
+  ten = f32[] constant(10)
+  ROOT lt = pred[] compare(r, ten), direction=LT
+}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+body {
+  p = f32[4] parameter(0)
+  m = f32[4] multiply(p, p)
+  ROOT s = f32[4] add(m, p)
+}
+ENTRY main {
+  v = f32[4] parameter(0)
+  ROOT loop = f32[4] while(v), condition=cond, body=body
+}
+)");
+  ASSERT_NE(module, nullptr);
+  LoopFusion fusion;
+  EXPECT_TRUE(RunPass(fusion, *module));
+  const ir::Computation* body = module->FindComputation("body");
+  ASSERT_NE(body, nullptr);
+  EXPECT_EQ(body->root()->opcode(), ir::Opcode::kCall) << ir::PrintModule(*module);
+}
+
 TEST(LoopFusionTest, WithoutMultiOutputEachLoopWritesOneResult) {
   auto module = Parse(R"(
 HloModule m
