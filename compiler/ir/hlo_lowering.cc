@@ -948,6 +948,105 @@ absl::Status LowerGemmCall(Computation* comp, Instruction* result,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The convolution that computes a gradient of the forward convolution
+// `forward` (its window, dim_labels and group counts): of its input
+// (`input_gradient`: from the output gradient `first` [the forward output's
+// shape] and the kernel `second`, read reversed) or of its kernel (from the
+// input `first` and the output gradient `second`); `out` is the gradient's
+// shape.
+absl::StatusOr<Attributes> ConvGradientAttributes(const Attributes& forward, bool input_gradient,
+                                                  const Shape& first, const Shape& second,
+                                                  const Shape& out) {
+  const ConvDims& f = forward.conv;
+  const size_t spatial = f.input_spatial.size();
+  if (forward.window.size() != spatial || f.kernel_spatial.size() != spatial ||
+      f.output_spatial.size() != spatial) {
+    return absl::InvalidArgumentError("its window and dim_labels disagree on the spatial dimensions");
+  }
+  if (forward.batch_group_count != 1) {
+    return absl::InvalidArgumentError("a gradient of a convolution with batch_group_count > 1");
+  }
+  const int64_t groups = forward.feature_group_count;
+  if (input_gradient && groups != 1) {
+    return absl::InvalidArgumentError(
+        "an input gradient of a grouped convolution (feature_group_count > 1) is not read yet");
+  }
+  auto in_range = [](int64_t d, const Shape& s) { return d >= 0 && d < s.rank(); };
+  Attributes g;
+  g.window.resize(spatial);
+  if (input_gradient) {
+    // dx = conv(dy dilated by the stride, kernel reversed with its features
+    // swapped), padded so that every input position gets its terms.
+    for (size_t i = 0; i < spatial; ++i) {
+      const WindowDim& w = forward.window[i];
+      if (w.base_dilation != 1) {
+        return absl::InvalidArgumentError("a gradient of a convolution with lhs dilation");
+      }
+      if (!in_range(f.output_spatial[i], first) || !in_range(f.input_spatial[i], out)) {
+        return absl::InvalidArgumentError("its dim_labels do not fit its operands");
+      }
+      const int64_t o = first.dim(static_cast<int>(f.output_spatial[i]));
+      const int64_t in = out.dim(static_cast<int>(f.input_spatial[i]));
+      const int64_t span = (w.size - 1) * w.window_dilation;
+      WindowDim& d = g.window[i];
+      d.size = w.size;
+      d.stride = 1;
+      d.base_dilation = w.stride;
+      d.window_dilation = w.window_dilation;
+      d.pad_lo = span - w.pad_lo;
+      d.pad_hi = in - (o - 1) * w.stride - 1 + w.pad_lo;
+    }
+    g.conv.input_batch = f.output_batch;
+    g.conv.input_feature = f.output_feature;
+    g.conv.input_spatial = f.output_spatial;
+    g.conv.kernel_input_feature = f.kernel_output_feature;
+    g.conv.kernel_output_feature = f.kernel_input_feature;
+    g.conv.kernel_spatial = f.kernel_spatial;
+    g.conv.output_batch = f.input_batch;
+    g.conv.output_feature = f.input_feature;
+    g.conv.output_spatial = f.input_spatial;
+    return g;
+  }
+  // dw = conv(x with batch and features swapped, dy as the kernel), the
+  // window the size of dy, stepping by the forward dilation.
+  for (size_t i = 0; i < spatial; ++i) {
+    const WindowDim& w = forward.window[i];
+    if (w.base_dilation != 1) {
+      return absl::InvalidArgumentError("a gradient of a convolution with lhs dilation");
+    }
+    if (!in_range(f.input_spatial[i], first) || !in_range(f.output_spatial[i], second) ||
+        !in_range(f.kernel_spatial[i], out)) {
+      return absl::InvalidArgumentError("its dim_labels do not fit its operands");
+    }
+    const int64_t in = first.dim(static_cast<int>(f.input_spatial[i]));
+    const int64_t o = second.dim(static_cast<int>(f.output_spatial[i]));
+    const int64_t k = out.dim(static_cast<int>(f.kernel_spatial[i]));
+    WindowDim& d = g.window[i];
+    d.size = o;
+    d.stride = w.window_dilation;
+    d.base_dilation = 1;
+    d.window_dilation = w.stride;
+    d.pad_lo = w.pad_lo;
+    d.pad_hi = (k - 1) * w.window_dilation + (o - 1) * w.stride + 1 - in - w.pad_lo;
+  }
+  g.conv.input_batch = f.input_feature;
+  g.conv.input_feature = f.input_batch;
+  g.conv.input_spatial = f.input_spatial;
+  g.conv.kernel_input_feature = f.output_batch;
+  g.conv.kernel_output_feature = f.output_feature;
+  g.conv.kernel_spatial = f.output_spatial;
+  g.conv.output_batch = f.kernel_input_feature;
+  g.conv.output_feature = f.kernel_output_feature;
+  g.conv.output_spatial = f.kernel_spatial;
+  // Grouped: each group's input features meet its own output features.
+  g.batch_group_count = groups;
+  return g;
+}
+
+}  // namespace
+
 bool IsCudnnConvTarget(absl::string_view target) {
   return absl::StartsWith(target, "__cudnn$conv");
 }
@@ -959,11 +1058,13 @@ absl::Status LowerCudnnConvCall(Computation* comp, Instruction* result,
   auto refuse = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat("custom-call '", target, "': ", why));
   };
-  const bool forward = target == "__cudnn$convForward";
+  const bool backward_input = target == "__cudnn$convBackwardInput";
+  const bool backward_filter = target == "__cudnn$convBackwardFilter";
+  const bool forward = target == "__cudnn$convForward" || backward_input || backward_filter;
   const bool fused = target == "__cudnn$convBiasActivationForward";
   if (!forward && !fused) {
-    return refuse("is a cuDNN call that Kiln does not read (it reads convForward and "
-                  "convBiasActivationForward; the gradient calls are not read yet)");
+    return refuse("is a cuDNN call that Kiln does not read (it reads convForward, "
+                  "convBiasActivationForward, convBackwardInput and convBackwardFilter)");
   }
   JsonValue json;
   if (!backend_config.empty()) {
@@ -1003,7 +1104,7 @@ absl::Status LowerCudnnConvCall(Computation* comp, Instruction* result,
     return refuse(absl::StrCat("activation_mode ", activation, " is not supported"));
   }
   if (forward && activation != "kNone") {
-    return refuse("convForward takes no activation");
+    return refuse("takes no activation");
   }
   const size_t min_operands = forward ? 2 : 3;
   const size_t max_operands = forward ? 2 : 4;
@@ -1043,15 +1144,30 @@ absl::Status LowerCudnnConvCall(Computation* comp, Instruction* result,
     c->mutable_attrs().literal = Literal::Scalar<double>(t, value);
     return add(Opcode::kBroadcast, out, {c});
   };
-  // The convolution the call's own attributes describe.
+  // The convolution the call's own attributes describe (for the gradient
+  // calls, the forward one whose gradient it is).
+  const Attributes& call = result->attrs();
   Instruction* value = add(Opcode::kConvolution, out,
                            {as_out_type(operands[0]), as_out_type(operands[1])});
-  const Attributes& call = result->attrs();
   Attributes& attrs = value->mutable_attrs();
-  attrs.window = call.window;
-  attrs.conv = call.conv;
-  attrs.feature_group_count = call.feature_group_count;
-  attrs.batch_group_count = call.batch_group_count;
+  if (backward_input || backward_filter) {
+    ASSIGN_OR_RETURN(Attributes gradient,
+                     ConvGradientAttributes(call, backward_input, operands[0]->shape(),
+                                            operands[1]->shape(), out));
+    if (backward_input) {
+      // The kernel read back to front along its window.
+      Instruction* reversed = add(Opcode::kReverse, value->operand(1)->shape(),
+                                  {value->operand(1)});
+      reversed->mutable_attrs().dimensions = call.conv.kernel_spatial;
+      value->ReplaceOperand(1, reversed);
+    }
+    attrs = std::move(gradient);
+  } else {
+    attrs.window = call.window;
+    attrs.conv = call.conv;
+    attrs.feature_group_count = call.feature_group_count;
+    attrs.batch_group_count = call.batch_group_count;
+  }
   attrs.operand_precision = call.operand_precision;
   absl::StatusOr<Shape> inferred = InferShape(*value);
   if (!inferred.ok()) return refuse(inferred.status().message());

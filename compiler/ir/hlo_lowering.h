@@ -144,7 +144,15 @@ absl::Status LowerGemmCall(Computation* comp, Instruction* result,
 //     act(conv_result_scale * convolution(x, w) + side_input_scale * side
 //         + broadcast(bias along the output feature dimension)),
 //   act from activation_mode: kNone, kRelu, kRelu6, kTanh, kSigmoid, kElu,
-//   kLeakyRelu (leakyrelu_alpha).
+//   kLeakyRelu (leakyrelu_alpha);
+//   __cudnn$convBackwardInput(dy, w): the gradient of that convolution with
+//     respect to its input: a convolution of dy dilated by the stride with
+//     w reversed along its window, its features swapped, padded so every
+//     input position gets its terms;
+//   __cudnn$convBackwardFilter(x, dy): the gradient with respect to the
+//     kernel: a convolution of x (batch and features swapped) with dy as the
+//     kernel, over a window the size of dy stepping by the forward dilation
+//     (batch_group_count for a grouped forward convolution).
 // `result` (the call, no operands yet) becomes that value, or the tuple of
 // it and a zero scratch buffer when it returns (value, u8[N]).
 // IsCudnnConvTarget says whether a target is one of cuDNN's convolution

@@ -773,10 +773,25 @@ ENTRY e {
   const std::string conv_head =
       "ENTRY e {\n  x = f32[1,5,5,2] parameter(0)\n  w = f32[3,3,2,4] parameter(1)\n  ";
   EXPECT_THAT(ErrorOf(conv_head +
-                      "ROOT c = f32[1,5,5,2] custom-call(x, w), window={size=3x3 pad=1_1x1_1}, "
-                      "dim_labels=b01f_01io->b01f, custom_call_target=\"__cudnn$convBackwardInput\"\n}"),
-              HasSubstr("line 4: %c: custom-call '__cudnn$convBackwardInput': is a cuDNN call "
+                      "ROOT c = f32[1,5,5,4] custom-call(x, w), window={size=3x3 pad=1_1x1_1}, "
+                      "dim_labels=b01f_01io->b01f, custom_call_target=\"__cudnn$convForwardGraph\"\n}"),
+              HasSubstr("line 4: %c: custom-call '__cudnn$convForwardGraph': is a cuDNN call "
                         "that Kiln does not read"));
+  // The input gradient: the output gradient dilated by the stride against
+  // the kernel reversed, its features swapped.
+  const std::string dx = Canonical(R"(
+ENTRY e {
+  dy = f32[1,3,3,4] parameter(0)
+  w = f32[3,3,2,4] parameter(1)
+  ROOT c = f32[1,6,6,2] custom-call(dy, w), window={size=3x3 stride=2x2 pad=0_1x0_1}, dim_labels=b01f_01io->b01f, custom_call_target="__cudnn$convBackwardInput"
+})");
+  EXPECT_THAT(dx, HasSubstr("reverse(%w), dimensions={0,1}"));
+  EXPECT_THAT(dx, HasSubstr("window={size=3x3 pad=2_1x2_1 lhs_dilate=2x2}, dim_labels=b01f_01oi->b01f"));
+  EXPECT_THAT(ErrorOf(conv_head +
+                      "ROOT c = f32[1,5,5,2] custom-call(x, w), window={size=3x3 pad=1_1x1_1}, "
+                      "dim_labels=b01f_01io->b01f, feature_group_count=2, "
+                      "custom_call_target=\"__cudnn$convBackwardInput\"\n}"),
+              HasSubstr("an input gradient of a grouped convolution"));
   EXPECT_THAT(ErrorOf(conv_head +
                       "ROOT c = f32[1,3,3,4] custom-call(x, w), window={size=3x3 pad=1_1x1_1}, "
                       "dim_labels=b01f_01io->b01f, custom_call_target=\"__cudnn$convForward\"\n}"),

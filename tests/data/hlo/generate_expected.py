@@ -424,6 +424,54 @@ def case_xla_gpu_conv():
     return [x, w, bias, side], [f32(plain), f32(fused), f32(leaky)]
 
 
+def conv_input_grad(dy, k, in_hw, stride, pad):
+    """The gradient of conv_nhwc(x, k, stride, pad) with respect to x [N,H,W,C]
+    for the output gradient dy, in float64."""
+    n, oh, ow, _ = dy.shape
+    kh, kw, c, _ = k.shape
+    h, w = in_hw
+    xp = np.zeros((n, h + pad[0][0] + kh + stride[0] * oh, w + pad[1][0] + kw + stride[1] * ow, c))
+    for i in range(oh):
+        for j in range(ow):
+            for a in range(kh):
+                for b in range(kw):
+                    xp[:, i * stride[0] + a, j * stride[1] + b, :] += dy[:, i, j, :] @ k[a, b].T
+    return xp[:, pad[0][0]:pad[0][0] + h, pad[1][0]:pad[1][0] + w, :]
+
+
+def conv_kernel_grad(x, dy, k_hw, stride, pad):
+    """The gradient of conv_nhwc(x, k, stride, pad) with respect to k [KH,KW,C,O]
+    for the output gradient dy, in float64."""
+    _, oh, ow, _ = dy.shape
+    kh, kw = k_hw
+    big = ((pad[0][0], kh + stride[0] * oh), (pad[1][0], kw + stride[1] * ow))
+    xp = np.pad(x, ((0, 0), big[0], big[1], (0, 0)))
+    out = np.zeros((kh, kw, x.shape[3], dy.shape[3]))
+    for a in range(kh):
+        for b in range(kw):
+            patch = xp[:, a:a + stride[0] * oh:stride[0], b:b + stride[1] * ow:stride[1], :]
+            out[a, b] = np.einsum("nhwc,nhwo->co", patch, dy)
+    return out
+
+
+def case_xla_gpu_conv_grads():
+    """cuDNN's gradient calls against the gradients of conv_nhwc."""
+    local = np.random.default_rng(20261129)
+    u = lambda *shape: f32(local.uniform(-1, 1, shape))
+    x, w = u(2, 6, 6, 3), u(3, 3, 3, 4)
+    dy_strided, dy_same, dy_unread = u(2, 3, 3, 4), u(2, 6, 6, 4), u(2, 2, 2, 4)
+    xg, dyg = u(2, 5, 5, 4), u(2, 5, 5, 6)
+    d = lambda a: a.astype(np.float64)
+    dx_strided = conv_input_grad(d(dy_strided), d(w), (6, 6), (2, 2), ((0, 1), (0, 1)))
+    dx_same = conv_input_grad(d(dy_same), d(w), (6, 6), (1, 1), ((1, 1), (1, 1)))
+    dw_unread = conv_kernel_grad(d(x), d(dy_unread), (3, 3), (2, 2), ((0, 0), (0, 0)))
+    dw_grouped = np.concatenate(
+        [conv_kernel_grad(d(xg[..., 2 * g:2 * g + 2]), d(dyg[..., 3 * g:3 * g + 3]), (3, 3),
+                          (1, 1), ((1, 1), (1, 1))) for g in range(2)], axis=3)
+    return ([x, w, dy_strided, dy_same, dy_unread, xg, dyg],
+            [f32(dx_strided), f32(dx_same), f32(dw_unread), f32(dw_grouped)])
+
+
 def case_xla_gpu_gemm():
     """cuBLAS calls: alpha * dot (+ beta * c) (+ bias), then relu or the
     tanh form of GELU, computed in float64."""
