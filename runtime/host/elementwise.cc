@@ -1,5 +1,7 @@
 #include "runtime/host/elementwise.h"
 
+#include "absl/container/inlined_vector.h"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -208,7 +210,7 @@ void ConvertLoop(ElementType from, const uint8_t* in, To* out, int64_t n) {
 }
 
 // The f32 ops that have loops built for the CPU's vector unit.
-bool RunVectorNode(const FusedNode& node, const std::vector<const uint8_t*>& args,
+bool RunVectorNode(const FusedNode& node, absl::Span<const uint8_t* const> args,
                    uint8_t* out, int64_t n) {
   auto f32 = [&](int k) { return reinterpret_cast<const float*>(args[k]); };
   float* o = reinterpret_cast<float*>(out);
@@ -231,7 +233,7 @@ bool RunVectorNode(const FusedNode& node, const std::vector<const uint8_t*>& arg
   }
 }
 
-void RunNode(const FusedNode& node, const std::vector<const uint8_t*>& args,
+void RunNode(const FusedNode& node, absl::Span<const uint8_t* const> args,
              uint8_t* out, int64_t n) {
   const Opcode op = node.op;
   if (RunVectorNode(node, args, out, n)) return;
@@ -368,19 +370,25 @@ namespace {
 // Runs elements [begin, end) of `group` (block-aligned begin) with scratch
 // of its own; `poll` says whether to check for cancellation (only the
 // thread that runs the execution has its cancel check).
-void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& inputs,
-                   const std::vector<uint8_t*>& outs, int64_t block, int64_t begin,
+void RunFusedRange(const FusedGroup& group, absl::Span<const uint8_t* const> inputs,
+                   absl::Span<uint8_t* const> outs, int64_t block, int64_t begin,
                    int64_t end, bool poll) {
   const int num_nodes = static_cast<int>(group.nodes.size());
   const int num_inputs = static_cast<int>(inputs.size());
   // Scratch: one block per node (8 bytes per element covers every type),
-  // plus one per scalar input holding the broadcast value.
+  // plus one per scalar input holding the broadcast value; on the stack
+  // when small (a group on a few elements, as an eager op is).
   // Left uninitialized: every node writes its block before it is read.
-  std::unique_ptr<uint8_t[]> scratch(new uint8_t[(num_nodes + num_inputs) * block * 8]);
-  auto node_block = [&](int i) { return scratch.get() + i * block * 8; };
-  auto input_block = [&](int k) {
-    return scratch.get() + (num_nodes + k) * block * 8;
-  };
+  const int64_t scratch_bytes = (num_nodes + num_inputs) * block * 8;
+  alignas(64) uint8_t local[kLocalScratchBytes];
+  std::unique_ptr<uint8_t[]> heap;
+  uint8_t* scratch = local;
+  if (scratch_bytes > kLocalScratchBytes) {
+    heap.reset(new uint8_t[scratch_bytes]);
+    scratch = heap.get();
+  }
+  auto node_block = [&](int i) { return scratch + i * block * 8; };
+  auto input_block = [&](int k) { return scratch + (num_nodes + k) * block * 8; };
   for (int k = 0; k < num_inputs; ++k) {
     if (!group.input_is_scalar[k]) continue;
     const int size = ir::ElementTypeSize(group.input_types[k]);
@@ -388,7 +396,7 @@ void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& i
     for (int64_t i = 0; i < block; ++i) std::memcpy(dst + i * size, inputs[k], size);
   }
   // output_of[i]: the output node i writes, or -1.
-  std::vector<int> output_of(num_nodes, -1);
+  absl::InlinedVector<int, 16> output_of(num_nodes, -1);
   if (group.outputs.empty()) {
     output_of[num_nodes - 1] = 0;
   } else {
@@ -399,8 +407,8 @@ void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& i
   // Where each node's values are: its scratch block, its output, or, for a
   // broadcast of a scalar input inside the group, the input's expanded
   // block (nothing to run).
-  std::vector<const uint8_t*> values(num_nodes);
-  std::vector<bool> aliased(num_nodes, false);
+  absl::InlinedVector<const uint8_t*, 16> values(num_nodes);
+  absl::InlinedVector<bool, 16> aliased(num_nodes, false);
   for (int i = 0; i < num_nodes; ++i) {
     const FusedNode& node = group.nodes[i];
     values[i] = node_block(i);
@@ -410,7 +418,7 @@ void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& i
       aliased[i] = true;
     }
   }
-  std::vector<const uint8_t*> args;
+  absl::InlinedVector<const uint8_t*, 4> args;
   for (int64_t start = begin; start < end; start += block) {
     // A check every 64 blocks: well under a millisecond of work.
     if (poll && start > begin && (start - begin) % (64 * block) == 0 && Cancelled()) return;
@@ -453,8 +461,8 @@ void RunFusedRange(const FusedGroup& group, const std::vector<const uint8_t*>& i
 
 }  // namespace
 
-void RunFusedGroup(const FusedGroup& group, const std::vector<const uint8_t*>& inputs,
-                   const std::vector<uint8_t*>& outs) {
+void RunFusedGroup(const FusedGroup& group, absl::Span<const uint8_t* const> inputs,
+                   absl::Span<uint8_t* const> outs) {
   // Blocks of at most kBlock elements; a small group needs only its size
   // (an op on one element would otherwise fill and clear whole blocks).
   const int64_t count = group.element_count;

@@ -12,12 +12,15 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "compiler/ir/opcode.h"
 #include "compiler/ir/shape.h"
 
 namespace kiln::host {
 
 inline constexpr int64_t kBlock = 1024;
+// Scratch up to this size lives on the running thread's stack.
+inline constexpr int64_t kLocalScratchBytes = 4096;
 // Groups of at least this many elements run on all the compute threads.
 inline constexpr int64_t kParallelElements = int64_t{1} << 16;
 
@@ -50,8 +53,8 @@ struct FusedGroup {
 // writing `outs` (one per output). An output may be an input that is not a
 // scalar (the group then runs in place) when no node after the output's
 // reads that input. Thread-compatible; allocates its scratch per call.
-void RunFusedGroup(const FusedGroup& group, const std::vector<const uint8_t*>& inputs,
-                   const std::vector<uint8_t*>& outs);
+void RunFusedGroup(const FusedGroup& group, absl::Span<const uint8_t* const> inputs,
+                   absl::Span<uint8_t* const> outs);
 
 }  // namespace kiln::host
 

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
@@ -120,8 +121,8 @@ Kernel MakeLoopKernel(const std::vector<const Instruction*>& nodes,
     // is its last reader), that has an output's shape and that no later
     // node reads takes that output in place, saving an allocation and its
     // page faults.
-    std::vector<BufferPtr> outs(out_shapes.size());
-    std::vector<bool> taken(ops.size(), false);
+    absl::InlinedVector<BufferPtr, 2> outs(out_shapes.size());
+    absl::InlinedVector<bool, 8> taken(ops.size(), false);
     for (size_t j = 0; j < outs.size(); ++j) {
       for (size_t k = 0; k < ops.size(); ++k) {
         if (!taken[k] && !group->input_is_scalar[k] && ops[k].use_count() == 1 &&
@@ -136,15 +137,13 @@ Kernel MakeLoopKernel(const std::vector<const Instruction*>& nodes,
         ASSIGN_OR_RETURN(outs[j], st.Allocate(out_shapes[j]));
       }
     }
-    std::vector<const uint8_t*> inputs;
-    inputs.reserve(ops.size());
+    absl::InlinedVector<const uint8_t*, 8> inputs;
     for (const BufferPtr& b : ops) inputs.push_back(b->data());
-    std::vector<uint8_t*> out_data;
-    out_data.reserve(outs.size());
+    absl::InlinedVector<uint8_t*, 2> out_data;
     for (const BufferPtr& b : outs) out_data.push_back(b->data());
     RunFusedGroup(*group, inputs, out_data);
     if (!tuple) return outs[0];
-    return HostBuffer::MakeTuple(std::move(outs));
+    return HostBuffer::MakeTuple(std::vector<BufferPtr>(outs.begin(), outs.end()));
   };
 }
 
