@@ -1,6 +1,7 @@
 #include "compiler/ir/hlo_lowering.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -785,6 +786,89 @@ absl::StatusOr<Instruction*> ZeroScratch(Computation* comp, const Shape& scratch
 }
 
 }  // namespace
+
+absl::Status LowerStochasticConvert(Computation* comp, Instruction* result,
+                                    const std::vector<Instruction*>& operands) {
+  if (operands.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stochastic-convert takes an operand and random bits, got ",
+                     operands.size(), " operands"));
+  }
+  Instruction* x = operands[0];
+  Instruction* random = operands[1];
+  const Shape& xs = x->shape();
+  const Shape& rs = random->shape();
+  const Shape& out = result->shape();
+  if (!xs.IsArray() || !IsFloatType(xs.type()) || !rs.IsArray() ||
+      !IsUnsignedIntType(rs.type()) || ElementTypeSize(rs.type()) != ElementTypeSize(xs.type()) ||
+      rs.dims() != xs.dims()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stochastic-convert takes a float array and unsigned random bits of its width and "
+        "shape, got ", xs.ToString(), " and ", rs.ToString()));
+  }
+  if (!out.IsArray() || !IsSignedIntType(out.type()) || out.dims() != xs.dims()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stochastic-convert gives a signed integer array of its operand's shape, not ",
+        out.ToString()));
+  }
+  const std::string base = result->name();
+  int counter = 0;
+  auto add = [&](Opcode op, const Shape& s, std::vector<Instruction*> ops) {
+    Instruction* added = comp->AddInstruction(
+        std::make_unique<Instruction>(op, s, absl::StrCat(base, ".sc", counter++)));
+    for (Instruction* o : ops) added->AddOperand(o);
+    return added;
+  };
+  auto like = [&](const Shape& s, double value) {
+    Instruction* c = add(Opcode::kConstant, Shape::Scalar(s.type()), {});
+    c->mutable_attrs().literal = IsFloatType(s.type())
+                                     ? Literal::Scalar<double>(s.type(), value)
+                                     : Literal::Scalar<int64_t>(s.type(), static_cast<int64_t>(value));  // 0 or 1
+    return add(Opcode::kBroadcast, s, {c});
+  };
+  auto compare = [&](Instruction* a, Instruction* b, ComparisonDirection d) {
+    Instruction* c = add(Opcode::kCompare, Shape(ElementType::kPred, xs.dims()), {a, b});
+    c->mutable_attrs().direction = d;
+    return c;
+  };
+  Instruction* negative =
+      compare(add(Opcode::kSign, xs, {x}), like(xs, 0), ComparisonDirection::kLt);
+  Instruction* magnitude = add(Opcode::kAbs, xs, {x});
+  Instruction* whole = add(Opcode::kFloor, xs, {magnitude});
+  Instruction* fraction = add(Opcode::kSubtract, xs, {magnitude, whole});
+  // f16 cannot hold 2^16: the fraction is scaled in f32.
+  if (xs.type() == ElementType::kF16) {
+    fraction = add(Opcode::kConvert, Shape(ElementType::kF32, xs.dims()), {fraction});
+  }
+  const Shape& fs = fraction->shape();
+  Instruction* fixed = add(Opcode::kMultiply, fs,
+                           {fraction, like(fs, std::ldexp(1.0, 8 * ElementTypeSize(rs.type())))});
+  Instruction* up = compare(random, add(Opcode::kConvert, rs, {fixed}), ComparisonDirection::kLt);
+  Instruction* truncated = add(Opcode::kConvert, out, {whole});
+  Instruction* rounded = add(Opcode::kSelect, out,
+                             {up, add(Opcode::kAdd, out, {truncated, like(out, 1)}), truncated});
+  Instruction* signed_value =
+      add(Opcode::kSelect, out, {negative, add(Opcode::kNegate, out, {rounded}), rounded});
+  // The type's limits: as integers for the result, as floats (rounded as
+  // the float type rounds them) for the comparisons.
+  const int bits = 8 * ElementTypeSize(out.type());
+  const int64_t min = static_cast<int64_t>(~uint64_t{0} << (bits - 1));
+  const int64_t max = static_cast<int64_t>((uint64_t{1} << (bits - 1)) - 1);
+  auto int_like = [&](int64_t value) {
+    Instruction* c = add(Opcode::kConstant, Shape::Scalar(out.type()), {});
+    c->mutable_attrs().literal = Literal::Scalar<int64_t>(out.type(), value);
+    return add(Opcode::kBroadcast, out, {c});
+  };
+  Instruction* clamped_low =
+      add(Opcode::kSelect, out,
+          {compare(x, like(xs, static_cast<double>(min)), ComparisonDirection::kLe), int_like(min),
+           signed_value});
+  result->mutable_attrs() = Attributes();
+  result->AddOperand(compare(x, like(xs, static_cast<double>(max)), ComparisonDirection::kGe));
+  result->AddOperand(int_like(max));
+  result->AddOperand(clamped_low);
+  return absl::OkStatus();
+}
 
 bool IsGemmTarget(absl::string_view target) {
   return target == "__cublas$gemm" || target == "__cublas$lt$matmul";

@@ -117,6 +117,15 @@ absl::Status LowerBatchNorm(Module* module, Computation* comp, Instruction* resu
 // ones, ...) and for options or shapes the routine does not take.
 bool IsLapackTarget(absl::string_view target);
 
+// XLA's stochastic-convert(x, random): a float array to a signed integer
+// type, rounding |x| up with probability equal to its fraction: up when
+// random (unsigned, as wide as x's type) is below fraction * 2^width; the
+// sign put back, and values at or past the type's limits clamped to them.
+// `result` (a select without operands, of the declared type) becomes the
+// last step. InvalidArgument for other types or shapes.
+absl::Status LowerStochasticConvert(Computation* comp, Instruction* result,
+                                    const std::vector<Instruction*>& operands);
+
 // XLA's GPU backend rewrites dots into calls of cuBLAS: `__cublas$gemm`
 // and `__cublas$lt$matmul`, whose backend_config (JSON; the
 // gemm_backend_config message, nested or not) holds the dot's dimension

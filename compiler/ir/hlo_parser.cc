@@ -164,6 +164,8 @@ struct PendingInstr {
   // A batch-norm-training, -inference or -grad (lowered once its operands
   // are known), with its epsilon and feature_index.
   std::optional<BatchNormKind> batch_norm;
+  // stochastic-convert: lowered to elementwise ops ending in a select.
+  bool stochastic_convert = false;
   double epsilon = 0;
   int64_t feature_index = -1;
   // A custom call's called_computations (XLA's TopK names one).
@@ -224,6 +226,8 @@ SpelledOp ReadOpName(absl::string_view op_name) {
   // add.
   if (op_name == "batch-norm-training" || op_name == "batch-norm-grad") out.op = Opcode::kTuple;
   if (op_name == "batch-norm-inference") out.op = Opcode::kAdd;
+  // stochastic-convert: elementwise ops, the last a select.
+  if (op_name == "stochastic-convert") out.op = Opcode::kSelect;
   if (op_name == "get-dimension-size") {
     out.op = Opcode::kConstant;
     out.spelling = Spelling::kDimensionSize;
@@ -779,6 +783,7 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
   if (op_name == "batch-norm-training") pending.batch_norm = BatchNormKind::kTraining;
   if (op_name == "batch-norm-inference") pending.batch_norm = BatchNormKind::kInference;
   if (op_name == "batch-norm-grad") pending.batch_norm = BatchNormKind::kGrad;
+  pending.stochastic_convert = op_name == "stochastic-convert";
   auto instr = std::make_unique<Instruction>(
       *op, declared.has_value() ? declared->shape : Shape::Tuple({}), instr_name);
   std::vector<std::optional<Declared>> operands_declared;
@@ -1330,6 +1335,11 @@ absl::Status Parser::Resolve(Module* module, PendingInstr& p,
     RETURN_IF_ERROR(shapes_known(operands));
     RETURN_IF_ERROR(
         lowered(LowerLapackCall(module, computation(), instr, operands, p.backend_config)));
+    operands.clear();
+  }
+  if (p.stochastic_convert) {
+    RETURN_IF_ERROR(shapes_known(operands));
+    RETURN_IF_ERROR(lowered(LowerStochasticConvert(computation(), instr, operands)));
     operands.clear();
   }
   if (p.batch_norm.has_value()) {

@@ -754,6 +754,26 @@ ENTRY e {
               HasSubstr("is a call into a GPU or TPU library"));
 }
 
+// stochastic-convert reads as the elementwise ops that round with the
+// random bits; random bits of another width are refused.
+TEST(XlaSyntaxTest, StochasticConvertReadsAsElementwiseOps) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  x = f32[4] parameter(0)
+  r = u32[4] parameter(1)
+  ROOT s = s32[4] stochastic-convert(x, r)
+})");
+  EXPECT_THAT(printed, HasSubstr("floor("));
+  EXPECT_THAT(printed, HasSubstr("ROOT %s = s32[4] select("));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[4] parameter(0)\n  r = u16[4] parameter(1)\n  "
+                      "ROOT s = s32[4] stochastic-convert(x, r)\n}"),
+              HasSubstr("line 4: %s: stochastic-convert takes a float array and unsigned random "
+                        "bits of its width"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[4] parameter(0)\n  r = u32[4] parameter(1)\n  "
+                      "ROOT s = u32[4] stochastic-convert(x, r)\n}"),
+              HasSubstr("gives a signed integer array"));
+}
+
 // cuDNN's forward convolutions read as the convolution their attributes
 // describe, with the bias, side input and activation of the fused form.
 TEST(XlaSyntaxTest, CudnnForwardConvolutionsReadAsConvolutions) {

@@ -406,6 +406,38 @@ def conv_batch_groups(x, k, groups, **window):
                            for g in range(groups)], axis=3)
 
 
+def stochastic_convert(x, r, out_type):
+    """XLA's stochastic-convert: |x| rounded up when r < fraction * 2^width(r),
+    the sign put back, clamped to out_type's limits (scaled in f32 for f16)."""
+    info = np.iinfo(out_type)
+    width = 8 * r.dtype.itemsize
+    scale_type = np.float32 if x.dtype == np.float16 else x.dtype.type
+    out = []
+    for v, bits in zip(x, r):
+        a = np.abs(v)
+        whole = np.floor(a)
+        fixed = scale_type(a - whole) * scale_type(2.0 ** width)
+        up = int(bits) < min(int(fixed), 2 ** width - 1)
+        n = int(whole) + (1 if up else 0)
+        if v < 0:
+            n = -n
+        if v <= info.min:
+            n = info.min
+        if v >= info.max:
+            n = info.max
+        out.append(n)
+    return np.array(out, dtype=out_type)
+
+
+def case_xla_stochastic_convert():
+    x = f32([2.25, 2.25, -2.25, -2.25, 7.0, 0.5, -0.75, 3e9, -3e9, 0.0])
+    r = np.array([2 ** 30 - 1, 2 ** 30 + 1, 5, 2 ** 31, 0, 2 ** 31 - 1, 2 ** 31, 0, 7, 0],
+                 dtype=np.uint32)
+    h = np.array([1.5, 1.5, -100.25, 200.0, -200.0, 0.125], dtype=np.float16)
+    q = np.array([2 ** 15 - 1, 2 ** 15, 0, 0, 0, 2 ** 12], dtype=np.uint16)
+    return [x, r, h, q], [stochastic_convert(x, r, np.int32), stochastic_convert(h, q, np.int8)]
+
+
 def case_xla_gpu_conv():
     """cuDNN's forward convolutions: scale * conv, and act(conv + side_scale
     * side + bias) with relu and leaky relu, computed in float64."""
