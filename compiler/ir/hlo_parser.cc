@@ -166,6 +166,8 @@ struct PendingInstr {
   std::optional<BatchNormKind> batch_norm;
   // stochastic-convert: lowered to elementwise ops ending in a select.
   bool stochastic_convert = false;
+  // rng-get-and-update-state: a draw of fresh state bits.
+  bool rng_state = false;
   double epsilon = 0;
   int64_t feature_index = -1;
   // A custom call's called_computations (XLA's TopK names one).
@@ -228,6 +230,8 @@ SpelledOp ReadOpName(absl::string_view op_name) {
   if (op_name == "batch-norm-inference") out.op = Opcode::kAdd;
   // stochastic-convert: elementwise ops, the last a select.
   if (op_name == "stochastic-convert") out.op = Opcode::kSelect;
+  // rng-get-and-update-state: an rng of the state's bits.
+  if (op_name == "rng-get-and-update-state") out.op = Opcode::kRng;
   if (op_name == "get-dimension-size") {
     out.op = Opcode::kConstant;
     out.spelling = Spelling::kDimensionSize;
@@ -508,6 +512,7 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
                        : pending.map ? key == "dimensions" || key == "to_apply"
                        : pending.fusion ? key == "calls" || key == "kind"
                        : pending.dimension_size ? key == "dimensions"
+                       : pending.rng_state ? key == "delta"
                        : pending.topk ? key == "k" || key == "largest"
                        : pending.batch_norm ? key == "epsilon" || key == "feature_index"
                                                 : AttributeApplies(key, op);
@@ -632,6 +637,10 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
     for (absl::string_view name : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
       computation_ref(name);
     }
+  } else if (key == "delta" && pending.rng_state) {
+    // How far the state advances; every call draws fresh bits instead.
+    ASSIGN_OR_RETURN(const int64_t delta, ParseInt(value));
+    if (delta < 0) return absl::InvalidArgumentError(absl::StrCat("negative delta ", delta));
   } else if (key == "epsilon" && pending.batch_norm) {
     if (!absl::SimpleAtod(absl::StripAsciiWhitespace(value), &pending.epsilon)) {
       return absl::InvalidArgumentError(absl::StrCat("bad epsilon '", value, "'"));
@@ -784,6 +793,7 @@ absl::Status Parser::ParseExpression(Computation* comp, const std::string& name,
   if (op_name == "batch-norm-inference") pending.batch_norm = BatchNormKind::kInference;
   if (op_name == "batch-norm-grad") pending.batch_norm = BatchNormKind::kGrad;
   pending.stochastic_convert = op_name == "stochastic-convert";
+  pending.rng_state = op_name == "rng-get-and-update-state";
   auto instr = std::make_unique<Instruction>(
       *op, declared.has_value() ? declared->shape : Shape::Tuple({}), instr_name);
   std::vector<std::optional<Declared>> operands_declared;
@@ -1336,6 +1346,23 @@ absl::Status Parser::Resolve(Module* module, PendingInstr& p,
     RETURN_IF_ERROR(
         lowered(LowerLapackCall(module, computation(), instr, operands, p.backend_config)));
     operands.clear();
+  }
+  if (p.rng_state) {
+    // XLA's global random state for its own expansion of rng: Kiln hands
+    // each call fresh bits from the execution's random stream (an rng over
+    // [0, 2^63)), so that no two calls see the same state.
+    const Shape state(ElementType::kU64, {2});
+    if (!operands.empty() || instr->shape() != state) {
+      return ErrorAt(p.line, absl::StrCat("rng-get-and-update-state %", instr->name(),
+                                          " takes no operands and gives u64[2]"));
+    }
+    for (uint64_t bound : {uint64_t{0}, (uint64_t{1} << 63) - 1}) {
+      auto c = std::make_unique<Instruction>(Opcode::kConstant, Shape::Scalar(ElementType::kU64),
+                                             absl::StrCat(instr->name(), bound == 0 ? ".low" : ".high"));
+      c->mutable_attrs().literal = Literal::Scalar<uint64_t>(ElementType::kU64, bound);
+      instr->AddOperand(computation()->AddInstruction(std::move(c)));
+    }
+    instr->mutable_attrs().distribution = RngDistribution::kUniform;
   }
   if (p.stochastic_convert) {
     RETURN_IF_ERROR(shapes_known(operands));

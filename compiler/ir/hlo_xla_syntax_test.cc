@@ -754,6 +754,19 @@ ENTRY e {
               HasSubstr("is a call into a GPU or TPU library"));
 }
 
+// rng-get-and-update-state reads as an rng of fresh state bits.
+TEST(XlaSyntaxTest, RngStateReadsAsAnRngOfStateBits) {
+  const std::string printed = Canonical(R"(
+ENTRY e {
+  ROOT s = u64[2] rng-get-and-update-state(), delta=16
+})");
+  EXPECT_THAT(printed, HasSubstr("ROOT %s = u64[2] rng(%s.low, %s.high), distribution=rng_uniform"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  ROOT s = u64[3] rng-get-and-update-state(), delta=16\n}"),
+              HasSubstr("takes no operands and gives u64[2]"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  ROOT s = u64[2] rng-get-and-update-state(), delta=-1\n}"),
+              HasSubstr("negative delta"));
+}
+
 // stochastic-convert reads as the elementwise ops that round with the
 // random bits; random bits of another width are refused.
 TEST(XlaSyntaxTest, StochasticConvertReadsAsElementwiseOps) {

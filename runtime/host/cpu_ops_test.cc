@@ -857,6 +857,32 @@ TEST(CpuRngTest, UniformStaysInRangeNormalHasRoughMoments) {
   EXPECT_NEAR(sq / 10000, 1.0, 0.1);
 }
 
+// XLA's rng-get-and-update-state: every call sees state of its own, below
+// 2^63, and the next execution sees other state again.
+TEST(CpuRngTest, EachRngStateCallSeesFreshState) {
+  const std::string text = R"(ENTRY e {
+  s = u64[2] rng-get-and-update-state(), delta=8
+  t = u64[2] rng-get-and-update-state(), delta=8
+  ROOT r = (u64[2], u64[2]) tuple(s, t)
+})";
+  auto module = ir::ParseModule(text);
+  ASSERT_TRUE(module.ok()) << module.status();
+  auto exe = CompileProgram("cpu", **module, {});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  HostDevice device("cpu", 0, int64_t{1} << 30, 4);
+  std::vector<std::vector<uint8_t>> seen;
+  for (int run = 0; run < 2; ++run) {
+    auto out = (*exe)->Execute(device, {}, {});
+    ASSERT_TRUE(out.ok()) << out.status();
+    const ir::Literal r = HostBuffer::Cast(*out)->ToLiteral();
+    for (const ir::Literal& state : r.tuple_elements()) {
+      for (int i = 0; i < 2; ++i) EXPECT_LT(state.data<uint64_t>()[i], uint64_t{1} << 63);
+      for (const auto& earlier : seen) EXPECT_NE(state.bytes(), earlier);
+      seen.push_back(state.bytes());
+    }
+  }
+}
+
 TEST(CpuControlTest, WhileLoopComputes63) {
   // 4 iterations of x*2+1 from 3 give 63.
   auto r = RunHlo(R"(cond {
