@@ -1053,10 +1053,6 @@ absl::StatusOr<Attributes> ConvGradientAttributes(const Attributes& forward, boo
     return absl::InvalidArgumentError("a gradient of a convolution with batch_group_count > 1");
   }
   const int64_t groups = forward.feature_group_count;
-  if (input_gradient && groups != 1) {
-    return absl::InvalidArgumentError(
-        "an input gradient of a grouped convolution (feature_group_count > 1) is not read yet");
-  }
   auto in_range = [](int64_t d, const Shape& s) { return d >= 0 && d < s.rank(); };
   Attributes g;
   g.window.resize(spatial);
@@ -1238,11 +1234,53 @@ absl::Status LowerCudnnConvCall(Computation* comp, Instruction* result,
     ASSIGN_OR_RETURN(Attributes gradient,
                      ConvGradientAttributes(call, backward_input, operands[0]->shape(),
                                             operands[1]->shape(), out));
+    if (backward_input && call.feature_group_count > 1) {
+      // Each group's kernel with its features swapped: w [.., ci, G*og]
+      // becomes [spatial..., og, G*ci], so that output feature g*ci + i
+      // reads group g's og features of dy.
+      const ConvDims& f = call.conv;
+      const int64_t g_count = call.feature_group_count;
+      Instruction* w = value->operand(1);
+      const Shape& ws = w->shape();
+      const int64_t ci = ws.dim(static_cast<int>(f.kernel_input_feature));
+      const int64_t o = ws.dim(static_cast<int>(f.kernel_output_feature));
+      if (o % g_count != 0) {
+        return refuse(absl::StrCat("its kernel's ", o, " output features do not split into ",
+                                   g_count, " groups"));
+      }
+      const int64_t og = o / g_count;
+      std::vector<int64_t> order = f.kernel_spatial;
+      std::vector<int64_t> spatial_dims;
+      for (int64_t d : f.kernel_spatial) spatial_dims.push_back(ws.dim(static_cast<int>(d)));
+      const int64_t n = static_cast<int64_t>(spatial_dims.size());
+      order.push_back(f.kernel_input_feature);
+      order.push_back(f.kernel_output_feature);
+      auto dims_with = [&](std::initializer_list<int64_t> tail) {
+        std::vector<int64_t> dims = spatial_dims;
+        dims.insert(dims.end(), tail);
+        return Shape(t, dims);
+      };
+      Instruction* canonical = add(Opcode::kTranspose, dims_with({ci, o}), {w});
+      canonical->mutable_attrs().dimensions = order;
+      Instruction* split = add(Opcode::kReshape, dims_with({ci, g_count, og}), {canonical});
+      std::vector<int64_t> swap(n);
+      std::iota(swap.begin(), swap.end(), 0);
+      for (int64_t d : {n + 2, n + 1, n}) swap.push_back(d);
+      Instruction* swapped = add(Opcode::kTranspose, dims_with({og, g_count, ci}), {split});
+      swapped->mutable_attrs().dimensions = swap;
+      Instruction* merged = add(Opcode::kReshape, dims_with({og, g_count * ci}), {swapped});
+      value->ReplaceOperand(1, merged);
+      gradient.conv.kernel_spatial.resize(n);
+      std::iota(gradient.conv.kernel_spatial.begin(), gradient.conv.kernel_spatial.end(), 0);
+      gradient.conv.kernel_input_feature = n;
+      gradient.conv.kernel_output_feature = n + 1;
+      gradient.feature_group_count = g_count;
+    }
     if (backward_input) {
       // The kernel read back to front along its window.
       Instruction* reversed = add(Opcode::kReverse, value->operand(1)->shape(),
                                   {value->operand(1)});
-      reversed->mutable_attrs().dimensions = call.conv.kernel_spatial;
+      reversed->mutable_attrs().dimensions = gradient.conv.kernel_spatial;
       value->ReplaceOperand(1, reversed);
     }
     attrs = std::move(gradient);

@@ -821,10 +821,10 @@ ENTRY e {
   EXPECT_THAT(dx, HasSubstr("reverse(%w), dimensions={0,1}"));
   EXPECT_THAT(dx, HasSubstr("window={size=3x3 pad=2_1x2_1 lhs_dilate=2x2}, dim_labels=b01f_01oi->b01f"));
   EXPECT_THAT(ErrorOf(conv_head +
-                      "ROOT c = f32[1,5,5,2] custom-call(x, w), window={size=3x3 pad=1_1x1_1}, "
-                      "dim_labels=b01f_01io->b01f, feature_group_count=2, "
+                      "ROOT c = f32[1,5,5,2] custom-call(x, w), window={size=3x3 pad=1_1x1_1 "
+                      "lhs_dilate=2x2}, dim_labels=b01f_01io->b01f, "
                       "custom_call_target=\"__cudnn$convBackwardInput\"\n}"),
-              HasSubstr("an input gradient of a grouped convolution"));
+              HasSubstr("a gradient of a convolution with lhs dilation"));
   EXPECT_THAT(ErrorOf(conv_head +
                       "ROOT c = f32[1,3,3,4] custom-call(x, w), window={size=3x3 pad=1_1x1_1}, "
                       "dim_labels=b01f_01io->b01f, custom_call_target=\"__cudnn$convForward\"\n}"),

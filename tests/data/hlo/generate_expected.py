@@ -493,6 +493,7 @@ def case_xla_gpu_conv_grads():
     x, w = u(2, 6, 6, 3), u(3, 3, 3, 4)
     dy_strided, dy_same, dy_unread = u(2, 3, 3, 4), u(2, 6, 6, 4), u(2, 2, 2, 4)
     xg, dyg = u(2, 5, 5, 4), u(2, 5, 5, 6)
+    wg = u(3, 3, 2, 6)
     d = lambda a: a.astype(np.float64)
     dx_strided = conv_input_grad(d(dy_strided), d(w), (6, 6), (2, 2), ((0, 1), (0, 1)))
     dx_same = conv_input_grad(d(dy_same), d(w), (6, 6), (1, 1), ((1, 1), (1, 1)))
@@ -500,8 +501,11 @@ def case_xla_gpu_conv_grads():
     dw_grouped = np.concatenate(
         [conv_kernel_grad(d(xg[..., 2 * g:2 * g + 2]), d(dyg[..., 3 * g:3 * g + 3]), (3, 3),
                           (1, 1), ((1, 1), (1, 1))) for g in range(2)], axis=3)
-    return ([x, w, dy_strided, dy_same, dy_unread, xg, dyg],
-            [f32(dx_strided), f32(dx_same), f32(dw_unread), f32(dw_grouped)])
+    dx_grouped = np.concatenate(
+        [conv_input_grad(d(dyg[..., 3 * g:3 * g + 3]), d(wg[..., 3 * g:3 * g + 3]), (5, 5), (1, 1),
+                         ((1, 1), (1, 1))) for g in range(2)], axis=3)
+    return ([x, w, dy_strided, dy_same, dy_unread, xg, dyg, wg],
+            [f32(dx_strided), f32(dx_same), f32(dw_unread), f32(dw_grouped), f32(dx_grouped)])
 
 
 def case_xla_gpu_gemm():
