@@ -166,8 +166,9 @@ absl::Status LowerGemmCall(Computation* comp, Instruction* result,
 // it and a zero scratch buffer when it returns (value, u8[N]).
 // IsCudnnConvTarget says whether a target is one of cuDNN's convolution
 // calls (`__cudnn$conv...`). InvalidArgument naming the call for the
-// others (convBackwardInput, convBackwardFilter, graph calls) and for other
-// activations.
+// others (graph calls), for other activations, and for gradients of
+// convolutions with lhs dilation or batch groups. A grouped convolution's
+// input gradient reads each group's kernel with its features swapped.
 bool IsCudnnConvTarget(absl::string_view target);
 absl::Status LowerCudnnConvCall(Computation* comp, Instruction* result,
                                 const std::vector<Instruction*>& operands,
