@@ -787,6 +787,114 @@ absl::StatusOr<Instruction*> ZeroScratch(Computation* comp, const Shape& scratch
 
 }  // namespace
 
+absl::Status LowerWidthChangingBitcast(Computation* comp, Instruction* result,
+                                       Instruction* operand) {
+  const Shape from = operand->shape();
+  const Shape to = result->shape();
+  const int in_bytes = ElementTypeSize(from.type());
+  const int out_bytes = ElementTypeSize(to.type());
+  auto refuse = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bitcast-convert from ", from.ToString(), " to ", to.ToString(),
+        ": a type r times narrower adds a last dimension of r, a type r times wider removes "
+        "one"));
+  };
+  if (from.type() == ElementType::kPred || to.type() == ElementType::kPred || in_bytes == 0 ||
+      out_bytes == 0) {
+    return refuse();
+  }
+  const bool narrowing = out_bytes < in_bytes;
+  const int64_t ratio = narrowing ? in_bytes / out_bytes : out_bytes / in_bytes;
+  // The shape with the pieces' dimension and the one without.
+  const Shape& many = narrowing ? to : from;
+  const Shape& one = narrowing ? from : to;
+  std::vector<int64_t> expected = one.dims();
+  expected.push_back(ratio);
+  if (many.dims() != expected) return refuse();
+  auto unsigned_of = [](int bytes) {
+    return bytes == 1 ? ElementType::kU8 : bytes == 2 ? ElementType::kU16
+                                                      : bytes == 4 ? ElementType::kU32 : ElementType::kU64;
+  };
+  const ElementType wide_u = unsigned_of(narrowing ? in_bytes : out_bytes);
+  const ElementType narrow_u = unsigned_of(narrowing ? out_bytes : in_bytes);
+  const int64_t narrow_bits = 8 * (narrowing ? out_bytes : in_bytes);
+  const std::string base = result->name();
+  int counter = 0;
+  auto add = [&](Opcode op, const Shape& s, std::vector<Instruction*> ops) {
+    Instruction* added = comp->AddInstruction(
+        std::make_unique<Instruction>(op, s, absl::StrCat(base, ".bits", counter++)));
+    for (Instruction* o : ops) added->AddOperand(o);
+    return added;
+  };
+  auto retype = [&](Instruction* v, ElementType t) {
+    if (v->shape().type() == t) return v;
+    return add(Opcode::kBitcastConvert, Shape(t, v->shape().dims()), {v});
+  };
+  auto constant = [&](ElementType t, const std::vector<int64_t>& dims, uint64_t value) {
+    Instruction* c = add(Opcode::kConstant, Shape::Scalar(t), {});
+    c->mutable_attrs().literal = Literal::Scalar<uint64_t>(t, value);
+    return add(Opcode::kBroadcast, Shape(t, dims), {c});
+  };
+  const std::vector<int64_t>& dims = one.dims();
+  const Shape wide(wide_u, dims);
+  const Shape narrow(narrow_u, dims);
+  result->mutable_attrs() = Attributes();
+  if (narrowing) {
+    Instruction* bits = retype(operand, wide_u);
+    const uint64_t mask = narrow_bits == 64 ? ~uint64_t{0} : (uint64_t{1} << narrow_bits) - 1;
+    std::vector<int64_t> piece_dims = dims;
+    piece_dims.push_back(1);
+    std::vector<Instruction*> pieces;
+    for (int64_t k = 0; k < ratio; ++k) {
+      Instruction* shifted =
+          k == 0 ? bits
+                 : add(Opcode::kShiftRightLogical, wide,
+                       {bits, constant(wide_u, dims, static_cast<uint64_t>(k * narrow_bits))});
+      Instruction* low = add(Opcode::kAnd, wide, {shifted, constant(wide_u, dims, mask)});
+      Instruction* piece = add(Opcode::kConvert, narrow, {low});
+      pieces.push_back(add(Opcode::kReshape, Shape(narrow_u, piece_dims), {piece}));
+    }
+    if (to.type() == narrow_u) {
+      // The concatenate is the result itself.
+      result->set_opcode(Opcode::kConcatenate);
+      for (Instruction* p : pieces) result->AddOperand(p);
+      result->mutable_attrs().dimensions = {static_cast<int64_t>(dims.size())};
+      return absl::OkStatus();
+    }
+    Instruction* joined = add(Opcode::kConcatenate, Shape(narrow_u, to.dims()), pieces);
+    joined->mutable_attrs().dimensions = {static_cast<int64_t>(dims.size())};
+    result->AddOperand(joined);  // a same-width bitcast-convert
+    return absl::OkStatus();
+  }
+  Instruction* pieces = retype(operand, narrow_u);
+  Instruction* value = nullptr;
+  for (int64_t k = 0; k < ratio; ++k) {
+    std::vector<int64_t> start(dims.size() + 1, 0), limit = from.dims();
+    start.back() = k;
+    limit.back() = k + 1;
+    Instruction* slice = add(Opcode::kSlice, Shape(narrow_u, [&] {
+                               std::vector<int64_t> d = dims;
+                               d.push_back(1);
+                               return d;
+                             }()),
+                             {pieces});
+    for (size_t d = 0; d < start.size(); ++d) {
+      slice->mutable_attrs().slice.push_back(SliceDim{start[d], limit[d], 1});
+    }
+    Instruction* piece = add(Opcode::kConvert, wide, {add(Opcode::kReshape, narrow, {slice})});
+    if (k > 0) {
+      piece = add(Opcode::kShiftLeft, wide,
+                  {piece, constant(wide_u, dims, static_cast<uint64_t>(k * narrow_bits))});
+    }
+    value = value == nullptr ? piece : add(Opcode::kOr, wide, {value, piece});
+  }
+  if (to.type() == wide_u) {
+    result->set_opcode(Opcode::kCopy);
+  }
+  result->AddOperand(value);
+  return absl::OkStatus();
+}
+
 absl::Status LowerStochasticConvert(Computation* comp, Instruction* result,
                                     const std::vector<Instruction*>& operands) {
   if (operands.size() != 2) {

@@ -117,6 +117,17 @@ absl::Status LowerBatchNorm(Module* module, Computation* comp, Instruction* resu
 // ones, ...) and for options or shapes the routine does not take.
 bool IsLapackTarget(absl::string_view target);
 
+// XLA's bitcast-convert between types of different widths: to a type r
+// times narrower, each element becomes r pieces along a new last
+// dimension, least significant first (as the bytes lie in memory on a
+// little-endian machine); to a type r times wider, a last dimension of r
+// pieces becomes one element. Written with same-width bitcast-converts to
+// unsigned integers, shifts, masks, converts and a concatenate (narrowing)
+// or ors (widening); `result` (the bitcast-convert, no operands yet) takes
+// the last step. InvalidArgument when the shapes do not fit that rule or a
+// type is pred.
+absl::Status LowerWidthChangingBitcast(Computation* comp, Instruction* result, Instruction* operand);
+
 // XLA's stochastic-convert(x, random): a float array to a signed integer
 // type, rounding |x| up with probability equal to its fraction: up when
 // random (unsigned, as wide as x's type) is below fraction * 2^width; the

@@ -1364,6 +1364,15 @@ absl::Status Parser::Resolve(Module* module, PendingInstr& p,
     }
     instr->mutable_attrs().distribution = RngDistribution::kUniform;
   }
+  if (instr->opcode() == Opcode::kBitcastConvert && operands.size() == 1) {
+    RETURN_IF_ERROR(shapes_known(operands));
+    const Shape& from = operands[0]->shape();
+    const Shape& to = instr->shape();
+    if (from.IsArray() && to.IsArray() && ElementTypeSize(from.type()) != ElementTypeSize(to.type())) {
+      RETURN_IF_ERROR(lowered(LowerWidthChangingBitcast(computation(), instr, operands[0])));
+      operands.clear();
+    }
+  }
   if (p.stochastic_convert) {
     RETURN_IF_ERROR(shapes_known(operands));
     RETURN_IF_ERROR(lowered(LowerStochasticConvert(computation(), instr, operands)));

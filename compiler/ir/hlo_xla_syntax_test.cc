@@ -754,6 +754,29 @@ ENTRY e {
               HasSubstr("is a call into a GPU or TPU library"));
 }
 
+// bitcast-convert between widths reads as shifts, masks and a concatenate
+// (narrower) or ors (wider); shapes that do not follow the rule are refused.
+TEST(XlaSyntaxTest, BitcastConvertBetweenWidths) {
+  const std::string narrow = Canonical(R"(
+ENTRY e {
+  x = f32[3] parameter(0)
+  ROOT b = u16[3,2] bitcast-convert(x)
+})");
+  EXPECT_THAT(narrow, HasSubstr("shift-right-logical("));
+  EXPECT_THAT(narrow, HasSubstr("ROOT %b = u16[3,2] concatenate("));
+  const std::string wide = Canonical(R"(
+ENTRY e {
+  x = u8[3,4] parameter(0)
+  ROOT b = f32[3] bitcast-convert(x)
+})");
+  EXPECT_THAT(wide, HasSubstr("shift-left("));
+  EXPECT_THAT(wide, HasSubstr("ROOT %b = f32[3] bitcast-convert("));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[3] parameter(0)\n  ROOT b = u16[3,4] bitcast-convert(x)\n}"),
+              HasSubstr("a type r times narrower adds a last dimension of r"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = u8[3,2] parameter(0)\n  ROOT b = f32[3] bitcast-convert(x)\n}"),
+              HasSubstr("line 3: %b: bitcast-convert from u8[3,2] to f32[3]"));
+}
+
 // rng-get-and-update-state reads as an rng of fresh state bits.
 TEST(XlaSyntaxTest, RngStateReadsAsAnRngOfStateBits) {
   const std::string printed = Canonical(R"(

@@ -406,6 +406,18 @@ def conv_batch_groups(x, k, groups, **window):
                            for g in range(groups)], axis=3)
 
 
+def case_xla_bitcast_widths():
+    """bitcast-convert to narrower and wider types: NumPy's views of the same
+    little-endian bytes."""
+    x = f32([[1.5, -2.25, 3e-39], [np.inf, -0.0, 123456.78]])
+    d = np.array([1.0, -3.5, 1e300, np.pi], dtype=np.float64)
+    b = np.array([[0, 0, 128, 63], [0, 0, 192, 127], [1, 2, 3, 4]], dtype=np.uint8)
+    # bf16 as float32 holding its values: each 16-bit piece in the high half.
+    quarters = (d.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(4, 4)
+    return [x, d, b], [x.view(np.uint16).reshape(2, 3, 2), x.view(np.int8).reshape(2, 3, 4),
+                       d.view(np.float32).reshape(4, 2), b.view(np.float32).reshape(3), quarters]
+
+
 def stochastic_convert(x, r, out_type):
     """XLA's stochastic-convert: |x| rounded up when r < fraction * 2^width(r),
     the sign put back, clamped to out_type's limits (scaled in f32 for f16)."""
