@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -15,6 +16,14 @@ std::optional<bool> JsonValue::AsBool() const {
 }
 
 std::optional<double> JsonValue::AsNumber() const {
+  if (kind_ == Kind::kString) {
+    if (string_ == "NaN") return std::numeric_limits<double>::quiet_NaN();
+    if (string_ == "Infinity") return std::numeric_limits<double>::infinity();
+    if (string_ == "-Infinity") return -std::numeric_limits<double>::infinity();
+    double v = 0;
+    if (absl::SimpleAtod(string_, &v)) return v;
+    return std::nullopt;
+  }
   if (kind_ != Kind::kNumber) return std::nullopt;
   return number_;
 }

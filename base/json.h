@@ -25,6 +25,8 @@ class JsonValue {
 
   // The value as that kind; nullopt (or null) when it is another.
   std::optional<bool> AsBool() const;
+  // A number, or a string protobuf's JSON writes for one ("NaN",
+  // "Infinity", "-Infinity", "1.5").
   std::optional<double> AsNumber() const;
   // A number, or a string holding one ("1": protobuf's JSON writes 64-bit
   // integers as strings), that is a whole number.
@@ -49,7 +51,7 @@ class JsonValue {
 // InvalidArgument naming the offset of the first error; nesting deeper than
 // kMaxJsonDepth and texts over kMaxJsonBytes are refused.
 inline constexpr int kMaxJsonDepth = 64;
-inline constexpr size_t kMaxJsonBytes = size_t{16} << 20;
+inline constexpr size_t kMaxJsonBytes = size_t{256} << 10;
 absl::StatusOr<JsonValue> ParseJson(absl::string_view text);
 
 }  // namespace kiln

@@ -1,5 +1,8 @@
 #include "base/json.h"
 
+#include <cmath>
+#include <limits>
+
 #include "gtest/gtest.h"
 
 namespace kiln {
@@ -30,6 +33,15 @@ TEST(JsonTest, ReadsXlaBackendConfigs) {
   EXPECT_EQ(v->Find("missing"), nullptr);
   EXPECT_EQ(gemm->Find("alpha_real")->AsString(), nullptr);
   EXPECT_EQ(JsonValue().AsInt(), std::nullopt);
+  // protobuf writes non-finite and 64-bit numbers as strings.
+  auto special = ParseJson(R"(["NaN", "Infinity", "-Infinity", "4194304", "x"])");
+  ASSERT_TRUE(special.ok());
+  const auto& list = *special->AsArray();
+  EXPECT_TRUE(std::isnan(*list[0].AsNumber()));
+  EXPECT_EQ(*list[1].AsNumber(), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(*list[2].AsNumber(), -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(*list[3].AsNumber(), 4194304.0);
+  EXPECT_EQ(list[4].AsNumber(), std::nullopt);
 }
 
 TEST(JsonTest, RefusesMalformedTextNamingWhere) {
@@ -38,8 +50,12 @@ TEST(JsonTest, RefusesMalformedTextNamingWhere) {
                           "{1:2}"}) {
     auto v = ParseJson(bad);
     EXPECT_FALSE(v.ok()) << bad;
-    if (!v.ok()) EXPECT_NE(v.status().message().find("JSON at offset"), std::string::npos) << bad;
+    if (!v.ok()) {
+      EXPECT_NE(v.status().message().find("JSON at offset"), std::string::npos) << bad;
+    }
   }
+  // Text past the size bound is refused before it is read.
+  EXPECT_FALSE(ParseJson("[" + std::string(kMaxJsonBytes, ' ') + "]").ok());
   // Nesting past the bound is refused rather than recursing without end.
   EXPECT_FALSE(ParseJson(std::string(100000, '[') + std::string(100000, ']')).ok());
   EXPECT_TRUE(ParseJson(std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']')).ok());

@@ -1161,7 +1161,51 @@ absl::StatusOr<Attributes> ConvGradientAttributes(const Attributes& forward, boo
     return absl::InvalidArgumentError("a gradient of a convolution with batch_group_count > 1");
   }
   const int64_t groups = forward.feature_group_count;
-  auto in_range = [](int64_t d, const Shape& s) { return d >= 0 && d < s.rank(); };
+  if (groups < 1 || groups > kMaxElements) {
+    return absl::InvalidArgumentError(absl::StrCat("feature_group_count ", groups, " is out of range"));
+  }
+  // The window's numbers are the client's: bounded before any arithmetic
+  // (shape inference checks the result again).
+  for (const WindowDim& w : forward.window) {
+    for (int64_t v : {w.size, w.stride, w.base_dilation, w.window_dilation}) {
+      if (v < 1 || v > kMaxElements) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("a window size, stride or dilation of ", v, " is out of range"));
+      }
+    }
+    if (w.pad_lo < -kMaxElements || w.pad_lo > kMaxElements || w.pad_hi < -kMaxElements ||
+        w.pad_hi > kMaxElements) {
+      return absl::InvalidArgumentError("a window padding is out of range");
+    }
+  }
+  // Every dimension dim_labels names exists in the operand it names.
+  const Shape& input = input_gradient ? out : first;
+  const Shape& kernel = input_gradient ? second : out;
+  const Shape& output = input_gradient ? first : second;
+  auto fits = [](const Shape& s, const std::vector<int64_t>& dims) {
+    if (!s.IsArray() || s.rank() != static_cast<int64_t>(dims.size())) return false;
+    for (int64_t d : dims) {
+      if (d < 0 || d >= s.rank()) return false;
+    }
+    return true;
+  };
+  auto with = [](std::vector<int64_t> dims, std::initializer_list<int64_t> more) {
+    dims.insert(dims.end(), more);
+    return dims;
+  };
+  if (!fits(input, with(f.input_spatial, {f.input_batch, f.input_feature})) ||
+      !fits(kernel, with(f.kernel_spatial, {f.kernel_input_feature, f.kernel_output_feature})) ||
+      !fits(output, with(f.output_spatial, {f.output_batch, f.output_feature}))) {
+    return absl::InvalidArgumentError("its dim_labels do not fit its operands");
+  }
+  // A padding computed in 128 bits, within shape inference's bounds.
+  auto padding = [](__int128 v) -> absl::StatusOr<int64_t> {
+    if (v < -static_cast<__int128>(kMaxElements) || v > static_cast<__int128>(kMaxElements)) {
+      return absl::InvalidArgumentError("the gradient's window padding is out of range");
+    }
+    return static_cast<int64_t>(v);
+  };
+  using Wide = __int128;
   Attributes g;
   g.window.resize(spatial);
   if (input_gradient) {
@@ -1172,19 +1216,16 @@ absl::StatusOr<Attributes> ConvGradientAttributes(const Attributes& forward, boo
       if (w.base_dilation != 1) {
         return absl::InvalidArgumentError("a gradient of a convolution with lhs dilation");
       }
-      if (!in_range(f.output_spatial[i], first) || !in_range(f.input_spatial[i], out)) {
-        return absl::InvalidArgumentError("its dim_labels do not fit its operands");
-      }
       const int64_t o = first.dim(static_cast<int>(f.output_spatial[i]));
       const int64_t in = out.dim(static_cast<int>(f.input_spatial[i]));
-      const int64_t span = (w.size - 1) * w.window_dilation;
+      const Wide span = Wide{w.size - 1} * w.window_dilation;
       WindowDim& d = g.window[i];
       d.size = w.size;
       d.stride = 1;
       d.base_dilation = w.stride;
       d.window_dilation = w.window_dilation;
-      d.pad_lo = span - w.pad_lo;
-      d.pad_hi = in - (o - 1) * w.stride - 1 + w.pad_lo;
+      ASSIGN_OR_RETURN(d.pad_lo, padding(span - w.pad_lo));
+      ASSIGN_OR_RETURN(d.pad_hi, padding(Wide{in} - Wide{o - 1} * w.stride - 1 + w.pad_lo));
     }
     g.conv.input_batch = f.output_batch;
     g.conv.input_feature = f.output_feature;
@@ -1204,10 +1245,6 @@ absl::StatusOr<Attributes> ConvGradientAttributes(const Attributes& forward, boo
     if (w.base_dilation != 1) {
       return absl::InvalidArgumentError("a gradient of a convolution with lhs dilation");
     }
-    if (!in_range(f.input_spatial[i], first) || !in_range(f.output_spatial[i], second) ||
-        !in_range(f.kernel_spatial[i], out)) {
-      return absl::InvalidArgumentError("its dim_labels do not fit its operands");
-    }
     const int64_t in = first.dim(static_cast<int>(f.input_spatial[i]));
     const int64_t o = second.dim(static_cast<int>(f.output_spatial[i]));
     const int64_t k = out.dim(static_cast<int>(f.kernel_spatial[i]));
@@ -1217,7 +1254,8 @@ absl::StatusOr<Attributes> ConvGradientAttributes(const Attributes& forward, boo
     d.base_dilation = 1;
     d.window_dilation = w.stride;
     d.pad_lo = w.pad_lo;
-    d.pad_hi = (k - 1) * w.window_dilation + (o - 1) * w.stride + 1 - in - w.pad_lo;
+    ASSIGN_OR_RETURN(d.pad_hi, padding(Wide{k - 1} * w.window_dilation + Wide{o - 1} * w.stride +
+                                       1 - in - w.pad_lo));
   }
   g.conv.input_batch = f.input_feature;
   g.conv.input_feature = f.input_batch;
@@ -1339,9 +1377,10 @@ absl::Status LowerCudnnConvCall(Computation* comp, Instruction* result,
                            {as_out_type(operands[0]), as_out_type(operands[1])});
   Attributes& attrs = value->mutable_attrs();
   if (backward_input || backward_filter) {
-    ASSIGN_OR_RETURN(Attributes gradient,
-                     ConvGradientAttributes(call, backward_input, operands[0]->shape(),
-                                            operands[1]->shape(), out));
+    absl::StatusOr<Attributes> read = ConvGradientAttributes(
+        call, backward_input, operands[0]->shape(), operands[1]->shape(), out);
+    if (!read.ok()) return refuse(read.status().message());
+    Attributes gradient = *std::move(read);
     if (backward_input && call.feature_group_count > 1) {
       // Each group's kernel with its features swapped: w [.., ci, G*og]
       // becomes [spatial..., og, G*ci], so that output feature g*ci + i
@@ -1355,6 +1394,9 @@ absl::Status LowerCudnnConvCall(Computation* comp, Instruction* result,
       if (o % g_count != 0) {
         return refuse(absl::StrCat("its kernel's ", o, " output features do not split into ",
                                    g_count, " groups"));
+      }
+      if (g_count > o || ci > kMaxElements / g_count) {
+        return refuse(absl::StrCat("feature_group_count ", g_count, " does not fit its kernel"));
       }
       const int64_t og = o / g_count;
       std::vector<int64_t> order = f.kernel_spatial;

@@ -848,6 +848,24 @@ ENTRY e {
                       "lhs_dilate=2x2}, dim_labels=b01f_01io->b01f, "
                       "custom_call_target=\"__cudnn$convBackwardInput\"\n}"),
               HasSubstr("a gradient of a convolution with lhs dilation"));
+  // What the client wrote is checked before any arithmetic: a kernel that
+  // dim_labels does not fit, windows past any size.
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  dy = f32[1,4,4,4] parameter(0)\n  w = f32[] parameter(1)\n  "
+                      "ROOT dx = (f32[1,4,4,4], u8[0]) custom-call(dy, w), "
+                      "custom_call_target=\"__cudnn$convBackwardInput\", window={size=3x3 "
+                      "pad=1_1x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=2\n}"),
+              HasSubstr("custom-call '__cudnn$convBackwardInput': its dim_labels do not fit its "
+                        "operands"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  dy = f32[1,1,1,1] parameter(0)\n  w = f32[3,1,1,1] "
+                      "parameter(1)\n  ROOT dx = f32[1,1,1,1] custom-call(dy, w), "
+                      "custom_call_target=\"__cudnn$convBackwardInput\", window={size=3x1 "
+                      "rhs_dilate=4611686018427387904x1}, dim_labels=b01f_01io->b01f\n}"),
+              HasSubstr("is out of range"));
+  EXPECT_THAT(ErrorOf("ENTRY e {\n  x = f32[1,3,3,1] parameter(0)\n  dy = f32[1,3,3,1] "
+                      "parameter(1)\n  ROOT dw = f32[3,3,1,1] custom-call(x, dy), "
+                      "custom_call_target=\"__cudnn$convBackwardFilter\", window={size=3x3 "
+                      "pad=-9223372036854775808_1x1_1}, dim_labels=b01f_01io->b01f\n}"),
+              HasSubstr("out of range"));
   EXPECT_THAT(ErrorOf(conv_head +
                       "ROOT c = f32[1,3,3,4] custom-call(x, w), window={size=3x3 pad=1_1x1_1}, "
                       "dim_labels=b01f_01io->b01f, custom_call_target=\"__cudnn$convForward\"\n}"),
