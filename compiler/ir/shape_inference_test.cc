@@ -47,8 +47,6 @@ const Case kElementwise[] = {
      "shift-left does not accept element type pred"},
     {"ConvertToTuple", std::string(kF2) + "bad = (f32[2]) convert(p)",
      "convert to a non-array type"},
-    {"BitcastWidth", std::string(kF2) + "bad = f16[2] bitcast-convert(p)",
-     "bitcast-convert from f32 to f16 needs equal bit widths"},
     {"BitcastToPred", "q = u8[2] parameter(0)\nbad = pred[2] bitcast-convert(q)",
      "bitcast-convert from u8 to pred: a pred's bits are not defined"},
     {"SelectPredicateType", std::string(kF2) + "bad = f32[2] select(p, p, p)",

@@ -130,6 +130,20 @@ TEST(VerifierTest, OperandFromAnotherComputation) {
   ExpectInvalid(*m, {"instruction b uses n from another computation"});
 }
 
+// The text parser spells a bitcast-convert between widths with other ops
+// (hlo_xla_syntax_test.cc); in the IR itself the widths must be equal.
+TEST(VerifierTest, BitcastConvertKeepsTheWidth) {
+  std::unique_ptr<Module> m = Parse(R"(
+ENTRY e {
+  p = f32[2] parameter(0)
+  ROOT b = s32[2] bitcast-convert(p)
+})");
+  ASSERT_NE(m, nullptr);
+  Instruction* b = Find(*m, "b");
+  b->set_shape(Shape(ElementType::kF16, {2}));
+  ExpectInvalid(*m, {"b", "bitcast-convert from f32 to f16 needs equal bit widths"});
+}
+
 // The parser orders instructions and rejects cycles itself, so the cycle is
 // made after parsing.
 TEST(VerifierTest, Cycle) {
