@@ -56,15 +56,16 @@ absl::Status CheckOperands(Opcode op, const std::vector<Tensor>& operands) {
   return absl::OkStatus();
 }
 
-Tensor Emit(Opcode op, Shape shape, std::vector<Tensor> operands, ir::Attributes attrs = {},
-            Reducer reducer = Reducer::kNone) {
+// `attrs` null: the op has none (most do), and no attribute set is made.
+Tensor EmitNode(Opcode op, Shape shape, std::vector<Tensor> operands, ir::Attributes* attrs,
+                Reducer reducer) {
   const Tensor& like = operands.empty() ? Tensor() : operands[0];
   if (absl::Status st = CheckOperands(op, operands); !st.ok()) return ErrorTensor(like, st);
   auto node = std::make_shared<Node>();
   node->op = op;
   node->shape = std::move(shape);
   node->device = operands[0].device();
-  node->attrs.Set(std::move(attrs));
+  if (attrs != nullptr) node->attrs.Set(std::move(*attrs));
   node->reducer = reducer;
   node->operands.reserve(operands.size());
   for (Tensor& t : operands) {
@@ -77,6 +78,14 @@ Tensor Emit(Opcode op, Shape shape, std::vector<Tensor> operands, ir::Attributes
   node->context = operands[0].node()->context;
   LazyContext* ctx = operands[0].context();
   return ctx->Record(std::move(node));
+}
+
+Tensor Emit(Opcode op, Shape shape, std::vector<Tensor> operands) {
+  return EmitNode(op, std::move(shape), std::move(operands), nullptr, Reducer::kNone);
+}
+Tensor Emit(Opcode op, Shape shape, std::vector<Tensor> operands, ir::Attributes attrs,
+            Reducer reducer = Reducer::kNone) {
+  return EmitNode(op, std::move(shape), std::move(operands), &attrs, reducer);
 }
 
 // Shape of `op` by the IR's own rules (for the ops with involved shapes).
@@ -210,7 +219,10 @@ Tensor BroadcastTo(const Tensor& x, std::vector<int64_t> dims) {
   return BroadcastInDim(squeezed, std::move(dims), std::move(mapping));
 }
 
-Tensor BinaryWith(Opcode op, const Tensor& a, const Tensor& b, ir::Attributes attrs) {
+namespace {
+
+// A binary op with `attrs`, or with none when null.
+Tensor BinaryOp(Opcode op, const Tensor& a, const Tensor& b, ir::Attributes* attrs) {
   // The common case first: two healthy operands of one shape on one device
   // and one precision need no broadcast and no checks beyond these.
   if (a.defined() && b.defined() && a.node()->status.ok() && b.node()->status.ok() &&
@@ -219,7 +231,7 @@ Tensor BinaryWith(Opcode op, const Tensor& a, const Tensor& b, ir::Attributes at
     node->op = op;
     node->shape = op == Opcode::kCompare ? Shape(ElementType::kPred, a.shape().dims()) : a.shape();
     node->device = a.device();
-    node->attrs.Set(std::move(attrs));
+    if (attrs != nullptr) node->attrs.Set(std::move(*attrs));
     node->operands = {a.node(), b.node()};
     node->context = a.node()->context;
     node->reduced_precision = op != Opcode::kCompare && (a.node()->reduced_precision ||
@@ -237,10 +249,16 @@ Tensor BinaryWith(Opcode op, const Tensor& a, const Tensor& b, ir::Attributes at
   }
   Tensor x = BroadcastTo(a, dims), y = BroadcastTo(b, dims);
   const ElementType out = op == Opcode::kCompare ? ElementType::kPred : a.storage_type();
-  return Emit(op, Shape(out, dims), {x, y}, std::move(attrs));
+  return EmitNode(op, Shape(out, dims), {x, y}, attrs, Reducer::kNone);
 }
 
-Tensor Binary(Opcode op, const Tensor& a, const Tensor& b) { return BinaryWith(op, a, b, {}); }
+}  // namespace
+
+Tensor BinaryWith(Opcode op, const Tensor& a, const Tensor& b, ir::Attributes attrs) {
+  return BinaryOp(op, a, b, &attrs);
+}
+
+Tensor Binary(Opcode op, const Tensor& a, const Tensor& b) { return BinaryOp(op, a, b, nullptr); }
 
 Tensor Compare(const Tensor& a, const Tensor& b, ir::ComparisonDirection direction) {
   ir::Attributes attrs;
