@@ -1,5 +1,6 @@
 #include "client/tensor.h"
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -312,11 +313,37 @@ Tensor Clamp(const Tensor& x, double lo, double hi) {
               {ScalarLike(x, lo, x.storage_type()), x, ScalarLike(x, hi, x.storage_type())});
 }
 
+namespace {
+
+// Whether the IR's shape rules let unary elementwise `op` take `type`,
+// asked once per (op, type): the answer depends on nothing else, and
+// asking builds instructions, which costs more than recording the op.
+bool UnaryTakes(Opcode op, ElementType type) {
+  constexpr int kOps = 256, kTypes = 256;
+  // 0: not asked yet, 1: takes it, 2: does not.
+  static std::atomic<uint8_t> known[kOps * kTypes];
+  std::atomic<uint8_t>& slot = known[static_cast<int>(op) * kTypes + static_cast<int>(type)];
+  uint8_t answer = slot.load(std::memory_order_relaxed);
+  if (answer == 0) {
+    ir::Instruction operand(Opcode::kParameter, Shape(type, {}), "");
+    ir::Instruction instr(op, Shape(type, {}), "");
+    instr.AddOperand(&operand);
+    answer = ir::InferShape(instr).ok() ? 1 : 2;
+    slot.store(answer, std::memory_order_relaxed);
+  }
+  return answer == 1;
+}
+
+}  // namespace
+
 Tensor Unary(Opcode op, const Tensor& x) {
   if (!x.status().ok()) return x;
-  if (absl::StatusOr<Shape> s = InferShape(op, {x}, {}, x.shape()); !s.ok()) {
-    return ErrorTensor(x, absl::InvalidArgumentError(
-                              absl::StrCat(ir::OpcodeName(op), ": ", s.status().message())));
+  if (!UnaryTakes(op, x.storage_type())) {
+    // The IR's own message, for the tensor at hand.
+    absl::StatusOr<Shape> s = InferShape(op, {x}, {}, x.shape());
+    return ErrorTensor(x, absl::InvalidArgumentError(absl::StrCat(
+                              ir::OpcodeName(op), ": ",
+                              s.ok() ? "does not take this element type" : s.status().message())));
   }
   return Emit(op, x.shape(), {x});
 }

@@ -2,6 +2,7 @@
 // cache, recompile explanations, device and precision errors, eager mode.
 #include "client/tensor.h"
 
+#include <cmath>
 #include <sstream>
 
 #include "client/autodiff.h"
@@ -86,6 +87,24 @@ TEST_F(TensorTest, CounterUniformIsAHashOfSeedCounterAndIndex) {
   EXPECT_FALSE(Iota(Vec({1}), ir::Shape(ElementType::kS32, {}), 0).status().ok());
   EXPECT_EQ(Values(Iota(Vec({1}), ir::Shape(ElementType::kS32, {2, 3}), 1)),
             (std::vector<double>{0, 1, 2, 0, 1, 2}));
+}
+
+// Unary ops take the element types the IR's rules allow, asked once per
+// (op, type): a float op on integers fails with the IR's message, every
+// time it is asked, and the allowed ones run.
+TEST_F(TensorTest, UnaryOpsCheckTheirElementType) {
+  Tensor ints =
+      ctx_->FromVector<int32_t>(ElementType::kS32, {3}, std::vector<int32_t>{1, -2, 3}, "cpu:0");
+  for (int i = 0; i < 2; ++i) {
+    Tensor e = Exp(ints);
+    ASSERT_FALSE(e.status().ok());
+    EXPECT_NE(std::string(e.status().message()).find("exponential"), std::string::npos)
+        << e.status();
+  }
+  EXPECT_EQ(Values(Abs(ints)), (std::vector<double>{1, 2, 3}));
+  const std::vector<double> t = Values(Tanh(Vec({0, 1})));
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_NEAR(t[1], std::tanh(1.0), 1e-6);
 }
 
 TEST_F(TensorTest, SortsArgsortsAndTopK) {
