@@ -1,13 +1,16 @@
 // Cost of recording one lazy op (no execution): builds chains of elementwise
-// ops and prints nanoseconds per op; then the cost of one op in eager mode
-// (each op executed as it is recorded, embedded), the same chain of adds and
-// multiplies on one element. benchmarks/fashion_mnist_vs_torch.py runs it
+// ops and prints nanoseconds per op; then a cached lazy step: a chain of
+// 1,000 ops on one element traced, keyed and run per step (the program, one
+// fused loop over one element, is a small part of it), per traced op; then
+// the cost of one op in eager mode (each op executed as it is recorded,
+// embedded), the same chain of adds and multiplies on one element. benchmarks/fashion_mnist_vs_torch.py runs it
 // beside PyTorch's eager per-op cost and prints the ratios.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "absl/status/status.h"
 #include "base/flags.h"
 #include "client/client.h"
 #include "client/lazy.h"
@@ -35,6 +38,31 @@ int main(int argc, char** argv) {
   const int64_t ops = ctx->metrics().traced_ops - ops_before;
   std::printf("kiln trace: %lld ops in %.3f s, %.0f ns per op (including release)\n",
               static_cast<long long>(ops), seconds, seconds * 1e9 / ops);
+
+  // A cached lazy step: trace, key (a cache hit after the first), run.
+  {
+    const int steps = 200, step_ops = 1000;
+    auto step = [&] {
+      kiln::client::Tensor x = a;
+      for (int i = 0; i < step_ops; ++i) x = (i % 2 == 0) ? x + b : x * b;
+      return ctx->Realize({x});
+    };
+    for (int i = 0; i < 3; ++i) {
+      if (absl::Status st = step(); !st.ok()) {
+        std::fprintf(stderr, "lazy step failed: %s\n", std::string(st.message()).c_str());
+        return 1;
+      }
+    }
+    const auto step_start = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) {
+      if (absl::Status st = step(); !st.ok()) return 1;
+    }
+    const double step_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    std::printf("kiln cached lazy step: %d steps of %d ops in %.3f s, %.0f ns per traced op "
+                "(tracing, keying, sending and running)\n",
+                steps, step_ops, step_seconds, step_seconds * 1e9 / (steps * step_ops));
+  }
 
   // Eager: every op runs at once (after the first of each kind compiles).
   ctx->set_eager(true);

@@ -82,6 +82,8 @@ struct CondSpec {
 class NodeAttributes {
  public:
   const ir::Attributes& operator*() const { return value_ != nullptr ? *value_ : Empty(); }
+  // Whether these are the default attributes (what an elementwise op has).
+  bool empty() const { return value_ == nullptr; }
   const ir::Attributes* operator->() const { return &**this; }
   ir::Attributes& Mutable() {
     if (value_ == nullptr) value_ = std::make_unique<ir::Attributes>();

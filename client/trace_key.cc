@@ -169,7 +169,9 @@ absl::Status WriteComputation(Writer& w, const std::vector<std::shared_ptr<Node>
           w.Int(static_cast<int64_t>(node->op));
           w.Shape(node->shape);
           w.Byte(static_cast<uint8_t>(node->reducer));
-          w.Attributes(*node->attrs);
+          // Most ops have the default attributes: one byte says so.
+          w.Byte(node->attrs.empty() ? 0 : 1);
+          if (!node->attrs.empty()) w.Attributes(*node->attrs);
           w.Int(static_cast<int64_t>(node->operands.size()));
           for (const auto& o : node->operands) {
             w.Int(id.at(o.get()));
