@@ -264,8 +264,22 @@ namespace {
 // all there are, and no other node shares its buffer. A trace with a device
 // loop or a conditional donates nothing (their specs hold references of
 // their own).
+// Whether parameter `p` could be donated as far as it alone says: no
+// handle, one replica, and a buffer (or host value) nothing else holds.
+bool MayDonate(const Node& p) {
+  if (p.handles.load(std::memory_order_relaxed) != 0 || !p.replicas.empty()) return false;
+  // A value sent along that nothing can read again need not be kept.
+  return p.host_only() || (p.data != nullptr && p.data.use_count() == 1 && !p.data->donated());
+}
+
 std::vector<int> DonatableParams(const std::vector<std::shared_ptr<Node>>& outputs,
                                  const std::vector<std::shared_ptr<Node>>& params) {
+  // Most steps read only values a handle still holds: then there is no
+  // need to walk the trace.
+  if (std::none_of(params.begin(), params.end(),
+                   [](const std::shared_ptr<Node>& p) { return MayDonate(*p); })) {
+    return {};
+  }
   absl::flat_hash_map<const Node*, long> edges;  // references from the trace
   absl::flat_hash_set<const Node*> seen, output_set;
   std::vector<const Node*> inner;  // unrealized nodes that are not outputs
@@ -299,12 +313,7 @@ std::vector<int> DonatableParams(const std::vector<std::shared_ptr<Node>>& outpu
   std::vector<int> donate;
   for (size_t i = 0; i < params.size(); ++i) {
     const std::shared_ptr<Node>& p = params[i];
-    if (p->handles.load(std::memory_order_relaxed) != 0 || !p->replicas.empty()) continue;
-    // A value sent along that nothing can read again need not be kept.
-    if (!p->host_only() && (p->data == nullptr || p->data.use_count() != 1 ||
-                            p->data->donated())) {
-      continue;
-    }
+    if (!MayDonate(*p)) continue;
     auto it = edges.find(p.get());
     if (it != edges.end() && p.use_count() == it->second + 1) donate.push_back(static_cast<int>(i));
   }
