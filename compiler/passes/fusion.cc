@@ -1,7 +1,6 @@
 #include "compiler/passes/fusion.h"
 
 #include <algorithm>
-#include <climits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,8 +9,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "compiler/passes/dce.h"
 #include "compiler/ir/shape_inference.h"
+#include "compiler/passes/dce.h"
 
 namespace kiln::passes {
 namespace {
