@@ -14,7 +14,8 @@ std::shared_ptr<Node> NewNode(ir::Opcode op, ir::Shape shape, std::string device
   node->op = op;
   node->shape = std::move(shape);
   node->device = std::move(device);
-  node->operands = std::move(operands);
+  node->operands.assign(std::make_move_iterator(operands.begin()),
+                        std::make_move_iterator(operands.end()));
   return node;
 }
 

@@ -1,7 +1,9 @@
 #include "client/tensor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <numeric>
 
@@ -167,7 +169,15 @@ double InitValue(Reducer r, ElementType type) {
 }  // namespace
 
 Node::~Node() {
-  std::vector<std::shared_ptr<Node>> stack = std::move(operands);
+  // Operands held by this node alone would die inside this destructor, a
+  // chain of them as deep recursion: they die here one by one instead.
+  if (std::none_of(operands.begin(), operands.end(),
+                   [](const std::shared_ptr<Node>& o) { return o.use_count() == 1; })) {
+    return;
+  }
+  std::vector<std::shared_ptr<Node>> stack(std::make_move_iterator(operands.begin()),
+                                           std::make_move_iterator(operands.end()));
+  operands.clear();
   while (!stack.empty()) {
     std::shared_ptr<Node> n = std::move(stack.back());
     stack.pop_back();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "client/client.h"
 #include "compiler/ir/instruction.h"
@@ -110,7 +111,8 @@ class NodeAttributes {
 struct Node {
   ir::Opcode op = ir::Opcode::kParameter;
   ir::Shape shape;
-  std::vector<std::shared_ptr<Node>> operands;
+  // Two inline: most ops read one or two values, and a node is made per op.
+  absl::InlinedVector<std::shared_ptr<Node>, 2> operands;
   NodeAttributes attrs;
   Reducer reducer = Reducer::kNone;
   std::string device;

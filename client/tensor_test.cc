@@ -89,6 +89,24 @@ TEST_F(TensorTest, CounterUniformIsAHashOfSeedCounterAndIndex) {
             (std::vector<double>{0, 1, 2, 0, 1, 2}));
 }
 
+// A chain of 200,000 recorded ops dies without recursing once per node
+// (which would overflow the stack), both when nothing else holds its
+// operands and when a handle still holds one of them.
+TEST_F(TensorTest, LongChainsDieWithoutRecursion) {
+  Tensor a = Vec({1});
+  Tensor kept;
+  {
+    Tensor x = a;
+    for (int i = 0; i < 200000; ++i) {
+      x = x + a;
+      if (i == 100000) kept = x;
+    }
+  }
+  EXPECT_TRUE(kept.status().ok());
+  kept = Tensor();
+  EXPECT_EQ(Values(a + a), (std::vector<double>{2}));
+}
+
 // Unary ops take the element types the IR's rules allow, asked once per
 // (op, type): a float op on integers fails with the IR's message, every
 // time it is asked, and the allowed ones run.
