@@ -111,6 +111,37 @@ bool IsIdentity(const std::vector<int64_t>& perm) {
   return true;
 }
 
+// Adds the instructions a lowering writes out to `comp`, named after the
+// instruction they stand for: "<base><tag>0", "<base><tag>1", ...
+class Emitter {
+ public:
+  Emitter(Computation* comp, std::string prefix) : comp_(comp), prefix_(std::move(prefix)) {}
+
+  Instruction* Add(Opcode op, const Shape& shape, const std::vector<Instruction*>& operands) {
+    Instruction* added = comp_->AddInstruction(
+        std::make_unique<Instruction>(op, shape, absl::StrCat(prefix_, counter_++)));
+    for (Instruction* o : operands) added->AddOperand(o);
+    return added;
+  }
+  // A broadcast to `shape` of the scalar constant `value` of its type.
+  template <typename T>
+  Instruction* Splat(const Shape& shape, T value) {
+    Instruction* c = Add(Opcode::kConstant, Shape::Scalar(shape.type()), {});
+    c->mutable_attrs().literal = Literal::Scalar<T>(shape.type(), value);
+    return Add(Opcode::kBroadcast, shape, {c});
+  }
+  // `v` converted to `type`, or `v` when it has that type.
+  Instruction* Convert(Instruction* v, ElementType type) {
+    if (v->shape().type() == type) return v;
+    return Add(Opcode::kConvert, Shape(type, v->shape().dims()), {v});
+  }
+
+ private:
+  Computation* comp_;
+  std::string prefix_;
+  int counter_ = 0;
+};
+
 }  // namespace
 
 absl::StatusOr<Computation*> ElementwiseComputation(Module* module, const Computation& scalar,
@@ -382,19 +413,11 @@ absl::Status LowerBatchNorm(Module* module, Computation* comp, Instruction* resu
   }
   const int64_t per_feature = shape.ElementCount() / std::max<int64_t>(feature.dim(0), 1);
   const std::string base = result->name();
-  int counter = 0;
+  Emitter emit(comp, base + ".bn");
   auto add = [&](Opcode op, const Shape& s, std::vector<Instruction*> ops) {
-    Instruction* added = comp->AddInstruction(
-        std::make_unique<Instruction>(op, s, absl::StrCat(base, ".bn", counter++)));
-    for (Instruction* o : ops) added->AddOperand(o);
-    return added;
+    return emit.Add(op, s, ops);
   };
-  auto constant = [&](double value, const Shape& s) {
-    Instruction* scalar = add(Opcode::kConstant, Shape::Scalar(t), {});
-    scalar->mutable_attrs().literal = Literal::Scalar<double>(t, value);
-    Instruction* b = add(Opcode::kBroadcast, s, {scalar});
-    return b;
-  };
+  auto constant = [&](double value, const Shape& s) { return emit.Splat<double>(s, value); };
   // A per-feature vector along the operand's feature dimension.
   auto spread = [&](Instruction* v) {
     Instruction* b = add(Opcode::kBroadcast, shape, {v});
@@ -768,21 +791,37 @@ absl::StatusOr<JsonValue> ReadBackendConfigJson(absl::string_view backend_config
   return json;
 }
 
-// A tuple result's scratch or workspace buffer (an s8 or u8 vector): zeros.
-absl::StatusOr<Instruction*> ZeroScratch(Computation* comp, const Shape& scratch,
-                                         const std::string& name) {
+// The last step of a library call that became `value`: the call itself
+// becomes a copy of it, or, when it returns (value, s8[N] or u8[N]) as the
+// libraries' workspace or scratch, the tuple of it and zeros.
+absl::Status EndLibraryCall(Computation* comp, Instruction* result, Instruction* value) {
+  result->mutable_attrs() = Attributes();
+  if (!result->shape().IsTuple()) {
+    result->set_opcode(Opcode::kCopy);
+    result->AddOperand(value);
+    return absl::OkStatus();
+  }
+  const Shape& scratch = result->shape().tuple_shape(1);
   if (!scratch.IsArray() || scratch.rank() != 1 ||
       (scratch.type() != ElementType::kS8 && scratch.type() != ElementType::kU8)) {
     return absl::InvalidArgumentError(
         absl::StrCat("its scratch buffer is ", scratch.ToString(), ", not s8[N] or u8[N]"));
   }
-  Instruction* zero = comp->AddInstruction(
-      std::make_unique<Instruction>(Opcode::kConstant, Shape::Scalar(scratch.type()), name + ".zero"));
-  zero->mutable_attrs().literal = Literal::Scalar<int64_t>(scratch.type(), 0);
-  Instruction* spread = comp->AddInstruction(
-      std::make_unique<Instruction>(Opcode::kBroadcast, scratch, name + ".scratch"));
-  spread->AddOperand(zero);
-  return spread;
+  Emitter emit(comp, result->name() + ".scratch");
+  result->set_opcode(Opcode::kTuple);
+  result->AddOperand(value);
+  result->AddOperand(emit.Splat<int64_t>(scratch, 0));
+  return absl::OkStatus();
+}
+
+// A number from a backend_config object: `fallback` when absent.
+absl::StatusOr<double> ConfigNumber(const JsonValue& config, const char* key, double fallback) {
+  const JsonValue* v = config.Find(key);
+  if (v == nullptr) return fallback;
+  if (!v->AsNumber().has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(key, " is not a number"));
+  }
+  return *v->AsNumber();
 }
 
 }  // namespace
@@ -818,22 +857,16 @@ absl::Status LowerWidthChangingBitcast(Computation* comp, Instruction* result,
   const ElementType wide_u = unsigned_of(narrowing ? in_bytes : out_bytes);
   const ElementType narrow_u = unsigned_of(narrowing ? out_bytes : in_bytes);
   const int64_t narrow_bits = 8 * (narrowing ? out_bytes : in_bytes);
-  const std::string base = result->name();
-  int counter = 0;
+  Emitter emit(comp, result->name() + ".bits");
   auto add = [&](Opcode op, const Shape& s, std::vector<Instruction*> ops) {
-    Instruction* added = comp->AddInstruction(
-        std::make_unique<Instruction>(op, s, absl::StrCat(base, ".bits", counter++)));
-    for (Instruction* o : ops) added->AddOperand(o);
-    return added;
+    return emit.Add(op, s, ops);
   };
   auto retype = [&](Instruction* v, ElementType t) {
     if (v->shape().type() == t) return v;
     return add(Opcode::kBitcastConvert, Shape(t, v->shape().dims()), {v});
   };
   auto constant = [&](ElementType t, const std::vector<int64_t>& dims, uint64_t value) {
-    Instruction* c = add(Opcode::kConstant, Shape::Scalar(t), {});
-    c->mutable_attrs().literal = Literal::Scalar<uint64_t>(t, value);
-    return add(Opcode::kBroadcast, Shape(t, dims), {c});
+    return emit.Splat<uint64_t>(Shape(t, dims), value);
   };
   const std::vector<int64_t>& dims = one.dims();
   const Shape wide(wide_u, dims);
@@ -919,20 +952,9 @@ absl::Status LowerStochasticConvert(Computation* comp, Instruction* result,
         "stochastic-convert gives a signed integer array of its operand's shape, not ",
         out.ToString()));
   }
-  const std::string base = result->name();
-  int counter = 0;
+  Emitter emit(comp, result->name() + ".sc");
   auto add = [&](Opcode op, const Shape& s, std::vector<Instruction*> ops) {
-    Instruction* added = comp->AddInstruction(
-        std::make_unique<Instruction>(op, s, absl::StrCat(base, ".sc", counter++)));
-    for (Instruction* o : ops) added->AddOperand(o);
-    return added;
-  };
-  auto like = [&](const Shape& s, double value) {
-    Instruction* c = add(Opcode::kConstant, Shape::Scalar(s.type()), {});
-    c->mutable_attrs().literal = IsFloatType(s.type())
-                                     ? Literal::Scalar<double>(s.type(), value)
-                                     : Literal::Scalar<int64_t>(s.type(), static_cast<int64_t>(value));  // 0 or 1
-    return add(Opcode::kBroadcast, s, {c});
+    return emit.Add(op, s, ops);
   };
   auto compare = [&](Instruction* a, Instruction* b, ComparisonDirection d) {
     Instruction* c = add(Opcode::kCompare, Shape(ElementType::kPred, xs.dims()), {a, b});
@@ -940,7 +962,7 @@ absl::Status LowerStochasticConvert(Computation* comp, Instruction* result,
     return c;
   };
   Instruction* negative =
-      compare(add(Opcode::kSign, xs, {x}), like(xs, 0), ComparisonDirection::kLt);
+      compare(add(Opcode::kSign, xs, {x}), emit.Splat<double>(xs, 0), ComparisonDirection::kLt);
   Instruction* magnitude = add(Opcode::kAbs, xs, {x});
   Instruction* whole = add(Opcode::kFloor, xs, {magnitude});
   Instruction* fraction = add(Opcode::kSubtract, xs, {magnitude, whole});
@@ -950,11 +972,12 @@ absl::Status LowerStochasticConvert(Computation* comp, Instruction* result,
   }
   const Shape& fs = fraction->shape();
   Instruction* fixed = add(Opcode::kMultiply, fs,
-                           {fraction, like(fs, std::ldexp(1.0, 8 * ElementTypeSize(rs.type())))});
+                           {fraction, emit.Splat<double>(fs, std::ldexp(1.0, 8 * ElementTypeSize(rs.type())))});
   Instruction* up = compare(random, add(Opcode::kConvert, rs, {fixed}), ComparisonDirection::kLt);
   Instruction* truncated = add(Opcode::kConvert, out, {whole});
   Instruction* rounded = add(Opcode::kSelect, out,
-                             {up, add(Opcode::kAdd, out, {truncated, like(out, 1)}), truncated});
+                             {up, add(Opcode::kAdd, out, {truncated, emit.Splat<int64_t>(out, 1)}),
+                              truncated});
   Instruction* signed_value =
       add(Opcode::kSelect, out, {negative, add(Opcode::kNegate, out, {rounded}), rounded});
   // The type's limits: as integers for the result, as floats (rounded as
@@ -962,18 +985,14 @@ absl::Status LowerStochasticConvert(Computation* comp, Instruction* result,
   const int bits = 8 * ElementTypeSize(out.type());
   const int64_t min = static_cast<int64_t>(~uint64_t{0} << (bits - 1));
   const int64_t max = static_cast<int64_t>((uint64_t{1} << (bits - 1)) - 1);
-  auto int_like = [&](int64_t value) {
-    Instruction* c = add(Opcode::kConstant, Shape::Scalar(out.type()), {});
-    c->mutable_attrs().literal = Literal::Scalar<int64_t>(out.type(), value);
-    return add(Opcode::kBroadcast, out, {c});
-  };
-  Instruction* clamped_low =
-      add(Opcode::kSelect, out,
-          {compare(x, like(xs, static_cast<double>(min)), ComparisonDirection::kLe), int_like(min),
-           signed_value});
+  Instruction* clamped_low = add(
+      Opcode::kSelect, out,
+      {compare(x, emit.Splat<double>(xs, static_cast<double>(min)), ComparisonDirection::kLe),
+       emit.Splat<int64_t>(out, min), signed_value});
   result->mutable_attrs() = Attributes();
-  result->AddOperand(compare(x, like(xs, static_cast<double>(max)), ComparisonDirection::kGe));
-  result->AddOperand(int_like(max));
+  result->AddOperand(
+      compare(x, emit.Splat<double>(xs, static_cast<double>(max)), ComparisonDirection::kGe));
+  result->AddOperand(emit.Splat<int64_t>(out, max));
   result->AddOperand(clamped_low);
   return absl::OkStatus();
 }
@@ -1017,10 +1036,9 @@ absl::Status LowerGemmCall(Computation* comp, Instruction* result,
     }
   }
   auto number = [&](const char* key, double fallback) -> absl::StatusOr<double> {
-    const JsonValue* v = config->Find(key);
-    if (v == nullptr) return fallback;
-    if (!v->AsNumber().has_value()) return refuse(absl::StrCat(key, " is not a number"));
-    return *v->AsNumber();
+    absl::StatusOr<double> v = ConfigNumber(*config, key, fallback);
+    if (!v.ok()) return refuse(v.status().message());
+    return v;
   };
   ASSIGN_OR_RETURN(const double alpha, number("alpha_real", 1));
   ASSIGN_OR_RETURN(const double alpha_imag, number("alpha_imag", 0));
@@ -1061,22 +1079,12 @@ absl::Status LowerGemmCall(Computation* comp, Instruction* result,
   }
   const ElementType t = out.type();
   const std::string base = result->name();
-  int counter = 0;
+  Emitter emit(comp, base + ".gemm");
   auto add = [&](Opcode op, const Shape& s, std::vector<Instruction*> ops) {
-    Instruction* added = comp->AddInstruction(
-        std::make_unique<Instruction>(op, s, absl::StrCat(base, ".gemm", counter++)));
-    for (Instruction* o : ops) added->AddOperand(o);
-    return added;
+    return emit.Add(op, s, ops);
   };
-  auto as_out_type = [&](Instruction* v) {
-    if (v->shape().type() == t) return v;
-    return add(Opcode::kConvert, Shape(t, v->shape().dims()), {v});
-  };
-  auto scalar = [&](double value) {
-    Instruction* c = add(Opcode::kConstant, Shape::Scalar(t), {});
-    c->mutable_attrs().literal = Literal::Scalar<double>(t, value);
-    return add(Opcode::kBroadcast, out, {c});
-  };
+  auto as_out_type = [&](Instruction* v) { return emit.Convert(v, t); };
+  auto scalar = [&](double value) { return emit.Splat<double>(out, value); };
   Instruction* a = operands[0];
   Instruction* b = operands[1];
   if (a->shape().type() != b->shape().type()) {
@@ -1126,18 +1134,7 @@ absl::Status LowerGemmCall(Computation* comp, Instruction* result,
                 {add(Opcode::kMultiply, out, {x, scalar(0.5)}),
                  add(Opcode::kAdd, out, {th, scalar(1)})});
   }
-  result->mutable_attrs() = Attributes();
-  if (tuple) {
-    ASSIGN_OR_RETURN(Instruction * workspace, ZeroScratch(comp, declared.tuple_shape(1), base));
-    result->set_opcode(Opcode::kTuple);
-    result->AddOperand(value);
-    result->AddOperand(workspace);
-    return absl::OkStatus();
-  }
-  // The call itself becomes the last step: a copy of the value.
-  result->set_opcode(Opcode::kCopy);
-  result->AddOperand(value);
-  return absl::OkStatus();
+  return EndLibraryCall(comp, result, value);
 }
 
 namespace {
@@ -1301,11 +1298,9 @@ absl::Status LowerCudnnConvCall(Computation* comp, Instruction* result,
   const JsonValue* config = json.Find("cudnn_conv_backend_config");
   if (config == nullptr) config = &json;  // the older, flat form
   auto number = [&](const char* key, double fallback) -> absl::StatusOr<double> {
-    const JsonValue* v = config->Find(key);
-    if (v == nullptr) return fallback;
-    if (v->AsNumber().has_value()) return *v->AsNumber();
-    if (v->AsInt().has_value()) return static_cast<double>(*v->AsInt());
-    return refuse(absl::StrCat(key, " is not a number"));
+    absl::StatusOr<double> v = ConfigNumber(*config, key, fallback);
+    if (!v.ok()) return refuse(v.status().message());
+    return v;
   };
   ASSIGN_OR_RETURN(const double scale, number("conv_result_scale", 1));
   ASSIGN_OR_RETURN(const double side_scale, number("side_input_scale", 0));
@@ -1354,22 +1349,12 @@ absl::Status LowerCudnnConvCall(Computation* comp, Instruction* result,
   }
   const ElementType t = out.type();
   const std::string base = result->name();
-  int counter = 0;
+  Emitter emit(comp, base + ".conv");
   auto add = [&](Opcode op, const Shape& s, std::vector<Instruction*> ops) {
-    Instruction* added = comp->AddInstruction(
-        std::make_unique<Instruction>(op, s, absl::StrCat(base, ".conv", counter++)));
-    for (Instruction* o : ops) added->AddOperand(o);
-    return added;
+    return emit.Add(op, s, ops);
   };
-  auto as_out_type = [&](Instruction* v) {
-    if (v->shape().type() == t) return v;
-    return add(Opcode::kConvert, Shape(t, v->shape().dims()), {v});
-  };
-  auto scalar = [&](double value) {
-    Instruction* c = add(Opcode::kConstant, Shape::Scalar(t), {});
-    c->mutable_attrs().literal = Literal::Scalar<double>(t, value);
-    return add(Opcode::kBroadcast, out, {c});
-  };
+  auto as_out_type = [&](Instruction* v) { return emit.Convert(v, t); };
+  auto scalar = [&](double value) { return emit.Splat<double>(out, value); };
   // The convolution the call's own attributes describe (for the gradient
   // calls, the forward one whose gradient it is).
   const Attributes& call = result->attrs();
@@ -1492,17 +1477,7 @@ absl::Status LowerCudnnConvCall(Computation* comp, Instruction* result,
                   {positive, value, add(Opcode::kMultiply, out, {value, scalar(leaky_alpha)})});
     }
   }
-  result->mutable_attrs() = Attributes();
-  if (tuple) {
-    ASSIGN_OR_RETURN(Instruction * scratch, ZeroScratch(comp, declared.tuple_shape(1), base));
-    result->set_opcode(Opcode::kTuple);
-    result->AddOperand(value);
-    result->AddOperand(scratch);
-    return absl::OkStatus();
-  }
-  result->set_opcode(Opcode::kCopy);
-  result->AddOperand(value);
-  return absl::OkStatus();
+  return EndLibraryCall(comp, result, value);
 }
 
 absl::Status LowerXlaMarkerCall(Instruction* call, const std::vector<Instruction*>& operands) {
