@@ -217,6 +217,8 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
     if (instr.opcode() == Opcode::kParameter) continue;
     Step step;
     step.name = instr.name();
+    step.what = absl::StrCat(ir::OpcodeName(instr.opcode()), " ", instr.shape().ToString(), " ",
+                             instr.name());
     step.output = i;
     // Which instructions run as one loop is the fusion pass's choice
     // (compiler/passes/fusion.h): a call of a loop fusion runs its callee
@@ -251,14 +253,10 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
           &step.inputs);
       program->fused_instructions_ += static_cast<int>(nodes.size()) - 1;
     } else if (ir::IsElementwise(instr.opcode()) || passes::IsExpandableBroadcast(instr)) {
-      step.what = absl::StrCat(ir::OpcodeName(instr.opcode()), " ", instr.shape().ToString(),
-                               " ", instr.name());
       step.kernel = MakeLoopKernel(
           {&instr}, {&instr}, /*tuple=*/false, [](const Instruction* o) { return o->index(); },
           &step.inputs);
     } else {
-      step.what = absl::StrCat(ir::OpcodeName(instr.opcode()), " ", instr.shape().ToString(),
-                               " ", instr.name());
       absl::StatusOr<Kernel> kernel = MakeKernel(instr, programs);
       if (kernel.ok() && options.wrap_kernel) {
         kernel = options.wrap_kernel(instr, *std::move(kernel));
