@@ -814,12 +814,15 @@ absl::Status EndLibraryCall(Computation* comp, Instruction* result, Instruction*
   return absl::OkStatus();
 }
 
-// A number from a backend_config object: `fallback` when absent.
-absl::StatusOr<double> ConfigNumber(const JsonValue& config, const char* key, double fallback) {
+// A number from the backend_config object of custom-call `target`:
+// `fallback` when absent.
+absl::StatusOr<double> ConfigNumber(const JsonValue& config, const char* key, double fallback,
+                                    absl::string_view target) {
   const JsonValue* v = config.Find(key);
   if (v == nullptr) return fallback;
   if (!v->AsNumber().has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(key, " is not a number"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("custom-call '", target, "': ", key, " is not a number"));
   }
   return *v->AsNumber();
 }
@@ -1035,14 +1038,9 @@ absl::Status LowerGemmCall(Computation* comp, Instruction* result,
       list->push_back(*i);
     }
   }
-  auto number = [&](const char* key, double fallback) -> absl::StatusOr<double> {
-    absl::StatusOr<double> v = ConfigNumber(*config, key, fallback);
-    if (!v.ok()) return refuse(v.status().message());
-    return v;
-  };
-  ASSIGN_OR_RETURN(const double alpha, number("alpha_real", 1));
-  ASSIGN_OR_RETURN(const double alpha_imag, number("alpha_imag", 0));
-  ASSIGN_OR_RETURN(const double beta, number("beta", 0));
+  ASSIGN_OR_RETURN(const double alpha, ConfigNumber(*config, "alpha_real", 1, target));
+  ASSIGN_OR_RETURN(const double alpha_imag, ConfigNumber(*config, "alpha_imag", 0, target));
+  ASSIGN_OR_RETURN(const double beta, ConfigNumber(*config, "beta", 0, target));
   if (alpha_imag != 0) return refuse("a complex alpha (complex types are not supported)");
   std::string epilogue = "DEFAULT";
   if (const JsonValue* e = config->Find("epilogue"); e != nullptr) {
@@ -1297,14 +1295,9 @@ absl::Status LowerCudnnConvCall(Computation* comp, Instruction* result,
   }
   const JsonValue* config = json.Find("cudnn_conv_backend_config");
   if (config == nullptr) config = &json;  // the older, flat form
-  auto number = [&](const char* key, double fallback) -> absl::StatusOr<double> {
-    absl::StatusOr<double> v = ConfigNumber(*config, key, fallback);
-    if (!v.ok()) return refuse(v.status().message());
-    return v;
-  };
-  ASSIGN_OR_RETURN(const double scale, number("conv_result_scale", 1));
-  ASSIGN_OR_RETURN(const double side_scale, number("side_input_scale", 0));
-  ASSIGN_OR_RETURN(const double leaky_alpha, number("leakyrelu_alpha", 0));
+  ASSIGN_OR_RETURN(const double scale, ConfigNumber(*config, "conv_result_scale", 1, target));
+  ASSIGN_OR_RETURN(const double side_scale, ConfigNumber(*config, "side_input_scale", 0, target));
+  ASSIGN_OR_RETURN(const double leaky_alpha, ConfigNumber(*config, "leakyrelu_alpha", 0, target));
   // stream_executor's ActivationMode, by name or by number.
   std::string activation = "kNone";
   if (const JsonValue* v = config->Find("activation_mode"); v != nullptr) {

@@ -9,8 +9,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "compiler/ir/shape_inference.h"
 #include "compiler/passes/dce.h"
+#include "compiler/passes/rewriter.h"
 
 namespace kiln::passes {
 namespace {
@@ -314,25 +314,6 @@ std::unique_ptr<Computation> Outline(const Group& group,
   return fused;
 }
 
-// Adds `instr` to `comp` under a name unique among `names`, after checking
-// its declared shape.
-absl::StatusOr<Instruction*> AddChecked(Computation* comp, absl::flat_hash_set<std::string>& names,
-                                        std::unique_ptr<Instruction> instr,
-                                        absl::string_view base_name) {
-  absl::StatusOr<ir::Shape> inferred = ir::InferShape(*instr);
-  if (!inferred.ok() || *inferred != instr->shape()) {
-    return absl::InternalError(absl::StrCat(
-        "loop-fusion made a ", ir::OpcodeName(instr->opcode()), " of ",
-        instr->shape().ToString(), " where shape inference gives ",
-        inferred.ok() ? inferred->ToString() : inferred.status().message()));
-  }
-  std::string name(base_name);
-  for (int n = 1; names.contains(name); ++n) name = absl::StrCat(base_name, ".", n);
-  names.insert(name);
-  instr->set_name(std::move(name));
-  return comp->AddInstruction(std::move(instr));
-}
-
 // Fuses `comp`; new computations get names not in `comp_names`.
 absl::StatusOr<bool> FuseComputation(ir::Module* module, Computation* comp,
                                      const LoopFusionOptions& options,
@@ -343,8 +324,9 @@ absl::StatusOr<bool> FuseComputation(ir::Module* module, Computation* comp,
   std::vector<Group> groups = PlanGroups(*comp, users, &inlined);
   if (options.multi_output) MergeProducers(*comp, users, groups);
   FindOutputs(*comp, users, groups);
-  absl::flat_hash_set<std::string> names;
-  for (const auto& instr : comp->instructions()) names.insert(instr->name());
+  // Adds the calls and their elements under unique names (the rewriter's
+  // sweep is not used: one call replaces several instructions).
+  Rewriter rewriter(comp);
   // What replaces each output: the call, or an element of its tuple.
   absl::flat_hash_map<const Instruction*, Instruction*> replacement;
   for (const Group& g : groups) {
@@ -369,7 +351,7 @@ absl::StatusOr<bool> FuseComputation(ir::Module* module, Computation* comp,
     for (Instruction* in : inputs) call->AddOperand(in);
     call->AddCalled(callee);
     call->set_source_line(last->source_line());
-    ASSIGN_OR_RETURN(Instruction * added, AddChecked(comp, names, std::move(call), "fusion"));
+    ASSIGN_OR_RETURN(Instruction * added, rewriter.Add(std::move(call), "fusion"));
     if (g.outputs.size() == 1) {
       replacement[g.outputs[0]] = added;
       continue;
@@ -380,7 +362,7 @@ absl::StatusOr<bool> FuseComputation(ir::Module* module, Computation* comp,
       element->AddOperand(added);
       element->mutable_attrs().tuple_index = static_cast<int64_t>(k);
       ASSIGN_OR_RETURN(replacement[g.outputs[k]],
-                       AddChecked(comp, names, std::move(element), g.outputs[k]->name()));
+                       rewriter.Add(std::move(element), g.outputs[k]->name()));
     }
   }
   if (replacement.empty()) return false;
