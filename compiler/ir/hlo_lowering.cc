@@ -9,7 +9,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +17,7 @@
 #include "absl/strings/strip.h"
 #include "base/json.h"
 #include "base/status_macros.h"
+#include "compiler/ir/hlo_values.h"
 #include "compiler/ir/shape_inference.h"
 #include "compiler/ir/verifier.h"
 
@@ -498,12 +498,22 @@ absl::Status LowerBatchNorm(Module* module, Computation* comp, Instruction* resu
 
 namespace kiln::ir {
 
+namespace {
+
+// A backend_config as written ({...}) or quoted with escapes ("{...}").
+absl::StatusOr<std::string> ConfigText(absl::string_view config) {
+  config = absl::StripAsciiWhitespace(config);
+  if (absl::StartsWith(config, "\"")) return hlo_text::ReadQuoted(config);
+  return std::string(config);
+}
+
+}  // namespace
+
 absl::StatusOr<absl::flat_hash_map<std::string, int64_t>> ParseFfiOptions(
     absl::string_view config) {
   absl::flat_hash_map<std::string, int64_t> options;
-  absl::string_view body = absl::StripAsciiWhitespace(config);
-  if (absl::ConsumePrefix(&body, "\"")) absl::ConsumeSuffix(&body, "\"");
-  body = absl::StripAsciiWhitespace(body);
+  ASSIGN_OR_RETURN(const std::string text, ConfigText(config));
+  absl::string_view body = absl::StripAsciiWhitespace(text);
   if (!absl::ConsumePrefix(&body, "{") || !absl::ConsumeSuffix(&body, "}")) {
     return absl::InvalidArgumentError(
         absl::StrCat("backend_config '", config, "' is not a {name = value : type, ...} list"));
@@ -776,15 +786,11 @@ namespace {
 // A backend_config in JSON, as written ({...}) or as older XLA quotes it
 // ("{\"...\"}").
 absl::StatusOr<JsonValue> ReadBackendConfigJson(absl::string_view backend_config) {
-  std::string text(absl::StripAsciiWhitespace(backend_config));
-  if (text.size() >= 2 && text.front() == '"' && text.back() == '"') {
-    std::string unescaped;
-    if (!absl::CUnescape(absl::string_view(text).substr(1, text.size() - 2), &unescaped)) {
-      return absl::InvalidArgumentError("backend_config is a string with bad escapes");
-    }
-    text = std::move(unescaped);
+  absl::StatusOr<std::string> text = ConfigText(backend_config);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("backend_config: ", text.status().message()));
   }
-  absl::StatusOr<JsonValue> json = ParseJson(text);
+  absl::StatusOr<JsonValue> json = ParseJson(*text);
   if (!json.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("backend_config: ", json.status().message()));
   }

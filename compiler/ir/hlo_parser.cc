@@ -31,7 +31,7 @@ using hlo_text::ParsePadding;
 using hlo_text::ParseReplicaGroups;
 using hlo_text::ParseSlice;
 using hlo_text::ParseWindow;
-using hlo_text::Unquote;
+using hlo_text::ReadQuoted;
 
 // Attributes that carry nothing we execute; accepted and dropped.
 const absl::flat_hash_set<absl::string_view>& IgnoredAttributes() {
@@ -622,9 +622,9 @@ absl::Status Parser::ParseAttribute(PendingInstr& pending, absl::string_view key
     }
     a.linalg.transpose_a = *t;
   } else if (key == "custom_call_target") {
-    a.custom_call_target = std::string(Unquote(value));
+    ASSIGN_OR_RETURN(a.custom_call_target, ReadQuoted(value));
   } else if (key == "infeed_config" || key == "outfeed_config") {
-    a.config = std::string(Unquote(value));
+    ASSIGN_OR_RETURN(a.config, ReadQuoted(value));
   } else if (key == "to_apply" || key == "select" || key == "scatter" ||
              key == "condition" || key == "body" || key == "true_computation" ||
              key == "false_computation" || key == "calls") {

@@ -6,9 +6,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ir/hlo_values.h"
 
 namespace kiln::ir {
 namespace {
@@ -255,7 +255,7 @@ std::string PrintAttributes(
       add("mantissa_bits", absl::StrCat(a.mantissa_bits));
       break;
     case Opcode::kCustomCall:
-      add("custom_call_target", absl::StrCat("\"", a.custom_call_target, "\""));
+      add("custom_call_target", hlo_text::Quote(a.custom_call_target));
       // The options of a LAPACK call the host backend runs (hlo_lowering.h),
       // as the parser spells them; anything else (from a proto) quoted and
       // escaped, so that no config can write text of its own.
@@ -265,14 +265,14 @@ std::string PrintAttributes(
                  ch == '{' || ch == '}' || ch == '_';
         });
         add("backend_config",
-            plain ? a.config : absl::StrCat("\"", absl::CEscape(a.config), "\""));
+            plain ? a.config : hlo_text::Quote(a.config));
       }
       break;
     case Opcode::kInfeed:
-      if (!a.config.empty()) add("infeed_config", absl::StrCat("\"", a.config, "\""));
+      if (!a.config.empty()) add("infeed_config", hlo_text::Quote(a.config));
       break;
     case Opcode::kOutfeed:
-      if (!a.config.empty()) add("outfeed_config", absl::StrCat("\"", a.config, "\""));
+      if (!a.config.empty()) add("outfeed_config", hlo_text::Quote(a.config));
       break;
     default:
       break;

@@ -279,3 +279,59 @@ TEST(HloTextTest, ParserRejectsUnresolvableText) {
 
 }  // namespace
 }  // namespace kiln::ir
+
+namespace kiln::ir {
+namespace {
+
+// A string attribute holds any bytes: the printer escapes them and the
+// parser reads the escapes back, so text, wire form and fingerprint agree.
+TEST(HloTextTest, StringAttributesKeepAnyBytes) {
+  const std::string bytes("a\0b\"c\\d\ne\x7f\xff,}", 14);
+  auto m = ParseModule(R"(
+ENTRY e {
+  a = f32[2] parameter(0)
+  t = token[] after-all()
+  f = ((f32[2]), token[]) infeed(t), infeed_config="x"
+  o = token[] outfeed(a, t), outfeed_config="y"
+  ROOT c = f32[2] custom-call(a), custom_call_target="z"
+})");
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (const auto& instr : (*m)->entry()->instructions()) {
+    if (instr->opcode() == Opcode::kCustomCall) instr->mutable_attrs().custom_call_target = bytes;
+    if (instr->opcode() == Opcode::kInfeed || instr->opcode() == Opcode::kOutfeed) {
+      instr->mutable_attrs().config = bytes;
+    }
+  }
+  ASSERT_TRUE(Verify(**m).ok()) << Verify(**m);
+  const std::string printed = PrintModule(**m);
+  auto again = ParseModule(printed);
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << printed;
+  EXPECT_EQ(PrintModule(**again), printed);
+  EXPECT_EQ(Fingerprint(**again), Fingerprint(**m));
+  int checked = 0;
+  for (const auto& instr : (*again)->entry()->instructions()) {
+    if (instr->opcode() == Opcode::kCustomCall) {
+      EXPECT_EQ(instr->attrs().custom_call_target, bytes);
+      ++checked;
+    }
+    if (instr->opcode() == Opcode::kInfeed || instr->opcode() == Opcode::kOutfeed) {
+      EXPECT_EQ(instr->attrs().config, bytes);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 3);
+}
+
+TEST(HloTextTest, StringAttributesMustBeQuoted) {
+  const std::string head = "ENTRY e {\n  a = f32[2] parameter(0)\n  ROOT c = f32[2] custom-call(a), ";
+  for (const std::string& value : {std::string("foo"), std::string("\0\0\"foo\"", 7),
+                                   std::string("\"bad\\q\"")}) {
+    auto m = ParseModule(head + "custom_call_target=" + value + "\n}\n");
+    ASSERT_FALSE(m.ok()) << value;
+    EXPECT_NE(m.status().message().find("line 3"), std::string::npos) << m.status();
+    EXPECT_NE(m.status().message().find("quoted string"), std::string::npos) << m.status();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::ir

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -449,12 +450,20 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ParseReplicaGroups(
   return groups;
 }
 
-absl::string_view Unquote(absl::string_view v) {
+absl::StatusOr<std::string> ReadQuoted(absl::string_view v) {
   v = absl::StripAsciiWhitespace(v);
-  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') {
-    return v.substr(1, v.size() - 2);
+  if (v.size() < 2 || v.front() != '"' || v.back() != '"') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected a quoted string, found '", absl::CHexEscape(v.substr(0, 40)), "'"));
   }
-  return v;
+  std::string text;
+  std::string error;
+  if (!absl::CUnescape(v.substr(1, v.size() - 2), &text, &error)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad escape in a quoted string: ", error));
+  }
+  return text;
 }
+
+std::string Quote(absl::string_view s) { return absl::StrCat("\"", absl::CEscape(s), "\""); }
 
 }  // namespace kiln::ir::hlo_text

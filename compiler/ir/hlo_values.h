@@ -6,6 +6,7 @@
 #define KILN_COMPILER_IR_HLO_VALUES_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,8 +34,11 @@ absl::StatusOr<std::vector<SliceDim>> ParseSlice(absl::string_view v);
 absl::StatusOr<std::vector<PadDim>> ParsePadding(absl::string_view v);
 // "{{0,1},{2,3}}".
 absl::StatusOr<std::vector<std::vector<int64_t>>> ParseReplicaGroups(absl::string_view v);
-// The text between the quotes of a quoted value, or the value itself.
-absl::string_view Unquote(absl::string_view v);
+// A string value: "text" with C escapes (\", \\, \n, \000, ...), as
+// Quote writes it; anything else is an error.
+absl::StatusOr<std::string> ReadQuoted(absl::string_view v);
+// `s` as a string value that ReadQuoted reads back to the same bytes.
+std::string Quote(absl::string_view s);
 
 }  // namespace kiln::ir::hlo_text
 
