@@ -19,10 +19,12 @@
 #include "embedded/embedded.h"
 
 int main(int argc, char** argv) {
-  kiln::HandleHelp(argc, argv, "usage: trace_benchmark [CHAINS] [LENGTH]\nCost of tracing lazy tensor ops, per op.");
+  kiln::HandleHelp(argc, argv, "usage: trace_benchmark [CHAINS] [LENGTH] [STEPS] [EAGER_OPS]\nCost of tracing lazy tensor ops, per op: CHAINS chains of LENGTH ops traced (default 200 of 1000), STEPS cached lazy steps of 1000 ops (default 200) and EAGER_OPS eager ops (default 20000).");
   kiln::logging::SetLevel("warn").IgnoreError();
   const int chains = argc > 1 ? std::atoi(argv[1]) : 200;
   const int length = argc > 2 ? std::atoi(argv[2]) : 1000;
+  const int steps = argc > 3 ? std::atoi(argv[3]) : 200;
+  const int eager_ops = argc > 4 ? std::atoi(argv[4]) : 20000;
   auto client = *kiln::embedded::Connect();
   auto ctx = kiln::client::LazyContext::Create(client.get());
   kiln::client::Tensor a = ctx->FromVector<float>(kiln::ir::ElementType::kF32, {1}, std::vector<float>{1}, "cpu:0");
@@ -40,8 +42,8 @@ int main(int argc, char** argv) {
               static_cast<long long>(ops), seconds, seconds * 1e9 / ops);
 
   // A cached lazy step: trace, key (a cache hit after the first), run.
-  {
-    const int steps = 200, step_ops = 1000;
+  if (steps > 0) {
+    const int step_ops = 1000;
     auto step = [&] {
       kiln::client::Tensor x = a;
       for (int i = 0; i < step_ops; ++i) x = (i % 2 == 0) ? x + b : x * b;
@@ -65,8 +67,8 @@ int main(int argc, char** argv) {
   }
 
   // Eager: every op runs at once (after the first of each kind compiles).
+  if (eager_ops <= 0) return 0;
   ctx->set_eager(true);
-  const int eager_ops = 20000;
   kiln::client::Tensor x = a;
   for (int i = 0; i < 100; ++i) x = (i % 2 == 0) ? x + b : x * b;  // warm the caches
   const auto eager_start = std::chrono::steady_clock::now();

@@ -426,7 +426,8 @@ absl::Status ChunkedValue::Start(const v1::ShapeProto& shape_proto, int64_t tota
                                                    shape->ByteSize()));
   }
   shape_ = *shape;
-  bytes_.clear();
+  parts_.assign(shape_->IsTuple() ? shape_->tuple_shapes().size() : 1, {});
+  part_ = 0;
   total_ = total_bytes;
   received_ = 0;
   return absl::OkStatus();
@@ -439,34 +440,43 @@ absl::Status ChunkedValue::Append(absl::string_view data) {
     return absl::InvalidArgumentError(
         absl::StrCat("value sent more than its declared ", total_, " bytes"));
   }
-  bytes_.insert(bytes_.end(), data.begin(), data.end());
   received_ += static_cast<int64_t>(data.size());
+  // As bytes of one type, so that each copy is one memmove.
+  const auto* next = reinterpret_cast<const uint8_t*>(data.data());
+  size_t left = data.size();
+  while (left > 0) {
+    const size_t size = static_cast<size_t>(
+        shape_->IsTuple() ? shape_->tuple_shapes()[part_].ByteSize() : total_);
+    std::vector<uint8_t>& part = parts_[part_];
+    const size_t n = std::min(left, size - part.size());
+    part.insert(part.end(), next, next + n);
+    next += n;
+    left -= n;
+    if (part.size() == size && part_ + 1 < parts_.size()) ++part_;
+  }
   return absl::OkStatus();
 }
 
 Literal ChunkedValue::Take() {
+  auto array = [](const Shape& shape, std::vector<uint8_t> bytes) {
+    if (shape.type() == ElementType::kPred) {
+      NormalizePredBytes(bytes.data(), static_cast<int64_t>(bytes.size()));
+    }
+    return Literal::FromBytes(shape, std::move(bytes));
+  };
   Literal out;
   if (shape_->IsTuple()) {
     std::vector<Literal> elements;
-    size_t at = 0;
-    for (const Shape& e : shape_->tuple_shapes()) {
-      const size_t n = static_cast<size_t>(e.ByteSize());
-      std::vector<uint8_t> part(bytes_.begin() + at, bytes_.begin() + at + n);
-      at += n;
-      if (e.type() == ElementType::kPred) {
-        NormalizePredBytes(part.data(), static_cast<int64_t>(part.size()));
-      }
-      elements.push_back(Literal::FromBytes(e, std::move(part)));
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      elements.push_back(array(shape_->tuple_shapes()[i], std::move(parts_[i])));
     }
     out = Literal::Tuple(std::move(elements));
   } else {
-    if (shape_->type() == ElementType::kPred) {
-      NormalizePredBytes(bytes_.data(), static_cast<int64_t>(bytes_.size()));
-    }
-    out = Literal::FromBytes(*shape_, std::move(bytes_));
+    out = array(*shape_, std::move(parts_[0]));
   }
   shape_.reset();
-  bytes_ = {};
+  parts_ = {};
+  part_ = 0;
   total_ = received_ = 0;
   return out;
 }

@@ -46,7 +46,10 @@ class ChunkedValue {
   // announces: a peer that declares a large value and sends nothing holds
   // nothing.
   std::optional<Shape> shape_;
-  std::vector<uint8_t> bytes_;
+  // The bytes of each array of the value (one for an array, one per
+  // element of a tuple), filled in order: Take moves them, copying nothing.
+  std::vector<std::vector<uint8_t>> parts_;
+  size_t part_ = 0;  // the part being filled
   int64_t total_ = 0, received_ = 0;
 };
 

@@ -152,6 +152,32 @@ TEST(ChunkedValueTest, TuplesOfArraysTravelAsTheirElements) {
   EXPECT_TRUE(CheckFeedValue(Shape::Tuple({}), 0).ok());
 }
 
+// However the bytes are cut into chunks (one byte at a time, across element
+// boundaries, around an empty element), the elements come back whole.
+TEST(ChunkedValueTest, AnyChunkingGivesTheSameTuple) {
+  std::vector<Literal> parts;
+  parts.push_back(Literal::FromVector<int32_t>(ElementType::kS32, {3}, {1, -2, 3}));
+  parts.push_back(Literal(Shape(ElementType::kF32, {0})));
+  parts.push_back(Literal::FromVector<float>(ElementType::kF32, {2}, {0.5f, -4}));
+  parts.push_back(Literal::FromVector<int8_t>(ElementType::kS8, {1}, {-7}));
+  const Literal tuple = Literal::Tuple(std::move(parts));
+  std::vector<uint8_t> storage;
+  const std::vector<uint8_t>& bytes = FeedValueBytes(tuple, &storage);
+  ASSERT_EQ(bytes.size(), 21u);
+  const std::string wire(bytes.begin(), bytes.end());
+  v1::ShapeProto shape;
+  ShapeToProto(tuple.shape(), &shape);
+  for (size_t chunk : {size_t{1}, size_t{2}, size_t{5}, size_t{12}, size_t{20}, size_t{21}}) {
+    ChunkedValue value;
+    ASSERT_TRUE(value.Start(shape, 21, 1 << 20).ok());
+    for (size_t at = 0; at < wire.size(); at += chunk) {
+      ASSERT_TRUE(value.Append(absl::string_view(wire).substr(at, chunk)).ok()) << chunk;
+    }
+    ASSERT_TRUE(value.complete()) << chunk;
+    EXPECT_EQ(value.Take(), tuple) << chunk;
+  }
+}
+
 // Resident memory of this process, in bytes.
 int64_t ResidentBytes() {
   std::ifstream statm("/proc/self/statm");
