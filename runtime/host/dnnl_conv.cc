@@ -395,6 +395,11 @@ absl::StatusOr<BufferPtr> Run(const Pieces& pieces, const Shape& out_shape, Exec
 
 std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
                                                 int64_t piece_macs) {
+  // oneDNN fixes a primitive's thread count when it is created, from the
+  // creating thread's OpenMP setting: size that team first, or a program
+  // compiled on a thread with the default team runs on every core whatever
+  // --threads says.
+  UseComputeThreads();
   std::vector<NamedKernel> kernels;
   const std::optional<Geometry> g = Covered(instr);
   if (!g.has_value()) return kernels;
