@@ -13,6 +13,24 @@
 namespace kiln::ir {
 namespace {
 
+// Whether `config` can be written unquoted, as XLA writes a LAPACK call's
+// options ({uplo = 76 : ui8}): one brace group that the parser reads back
+// whole, of characters that cannot end the attribute or start another.
+bool ReadsBackWhole(const std::string& config) {
+  if (config.empty() || config.front() != '{') return false;
+  int depth = 0;
+  for (size_t i = 0; i < config.size(); ++i) {
+    const char ch = config[i];
+    if (!(absl::ascii_isalnum(ch) || ch == ' ' || ch == '=' || ch == ':' || ch == ',' ||
+          ch == '{' || ch == '}' || ch == '_')) {
+      return false;
+    }
+    if (ch == '{') ++depth;
+    if (ch == '}' && --depth == 0 && i + 1 != config.size()) return false;
+  }
+  return depth == 0;
+}
+
 std::string List(const std::vector<int64_t>& v) {
   return absl::StrCat("{", absl::StrJoin(v, ","), "}");
 }
@@ -260,10 +278,7 @@ std::string PrintAttributes(
       // as the parser spells them; anything else (from a proto) quoted and
       // escaped, so that no config can write text of its own.
       if (!a.config.empty()) {
-        const bool plain = std::all_of(a.config.begin(), a.config.end(), [](char ch) {
-          return absl::ascii_isalnum(ch) || ch == ' ' || ch == '=' || ch == ':' || ch == ',' ||
-                 ch == '{' || ch == '}' || ch == '_';
-        });
+        const bool plain = ReadsBackWhole(a.config);
         add("backend_config",
             plain ? a.config : hlo_text::Quote(a.config));
       }

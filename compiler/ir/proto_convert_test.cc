@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <limits>
 
 #include "compiler/ir/fingerprint.h"
 #include "compiler/ir/hlo_parser.h"
@@ -175,6 +176,20 @@ TEST(ChunkedValueTest, AnyChunkingGivesTheSameTuple) {
     }
     ASSERT_TRUE(value.complete()) << chunk;
     EXPECT_EQ(value.Take(), tuple) << chunk;
+  }
+}
+
+// A tuple whose elements' sizes would add up past int64 is refused when it
+// is announced, whatever byte count it declares.
+TEST(ChunkedValueTest, TuplesTooLargeToCountAreRefused) {
+  const Shape huge(ElementType::kF64, {kMaxElements});
+  v1::ShapeProto shape;
+  ShapeToProto(Shape::Tuple({Shape(ElementType::kU8, {4}), huge, huge, huge}), &shape);
+  ChunkedValue value;
+  for (int64_t declared : {int64_t{4}, int64_t{0}, std::numeric_limits<int64_t>::max()}) {
+    const absl::Status st = value.Start(shape, declared, std::numeric_limits<int64_t>::max());
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_FALSE(value.started());
   }
 }
 

@@ -1,5 +1,7 @@
 #include "compiler/ir/shape.h"
 
+#include <limits>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -20,8 +22,15 @@ int64_t Shape::ElementCount() const {
 
 int64_t Shape::ByteSize() const {
   if (IsTuple()) {
+    // Saturates rather than wraps on a shape ValidateShape would refuse.
     int64_t total = 0;
-    for (const Shape& s : tuple_shapes_) total += s.ByteSize();
+    for (const Shape& s : tuple_shapes_) {
+      const int64_t bytes = s.ByteSize();
+      if (bytes > std::numeric_limits<int64_t>::max() - total) {
+        return std::numeric_limits<int64_t>::max();
+      }
+      total += bytes;
+    }
     return total;
   }
   return ElementCount() * ElementTypeSize(type_);
@@ -44,16 +53,28 @@ std::string Shape::ToString() const {
 
 namespace {
 
-absl::Status ValidateShapeAt(const Shape& shape, int depth) {
+// `bytes` receives the shape's byte size once it is known to be valid.
+absl::Status ValidateShapeAt(const Shape& shape, int depth, int64_t* bytes) {
+  *bytes = 0;
   if (shape.IsTuple()) {
     if (depth >= kMaxTupleDepth) {
       return absl::InvalidArgumentError(
           absl::StrCat("tuples nested more than ", kMaxTupleDepth, " deep"));
     }
+    int64_t total = 0;
     for (const Shape& s : shape.tuple_shapes()) {
-      absl::Status st = ValidateShapeAt(s, depth + 1);
+      int64_t element = 0;
+      absl::Status st = ValidateShapeAt(s, depth + 1, &element);
       if (!st.ok()) return st;
+      // Each term is at most kMaxShapeBytes: the sum cannot overflow first.
+      total += element;
+      if (total > kMaxShapeBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a tuple of ", shape.tuple_shapes().size(), " elements holds more than the limit of ",
+            kMaxShapeBytes, " bytes"));
+      }
     }
+    *bytes = total;
     return absl::OkStatus();
   }
   if (shape.rank() > kMaxRank) {
@@ -77,12 +98,17 @@ absl::Status ValidateShapeAt(const Shape& shape, int depth) {
     }
     n *= d;
   }
+  // At most 2^40 elements of at most 16 bytes: within kMaxShapeBytes.
+  *bytes = n * ElementTypeSize(shape.type());
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status ValidateShape(const Shape& shape) { return ValidateShapeAt(shape, 0); }
+absl::Status ValidateShape(const Shape& shape) {
+  int64_t bytes = 0;
+  return ValidateShapeAt(shape, 0, &bytes);
+}
 
 std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
   std::vector<int64_t> strides(dims.size(), 1);

@@ -30,6 +30,9 @@ using ::kiln::IsUnsignedIntType;
 // Largest element count an array may have; larger shapes are rejected by
 // shape inference and the verifier (keeps byte sizes well inside int64).
 inline constexpr int64_t kMaxElements = int64_t{1} << 40;
+// Largest byte size a shape may have, a tuple's elements together: a tuple
+// of many arrays each within kMaxElements must not add up past int64.
+inline constexpr int64_t kMaxShapeBytes = int64_t{1} << 44;
 // Largest rank and tuple nesting a shape may have. Code walks shapes
 // dimension by dimension and tuples recursively: client input must not
 // choose how deep.
@@ -77,7 +80,8 @@ class Shape {
 };
 
 // Checks dims are non-negative, the element count is below kMaxElements,
-// the rank at most kMaxRank and tuples nested at most kMaxTupleDepth deep.
+// the byte size (a tuple's elements together) at most kMaxShapeBytes, the
+// rank at most kMaxRank and tuples nested at most kMaxTupleDepth deep.
 absl::Status ValidateShape(const Shape& shape);
 
 // Row-major strides (in elements) of `dims`.

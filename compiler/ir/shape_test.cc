@@ -30,6 +30,19 @@ TEST(ShapeTest, ValidateRejectsOverflowAndNegative) {
   EXPECT_NE(st.message().find("overflows"), std::string::npos);
 }
 
+// A tuple of arrays that are each within the element limit must not add
+// up past int64 (2^21 arrays of 2^43 bytes are 2^64): its bytes together
+// are bounded too.
+TEST(ShapeTest, ValidateBoundsATuplesBytes) {
+  const Shape huge(ElementType::kF64, {kMaxElements});
+  EXPECT_TRUE(ValidateShape(huge).ok());
+  EXPECT_TRUE(ValidateShape(Shape::Tuple({huge, huge})).ok());
+  const absl::Status st = ValidateShape(Shape::Tuple({huge, huge, Shape(ElementType::kU8, {1})}));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("holds more than the limit"), std::string::npos) << st;
+  EXPECT_FALSE(ValidateShape(Shape::Tuple({Shape::Tuple({huge, huge}), huge})).ok());
+}
+
 TEST(ShapeTest, ParseShapeWithLayoutAndTuple) {
   auto s = ParseShape("(f32[2,3]{1,0}, bf16[])");
   ASSERT_TRUE(s.ok()) << s.status();
