@@ -318,6 +318,11 @@ def main():
             return None
         return jax_worker(args) if args.worker_peer == "jax" else torch_worker(args)
 
+    try:
+        import torch  # noqa: F401 (Debian's python3-torch: the eager peer)
+    except ImportError:
+        sys.exit(f"{sys.executable} has no torch: install Debian's PyTorch first "
+                 "(apt-get install python3-torch; benchmarks/run_all.sh does)")
     print(f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | {machine()}")
     print(kernels())
     venv = os.path.abspath(args.peers_venv)
