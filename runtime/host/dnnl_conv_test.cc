@@ -4,14 +4,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/verifier.h"
 #include "runtime/host/cancel.h"
 #include "runtime/host/conv_kernels.h"
+#include "runtime/compute_threads.h"
 
 namespace kiln::host {
 namespace {
@@ -132,6 +137,58 @@ TEST_P(DnnlConvTest, EveryOneDnnKernelMatchesIm2col) {
     EXPECT_EQ(data, c.gradient_plans || c.data_plan_only) << piece_macs;
   }
   EXPECT_GT(pieces_run, 0);
+}
+
+// Threads of this process.
+int ProcessThreads() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    ++n;
+  }
+  return n;
+}
+
+// oneDNN fixes a primitive's thread team when it is created, from the
+// creating thread's OpenMP setting: kernels built on a thread with the
+// default team (one per core) must still run on runtime::ComputeThreads()
+// threads. Checked in a fresh process (the death test runs this test alone
+// in a new copy of the binary), where no earlier test has started OpenMP
+// threads: at one compute thread, building and running every kernel of a
+// convolution on a new thread leaves no thread behind.
+TEST(DnnlConvThreadsDeathTest, KernelsBuiltOnAnyThreadRunOnTheComputeThreads) {
+  if (std::thread::hardware_concurrency() < 2) {
+    GTEST_SKIP() << "one core: every OpenMP team is one thread";
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        runtime::SetComputeThreads(1);
+        const int before = ProcessThreads();
+        int ran = 0;
+        std::thread builder([&ran] {
+          auto module = ir::ParseModule(
+              "ENTRY e {\n a = f32[8,12,12,4] parameter(0)\n b = f32[3,3,4,8] parameter(1)\n"
+              " ROOT c = f32[8,12,12,8] convolution(a, b), window={size=3x3 pad=1_1x1_1}, "
+              "dim_labels=b01f_01io->b01f\n}\n");
+          if (!module.ok()) return;
+          const ir::Instruction& conv = *(*module)->entry()->root();
+          std::vector<BufferPtr> ops;
+          for (int i = 0; i < 2; ++i) {
+            auto b = Buffer::FromLiteral(Random(conv.operand(i)->shape(), 5 + i), nullptr);
+            if (!b.ok()) return;
+            ops.push_back(*b);
+          }
+          ExecState st;
+          for (const NamedKernel& k : DnnlConvolutionKernels(conv, kDnnlPieceMacs)) {
+            if (k.kernel(st, ops).ok()) ++ran;
+          }
+        });
+        builder.join();
+        std::fprintf(stderr, "%d kernels ran; threads %d before, %d after\n", ran, before,
+                     ProcessThreads());
+        std::_Exit(ran > 0 && ProcessThreads() == before ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // A convolution in pieces asks for cancellation between them and stops
