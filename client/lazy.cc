@@ -253,6 +253,14 @@ Tensor LazyContext::RandomUniform(const ir::Shape& shape, double low, double hig
 
 namespace {
 
+// Whether parameter `p` could be donated as far as it alone says: no
+// handle, one replica, and a buffer (or host value) nothing else holds.
+bool MayDonate(const Node& p) {
+  if (p.handles.load(std::memory_order_relaxed) != 0 || !p.replicas.empty()) return false;
+  // A value sent along that nothing can read again need not be kept.
+  return p.host_only() || (p.data != nullptr && p.data.use_count() == 1 && !p.data->donated());
+}
+
 // The arguments nothing can read after this execution, which the server
 // may therefore reuse for its results (donation). After the execution only
 // its outputs drop their operands; every other node of the trace lives on
@@ -264,14 +272,6 @@ namespace {
 // all there are, and no other node shares its buffer. A trace with a device
 // loop or a conditional donates nothing (their specs hold references of
 // their own).
-// Whether parameter `p` could be donated as far as it alone says: no
-// handle, one replica, and a buffer (or host value) nothing else holds.
-bool MayDonate(const Node& p) {
-  if (p.handles.load(std::memory_order_relaxed) != 0 || !p.replicas.empty()) return false;
-  // A value sent along that nothing can read again need not be kept.
-  return p.host_only() || (p.data != nullptr && p.data.use_count() == 1 && !p.data->donated());
-}
-
 std::vector<int> DonatableParams(const std::vector<std::shared_ptr<Node>>& outputs,
                                  const std::vector<std::shared_ptr<Node>>& params) {
   // Most steps read only values a handle still holds: then there is no

@@ -880,12 +880,14 @@ absl::Status LowerWidthChangingBitcast(Computation* comp, Instruction* result,
   const std::vector<int64_t>& dims = one.dims();
   const Shape wide(wide_u, dims);
   const Shape narrow(narrow_u, dims);
+  // One piece of every element, with the pieces' dimension of size 1.
+  std::vector<int64_t> piece_dims = dims;
+  piece_dims.push_back(1);
+  const Shape piece_shape(narrow_u, piece_dims);
   result->mutable_attrs() = Attributes();
   if (narrowing) {
     Instruction* bits = retype(operand, wide_u);
     const uint64_t mask = narrow_bits == 64 ? ~uint64_t{0} : (uint64_t{1} << narrow_bits) - 1;
-    std::vector<int64_t> piece_dims = dims;
-    piece_dims.push_back(1);
     std::vector<Instruction*> pieces;
     for (int64_t k = 0; k < ratio; ++k) {
       Instruction* shifted =
@@ -894,7 +896,7 @@ absl::Status LowerWidthChangingBitcast(Computation* comp, Instruction* result,
                        {bits, constant(wide_u, dims, static_cast<uint64_t>(k * narrow_bits))});
       Instruction* low = add(Opcode::kAnd, wide, {shifted, constant(wide_u, dims, mask)});
       Instruction* piece = add(Opcode::kConvert, narrow, {low});
-      pieces.push_back(add(Opcode::kReshape, Shape(narrow_u, piece_dims), {piece}));
+      pieces.push_back(add(Opcode::kReshape, piece_shape, {piece}));
     }
     if (to.type() == narrow_u) {
       // The concatenate is the result itself.
@@ -914,12 +916,7 @@ absl::Status LowerWidthChangingBitcast(Computation* comp, Instruction* result,
     std::vector<int64_t> start(dims.size() + 1, 0), limit = from.dims();
     start.back() = k;
     limit.back() = k + 1;
-    Instruction* slice = add(Opcode::kSlice, Shape(narrow_u, [&] {
-                               std::vector<int64_t> d = dims;
-                               d.push_back(1);
-                               return d;
-                             }()),
-                             {pieces});
+    Instruction* slice = add(Opcode::kSlice, piece_shape, {pieces});
     for (size_t d = 0; d < start.size(); ++d) {
       slice->mutable_attrs().slice.push_back(SliceDim{start[d], limit[d], 1});
     }
