@@ -42,7 +42,8 @@ struct ConnectOptions {
   absl::Duration compile_timeout = absl::Minutes(30);
   absl::Duration execute_timeout = absl::ZeroDuration();
   absl::Duration keepalive_time = absl::Seconds(30);
-  // How long a call waits for a broken connection to be made again.
+  // How long a call waits for a broken connection to be made again (once
+  // per outage: GrpcOptions::reconnect_timeout).
   absl::Duration reconnect_timeout = absl::Seconds(10);
   int64_t chunk_bytes = int64_t{1} << 20;
   // TLS and bearer token; empty fields come from KILN_* environment

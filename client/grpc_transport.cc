@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "compiler/ir/proto_convert.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -196,15 +197,39 @@ class GrpcTransport : public Transport {
   // fails with UNAVAILABLE (it may or may not have run); only the calls
   // that change nothing (ReadOnly, TransferFromDevice) are sent again, up
   // to five times.
+  //
+  // The calls of one outage share its wait: the first call that finds the
+  // connection down starts it, and once reconnect_timeout has passed
+  // without a connection every call (and every retry) fails at once,
+  // until one finds the connection made again. A server that is gone for
+  // good thus costs one wait, not one per call still to make.
   void AwaitConnection() {
-    grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
-    if (state == GRPC_CHANNEL_READY || options_.reconnect_timeout <= absl::ZeroDuration()) return;
-    channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + options_.reconnect_timeout));
+    if (options_.reconnect_timeout <= absl::ZeroDuration()) return;
+    if (channel_->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) {
+      EndOutage();
+      return;
+    }
+    absl::Time until;
+    {
+      absl::MutexLock lock(&outage_mu_);
+      if (outage_until_ == absl::InfinitePast()) {
+        outage_until_ = absl::Now() + options_.reconnect_timeout;
+      }
+      until = outage_until_;
+    }
+    if (channel_->WaitForConnected(absl::ToChronoTime(until))) EndOutage();
+  }
+  void EndOutage() {
+    absl::MutexLock lock(&outage_mu_);
+    outage_until_ = absl::InfinitePast();
   }
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::KilnService::Stub> stub_;
   const GrpcOptions options_;
+  absl::Mutex outage_mu_;
+  // When the current outage's wait ends; InfinitePast: no outage.
+  absl::Time outage_until_ ABSL_GUARDED_BY(outage_mu_) = absl::InfinitePast();
 
  public:
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
@@ -413,6 +438,10 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGrpc(const std::string& addres
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Once an outage's wait has passed, calls fail at once until the channel
+  // connects again: it tries at least every 5 s (gRPC's own bound is two
+  // minutes), so a server that comes back is found soon.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
   if (!options.security.tls_server_name.empty()) {
     args.SetSslTargetNameOverride(options.security.tls_server_name);
   }

@@ -29,6 +29,8 @@ struct GrpcOptions {
   absl::Duration keepalive_timeout = absl::Seconds(20);
   // A call made while the connection is down (it broke and the channel is
   // making it again) waits this long for it before failing UNAVAILABLE.
+  // The calls of one outage share the wait: once it has passed they fail
+  // at once until the connection is back.
   // The session and its handles live on the server for the lease, so a
   // client whose connection comes back within it carries on unchanged.
   absl::Duration reconnect_timeout = absl::Seconds(10);

@@ -103,7 +103,7 @@ class MeshTransport : public Transport {
     });
     v1::KeepAliveResponse out;
     for (int i = 0; i < n; ++i) {
-      if (!renewed[i].ok()) return OnHost(i, hosts_[i].address, renewed[i].status());
+      if (!renewed[i].ok()) return Named(i, renewed[i].status());
       const int64_t lease = renewed[i]->lease_seconds();
       if (lease > 0 && (out.lease_seconds() == 0 || lease < out.lease_seconds())) {
         out.set_lease_seconds(lease);
@@ -112,7 +112,7 @@ class MeshTransport : public Transport {
     return out;
   }
 
-  // Every server at once; one that an execution found gone is skipped.
+  // Every server at once; one found gone is skipped.
   absl::StatusOr<v1::CloseSessionResponse> CloseSession(const v1::CloseSessionRequest&) override {
     const int n = hosts();
     std::vector<absl::Status> closed(n);
@@ -123,7 +123,7 @@ class MeshTransport : public Transport {
       closed[i] = hosts_[i].transport->CloseSession(req).status();
     });
     for (int i = 0; i < n; ++i) {
-      if (!closed[i].ok()) return OnHost(i, hosts_[i].address, closed[i]);
+      if (!closed[i].ok()) return Named(i, closed[i]);
     }
     return v1::CloseSessionResponse();
   }
@@ -173,12 +173,12 @@ class MeshTransport : public Transport {
       if (by_host[i].buffer_handles_size() == 0 && by_host[i].executable_handles_size() == 0) {
         continue;
       }
-      // A server an execution found gone holds nothing of this session
-      // any more.
+      // A server found gone holds nothing of this session any more.
       if (Gone(static_cast<int>(i))) continue;
       by_host[i].set_session_id(hosts_[i].session);
-      absl::StatusOr<v1::ReleaseResponse> r2 = hosts_[i].transport->Release(by_host[i]);
-      if (!r2.ok()) return OnHost(static_cast<int>(i), hosts_[i].address, r2.status());
+      absl::StatusOr<v1::ReleaseResponse> r2 =
+          Named(static_cast<int>(i), hosts_[i].transport->Release(by_host[i]));
+      if (!r2.ok()) return r2.status();
       out.set_released(out.released() + r2->released());
     }
     return out;
@@ -313,7 +313,7 @@ class MeshTransport : public Transport {
     absl::flat_hash_map<std::string, int> counter_at;
     for (size_t i = 0; i < hosts_.size(); ++i) {
       absl::StatusOr<v1::MetricsResponse> m = hosts_[i].transport->GetMetrics(r);
-      if (!m.ok()) return OnHost(static_cast<int>(i), hosts_[i].address, m.status());
+      if (!m.ok()) return Named(static_cast<int>(i), m.status());
       for (const v1::CounterProto& c : m->counters()) {
         auto [it, added] = counter_at.try_emplace(c.name(), out.counters_size());
         if (added) out.add_counters()->set_name(c.name());
@@ -389,15 +389,32 @@ class MeshTransport : public Transport {
     return std::make_pair(where.first, std::move(local));
   }
 
-  // A call's error names the server it went to.
-  absl::Status Named(int host, absl::Status status) const {
+  // A call's error names the server it went to. Every call routed to a
+  // server comes back through here, so each one tells whether the server
+  // is gone: UNAVAILABLE means its connection broke under the call or did
+  // not come back within the reconnect timeout, and from then on the
+  // calls that only tidy up (Release, CloseSession, LeaveGroup,
+  // KeepAlive) skip it instead of waiting on it. A call it answers marks
+  // it back.
+  absl::Status Named(int host, absl::Status status) {
+    Saw(host, status);
     if (status.ok()) return status;
     return OnHost(host, hosts_[host].address, status);
   }
   template <typename T>
-  absl::StatusOr<T> Named(int host, absl::StatusOr<T> result) const {
+  absl::StatusOr<T> Named(int host, absl::StatusOr<T> result) {
+    Saw(host, result.status());
     if (result.ok()) return result;
     return OnHost(host, hosts_[host].address, result.status());
+  }
+  void Saw(int host, const absl::Status& status) {
+    if (status.code() == absl::StatusCode::kUnavailable) {
+      absl::MutexLock lock(&mu_);
+      gone_.insert(host);
+    } else if (status.ok()) {
+      absl::MutexLock lock(&mu_);
+      gone_.erase(host);
+    }
   }
 
   absl::StatusOr<std::shared_ptr<Program>> ProgramOf(const std::string& handle) {
@@ -432,8 +449,8 @@ class MeshTransport : public Transport {
     v1::CompileRequest local = program.request;
     local.set_session_id(h.session);
     local.set_device(device->name());
-    absl::StatusOr<v1::CompileResponse> resp = h.transport->Compile(local);
-    if (!resp.ok()) return OnHost(host, h.address, resp.status());
+    absl::StatusOr<v1::CompileResponse> resp = Named(host, h.transport->Compile(local));
+    if (!resp.ok()) return resp.status();
     absl::MutexLock lock(&mu_);
     program.handles[host] = resp->executable_handle();
     return resp->executable_handle();
@@ -547,7 +564,8 @@ class MeshTransport : public Transport {
     });
   }
 
-  // Whether an execution found server `host` unreachable or stalled.
+  // Whether a call found server `host` unreachable, or an execution found
+  // it stalled, and no call has reached it since.
   bool Gone(int host) {
     absl::MutexLock lock(&mu_);
     return gone_.contains(host);

@@ -264,6 +264,15 @@ class GlooHostGroup : public HostGroup {
   }
 
  private:
+  void Disconnect() override {
+    try {
+      context_->closeConnections();
+    } catch (const std::exception&) {
+      // A connection that cannot be closed cleanly is closed by the
+      // group's destruction.
+    }
+  }
+
   // OK while the group is whole.
   absl::Status Usable() const {
     const absl::Status b = broken();

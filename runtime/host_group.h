@@ -101,14 +101,27 @@ class HostGroup {
   }
   // Breaks the group (an execution in it failed, so this member's rounds
   // no longer match the others'). Records the first failure and returns it.
+  // The first break also closes this member's connections to the others:
+  // any of them waiting on it in an exchange fails at once instead of at
+  // the timeout. Not while an exchange of this member runs on another
+  // thread (the exchanges break the group themselves when they fail).
   absl::Status Break(absl::Status status) {
-    absl::MutexLock lock(&mu_);
-    if (broken_.ok()) broken_ = std::move(status);
-    return broken_;
+    bool first = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (broken_.ok()) {
+        broken_ = std::move(status);
+        first = true;
+      }
+    }
+    if (first) Disconnect();
+    return broken();
   }
 
  protected:
   explicit HostGroup(HostGroupSpec spec) : spec_(std::move(spec)) {}
+  // Closes the connections to the other members.
+  virtual void Disconnect() {}
 
  private:
   const HostGroupSpec spec_;

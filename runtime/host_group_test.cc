@@ -146,6 +146,40 @@ TEST(HostGroupTest, AMemberThatLeavesBreaksTheGroupForTheOthers) {
   }
 }
 
+// A member whose execution failed breaks its group without taking part in
+// the exchange the others are waiting in: its connections close, and their
+// exchange fails at once rather than at the timeout (a minute here).
+TEST(HostGroupTest, AMemberThatBreaksTheGroupFailsTheOthersExchangeAtOnce) {
+  if (!HostGroupsSupported()) GTEST_SKIP() << "built without Gloo";
+  std::vector<std::unique_ptr<HostGroup>> groups = Form("g6", 3, absl::Seconds(60));
+  for (const auto& g : groups) ASSERT_NE(g, nullptr);
+  const absl::Time start = absl::Now();
+  std::vector<absl::Status> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      float value = 1;
+      errors[r] = groups[r]->AllReduce(&value, 1, sizeof(float),
+                                       [](void* out, const void* a, const void* b, size_t) {
+                                         *static_cast<float*>(out) = *static_cast<const float*>(a) +
+                                                                     *static_cast<const float*>(b);
+                                       });
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(groups[2]->Break(absl::AbortedError("its program failed")).code(),
+            absl::StatusCode::kAborted);
+  for (std::thread& t : threads) t.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(errors[r].ok());
+    EXPECT_THAT(std::string(errors[r].message()), HasSubstr("group g6"));
+  }
+  // The first failure is the one it keeps.
+  EXPECT_THAT(std::string(groups[2]->Break(absl::InternalError("later")).message()),
+              HasSubstr("its program failed"));
+}
+
 TEST(HostGroupTest, ARankOutsideTheMembersIsRefused) {
   auto store = std::make_shared<LocalGroupStore>(4, 16);
   EXPECT_EQ(HostGroup::Create(Spec("g4", 2, 2, absl::Seconds(1)), store).status().code(),

@@ -593,7 +593,7 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     if (absl::Status taken = session->TakeBuffers(donated).status(); !taken.ok()) {
       // This member skips an execution the others run: its rounds no
       // longer match theirs.
-      if (group != nullptr) group->group->Break(taken);
+      if (group != nullptr) group->group->Break(taken).IgnoreError();
       return taken;
     }
   }
@@ -609,7 +609,7 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
       // done. Say who is gone when the servers lost each other in this
       // execution.
       const bool lost = !group->group->broken().ok();
-      group->group->Break(results.status());
+      group->group->Break(results.status()).IgnoreError();
       if (lost) {
         metrics_.Add("group_failures");
         results = absl::Status(results.status().code(),

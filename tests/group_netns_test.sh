@@ -117,8 +117,11 @@ else
   grep -q "^fashion_mnist: .*host2 (10.77.9.3:7000)" "$work/lost.log" ||
     { cat "$work/lost.log" >&2; fail "the error does not name host 2"; }
 fi
-# The group's timeout is 30 s; a dead host's connections close at once.
-((took < 10)) || fail "the run took ${took}s to fail"
+# A dead host's connections close at once, so the run fails well within
+# the group's timeout (30 s): at most one call waits the client's reconnect
+# timeout (10 s) for the host, and the calls after it fail or skip it at
+# once.
+((took < 25)) || { cat "$work/lost.log" "$work"/server*.log >&2; fail "the run took ${took}s to fail"; }
 step "failed after ${took}s: $(grep -m1 '^fashion_mnist: ' "$work/lost.log" | cut -c1-240)"
 
 step "the two survivors train as a group of two without a restart"

@@ -246,5 +246,41 @@ TEST(ReconnectE2E, ALongerOutageFailsCallsCleanlyAndTheSessionCarriesOnAfterIt) 
   EXPECT_EQ(SessionsOpened(**c), 1);
 }
 
+// The calls of one outage share its wait. Here each of the four calls
+// below, a read among them that is tried five times, waited the whole
+// reconnect timeout before (at least 6 x 1.5 s); now only the first waits,
+// and the client finds the server again once it is back.
+TEST(ReconnectE2E, AServerThatStaysAwayCostsOneWaitNotOnePerCall) {
+  testing::ServerProcess server;
+  ASSERT_FALSE(server.address().empty());
+  TcpProxy proxy(PortOf(server.address()));
+  client::ConnectOptions options;
+  options.reconnect_timeout = absl::Milliseconds(1500);
+  auto c = Client::Connect(absl::StrCat("127.0.0.1:", proxy.port()), options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Held held = Prepare(**c);
+  ASSERT_NE(held.x, nullptr);
+  proxy.Close();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {
+    auto failed = (*c)->Execute(*held.exe, {held.x});
+    ASSERT_FALSE(failed.ok());
+    EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable) << failed.status();
+  }
+  auto read = (*c)->TransferFromDevice(*held.x);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kUnavailable) << read.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(6));
+  proxy.Listen();
+  bool worked = false;
+  for (int i = 0; i < 60 && !worked; ++i) {
+    worked = (*c)->Execute(*held.exe, {held.x}).ok();
+    if (!worked) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  ASSERT_TRUE(worked);
+  ExpectHandlesWork(**c, held);
+  EXPECT_EQ(SessionsOpened(**c), 1);
+}
+
 }  // namespace
 }  // namespace kiln
