@@ -33,6 +33,7 @@ absl::Status FromGrpc(const grpc::Status& s) {
 class GrpcTransport : public Transport {
  public:
   using Transport::Execute;
+  using Transport::JoinGroup;
   GrpcTransport(std::shared_ptr<grpc::Channel> channel, const GrpcOptions& options)
       : channel_(std::move(channel)),
         stub_(v1::KilnService::NewStub(channel_)),
@@ -108,11 +109,12 @@ class GrpcTransport : public Transport {
     return Unary<v1::ExecuteRequest, v1::ExecuteResponse>(&v1::KilnService::Stub::Execute, r, options_.execute_timeout,
                                                           cancel);
   }
-  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest& r) override {
+  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest& r,
+                                                  CallCanceller* cancel) override {
     // Waits for the other members, up to the group's timeout (at most 10
     // minutes), as long as a compile may take.
     return Unary<v1::JoinGroupRequest, v1::JoinGroupResponse>(&v1::KilnService::Stub::JoinGroup, r,
-                                                              options_.compile_timeout);
+                                                              options_.compile_timeout, cancel);
   }
   absl::StatusOr<v1::LeaveGroupResponse> LeaveGroup(const v1::LeaveGroupRequest& r) override {
     return Unary<v1::LeaveGroupRequest, v1::LeaveGroupResponse>(

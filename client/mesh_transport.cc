@@ -248,7 +248,7 @@ class MeshTransport : public Transport {
       responses.push_back(Named(members[0], hosts_[members[0]].transport->Execute(requests[0], cancel)));
     } else {
       one_at_a_time.emplace(&run_mu_);
-      ASSIGN_OR_RETURN(std::string group, GroupOf(members));
+      ASSIGN_OR_RETURN(std::string group, GroupOf(members, cancel));
       for (v1::ExecuteRequest& req : requests) {
         req.set_group_id(group);
         for (const v1::ExecuteRequest& other : requests) req.add_group_replicas(other.replicas_size());
@@ -329,7 +329,8 @@ class MeshTransport : public Transport {
     return out;
   }
 
-  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest&) override {
+  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest&,
+                                                  CallCanceller*) override {
     return absl::UnimplementedError("a mesh forms the groups of its servers itself");
   }
   absl::StatusOr<v1::LeaveGroupResponse> LeaveGroup(const v1::LeaveGroupRequest&) override {
@@ -491,46 +492,63 @@ class MeshTransport : public Transport {
   }
 
   // The group of servers `members` (in this order), formed when there is
-  // none.
-  absl::StatusOr<std::string> GroupOf(const std::vector<int>& members) {
+  // none. A member found gone is not waited for: forming fails at once,
+  // naming it. Once one member's join fails the others' are cancelled
+  // instead of waiting for it until the timeout, and so is every join when
+  // `cancel` (may be null) is.
+  absl::StatusOr<std::string> GroupOf(const std::vector<int>& members, CallCanceller* cancel) {
     const std::string key = absl::StrJoin(members, ",");
     {
       absl::MutexLock lock(&mu_);
       auto it = groups_.find(key);
       if (it != groups_.end()) return it->second.id;
     }
+    for (int h : members) {
+      if (Gone(h)) {
+        return absl::UnavailableError(absl::StrCat(
+            "host", h, " (", hosts_[h].address,
+            ") was found unreachable, and a group needs every member: it can join again once "
+            "a call to it goes through"));
+      }
+    }
     Group group{"g-" + RandomHex(8), members};
     const std::string secret = RandomHex(24);
     std::vector<std::string> addresses;
     for (int h : members) addresses.push_back(hosts_[h].address);
     const int n = static_cast<int>(members.size());
-    std::vector<absl::Status> joined(n);
-    ForEachInParallel(n, [&](int m) {
-      v1::JoinGroupRequest req;
-      req.set_session_id(hosts_[members[m]].session);
-      req.set_group_id(group.id);
-      req.set_secret(secret);
-      req.set_rank(m);
-      for (const std::string& a : addresses) req.add_members(a);
-      req.set_timeout_millis(absl::ToInt64Milliseconds(group_timeout_));
-      joined[m] = hosts_[members[m]].transport->JoinGroup(req).status();
-    });
+    std::vector<bool> cut_short;
+    std::vector<absl::StatusOr<v1::JoinGroupResponse>> joined = FanOut<v1::JoinGroupResponse>(
+        n, absl::ZeroDuration(), cancel,
+        [&](int m, CallCanceller* canceller) {
+          v1::JoinGroupRequest req;
+          req.set_session_id(hosts_[members[m]].session);
+          req.set_group_id(group.id);
+          req.set_secret(secret);
+          req.set_rank(m);
+          for (const std::string& a : addresses) req.add_members(a);
+          req.set_timeout_millis(absl::ToInt64Milliseconds(group_timeout_));
+          absl::StatusOr<v1::JoinGroupResponse> r =
+              hosts_[members[m]].transport->JoinGroup(req, canceller);
+          Saw(members[m], r.status());
+          return r;
+        },
+        &cut_short);
     std::vector<std::string> errors;
+    absl::StatusCode code = absl::StatusCode::kOk;
     for (int m = 0; m < n; ++m) {
-      if (!joined[m].ok()) {
+      if (joined[m].ok()) continue;
+      if (cut_short[m]) {
         errors.push_back(absl::StrCat("host", members[m], " (", addresses[m],
-                                      "): ", joined[m].message()));
+                                      "): its join was cancelled when another member's failed"));
+        continue;
       }
+      if (code == absl::StatusCode::kOk) code = joined[m].status().code();
+      errors.push_back(absl::StrCat("host", members[m], " (", addresses[m],
+                                    "): ", joined[m].status().message()));
     }
     if (!errors.empty()) {
       LeaveQuietly(group);
-      absl::StatusCode code = absl::StatusCode::kUnavailable;
-      for (const absl::Status& j : joined) {
-        if (!j.ok()) {
-          code = j.code();
-          break;
-        }
-      }
+      if (code == absl::StatusCode::kOk) code = absl::StatusCode::kCancelled;
       return absl::Status(code, absl::StrCat("forming group ", group.id, ": ",
                                              absl::StrJoin(errors, "; ")));
     }

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace kiln::client {
@@ -13,7 +14,10 @@ namespace {
 class FakeServer : public Transport {
  public:
   bool down = false;
-  int releases = 0, keep_alives = 0, closes = 0;
+  // JoinGroup refuses (PERMISSION_DENIED), or waits to be cancelled (for
+  // at most 20 s) as a member waiting for another does; else it joins.
+  bool refuse_join = false, join_waits = false;
+  int releases = 0, keep_alives = 0, closes = 0, joins = 0, executes = 0;
 
   absl::StatusOr<v1::HandshakeResponse> Handshake(const v1::HandshakeRequest& r) override {
     if (down) return Down();
@@ -60,11 +64,16 @@ class FakeServer : public Transport {
     return out;
   }
   absl::StatusOr<v1::CompileResponse> Compile(const v1::CompileRequest&) override {
-    return Unexpected();
+    if (down) return Down();
+    v1::CompileResponse out;
+    out.set_executable_handle("e1");
+    return out;
   }
   absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest&,
                                               CallCanceller*) override {
-    return Unexpected();
+    ++executes;
+    if (down) return Down();
+    return v1::ExecuteResponse();
   }
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest&) override {
     if (down) return Down();
@@ -73,11 +82,21 @@ class FakeServer : public Transport {
   absl::StatusOr<v1::MetricsResponse> GetMetrics(const v1::MetricsRequest&) override {
     return Unexpected();
   }
-  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest&) override {
-    return Unexpected();
+  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest&,
+                                                  CallCanceller* cancel) override {
+    ++joins;
+    if (down) return Down();
+    if (refuse_join) return absl::PermissionDeniedError("not one of this server's peers");
+    if (!join_waits) return v1::JoinGroupResponse();
+    const absl::Time until = absl::Now() + absl::Seconds(20);
+    while ((cancel == nullptr || !cancel->cancelled()) && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return absl::CancelledError("the join was cancelled");
   }
   absl::StatusOr<v1::LeaveGroupResponse> LeaveGroup(const v1::LeaveGroupRequest&) override {
-    return Unexpected();
+    if (down) return Down();
+    return v1::LeaveGroupResponse();
   }
   absl::StatusOr<v1::CreateFeedTokenResponse> CreateFeedToken(
       const v1::CreateFeedTokenRequest&) override {
@@ -124,6 +143,24 @@ class MeshTransportTest : public ::testing::Test {
     return sent->buffer_handle();
   }
 
+  // Runs a program (compiled once) with one replica on each server: a
+  // group of both.
+  absl::Status RunOnBoth() {
+    if (program_.empty()) {
+      v1::CompileRequest compile;
+      compile.set_device("host0/cpu:0");
+      auto compiled = mesh_->Compile(compile);
+      if (!compiled.ok()) return compiled.status();
+      program_ = compiled->executable_handle();
+    }
+    v1::ExecuteRequest run;
+    run.set_executable_handle(program_);
+    run.add_replicas()->set_device("host0/cpu:0");
+    run.add_replicas()->set_device("host1/cpu:0");
+    return mesh_->Execute(run).status();
+  }
+
+  std::string program_;
   FakeServer* servers_[2] = {nullptr, nullptr};
   std::unique_ptr<Transport> mesh_;
 };
@@ -171,6 +208,45 @@ TEST_F(MeshTransportTest, AServerAnyCallFindsUnreachableIsSkippedWhenTidyingUp) 
   EXPECT_TRUE(mesh_->CloseSession(v1::CloseSessionRequest()).ok());
   EXPECT_EQ(servers_[0]->closes, 1);
   EXPECT_EQ(servers_[1]->closes, 0);
+}
+
+// A group is not formed with a member found gone: the execution fails at
+// once, naming it, without any member waiting for it.
+TEST_F(MeshTransportTest, AGroupIsNotFormedWithAMemberFoundGone) {
+  ASSERT_TRUE(RunOnBoth().ok());
+  servers_[1]->down = true;
+  EXPECT_EQ(RunOnBoth().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(servers_[0]->executes, 2);
+  EXPECT_EQ(servers_[1]->executes, 2);
+  servers_[1]->down = false;  // back, but nothing has reached it yet
+  absl::Status run = RunOnBoth();
+  EXPECT_EQ(run.code(), absl::StatusCode::kUnavailable) << run;
+  EXPECT_NE(run.message().find("host1 (10.0.0.2:7000) was found unreachable"), std::string::npos)
+      << run;
+  EXPECT_EQ(servers_[0]->joins, 1);
+  EXPECT_EQ(servers_[1]->joins, 1);
+  // A call that reaches it marks it back, and the next run forms a group.
+  ASSERT_TRUE(Send(1).ok());
+  EXPECT_TRUE(RunOnBoth().ok());
+  EXPECT_EQ(servers_[1]->joins, 2);
+}
+
+// Once one member's join fails, the others' are cancelled rather than left
+// waiting for it until the group's timeout (here the fake's 20 s).
+TEST_F(MeshTransportTest, AFailedJoinCancelsTheOtherMembersJoins) {
+  servers_[0]->join_waits = true;
+  servers_[1]->refuse_join = true;
+  const absl::Time start = absl::Now();
+  absl::Status run = RunOnBoth();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(run.code(), absl::StatusCode::kPermissionDenied) << run;
+  EXPECT_NE(run.message().find("host1 (10.0.0.2:7000): not one of this server's peers"),
+            std::string::npos)
+      << run;
+  EXPECT_NE(run.message().find("host0 (10.0.0.1:7000): its join was cancelled"),
+            std::string::npos)
+      << run;
+  EXPECT_EQ(servers_[0]->joins, 1);
 }
 
 }  // namespace

@@ -78,8 +78,13 @@ class Transport {
   }
   virtual absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& r) = 0;
   virtual absl::StatusOr<v1::MetricsResponse> GetMetrics(const v1::MetricsRequest& r) = 0;
-  // Groups of servers (protocol 5); joining waits for the other members.
-  virtual absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest& r) = 0;
+  // Groups of servers (protocol 5); joining waits for the other members,
+  // until `cancel` (may be null) is cancelled.
+  virtual absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest& r,
+                                                          CallCanceller* cancel) = 0;
+  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest& r) {
+    return JoinGroup(r, nullptr);
+  }
   virtual absl::StatusOr<v1::LeaveGroupResponse> LeaveGroup(const v1::LeaveGroupRequest& r) = 0;
   virtual absl::StatusOr<v1::CreateFeedTokenResponse> CreateFeedToken(
       const v1::CreateFeedTokenRequest& r) = 0;

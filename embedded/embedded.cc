@@ -88,6 +88,7 @@ class Outfeed : public OutfeedStream, FeedBase {
 class InProcessTransport : public Transport {
  public:
   using Transport::Execute;
+  using Transport::JoinGroup;
   explicit InProcessTransport(std::unique_ptr<server::Service> service)
       : service_(std::move(service)) {}
 
@@ -150,8 +151,9 @@ class InProcessTransport : public Transport {
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& r) override {
     return service_->MemoryInfo(r);
   }
-  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest& r) override {
-    return service_->JoinGroup(r);
+  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest& r,
+                                                  CallCanceller* cancel) override {
+    return service_->JoinGroup(r, "", [cancel] { return cancel != nullptr && cancel->cancelled(); });
   }
   absl::StatusOr<v1::LeaveGroupResponse> LeaveGroup(const v1::LeaveGroupRequest& r) override {
     return service_->LeaveGroup(r);
