@@ -612,7 +612,7 @@ absl::StatusOr<v1::MemoryInfoResponse> Client::MemoryInfo(const std::string& dev
   return core_->transport().MemoryInfo(req);
 }
 
-absl::Status Client::JoinGroup(const GroupMembership& membership) {
+absl::Status Client::JoinGroup(const GroupMembership& membership, CallCanceller* cancel) {
   if (protocol_version() < 5) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the server speaks protocol version ", protocol_version(), "; groups of servers need 5"));
@@ -624,7 +624,7 @@ absl::Status Client::JoinGroup(const GroupMembership& membership) {
   req.set_rank(membership.rank);
   for (const std::string& m : membership.members) req.add_members(m);
   req.set_timeout_millis(absl::ToInt64Milliseconds(membership.timeout));
-  return core_->transport().JoinGroup(req).status();
+  return core_->transport().JoinGroup(req, cancel).status();
 }
 
 absl::Status Client::LeaveGroup(const std::string& group_id) {

@@ -266,8 +266,9 @@ class Client {
                                                      const ExecuteOptions& options = {});
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const std::string& device);
   // Joins a group of servers; returns once every member joined (each is
-  // asked at about the same time: client/mesh.h does it).
-  absl::Status JoinGroup(const GroupMembership& membership);
+  // asked at about the same time: client/mesh.h does it), or once `cancel`
+  // (may be null) is cancelled.
+  absl::Status JoinGroup(const GroupMembership& membership, CallCanceller* cancel = nullptr);
   absl::Status LeaveGroup(const std::string& group_id);
 
   // Feeds. Each session has an infeed and an outfeed queue per device. A

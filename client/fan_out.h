@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/transport.h"
@@ -91,6 +92,42 @@ std::vector<absl::StatusOr<T>> FanOut(
     *stalled = late;
   }
   return results;
+}
+
+// Joins group `group_id` on its n members at once: join(m, canceller) for
+// each. Once one join fails, the others are cancelled rather than left
+// waiting for it until the group's timeout; `cancel` (borrowed, may be
+// null) cancels them all. OK, or the first failure's code with every
+// failed member's outcome, each named by describe(m).
+inline absl::Status JoinAll(int n, CallCanceller* cancel,
+                            const std::function<absl::Status(int, CallCanceller*)>& join,
+                            const std::function<std::string(int)>& describe,
+                            const std::string& group_id) {
+  std::vector<bool> cut_short;
+  std::vector<absl::StatusOr<bool>> joined = FanOut<bool>(
+      n, absl::ZeroDuration(), cancel,
+      [&](int m, CallCanceller* canceller) -> absl::StatusOr<bool> {
+        absl::Status s = join(m, canceller);
+        if (!s.ok()) return s;
+        return true;
+      },
+      &cut_short);
+  std::vector<std::string> errors;
+  absl::StatusCode code = absl::StatusCode::kOk;
+  for (int m = 0; m < n; ++m) {
+    if (joined[m].ok()) continue;
+    if (cut_short[m]) {
+      errors.push_back(
+          absl::StrCat(describe(m), ": its join was cancelled when another member's failed"));
+      continue;
+    }
+    if (code == absl::StatusCode::kOk) code = joined[m].status().code();
+    errors.push_back(absl::StrCat(describe(m), ": ", joined[m].status().message()));
+  }
+  if (errors.empty()) return absl::OkStatus();
+  if (code == absl::StatusCode::kOk) code = absl::StatusCode::kCancelled;
+  return absl::Status(code,
+                      absl::StrCat("forming group ", group_id, ": ", absl::StrJoin(errors, "; ")));
 }
 
 // `bytes` random bytes in hex, for group ids and secrets.

@@ -79,25 +79,21 @@ absl::StatusOr<std::unique_ptr<MeshGroup>> Mesh::FormGroup(std::vector<int> host
       std::unique_ptr<MeshGroup>(new MeshGroup(this, "g-" + RandomHex(8), hosts, timeout));
   const std::string secret = RandomHex(24);
   const int n = static_cast<int>(hosts.size());
-  std::vector<absl::Status> joined(n);
-  ForEachInParallel(n, [&](int m) {
-    GroupMembership membership;
-    membership.id = group->id_;
-    membership.secret = secret;
-    membership.rank = m;
-    membership.members = members;
-    membership.timeout = timeout;
-    joined[m] = clients_[hosts[m]]->JoinGroup(membership);
-  });
-  std::vector<std::string> errors;
-  for (int m = 0; m < n; ++m) {
-    if (!joined[m].ok()) errors.push_back(absl::StrCat(group->Describe(m), ": ", joined[m].message()));
-  }
-  if (!errors.empty()) {
+  const absl::Status joined = JoinAll(
+      n, nullptr,
+      [&](int m, CallCanceller* canceller) {
+        GroupMembership membership;
+        membership.id = group->id_;
+        membership.secret = secret;
+        membership.rank = m;
+        membership.members = members;
+        membership.timeout = timeout;
+        return clients_[hosts[m]]->JoinGroup(membership, canceller);
+      },
+      [&](int m) { return group->Describe(m); }, group->id_);
+  if (!joined.ok()) {
     (void)group->Leave();
-    return absl::Status(joined[0].ok() ? absl::StatusCode::kUnavailable : joined[0].code(),
-                        absl::StrCat("forming group ", group->id_, ": ",
-                                     absl::StrJoin(errors, "; ")));
+    return joined;
   }
   return group;
 }

@@ -516,9 +516,8 @@ class MeshTransport : public Transport {
     std::vector<std::string> addresses;
     for (int h : members) addresses.push_back(hosts_[h].address);
     const int n = static_cast<int>(members.size());
-    std::vector<bool> cut_short;
-    std::vector<absl::StatusOr<v1::JoinGroupResponse>> joined = FanOut<v1::JoinGroupResponse>(
-        n, absl::ZeroDuration(), cancel,
+    const absl::Status joined = JoinAll(
+        n, cancel,
         [&](int m, CallCanceller* canceller) {
           v1::JoinGroupRequest req;
           req.set_session_id(hosts_[members[m]].session);
@@ -527,30 +526,14 @@ class MeshTransport : public Transport {
           req.set_rank(m);
           for (const std::string& a : addresses) req.add_members(a);
           req.set_timeout_millis(absl::ToInt64Milliseconds(group_timeout_));
-          absl::StatusOr<v1::JoinGroupResponse> r =
-              hosts_[members[m]].transport->JoinGroup(req, canceller);
-          Saw(members[m], r.status());
-          return r;
+          absl::Status status = hosts_[members[m]].transport->JoinGroup(req, canceller).status();
+          Saw(members[m], status);
+          return status;
         },
-        &cut_short);
-    std::vector<std::string> errors;
-    absl::StatusCode code = absl::StatusCode::kOk;
-    for (int m = 0; m < n; ++m) {
-      if (joined[m].ok()) continue;
-      if (cut_short[m]) {
-        errors.push_back(absl::StrCat("host", members[m], " (", addresses[m],
-                                      "): its join was cancelled when another member's failed"));
-        continue;
-      }
-      if (code == absl::StatusCode::kOk) code = joined[m].status().code();
-      errors.push_back(absl::StrCat("host", members[m], " (", addresses[m],
-                                    "): ", joined[m].status().message()));
-    }
-    if (!errors.empty()) {
+        [&](int m) { return absl::StrCat("host", members[m], " (", addresses[m], ")"); }, group.id);
+    if (!joined.ok()) {
       LeaveQuietly(group);
-      if (code == absl::StatusCode::kOk) code = absl::StatusCode::kCancelled;
-      return absl::Status(code, absl::StrCat("forming group ", group.id, ": ",
-                                             absl::StrJoin(errors, "; ")));
+      return joined;
     }
     absl::MutexLock lock(&mu_);
     groups_[key] = group;
