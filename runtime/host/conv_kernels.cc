@@ -266,29 +266,26 @@ absl::StatusOr<Kernel> MakeIm2colConvolutionKernel(const ir::Instruction& instr)
 
 namespace {
 
-// Runs `kernel` on made-up operands of `instr`'s shapes: the best of two
-// timed runs after one to warm up, in seconds (the warm-up alone when it was
-// already slow, or over twice `to_beat`, the best time so far). An error
-// counts as never.
-double TimeKernel(const ir::Instruction& instr, const Kernel& kernel, double to_beat) {
+// Made-up operands of `instr`'s shapes, shared by every candidate timed
+// (empty when one cannot be allocated).
+std::vector<BufferPtr> TimingOperands(const ir::Instruction& instr) {
   std::vector<BufferPtr> ops;
   for (const ir::Instruction* operand : instr.operands()) {
     absl::StatusOr<BufferPtr> b = Buffer::Allocate(operand->shape(), nullptr);
-    if (!b.ok()) return std::numeric_limits<double>::infinity();
+    if (!b.ok()) return {};
     float* v = (*b)->as<float>();
     for (int64_t i = 0; i < operand->shape().ElementCount(); ++i) v[i] = 0.125f * (i % 7);
     ops.push_back(*std::move(b));
   }
+  return ops;
+}
+
+// Seconds of one run of `kernel` on `ops`, or infinity when it fails.
+double RunOnce(const Kernel& kernel, const std::vector<BufferPtr>& ops) {
   ExecState st;
-  double best = std::numeric_limits<double>::infinity();
-  for (int run = 0; run < 3; ++run) {
-    const auto start = std::chrono::steady_clock::now();
-    if (!kernel(st, ops).ok()) return std::numeric_limits<double>::infinity();
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (run > 0) best = std::min(best, took);
-    if (run == 0 && (took > 0.25 || took > 2 * to_beat)) return took;
-  }
-  return best;
+  const auto start = std::chrono::steady_clock::now();
+  if (!kernel(st, ops).ok()) return std::numeric_limits<double>::infinity();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
@@ -330,22 +327,29 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
       tuning != nullptr && std::string(tuning) == "0") {
     return std::move(candidates[0].kernel);
   }
-  // Two rounds: the first also warms the core up (the first candidate timed
-  // would otherwise pay for its clock and caches), the second times again
-  // every candidate within 4x of the best and keeps each one's better time.
+  std::vector<BufferPtr> ops = TimingOperands(instr);
+  if (ops.empty()) return std::move(candidates[0].kernel);
+  // Each candidate runs once to warm up (its scratch and output pages, its
+  // caches) and once timed; one whose warm-up alone took over twice the
+  // best time so far is out. Then every candidate within 1.3x of the best
+  // is timed twice more, and keeps its best time. (The warm-ups of slow
+  // candidates are most of what tuning costs: one run each.)
+  const double kInfinity = std::numeric_limits<double>::infinity();
+  std::vector<double> times(candidates.size(), kInfinity);
+  double best = kInfinity;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const double warm = RunOnce(candidates[i].kernel, ops);
+    times[i] = (warm > 0.25 || warm > 2 * best) ? warm : RunOnce(candidates[i].kernel, ops);
+    best = std::min(best, times[i]);
+  }
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (times[i] > 1.3 * best) continue;
+    for (int run = 0; run < 2; ++run) times[i] = std::min(times[i], RunOnce(candidates[i].kernel, ops));
+  }
   size_t fastest = 0;
-  double best = std::numeric_limits<double>::infinity();
-  std::vector<double> times(candidates.size(), std::numeric_limits<double>::infinity());
-  for (int round = 0; round < 2; ++round) {
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      if (round == 1 && times[i] > 4 * best) continue;
-      times[i] = std::min(times[i], TimeKernel(instr, candidates[i].kernel, best));
-      logging::Debug("{}: {} takes {:.3f} ms", instr.name(), candidates[i].name, times[i] * 1e3);
-      if (times[i] < best) {
-        best = times[i];
-        fastest = i;
-      }
-    }
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    logging::Debug("{}: {} takes {:.3f} ms", instr.name(), candidates[i].name, times[i] * 1e3);
+    if (times[i] < times[fastest]) fastest = i;
   }
   logging::Debug("{}: runs {}", instr.name(), candidates[fastest].name);
   if (record != nullptr) record->Set(instr, candidates[fastest].name);
