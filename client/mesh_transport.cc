@@ -263,11 +263,12 @@ class MeshTransport : public Transport {
       std::vector<std::string> errors;
       absl::StatusCode code = absl::StatusCode::kOk;
       for (size_t m = 0; m < members.size(); ++m) {
-        if (responses[m].ok()) continue;
-        if (stalled[m] || responses[m].status().code() == absl::StatusCode::kUnavailable) {
-          absl::MutexLock lock(&mu_);
-          gone_.insert(members[m]);
+        if (stalled[m]) {
+          Lost(members[m]);
+        } else {
+          Saw(members[m], responses[m].status());
         }
+        if (responses[m].ok()) continue;
         if (code == absl::StatusCode::kOk) code = responses[m].status().code();
         errors.push_back(absl::StrCat("host", members[m], " (", hosts_[members[m]].address,
                                       "): ", responses[m].status().message()));
@@ -410,12 +411,15 @@ class MeshTransport : public Transport {
   }
   void Saw(int host, const absl::Status& status) {
     if (status.code() == absl::StatusCode::kUnavailable) {
-      absl::MutexLock lock(&mu_);
-      gone_.insert(host);
+      Lost(host);
     } else if (status.ok()) {
       absl::MutexLock lock(&mu_);
       gone_.erase(host);
     }
+  }
+  void Lost(int host) {
+    absl::MutexLock lock(&mu_);
+    gone_.insert(host);
   }
 
   absl::StatusOr<std::shared_ptr<Program>> ProgramOf(const std::string& handle) {

@@ -169,6 +169,25 @@ void ExpectHandlesWork(Client& c, const Held& h) {
   EXPECT_EQ(out->data<float>()[2], 6.0f);
 }
 
+// A client through `proxy` whose calls wait `reconnect` for a broken
+// connection.
+absl::StatusOr<std::unique_ptr<Client>> ConnectThrough(const TcpProxy& proxy,
+                                                       absl::Duration reconnect) {
+  client::ConnectOptions options;
+  options.reconnect_timeout = reconnect;
+  return Client::Connect(absl::StrCat("127.0.0.1:", proxy.port()), options);
+}
+
+// Whether the held program runs again within `tries` attempts 250 ms apart
+// (the channel reconnects on its own schedule).
+bool RunsAgain(Client& c, const Held& h, int tries) {
+  for (int i = 0; i < tries; ++i) {
+    if (c.Execute(*h.exe, {h.x}).ok()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  return false;
+}
+
 int64_t SessionsOpened(Client& c) {
   auto m = c.Metrics();
   EXPECT_TRUE(m.ok()) << m.status();
@@ -200,9 +219,7 @@ TEST(ReconnectE2E, CallsWaitForAnOutageShorterThanTheReconnectTimeout) {
   testing::ServerProcess server;
   ASSERT_FALSE(server.address().empty());
   TcpProxy proxy(PortOf(server.address()));
-  client::ConnectOptions options;
-  options.reconnect_timeout = absl::Seconds(20);
-  auto c = Client::Connect(absl::StrCat("127.0.0.1:", proxy.port()), options);
+  auto c = ConnectThrough(proxy, absl::Seconds(20));
   ASSERT_TRUE(c.ok()) << c.status();
   Held held = Prepare(**c);
   ASSERT_NE(held.x, nullptr);
@@ -222,9 +239,7 @@ TEST(ReconnectE2E, ALongerOutageFailsCallsCleanlyAndTheSessionCarriesOnAfterIt) 
   testing::ServerProcess server;
   ASSERT_FALSE(server.address().empty());
   TcpProxy proxy(PortOf(server.address()));
-  client::ConnectOptions options;
-  options.reconnect_timeout = absl::Milliseconds(500);
-  auto c = Client::Connect(absl::StrCat("127.0.0.1:", proxy.port()), options);
+  auto c = ConnectThrough(proxy, absl::Milliseconds(500));
   ASSERT_TRUE(c.ok()) << c.status();
   Held held = Prepare(**c);
   ASSERT_NE(held.x, nullptr);
@@ -236,12 +251,7 @@ TEST(ReconnectE2E, ALongerOutageFailsCallsCleanlyAndTheSessionCarriesOnAfterIt) 
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   proxy.Listen();
   // Within the lease the session and its handles are still there.
-  bool worked = false;
-  for (int i = 0; i < 40 && !worked; ++i) {
-    worked = (*c)->Execute(*held.exe, {held.x}).ok();
-    if (!worked) std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
-  ASSERT_TRUE(worked);
+  ASSERT_TRUE(RunsAgain(**c, held, 40));
   ExpectHandlesWork(**c, held);
   EXPECT_EQ(SessionsOpened(**c), 1);
 }
@@ -254,9 +264,7 @@ TEST(ReconnectE2E, AServerThatStaysAwayCostsOneWaitNotOnePerCall) {
   testing::ServerProcess server;
   ASSERT_FALSE(server.address().empty());
   TcpProxy proxy(PortOf(server.address()));
-  client::ConnectOptions options;
-  options.reconnect_timeout = absl::Milliseconds(1500);
-  auto c = Client::Connect(absl::StrCat("127.0.0.1:", proxy.port()), options);
+  auto c = ConnectThrough(proxy, absl::Milliseconds(1500));
   ASSERT_TRUE(c.ok()) << c.status();
   Held held = Prepare(**c);
   ASSERT_NE(held.x, nullptr);
@@ -272,12 +280,7 @@ TEST(ReconnectE2E, AServerThatStaysAwayCostsOneWaitNotOnePerCall) {
   EXPECT_EQ(read.status().code(), absl::StatusCode::kUnavailable) << read.status();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(6));
   proxy.Listen();
-  bool worked = false;
-  for (int i = 0; i < 60 && !worked; ++i) {
-    worked = (*c)->Execute(*held.exe, {held.x}).ok();
-    if (!worked) std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
-  ASSERT_TRUE(worked);
+  ASSERT_TRUE(RunsAgain(**c, held, 60));
   ExpectHandlesWork(**c, held);
   EXPECT_EQ(SessionsOpened(**c), 1);
 }
