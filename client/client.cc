@@ -41,20 +41,30 @@ class ClientCore {
     (executable ? pending_executables_ : pending_buffers_).push_back(handle);
   }
 
-  // Runs `work` on the dispatch thread after everything dispatched before
-  // it. Once the client shuts down, work not yet started finishes `pending`
-  // as CANCELLED instead, and the call in progress is cancelled.
-  void Dispatch(std::shared_ptr<PendingExecution> pending, std::function<void()> work) {
+  // Runs `work` on a dispatch thread after everything dispatched before it
+  // has started; an unsequenced one also waits until those have ended, and
+  // nothing starts while it runs. Sequenced work (the server orders it by
+  // its number) runs up to kDispatchThreads calls at once. Once the client
+  // shuts down, work not yet started finishes `pending` as CANCELLED
+  // instead, and the calls in progress are cancelled.
+  void Dispatch(std::shared_ptr<PendingExecution> pending, std::function<void()> work,
+                bool sequenced) {
     {
       absl::MutexLock lock(&mu_);
       if (!stopping_) {
-        if (!dispatcher_.joinable()) dispatcher_ = std::thread([this] { DispatchLoop(); });
-        dispatch_queue_.push_back({std::move(pending), std::move(work)});
+        dispatch_queue_.push_back({std::move(pending), std::move(work), sequenced});
+        const size_t wanted = sequenced ? kDispatchThreads : 1;
+        if (dispatchers_.size() < wanted && idle_dispatchers_ == 0) {
+          dispatchers_.emplace_back([this] { DispatchLoop(); });
+        }
         return;
       }
     }
     pending->Finish(absl::CancelledError("the client shut down"), 0);
   }
+
+  // The number of the next sequenced execution (protocol 6): 1, 2, 3, ...
+  uint64_t NextSequence() { return ++sequence_; }
 
   absl::Status Flush() {
     absl::MutexLock lock(&mu_);
@@ -81,9 +91,9 @@ class ClientCore {
       mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(5));
       --flushing_;
       stopping_ = true;
-      if (dispatching_ != nullptr) dispatching_->canceller_.Cancel();
+      for (const auto& running : dispatching_) running->canceller_.Cancel();
     }
-    if (dispatcher_.joinable()) dispatcher_.join();
+    for (std::thread& dispatcher : dispatchers_) dispatcher.join();
     if (releaser_.joinable()) releaser_.join();
     if (keeper_.joinable()) keeper_.join();
     if (!session_id_.empty() && options_.keep_alive) {
@@ -137,19 +147,26 @@ class ClientCore {
     absl::MutexLock lock(&mu_);
     while (true) {
       auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !dispatch_queue_.empty();
+        if (stopping_) return true;
+        if (dispatch_queue_.empty() || unsequenced_running_) return false;
+        return dispatching_.empty() || dispatch_queue_.front().sequenced;
       };
+      ++idle_dispatchers_;
       mu_.Await(absl::Condition(&ready));
+      --idle_dispatchers_;
       if (stopping_) break;
       Dispatched next = std::move(dispatch_queue_.front());
       dispatch_queue_.pop_front();
-      dispatching_ = next.pending;
+      dispatching_.push_back(next.pending);
+      if (!next.sequenced) unsequenced_running_ = true;
       mu_.Unlock();
       next.work();
       mu_.Lock();
+      if (!next.sequenced) unsequenced_running_ = false;
       // Dropped outside the lock: the last reference to a result nobody
       // waited for releases its buffers, which queues their handles under it.
-      std::shared_ptr<PendingExecution> done = std::move(dispatching_);
+      std::shared_ptr<PendingExecution> done = std::move(next.pending);
+      std::erase(dispatching_, done);
       mu_.Unlock();
       next = Dispatched();
       done.reset();
@@ -197,12 +214,18 @@ class ClientCore {
   struct Dispatched {
     std::shared_ptr<PendingExecution> pending;
     std::function<void()> work;
+    bool sequenced = false;
   };
+  static constexpr size_t kDispatchThreads = 4;
   std::deque<Dispatched> dispatch_queue_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<PendingExecution> dispatching_ ABSL_GUARDED_BY(mu_);
+  // The calls in progress, and whether an unsequenced one is among them.
+  std::vector<std::shared_ptr<PendingExecution>> dispatching_ ABSL_GUARDED_BY(mu_);
+  bool unsequenced_running_ ABSL_GUARDED_BY(mu_) = false;
+  int idle_dispatchers_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> sequence_{0};
   std::thread releaser_;
   std::thread keeper_;
-  std::thread dispatcher_;  // started by the first Dispatch
+  std::vector<std::thread> dispatchers_;  // started by Dispatch as needed
 };
 
 DeviceBuffer::DeviceBuffer(std::shared_ptr<ClientCore> core, std::string handle,
@@ -500,6 +523,43 @@ std::vector<ir::Shape> InlineShapes(const v1::ExecuteRequest& req, const Execute
   return shapes;
 }
 
+// The arrays of `shape`, tuples flattened depth-first, as the server
+// flattens results.
+void FlattenShape(const ir::Shape& shape, std::vector<ir::Shape>* out) {
+  if (shape.IsTuple()) {
+    for (const ir::Shape& element : shape.tuple_shapes()) FlattenShape(element, out);
+  } else if (shape.IsArray()) {
+    out->push_back(shape);
+  }
+}
+
+// The server's name for output `index` of sequenced execution `sequence`
+// (docs/protocol.md, version 6).
+std::string SequencedHandle(uint64_t sequence, int index) {
+  return absl::StrCat("r-", sequence, ".", index);
+}
+
+// `result` with its outputs replaced by the buffers named before the call
+// (the same handles: one object per handle, so each is released once).
+absl::StatusOr<ExecuteResult> WithNamedOutputs(
+    ExecuteResult result, const std::vector<std::shared_ptr<DeviceBuffer>>& named) {
+  if (result.outputs.size() != named.size()) {
+    return absl::InternalError(absl::StrCat("the server returned ", result.outputs.size(),
+                                            " outputs for a program with ", named.size()));
+  }
+  for (size_t k = 0; k < named.size(); ++k) {
+    if (result.outputs[k]->handle() != named[k]->handle()) {
+      return absl::InternalError(absl::StrCat("the server named output ", k, " '",
+                                              result.outputs[k]->handle(), "', not '",
+                                              named[k]->handle(), "'"));
+    }
+    // The reply's own object for the handle must not release it.
+    result.outputs[k]->MarkDonated();
+    result.outputs[k] = named[k];
+  }
+  return result;
+}
+
 }  // namespace
 
 absl::StatusOr<ExecuteResult> Client::Execute(
@@ -524,10 +584,28 @@ absl::StatusOr<std::shared_ptr<PendingExecution>> Client::ExecuteAsync(
                    ExecuteRequestOf(core_->session_id(), *executable, args, options));
   auto pending = std::make_shared<PendingExecution>();
   std::vector<ir::Shape> shapes = InlineShapes(req, options);
+  // Protocol 6: numbered, so the server starts it after the ones sent
+  // before and names its outputs now; they can be the next execution's
+  // arguments before this one's reply is in.
+  const bool sequenced = protocol_version_ >= 6;
+  if (sequenced) {
+    const uint64_t sequence = core_->NextSequence();
+    req.set_sequence(sequence);
+    std::vector<ir::Shape> leaves;
+    FlattenShape(executable->result_shape(), &leaves);
+    for (size_t k = 0; k < leaves.size(); ++k) {
+      pending->outputs_.push_back(std::make_shared<DeviceBuffer>(
+          core_, SequencedHandle(sequence, static_cast<int>(k)), std::move(leaves[k]),
+          executable->device()));
+    }
+  }
   // The work holds what the call needs (the executable and the arguments'
   // buffers stay referenced until the reply), never the caller's objects.
+  // It holds the named outputs too, so none is released before the server
+  // has seen the call.
   auto work = [core = core_, pending, req = std::move(req), executable = std::move(executable),
-               args = args, donate = options.donate, shapes = std::move(shapes)]() mutable {
+               args = args, donate = options.donate, shapes = std::move(shapes),
+               named = pending->outputs_]() mutable {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<v1::ExecuteResponse> executed =
         core->transport().Execute(req, &pending->canceller_);
@@ -536,14 +614,16 @@ absl::StatusOr<std::shared_ptr<PendingExecution>> Client::ExecuteAsync(
         executed.ok()
             ? ExecuteResultOf(core, req, *executed, executable->device(), args.size(), shapes)
             : absl::StatusOr<ExecuteResult>(executed.status());
+    if (result.ok() && !named.empty()) result = WithNamedOutputs(*std::move(result), named);
     // Before the result is handed out, so that the caller's next step sees
     // the arguments referenced only where it holds them (donation).
     args.clear();
     executable.reset();
+    named.clear();
     pending->Finish(std::move(result),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   };
-  core_->Dispatch(pending, std::move(work));
+  core_->Dispatch(pending, std::move(work), sequenced);
   return pending;
 }
 

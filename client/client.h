@@ -24,7 +24,7 @@ namespace kiln::client {
 
 // Protocol versions this client speaks.
 inline constexpr uint32_t kClientMinVersion = 1;
-inline constexpr uint32_t kClientMaxVersion = 5;
+inline constexpr uint32_t kClientMaxVersion = 6;
 
 struct DeviceDescription {
   std::string name;  // "cpu:0"
@@ -188,6 +188,14 @@ class PendingExecution {
   bool done() const;
   // Seconds from sending to the reply (0 until done).
   double round_trip_seconds() const;
+  // The outputs' buffers (tuples flattened), known at once where the server
+  // numbers executions (protocol 6): they may be arguments of executions
+  // sent after this one with ExecuteAsync before its reply is in (the
+  // server waits for them). Other calls naming them (Execute, transfers)
+  // belong after Wait(): sent earlier, they may reach the server before
+  // this execution and find the handle unknown. Empty with older servers.
+  // Wait() returns the same objects.
+  const std::vector<std::shared_ptr<DeviceBuffer>>& outputs() const { return outputs_; }
 
  private:
   friend class Client;
@@ -201,6 +209,7 @@ class PendingExecution {
   double seconds_ ABSL_GUARDED_BY(mu_) = 0;
   // Stops the call when the client shuts down with it in flight.
   CallCanceller canceller_;
+  std::vector<std::shared_ptr<DeviceBuffer>> outputs_;  // set before it is sent
 };
 
 // Thread-safe.
@@ -245,10 +254,15 @@ class Client {
   absl::StatusOr<ExecuteResult> Execute(
       const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
       const ExecuteOptions& options = {});
-  // Sends the execution and returns at once; the call runs on the client's
-  // dispatch thread, one after another in the order sent (so a later
-  // execution may read what an earlier one returned once it has waited
-  // for it). The request is built before this returns: inline values may
+  // Sends the execution and returns at once; the call runs on one of the
+  // client's dispatch threads. Where the server numbers executions
+  // (protocol 6), the server starts them in the order sent, several may be
+  // on their way at once, and the outputs are known at once
+  // (PendingExecution::outputs): the next execution may take them as
+  // arguments before this one's reply is in. With an older server they run
+  // one after another in the order sent (a later execution may read what
+  // an earlier one returned once it has waited for it). The request is
+  // built before this returns: inline values may
   // be released then; the executable and the arguments are held until the
   // call ends, and donated arguments are marked once it is sent.
   // `options.cancel` is not used (PendingExecution cancels on shutdown).

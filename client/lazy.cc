@@ -351,9 +351,27 @@ absl::Status LazyContext::Realize(const std::vector<Tensor>& tensors, std::sourc
 }
 
 absl::Status LazyContext::Sync() {
-  if (!in_flight_.has_value()) return absl::OkStatus();
-  InFlight flight = *std::move(in_flight_);
-  in_flight_.reset();
+  absl::Status first;
+  while (!in_flight_.empty()) first.Update(SettleOldest());
+  return first;
+}
+
+absl::Status LazyContext::SyncFor(const Node* node) {
+  const auto computes = [node](const InFlight& flight) {
+    return std::any_of(flight.outputs.begin(), flight.outputs.end(),
+                       [node](const std::weak_ptr<Node>& w) { return w.lock().get() == node; });
+  };
+  const auto last = std::find_if(in_flight_.rbegin(), in_flight_.rend(), computes);
+  if (last == in_flight_.rend()) return Sync();
+  absl::Status first;
+  for (size_t n = in_flight_.rend() - last; n > 0; --n) first.Update(SettleOldest());
+  return first;
+}
+
+absl::Status LazyContext::SettleOldest() {
+  if (in_flight_.empty()) return absl::OkStatus();
+  InFlight flight = std::move(in_flight_.front());
+  in_flight_.pop_front();
   const auto wait_start = Clock::now();
   absl::StatusOr<ExecuteResult> executed = flight.pending->Wait();
   metrics_.pipeline_wait_seconds +=
@@ -371,10 +389,15 @@ absl::Status LazyContext::Sync() {
   if (!executed.ok()) {
     // As a synchronous execution's: an error that may pass leaves the
     // outputs to be computed again from their graphs, unless the step gave
-    // up arguments they read.
-    const bool retry = MayPass(executed.status()) && !flight.donated;
+    // up arguments they read (or a later execution already took the
+    // outputs' advance names as arguments).
+    const bool retry = MayPass(executed.status()) && !flight.donated && in_flight_.empty();
     for (const auto& node : outputs) {
       if (node == nullptr) continue;
+      if (node->named_in_advance) {
+        node->named_in_advance = false;
+        node->data = nullptr;
+      }
       if (retry) {
         node->dispatched = false;
       } else {
@@ -385,6 +408,9 @@ absl::Status LazyContext::Sync() {
     return executed.status();
   }
   ++metrics_.executions;
+  for (const auto& node : outputs) {
+    if (node != nullptr) node->named_in_advance = false;
+  }
   Settle(*executed, outputs, params, {});
   return absl::OkStatus();
 }
@@ -428,8 +454,16 @@ void LazyContext::Settle(ExecuteResult& result, const std::vector<std::shared_pt
 absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
                                        std::source_location where, CallCanceller* cancel,
                                        bool dispatch) {
-  // What is in flight may be what these tensors read.
-  RETURN_IF_ERROR(Sync());
+  // What is in flight may be what these tensors read: a program sent in
+  // the server's order may name it (keeping fewer than kPipelineDepth in
+  // flight before it), anything else waits for it.
+  const bool named_outputs =
+      dispatch && cancel == nullptr && client_->protocol_version() >= 6;
+  if (!named_outputs) {
+    RETURN_IF_ERROR(Sync());
+  } else {
+    while (in_flight_.size() >= kPipelineDepth) RETURN_IF_ERROR(SettleOldest());
+  }
   std::vector<std::shared_ptr<Node>> outputs;
   std::string device;
   for (const Tensor& t : tensors) {
@@ -559,15 +593,22 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
   if (dispatch && replica_args.empty() && cancel == nullptr) {
     ASSIGN_OR_RETURN(std::shared_ptr<PendingExecution> pending,
                      client_->ExecuteAsync(exe, args, options));
+    const std::vector<std::shared_ptr<DeviceBuffer>>& named = pending->outputs();
+    if (!named.empty()) RETURN_IF_ERROR(CheckOutputCount(named.size(), outputs.size()));
     InFlight flight{std::move(pending), {}, {}, !options.donate.empty()};
-    for (const auto& node : outputs) {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      Node& node = *outputs[i];
       // A leaf of later traces from now on; its graph stays until the
       // reply settles it, in case the call fails in a way worth retrying.
-      node->dispatched = true;
-      flight.outputs.push_back(node);
+      node.dispatched = true;
+      if (!named.empty()) {
+        node.data = named[i];
+        node.named_in_advance = true;
+      }
+      flight.outputs.push_back(outputs[i]);
     }
     for (const auto& p : params) flight.params.push_back(p);
-    in_flight_ = std::move(flight);
+    in_flight_.push_back(std::move(flight));
     ++metrics_.pipelined_executions;
     return absl::OkStatus();
   }
@@ -701,7 +742,7 @@ absl::StatusOr<ir::Literal> Tensor::ToHost(std::source_location where) const {
 }
 
 absl::StatusOr<ir::Literal> Tensor::ReadStorage(std::source_location where) const {
-  if (node_ != nullptr && node_->in_flight()) RETURN_IF_ERROR(context()->Sync());
+  if (node_ != nullptr && node_->in_flight()) RETURN_IF_ERROR(context()->SyncFor(node_.get()));
   RETURN_IF_ERROR(status());
   if (!node_->realized()) RETURN_IF_ERROR(context()->Realize({*this}, where));
   if (node_->host_value.has_value()) return *node_->host_value;

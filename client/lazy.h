@@ -4,9 +4,9 @@
 #ifndef KILN_CLIENT_LAZY_H_
 #define KILN_CLIENT_LAZY_H_
 
+#include <deque>
 #include <map>
 #include <optional>
-#include <deque>
 #include <memory>
 #include <source_location>
 #include <string>
@@ -120,9 +120,17 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   // always run synchronously. Off by default.
   void set_pipelined(bool pipelined) { pipelined_ = pipelined; }
   bool pipelined() const { return pipelined_; }
-  // Waits for the execution in flight, if any, settles its outputs, and
-  // returns its error (each error is returned once).
+  // Waits for the executions in flight, if any, settles their outputs, and
+  // returns the first error (each error is returned once). Where the server
+  // numbers executions (protocol 6), a barrier sends its program while the
+  // one before is still in flight, naming that one's outputs as arguments,
+  // so the device goes from one step to the next without waiting for the
+  // client; at most kPipelineDepth executions are in flight.
   absl::Status Sync();
+  // Waits for the executions in flight up to the one that computes `node`
+  // (all of them if none does), as Sync does.
+  absl::Status SyncFor(const Node* node);
+  static constexpr size_t kPipelineDepth = 2;
 
   // Eager mode executes every op as soon as it is recorded.
   void set_eager(bool eager) { eager_ = eager; }
@@ -199,7 +207,10 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   Client* client_;
   bool eager_ = false;
   bool pipelined_ = false;
-  std::optional<InFlight> in_flight_;
+  // Oldest first.
+  std::deque<InFlight> in_flight_;
+  // Settles the oldest execution in flight.
+  absl::Status SettleOldest();
   std::vector<std::weak_ptr<Node>> pending_;
   size_t prune_pending_at_ = 1024;
   std::vector<LoopBodyNodes> loop_bodies_;

@@ -64,7 +64,10 @@ class MeshTransport : public Transport {
     std::vector<absl::StatusOr<v1::HandshakeResponse>> shakes(n);
     ForEachInParallel(n, [&](int i) { shakes[i] = hosts_[i].transport->Handshake(r); });
     v1::HandshakeResponse out;
-    out.set_version(r.max_version());
+    // At most 5: a sequenced execution (6) names its outputs by the
+    // server's numbering, which the mesh's host-prefixed handles do not
+    // follow; the mesh's executions run one after another.
+    out.set_version(std::min<uint32_t>(r.max_version(), 5));
     out.set_session_id("mesh");
     out.set_lease_seconds(0);
     std::vector<std::string> warnings;

@@ -151,10 +151,16 @@ struct Node {
   // result settles it (data, or the error in status; an error worth
   // retrying clears it again).
   bool dispatched = false;
+  // `data` is the buffer the server named for this output before its
+  // execution ended (protocol 6): usable as an argument, its value and
+  // any error not known until the execution settles.
+  bool named_in_advance = false;
 
   bool realized() const { return data != nullptr || host_value.has_value() || dispatched; }
   // Sent to the device, result not yet known (LazyContext::set_pipelined).
-  bool in_flight() const { return dispatched && data == nullptr && !host_value && status.ok(); }
+  bool in_flight() const {
+    return dispatched && (data == nullptr || named_in_advance) && !host_value && status.ok();
+  }
   // A value only on the host so far (see host_value).
   bool host_only() const { return data == nullptr && host_value.has_value(); }
 };

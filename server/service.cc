@@ -211,7 +211,7 @@ absl::StatusOr<v1::TransferToDeviceResponse> Service::TransferToDevice(
         "truncated transfer: received ", received, " of ", total, " bytes"));
   }
   v1::TransferToDeviceResponse resp;
-  resp.set_buffer_handle(session->AddBuffer({*buffer, device}));
+  resp.set_buffer_handle(session->AddBuffer({*buffer, device, nullptr}));
   resp.set_bytes_received(received);
   metrics_.Add("transfers_to_device");
   metrics_.Record("transfer_to_device", absl::Now() - start);
@@ -391,10 +391,51 @@ void Service::DumpModule(const ir::Module& module, const std::string& fingerprin
 absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& req,
                                                      const runtime::CancelCheck& cancelled,
                                                      runtime::MemoryCharge* reply_charge) {
-  const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
-  ASSIGN_OR_RETURN(ExecutableEntry exe, session->GetExecutable(req.executable_handle()));
+  // Counted from here: a sequenced execution waiting for its turn is one.
   ASSIGN_OR_RETURN(std::shared_ptr<void> running, session->BeginExecution());
+  if (req.sequence() == 0) return ExecuteIn(session, req, cancelled, reply_charge, nullptr);
+  if (req.replicas_size() > 0 || !req.group_id().empty()) {
+    return absl::InvalidArgumentError(
+        "a sequenced execution is a single one (no replicas, no group)");
+  }
+  RETURN_IF_ERROR(
+      session->AwaitTurn(req.sequence(), UntilSessionEnds(session, cancelled),
+                         options_.sequence_patience));
+  SequencedOutputs sequenced{req.sequence(), false, {}};
+  absl::StatusOr<v1::ExecuteResponse> resp =
+      ExecuteIn(session, req, cancelled, reply_charge, &sequenced);
+  if (!sequenced.started) {
+    session->SkipTurn(req.sequence(), resp.ok() ? absl::InternalError("no outputs registered")
+                                                : resp.status());
+  } else if (!resp.ok()) {
+    session->FailPending(sequenced.handles, resp.status());
+  }
+  return resp;
+}
+
+absl::StatusOr<v1::ExecuteResponse> Service::ExecuteIn(const std::shared_ptr<Session>& session,
+                                                       const v1::ExecuteRequest& req,
+                                                       const runtime::CancelCheck& cancelled,
+                                                       runtime::MemoryCharge* reply_charge,
+                                                       SequencedOutputs* sequenced) {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(ExecutableEntry exe, session->GetExecutable(req.executable_handle()));
+  if (sequenced != nullptr) {
+    // Its outputs' handles exist from now on: the next execution may start
+    // and wait for them.
+    int leaves = 0;
+    std::function<void(const ir::Shape&)> count = [&](const ir::Shape& shape) {
+      if (shape.IsTuple()) {
+        for (const ir::Shape& element : shape.tuple_shapes()) count(element);
+      } else if (shape.IsArray()) {
+        ++leaves;
+      }
+    };
+    count(exe.executable->result_shape());
+    sequenced->handles = session->StartSequenced(sequenced->sequence, leaves, exe.device);
+    sequenced->started = true;
+  }
   // Everything the execution allocates, on every replica, is the session's.
   runtime::AccountScope account(session->memory_account());
   const bool replicated = req.replicas_size() > 0;
@@ -491,7 +532,9 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
         run.args.push_back(*std::move(buffer));
         continue;
       }
-      absl::StatusOr<BufferEntry> arg = session->GetBuffer(handles[i]);
+      // An output of an earlier sequenced execution still running is
+      // waited for.
+      absl::StatusOr<BufferEntry> arg = session->GetBuffer(handles[i], until_done);
       if (!arg.ok()) return WithContext(arg.status(), absl::StrCat(where, "argument ", i));
       if (arg->device != device) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -651,7 +694,7 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
   for (const v1::InlineArgument& a : req.inline_arguments()) {
     const runtime::BufferPtr& kept = inline_buffers[a.index()];
     resp.add_inline_argument_handles(kept == nullptr ? std::string()
-                                                     : session->AddBuffer({kept, exe.device}));
+                                                     : session->AddBuffer({kept, exe.device, nullptr}));
   }
   inline_buffers.clear();
   const bool profiled = exe.executable->has_cost_model();
@@ -661,16 +704,29 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     if (replica != nullptr) replica->set_device(device->name());
     std::vector<runtime::BufferPtr> leaves;
     Flatten((*results)[r], &leaves);
-    for (const runtime::BufferPtr& leaf : leaves) {
+    if (sequenced != nullptr && leaves.size() != sequenced->handles.size()) {
+      return absl::InternalError(absl::StrCat("the program returned ", leaves.size(),
+                                              " arrays for ", sequenced->handles.size(),
+                                              " outputs of its result shape"));
+    }
+    for (size_t k = 0; k < leaves.size(); ++k) {
+      const runtime::BufferPtr& leaf = leaves[k];
       auto* out = replica != nullptr ? replica->add_outputs() : resp.add_outputs();
       ir::ShapeToProto(leaf->shape(), out->mutable_shape());
-      out->set_buffer_handle(session->AddBuffer({leaf, device}));
-      if (leaf->size_bytes() <= req.inline_result_max_bytes()) {
-        // The reply holds a copy until it is sent: host memory of the
-        // session. Past its quota the result stays on the device only.
-        if (!reply.Grow(leaf->size_bytes(), "an inline result").ok()) continue;
+      // The reply holds a copy until it is sent: host memory of the
+      // session. Past its quota the result stays on the device only. Copied
+      // before the buffer is the session's: a sequenced execution waiting
+      // for it may take it and write over it at once.
+      if (leaf->size_bytes() <= req.inline_result_max_bytes() &&
+          reply.Grow(leaf->size_bytes(), "an inline result").ok()) {
         ASSIGN_OR_RETURN(ir::Literal value, device->TransferFromDevice(*leaf));
         ir::LiteralToProto(value, out->mutable_inline_value());
+      }
+      if (sequenced != nullptr) {
+        session->Resolve(sequenced->handles[k], leaf);
+        out->set_buffer_handle(sequenced->handles[k]);
+      } else {
+        out->set_buffer_handle(session->AddBuffer({leaf, device, nullptr}));
       }
     }
     if (profiled) {

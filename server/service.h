@@ -27,7 +27,9 @@ namespace kiln::server {
 
 // Protocol versions this server speaks (docs/protocol.md has the changelog).
 inline constexpr uint32_t kMinProtocolVersion = 1;
-inline constexpr uint32_t kMaxProtocolVersion = 5;
+inline constexpr uint32_t kMaxProtocolVersion = 6;
+
+
 
 // Groups of servers: members per group, replicas per member, the longest
 // timeout a client may ask for, and the groups whose store one server keeps.
@@ -49,6 +51,9 @@ struct ServiceOptions {
   std::vector<runtime::BackendSpec> backends = {{"cpu", 1, {}}};
   // Default for ExecuteRequest.infeed_timeout_millis <= 0.
   absl::Duration infeed_timeout = absl::Seconds(30);
+  // How long a sequenced execution (protocol 6) waits for the executions
+  // numbered before it to arrive before it passes them over.
+  absl::Duration sequence_patience = absl::Seconds(10);
   int64_t transfer_chunk_bytes = int64_t{1} << 20;
   // Values each session's infeed and outfeed queue hold per device.
   size_t feed_queue_capacity = 16;
@@ -127,7 +132,9 @@ class Service {
   // Inline results are host memory of the session until the reply is sent:
   // `reply_charge`, when given, takes their charge (the caller keeps it
   // until the reply is gone); a result that would pass the session's host
-  // quota is not inlined (its handle still is in the reply).
+  // quota is not inlined (its handle still is in the reply). A sequenced
+  // execution (request.sequence, protocol 6) starts in its session's order
+  // and names its outputs in advance (Session::StartSequenced).
   absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& request,
                                               const runtime::CancelCheck& cancelled = nullptr,
                                               runtime::MemoryCharge* reply_charge = nullptr);
@@ -216,6 +223,20 @@ class Service {
   // After an exchange between servers failed: which members do not
   // answer, for the error.
   std::string MissingMembers(const GroupEntry& group, const v1::ExecuteRequest& req) const;
+  // The outputs of a sequenced execution, registered once its program is
+  // known.
+  struct SequencedOutputs {
+    uint64_t sequence = 0;
+    bool started = false;  // the turn passed on with `handles` registered
+    std::vector<std::string> handles;
+  };
+  // Execute within `session`; `sequenced` (null for an unsequenced one)
+  // holds its turn.
+  absl::StatusOr<v1::ExecuteResponse> ExecuteIn(const std::shared_ptr<Session>& session,
+                                                const v1::ExecuteRequest& req,
+                                                const runtime::CancelCheck& cancelled,
+                                                runtime::MemoryCharge* reply_charge,
+                                                SequencedOutputs* sequenced);
   // The stores of the groups this server is member 0 of.
   struct HostedStore {
     std::string secret;

@@ -59,6 +59,8 @@ Service& TheService() {
     options.backends = {{"cpu", 2, {{"memory_bytes", "64M"}}}};
     options.lease = absl::Seconds(30);
     options.feed_queue_capacity = 2;
+    // Sequenced executions numbered out of order wait this long at most.
+    options.sequence_patience = absl::Milliseconds(5);
     options.session_limits.memory_bytes = int64_t{16} << 20;
     options.session_limits.executions = 2;
     options.module_limits.module_bytes = int64_t{1} << 20;
@@ -146,6 +148,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         req.set_executable_handle(Pick(in, executables));
         const int args = in.ConsumeIntegralInRange(0, 3);
         for (int a = 0; a < args; ++a) {
+          if (in.ConsumeIntegralInRange(0, 5) == 0) {
+            // An output of a sequenced execution, made or not.
+            req.add_argument_handles(kiln::server::Session::SequencedHandle(
+                in.ConsumeIntegralInRange<uint64_t>(0, 6), in.ConsumeIntegralInRange(0, 2)));
+            continue;
+          }
           req.add_argument_handles(in.ConsumeBool() ? Pick(in, buffers) : std::string());
         }
         // Inline arguments (protocol 4) at any index, of any shape and bytes.
@@ -165,6 +173,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (in.ConsumeBool()) req.add_donated_arguments(in.ConsumeIntegralInRange(-1, 3));
         req.set_inline_result_max_bytes(in.ConsumeIntegralInRange<int64_t>(-1, 256));
         req.set_infeed_timeout_millis(in.ConsumeIntegralInRange(1, 50));
+        // Sequenced (protocol 6): numbers in and out of order, reused.
+        if (in.ConsumeBool()) req.set_sequence(in.ConsumeIntegralInRange<uint64_t>(0, 6));
         if (auto r = service.Execute(req, cancelled); r.ok()) {
           for (const auto& out : r->outputs()) buffers.push_back(out.buffer_handle());
           for (const auto& kept : r->inline_argument_handles()) {

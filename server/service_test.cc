@@ -2,6 +2,7 @@
 // execute and their errors.
 #include "server/service.h"
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -19,6 +20,7 @@ class ServiceTest : public ::testing::Test {
     ServiceOptions options;
     options.backends = {{"cpu", 1, {{"memory_bytes", "1M"}}}};
     options.lease = absl::Seconds(2);
+    options.sequence_patience = absl::Milliseconds(300);
     service_ = *Service::Create(options);
     session_ = Open();
   }
@@ -240,13 +242,13 @@ TEST_F(ServiceTest, PollingAFeedTokenDoesNotKeepItsSessionAlive) {
 
 TEST_F(ServiceTest, VersionMismatchNamesBothRanges) {
   v1::HandshakeRequest req;
-  req.set_min_version(6);
-  req.set_max_version(7);
+  req.set_min_version(7);
+  req.set_max_version(8);
   auto r = service_->Handshake(req);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(r.status().message().find("client speaks 6..7"), std::string::npos);
-  EXPECT_NE(r.status().message().find("server speaks 1..5"), std::string::npos);
+  EXPECT_NE(r.status().message().find("client speaks 7..8"), std::string::npos);
+  EXPECT_NE(r.status().message().find("server speaks 1..6"), std::string::npos);
 }
 
 TEST_F(ServiceTest, TransferRoundTripInChunks) {
@@ -778,6 +780,184 @@ TEST_F(ServiceTest, FeedsNeedASessionOrAToken) {
   EXPECT_TRUE(service_->OpenFeed(target).ok());
   target.set_device("cpu:1");
   EXPECT_EQ(service_->OpenFeed(target).status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace kiln::server
+
+namespace kiln::server {
+namespace {
+
+// Sequenced executions (protocol 6): numbered by the client, started in
+// that order, their outputs named before they end.
+
+// Adds one infeed value to the argument: runs until a value is fed.
+constexpr char kAddInfeed[] = R"(
+ENTRY e {
+  x = f32[2] parameter(0)
+  tok = token[] after-all()
+  in = (f32[2], token[]) infeed(tok)
+  v = f32[2] get-tuple-element(in), index=0
+  ROOT s = f32[2] add(x, v)
+})";
+constexpr char kNegate2[] = "ENTRY e {\n x = f32[2] parameter(0)\n ROOT n = f32[2] negate(x)\n}";
+
+v1::ExecuteRequest Sequenced(const std::string& session, const std::string& exe,
+                             const std::string& arg, uint64_t sequence) {
+  v1::ExecuteRequest req;
+  req.set_session_id(session);
+  req.set_executable_handle(exe);
+  req.add_argument_handles(arg);
+  req.set_sequence(sequence);
+  req.set_inline_result_max_bytes(1024);
+  return req;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
+}
+
+TEST_F(ServiceTest, ALaterExecutionTakesAnEarlierOnesOutputWhileThatRuns) {
+  auto add = CompileText(kAddInfeed);
+  auto negate = CompileText(kNegate2);
+  ASSERT_TRUE(add.ok() && negate.ok());
+  auto x = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
+  ASSERT_TRUE(x.ok()) << x.status();
+  // Number 2 arrives first: it waits for number 1, then for its output,
+  // which it takes (donated).
+  v1::ExecuteRequest second =
+      Sequenced(session_, negate->executable_handle(), Session::SequencedHandle(1, 0), 2);
+  second.add_donated_arguments(0);
+  absl::StatusOr<v1::ExecuteResponse> second_done;
+  std::atomic<bool> second_returned{false};
+  std::thread second_runner([&] {
+    second_done = service_->Execute(second, nullptr);
+    second_returned = true;
+  });
+  absl::StatusOr<v1::ExecuteResponse> first_done;
+  std::thread first_runner([&] {
+    first_done = service_->Execute(Sequenced(session_, add->executable_handle(), *x, 1), nullptr);
+  });
+  auto session = service_->sessions().Get(session_);
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE((*session)->Feeds("cpu:0")->infeed.AwaitWaitingPops(1, absl::Seconds(60)))
+      << "number 1 never reached its infeed";
+  // Number 1 runs, so number 2 cannot have ended.
+  EXPECT_FALSE(second_returned.load());
+  // A read of number 1's output waits for it as well.
+  absl::StatusOr<std::string> read;
+  std::thread reader([&] { read = Download(session_, Session::SequencedHandle(1, 0)); });
+  v1::FeedTarget target;
+  target.set_session_id(session_);
+  target.set_device("cpu:0");
+  auto feed = service_->OpenFeed(target);
+  ASSERT_TRUE(feed.ok()) << feed.status();
+  ASSERT_TRUE(service_
+                  ->Infeed(*feed, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {10, 20}),
+                           nullptr)
+                  .ok());
+  first_runner.join();
+  second_runner.join();
+  reader.join();
+  ASSERT_TRUE(first_done.ok()) << first_done.status();
+  ASSERT_TRUE(second_done.ok()) << second_done.status();
+  EXPECT_EQ(first_done->outputs(0).buffer_handle(), "r-1.0");
+  EXPECT_EQ(second_done->outputs(0).buffer_handle(), "r-2.0");
+  EXPECT_EQ(Floats(second_done->outputs(0).inline_value().data()), (std::vector<float>{-11, -22}));
+  // The read either saw the value or, if it came after number 2 took the
+  // buffer, that it was gone; never anything else.
+  if (read.ok()) {
+    EXPECT_EQ(Floats(*read), (std::vector<float>{11, 22}));
+  } else {
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound) << read.status();
+  }
+  // Number 1's output was donated to number 2.
+  EXPECT_EQ(Download(session_, "r-1.0").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ServiceTest, TheOutputsOfAFailedSequencedExecutionReportItsError) {
+  auto negate = CompileText(kNegate2);
+  ASSERT_TRUE(negate.ok());
+  // Number 1 fails after it started (its argument is unknown): its output's
+  // handle reports why.
+  auto first = service_->Execute(Sequenced(session_, negate->executable_handle(), "b-missing", 1));
+  ASSERT_FALSE(first.ok());
+  auto second = service_->Execute(
+      Sequenced(session_, negate->executable_handle(), Session::SequencedHandle(1, 0), 2));
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("b-missing"), std::string::npos) << second.status();
+  // Number 3 fails before it starts (no such program): using its output
+  // says so.
+  auto third = service_->Execute(Sequenced(session_, "e-missing", "b-missing", 3));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kNotFound);
+  auto fourth = service_->Execute(
+      Sequenced(session_, negate->executable_handle(), Session::SequencedHandle(3, 0), 4));
+  ASSERT_FALSE(fourth.ok());
+  EXPECT_NE(fourth.status().message().find("failed before it ran"), std::string::npos)
+      << fourth.status();
+  // Every number is used once.
+  auto again = service_->Execute(Sequenced(session_, negate->executable_handle(), "b-missing", 4));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition) << again.status();
+  // The failed outputs still hold handles until released; releasing them,
+  // and those never made, is no error.
+  v1::ReleaseRequest release;
+  release.set_session_id(session_);
+  for (uint64_t n = 1; n <= 4; ++n) release.add_buffer_handles(Session::SequencedHandle(n, 0));
+  EXPECT_TRUE(service_->Release(release).ok());
+  EXPECT_EQ((*service_->sessions().Get(session_))->buffer_count(), 0);
+}
+
+TEST_F(ServiceTest, ANumberThatNeverComesIsPassedOver) {
+  auto negate = CompileText(kNegate2);
+  ASSERT_TRUE(negate.ok());
+  auto x = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
+  ASSERT_TRUE(x.ok());
+  // Number 1 is lost: number 2 runs after the patience (300 ms here).
+  auto second = service_->Execute(Sequenced(session_, negate->executable_handle(), *x, 2));
+  ASSERT_TRUE(second.ok()) << second.status();
+  // Number 1 arriving late is refused; its outputs never exist.
+  auto late = service_->Execute(Sequenced(session_, negate->executable_handle(), *x, 1));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition) << late.status();
+  auto use = service_->Execute(
+      Sequenced(session_, negate->executable_handle(), Session::SequencedHandle(1, 0), 3));
+  EXPECT_EQ(use.status().code(), absl::StatusCode::kNotFound) << use.status();
+  EXPECT_NE(use.status().message().find("did not arrive"), std::string::npos) << use.status();
+}
+
+TEST_F(ServiceTest, AnOutputReleasedBeforeItsExecutionStartsIsNeverKept) {
+  auto negate = CompileText(kNegate2);
+  ASSERT_TRUE(negate.ok());
+  auto x = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
+  ASSERT_TRUE(x.ok());
+  v1::ReleaseRequest release;
+  release.set_session_id(session_);
+  release.add_buffer_handles(Session::SequencedHandle(1, 0));
+  ASSERT_TRUE(service_->Release(release).ok());
+  auto first = service_->Execute(Sequenced(session_, negate->executable_handle(), *x, 1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  // Only the argument is held.
+  EXPECT_EQ((*service_->sessions().Get(session_))->buffer_count(), 1);
+}
+
+TEST_F(ServiceTest, AWaitForAnEarlierNumberEndsWithItsCall) {
+  auto negate = CompileText(kNegate2);
+  ASSERT_TRUE(negate.ok());
+  auto x = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
+  ASSERT_TRUE(x.ok());
+  // A later number's wait (numbers 1 to 999 missing): a cancelled call
+  // stops it rather than passing them over.
+  const absl::Status waited =
+      service_
+          ->Execute(Sequenced(session_, negate->executable_handle(), *x, 1000), [] { return true; })
+          .status();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kCancelled) << waited;
+  // A replicated or grouped execution cannot be sequenced.
+  v1::ExecuteRequest replicated = Sequenced(session_, negate->executable_handle(), "", 1);
+  replicated.clear_argument_handles();
+  replicated.add_replicas()->set_device("cpu:0");
+  EXPECT_EQ(service_->Execute(replicated).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

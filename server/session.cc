@@ -6,9 +6,12 @@
 #include <cstdio>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
 
@@ -74,13 +77,176 @@ std::string Session::AddBuffer(BufferEntry entry) {
   return handle;
 }
 
-absl::StatusOr<BufferEntry> Session::GetBuffer(const std::string& handle) const {
-  absl::MutexLock lock(&mu_);
-  auto it = buffers_.find(handle);
-  if (it == buffers_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown buffer handle '", handle, "'"));
+namespace {
+
+// The number of the sequenced execution whose output `handle` names
+// ("r-<sequence>.<index>"), if it names one.
+std::optional<uint64_t> SequenceOf(absl::string_view handle) {
+  if (!absl::ConsumePrefix(&handle, "r-")) return std::nullopt;
+  const size_t dot = handle.find('.');
+  uint64_t sequence = 0, index = 0;
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(handle.substr(0, dot), &sequence) ||
+      !absl::SimpleAtoi(handle.substr(dot + 1), &index)) {
+    return std::nullopt;
   }
-  return it->second;
+  return sequence;
+}
+
+// Wakes whoever waits for `pending` with `value`, once.
+void Settle(PendingOutput& pending, absl::StatusOr<runtime::BufferPtr> value) {
+  {
+    absl::MutexLock lock(&pending.mu);
+    if (pending.done) return;
+    pending.done = true;
+    pending.value = std::move(value);
+  }
+  pending.done_cv.SignalAll();
+}
+
+}  // namespace
+
+std::string Session::SequencedHandle(uint64_t sequence, int index) {
+  return absl::StrCat("r-", sequence, ".", index);
+}
+
+absl::StatusOr<BufferEntry> Session::GetBuffer(const std::string& handle,
+                                               const runtime::CancelCheck& cancelled) const {
+  std::shared_ptr<PendingOutput> pending;
+  runtime::Device* device = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = buffers_.find(handle);
+    if (it == buffers_.end()) {
+      const std::optional<uint64_t> sequence = SequenceOf(handle);
+      if (sequence.has_value()) {
+        if (auto failed = failed_turns_.find(*sequence); failed != failed_turns_.end()) {
+          return absl::NotFoundError(absl::StrCat("buffer handle '", handle, "' names an output of execution ",
+                                                  *sequence, ", which failed before it ran: ",
+                                                  failed->second.message()));
+        }
+        if (*sequence >= next_sequence_) {
+          return absl::NotFoundError(absl::StrCat("buffer handle '", handle, "' names an output of execution ",
+                                                  *sequence, ", which has not started"));
+        }
+      }
+      return absl::NotFoundError(absl::StrCat("unknown buffer handle '", handle, "'"));
+    }
+    if (it->second.pending == nullptr) return it->second;
+    pending = it->second.pending;
+    device = it->second.device;
+  }
+  absl::MutexLock lock(&pending->mu);
+  while (!pending->done) {
+    if (closed_ || (cancelled && cancelled())) {
+      return absl::CancelledError(absl::StrCat("stopped waiting for buffer ", handle,
+                                               ", the output of an execution still running"));
+    }
+    pending->done_cv.WaitWithTimeout(&pending->mu, absl::Milliseconds(20));
+  }
+  if (!pending->value.ok()) {
+    return absl::Status(pending->value.status().code(),
+                        absl::StrCat("buffer ", handle, " has no value: ",
+                                     pending->value.status().message()));
+  }
+  return BufferEntry{*pending->value, device, nullptr};
+}
+
+absl::Status Session::AwaitTurn(uint64_t sequence, const runtime::CancelCheck& cancelled,
+                                absl::Duration patience) {
+  const absl::Time deadline = absl::Now() + patience;
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    if (sequence < next_sequence_ || (sequence == next_sequence_ && turn_taken_)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "execution number ", sequence, " was sent before or passed over (session ", id_,
+          " is at number ", next_sequence_, ")"));
+    }
+    if (sequence == next_sequence_) {
+      turn_taken_ = true;
+      return absl::OkStatus();
+    }
+    if (closed_ || (cancelled && cancelled())) {
+      return absl::CancelledError(absl::StrCat("stopped waiting for execution ", next_sequence_,
+                                               ", which comes before this one (", sequence, ")"));
+    }
+    if (!turn_taken_ && absl::Now() >= deadline) {
+      // The executions numbered before this one never came (their calls
+      // were lost): pass them over, so that the session goes on.
+      const absl::Status missing = absl::DeadlineExceededError(absl::StrCat(
+          "it did not arrive within ", absl::FormatDuration(patience),
+          " of the execution numbered after it"));
+      for (uint64_t s = std::max(next_sequence_, sequence - std::min<uint64_t>(sequence, kFailedTurnsKept));
+           s < sequence; ++s) {
+        failed_turns_[s] = missing;
+      }
+      while (failed_turns_.size() > kFailedTurnsKept) failed_turns_.erase(failed_turns_.begin());
+      logging::Warn("session {}: executions {} to {} never arrived; running {}", id_, next_sequence_,
+                    sequence - 1, sequence);
+      next_sequence_ = sequence;
+      turn_taken_ = true;
+      return absl::OkStatus();
+    }
+    turn_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(20));
+  }
+}
+
+std::vector<std::string> Session::StartSequenced(uint64_t sequence, int outputs,
+                                                 runtime::Device* device) {
+  std::vector<std::string> handles;
+  {
+    absl::MutexLock lock(&mu_);
+    for (int k = 0; k < outputs; ++k) {
+      std::string handle = SequencedHandle(sequence, k);
+      // Released before it was made: never made.
+      if (!released_early_.erase(handle)) {
+        buffers_[handle] = BufferEntry{nullptr, device, std::make_shared<PendingOutput>()};
+      }
+      handles.push_back(std::move(handle));
+    }
+    if (sequence == next_sequence_) {
+      next_sequence_ = sequence + 1;
+      turn_taken_ = false;
+    }
+  }
+  turn_cv_.SignalAll();
+  return handles;
+}
+
+void Session::SkipTurn(uint64_t sequence, const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (sequence != next_sequence_ || !turn_taken_) return;
+    failed_turns_[sequence] = why;
+    while (failed_turns_.size() > kFailedTurnsKept) failed_turns_.erase(failed_turns_.begin());
+    next_sequence_ = sequence + 1;
+    turn_taken_ = false;
+  }
+  turn_cv_.SignalAll();
+}
+
+void Session::Resolve(const std::string& handle, runtime::BufferPtr buffer) {
+  std::shared_ptr<PendingOutput> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = buffers_.find(handle);
+    if (it == buffers_.end() || it->second.pending == nullptr) return;  // released
+    pending = std::move(it->second.pending);
+    it->second.buffer = buffer;
+  }
+  Settle(*pending, std::move(buffer));
+}
+
+void Session::FailPending(const std::vector<std::string>& handles, const absl::Status& error) {
+  std::vector<std::shared_ptr<PendingOutput>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& handle : handles) {
+      auto it = buffers_.find(handle);
+      // The entry stays, valueless, until released: its uses report why.
+      if (it != buffers_.end() && it->second.pending != nullptr) failed.push_back(it->second.pending);
+    }
+  }
+  for (const auto& pending : failed) Settle(*pending, error);
 }
 
 std::string Session::AddExecutable(ExecutableEntry entry) {
@@ -107,19 +273,29 @@ absl::StatusOr<int> Session::Release(const std::vector<std::string>& buffers,
   std::vector<ExecutableEntry> dropped_executables;
   {
     absl::MutexLock lock(&mu_);
+    std::vector<const std::string*> early;  // outputs of executions not started yet
     for (const std::string& h : buffers) {
-      if (!buffers_.contains(h)) {
-        return absl::NotFoundError(absl::StrCat("unknown buffer handle '", h, "'"));
+      if (buffers_.contains(h)) continue;
+      // An output of a sequenced execution that is gone is no error: its
+      // execution failed before it started, or was passed over, or the
+      // handle was released before. One not started yet is remembered.
+      const std::optional<uint64_t> sequence = SequenceOf(h);
+      if (sequence.has_value() && *sequence < next_sequence_) continue;
+      if (sequence.has_value() && released_early_.size() + early.size() < kMaxEarlyReleases) {
+        early.push_back(&h);
+        continue;
       }
+      return absl::NotFoundError(absl::StrCat("unknown buffer handle '", h, "'"));
     }
     for (const std::string& h : executables) {
       if (!executables_.contains(h)) {
         return absl::NotFoundError(absl::StrCat("unknown executable handle '", h, "'"));
       }
     }
+    for (const std::string* h : early) released_early_.insert(*h);
     for (const std::string& h : buffers) {
       auto it = buffers_.find(h);
-      if (it == buffers_.end()) continue;  // listed twice
+      if (it == buffers_.end()) continue;  // listed twice, or released early
       dropped_buffers.push_back(std::move(it->second));
       buffers_.erase(it);
     }
@@ -130,6 +306,12 @@ absl::StatusOr<int> Session::Release(const std::vector<std::string>& buffers,
       executables_.erase(it);
     }
   }
+  // Whoever waits for a pending one learns that it is gone.
+  for (const BufferEntry& entry : dropped_buffers) {
+    if (entry.pending != nullptr) {
+      Settle(*entry.pending, absl::NotFoundError("it was released before its execution ended"));
+    }
+  }
   return static_cast<int>(dropped_buffers.size() + dropped_executables.size());
 }
 
@@ -137,8 +319,13 @@ absl::StatusOr<std::vector<BufferEntry>> Session::TakeBuffers(
     const std::vector<std::string>& handles) {
   absl::MutexLock lock(&mu_);
   for (const std::string& h : handles) {
-    if (!buffers_.contains(h)) {
+    auto it = buffers_.find(h);
+    if (it == buffers_.end()) {
       return absl::NotFoundError(absl::StrCat("unknown buffer handle '", h, "'"));
+    }
+    if (it->second.pending != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("buffer ", h, " is the output of an execution that has not ended well"));
     }
   }
   std::vector<BufferEntry> taken;
@@ -182,6 +369,10 @@ void Session::Clear() {
     executables.swap(executables_);
     groups.swap(groups_);
   }
+  for (const auto& [handle, entry] : buffers) {
+    if (entry.pending != nullptr) Settle(*entry.pending, absl::CancelledError("the session ended"));
+  }
+  turn_cv_.SignalAll();
 }
 
 absl::Status Session::ReserveGroup(const std::string& id) {

@@ -5,6 +5,7 @@
 #define KILN_SERVER_SESSION_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/cancel_check.h"
 #include "runtime/device.h"
 #include "runtime/host_group.h"
 #include "runtime/memory.h"
@@ -28,9 +30,27 @@ struct ExecutableEntry {
   std::string fingerprint;
 };
 
+struct PendingOutput;
+
 struct BufferEntry {
   runtime::BufferPtr buffer;
   runtime::Device* device;  // borrowed from the service
+  // Set while the buffer is an output of a sequenced execution that has not
+  // finished (then `buffer` is null): GetBuffer waits for it.
+  std::shared_ptr<PendingOutput> pending;
+};
+
+// An output of a sequenced execution (ExecuteRequest.sequence) before the
+// execution ends: its handle is known from the start, so that the
+// executions sent after it may name it as an argument while it runs.
+struct PendingOutput {
+  absl::Mutex mu;
+  absl::CondVar done_cv;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  // The value, or why there is none (the execution failed, the session
+  // ended).
+  absl::StatusOr<runtime::BufferPtr> value ABSL_GUARDED_BY(mu) =
+      absl::UnavailableError("not computed yet");
 };
 
 // The infeed and outfeed of one device as one session sees them: sessions
@@ -84,14 +104,47 @@ class Session {
   const std::string& client_name() const { return client_name_; }
 
   std::string AddBuffer(BufferEntry entry);
-  // NOT_FOUND naming the handle (also for other sessions' handles).
-  absl::StatusOr<BufferEntry> GetBuffer(const std::string& handle) const;
+  // NOT_FOUND naming the handle (also for other sessions' handles). An
+  // output of a sequenced execution still running is waited for, until
+  // `cancelled` (may be empty) says stop or the session ends; its
+  // execution's error if that failed.
+  absl::StatusOr<BufferEntry> GetBuffer(const std::string& handle,
+                                        const runtime::CancelCheck& cancelled = {}) const;
+
+  // Sequenced executions (protocol 6): a client numbers the executions it
+  // sends without waiting for their replies 1, 2, 3, ... and the session
+  // starts them in that order, each once the one before has registered its
+  // outputs, under handles known in advance (SequencedHandle). So an
+  // execution may name the outputs of the one before it, still running.
+  //
+  // The handle of output `index` (tuples flattened) of execution `sequence`.
+  static std::string SequencedHandle(uint64_t sequence, int index);
+  // Waits until it is execution `sequence`'s turn. FAILED_PRECONDITION if
+  // that number was used or passed over; CANCELLED if `cancelled` says
+  // stop or the session ends. An execution missing before it for longer
+  // than `patience` is passed over (its outputs will never exist). After
+  // OK the caller must pass the turn on: StartSequenced or SkipTurn.
+  absl::Status AwaitTurn(uint64_t sequence, const runtime::CancelCheck& cancelled,
+                         absl::Duration patience);
+  // Registers `outputs` pending outputs of execution `sequence` on `device`
+  // and passes the turn on; returns their handles. A handle released
+  // before it was registered is not registered.
+  std::vector<std::string> StartSequenced(uint64_t sequence, int outputs, runtime::Device* device);
+  // Passes the turn on without registering outputs: the execution failed
+  // first, with `why` (which later uses of its outputs' handles report).
+  void SkipTurn(uint64_t sequence, const absl::Status& why);
+  // Gives a pending output its value; a handle released meanwhile drops it.
+  void Resolve(const std::string& handle, runtime::BufferPtr buffer);
+  // Gives the outputs still pending among `handles` their execution's
+  // error, which their later uses report.
+  void FailPending(const std::vector<std::string>& handles, const absl::Status& error);
   std::string AddExecutable(ExecutableEntry entry);
   absl::StatusOr<ExecutableEntry> GetExecutable(const std::string& handle) const;
   // Releases all the given handles, or none if any is unknown (NOT_FOUND).
   absl::StatusOr<int> Release(const std::vector<std::string>& buffers,
                               const std::vector<std::string>& executables);
-  // Removes and returns buffers (donation); all or none.
+  // Removes and returns buffers (donation); all or none. A buffer still
+  // pending is FAILED_PRECONDITION (GetBuffer it first).
   absl::StatusOr<std::vector<BufferEntry>> TakeBuffers(
       const std::vector<std::string>& handles);
   // This session's queues on `device` (made on first use).
@@ -143,6 +196,18 @@ class Session {
   absl::flat_hash_map<std::string, std::shared_ptr<GroupEntry>> groups_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> reserved_groups_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> closed_{false};
+  // Sequenced executions: the number whose turn it is, what woke waiters,
+  // handles released before their execution registered them (at most
+  // kMaxEarlyReleases), and the errors of recent executions that passed
+  // their turn on without outputs (at most kFailedTurnsKept, by number).
+  static constexpr size_t kMaxEarlyReleases = 4096;
+  static constexpr size_t kFailedTurnsKept = 64;
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  // An execution holds its turn (between AwaitTurn and passing it on).
+  bool turn_taken_ ABSL_GUARDED_BY(mu_) = false;
+  mutable absl::CondVar turn_cv_;
+  absl::flat_hash_set<std::string> released_early_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, absl::Status> failed_turns_ ABSL_GUARDED_BY(mu_);
 };
 
 // A client's self-chosen name as sessions keep and log it: C-escaped (no
