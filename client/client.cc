@@ -64,7 +64,10 @@ class ClientCore {
   }
 
   // The number of the next sequenced execution (protocol 6): 1, 2, 3, ...
+  // Drawn and dispatched under order_mu(), so that they are queued in
+  // order.
   uint64_t NextSequence() { return ++sequence_; }
+  absl::Mutex& order_mu() { return order_mu_; }
 
   absl::Status Flush() {
     absl::MutexLock lock(&mu_);
@@ -222,6 +225,7 @@ class ClientCore {
   std::vector<std::shared_ptr<PendingExecution>> dispatching_ ABSL_GUARDED_BY(mu_);
   bool unsequenced_running_ ABSL_GUARDED_BY(mu_) = false;
   int idle_dispatchers_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Mutex order_mu_;
   std::atomic<uint64_t> sequence_{0};
   std::thread releaser_;
   std::thread keeper_;
@@ -540,22 +544,25 @@ std::string SequencedHandle(uint64_t sequence, int index) {
 }
 
 // `result` with its outputs replaced by the buffers named before the call
-// (the same handles: one object per handle, so each is released once).
+// where they are alive (one object per handle, so each is released once);
+// the reply's object for a named buffer given up since stays, marked gone.
 absl::StatusOr<ExecuteResult> WithNamedOutputs(
-    ExecuteResult result, const std::vector<std::shared_ptr<DeviceBuffer>>& named) {
+    ExecuteResult result, const std::vector<std::weak_ptr<DeviceBuffer>>& named) {
   if (result.outputs.size() != named.size()) {
     return absl::InternalError(absl::StrCat("the server returned ", result.outputs.size(),
                                             " outputs for a program with ", named.size()));
   }
   for (size_t k = 0; k < named.size(); ++k) {
-    if (result.outputs[k]->handle() != named[k]->handle()) {
-      return absl::InternalError(absl::StrCat("the server named output ", k, " '",
-                                              result.outputs[k]->handle(), "', not '",
-                                              named[k]->handle(), "'"));
-    }
+    const std::string expected = result.outputs[k]->handle();
     // The reply's own object for the handle must not release it.
     result.outputs[k]->MarkDonated();
-    result.outputs[k] = named[k];
+    if (std::shared_ptr<DeviceBuffer> alive = named[k].lock(); alive != nullptr) {
+      if (alive->handle() != expected) {
+        return absl::InternalError(absl::StrCat("the server named output ", k, " '", expected,
+                                                "', not '", alive->handle(), "'"));
+      }
+      result.outputs[k] = std::move(alive);
+    }
   }
   return result;
 }
@@ -588,24 +595,30 @@ absl::StatusOr<std::shared_ptr<PendingExecution>> Client::ExecuteAsync(
   // before and names its outputs now; they can be the next execution's
   // arguments before this one's reply is in.
   const bool sequenced = protocol_version_ >= 6;
+  // Numbers are queued in the order they are drawn (calls from several
+  // threads take turns here).
+  absl::MutexLock order(&core_->order_mu());
+  std::vector<std::weak_ptr<DeviceBuffer>> named;
   if (sequenced) {
     const uint64_t sequence = core_->NextSequence();
     req.set_sequence(sequence);
     std::vector<ir::Shape> leaves;
     FlattenShape(executable->result_shape(), &leaves);
+    absl::MutexLock lock(&pending->mu_);
     for (size_t k = 0; k < leaves.size(); ++k) {
       pending->outputs_.push_back(std::make_shared<DeviceBuffer>(
           core_, SequencedHandle(sequence, static_cast<int>(k)), std::move(leaves[k]),
           executable->device()));
+      named.push_back(pending->outputs_.back());
     }
   }
   // The work holds what the call needs (the executable and the arguments'
   // buffers stay referenced until the reply), never the caller's objects.
-  // It holds the named outputs too, so none is released before the server
-  // has seen the call.
+  // The named outputs it only observes: the caller may give them up (drop
+  // or donate them) before the reply, as it could the reply's.
   auto work = [core = core_, pending, req = std::move(req), executable = std::move(executable),
                args = args, donate = options.donate, shapes = std::move(shapes),
-               named = pending->outputs_]() mutable {
+               named = std::move(named)]() mutable {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<v1::ExecuteResponse> executed =
         core->transport().Execute(req, &pending->canceller_);
@@ -638,6 +651,11 @@ absl::StatusOr<ExecuteResult> PendingExecution::Wait() {
 bool PendingExecution::done() const {
   absl::MutexLock lock(&mu_);
   return done_;
+}
+
+std::vector<std::shared_ptr<DeviceBuffer>> PendingExecution::TakeOutputs() {
+  absl::MutexLock lock(&mu_);
+  return std::move(outputs_);
 }
 
 double PendingExecution::round_trip_seconds() const {

@@ -189,13 +189,14 @@ class PendingExecution {
   // Seconds from sending to the reply (0 until done).
   double round_trip_seconds() const;
   // The outputs' buffers (tuples flattened), known at once where the server
-  // numbers executions (protocol 6): they may be arguments of executions
-  // sent after this one with ExecuteAsync before its reply is in (the
-  // server waits for them). Other calls naming them (Execute, transfers)
-  // belong after Wait(): sent earlier, they may reach the server before
-  // this execution and find the handle unknown. Empty with older servers.
-  // Wait() returns the same objects.
-  const std::vector<std::shared_ptr<DeviceBuffer>>& outputs() const { return outputs_; }
+  // numbers executions (protocol 6), handed out once (later calls, and
+  // older servers: empty). They may be arguments of executions sent after
+  // this one with ExecuteAsync before its reply is in (the server waits
+  // for them), donated too: nothing else holds them. Other calls naming
+  // them (Execute, transfers) belong after Wait(): sent earlier, they may
+  // reach the server before this execution and find the handle unknown.
+  // Wait() returns the same objects where they are still alive.
+  std::vector<std::shared_ptr<DeviceBuffer>> TakeOutputs();
 
  private:
   friend class Client;
@@ -209,7 +210,8 @@ class PendingExecution {
   double seconds_ ABSL_GUARDED_BY(mu_) = 0;
   // Stops the call when the client shuts down with it in flight.
   CallCanceller canceller_;
-  std::vector<std::shared_ptr<DeviceBuffer>> outputs_;  // set before it is sent
+  // Set before it is sent; the outputs until TakeOutputs.
+  std::vector<std::shared_ptr<DeviceBuffer>> outputs_ ABSL_GUARDED_BY(mu_);
 };
 
 // Thread-safe.

@@ -63,7 +63,9 @@ Tensor LazyContext::Record(std::shared_ptr<Node> node) {
     return t;
   }
   if (eager_) {
-    // Eager: run the op now. An error becomes the tensor's status.
+    // Eager: run the op now. An error becomes the tensor's status. (Sent
+    // without waiting, as a pipelined barrier is, an op costs several
+    // times more: the hand-off to the dispatch thread and back.)
     absl::Status st = Realize({t}, std::source_location::current());
     if (!st.ok()) t.node()->status = st;
     return t;
@@ -593,7 +595,7 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
   if (dispatch && replica_args.empty() && cancel == nullptr) {
     ASSIGN_OR_RETURN(std::shared_ptr<PendingExecution> pending,
                      client_->ExecuteAsync(exe, args, options));
-    const std::vector<std::shared_ptr<DeviceBuffer>>& named = pending->outputs();
+    const std::vector<std::shared_ptr<DeviceBuffer>> named = pending->TakeOutputs();
     if (!named.empty()) RETURN_IF_ERROR(CheckOutputCount(named.size(), outputs.size()));
     InFlight flight{std::move(pending), {}, {}, !options.donate.empty()};
     for (size_t i = 0; i < outputs.size(); ++i) {
@@ -742,7 +744,9 @@ absl::StatusOr<ir::Literal> Tensor::ToHost(std::source_location where) const {
 }
 
 absl::StatusOr<ir::Literal> Tensor::ReadStorage(std::source_location where) const {
-  if (node_ != nullptr && node_->in_flight()) RETURN_IF_ERROR(context()->SyncFor(node_.get()));
+  // The executions before this value's may fail without it: their errors
+  // stay on their own tensors; this one's is its status.
+  if (node_ != nullptr && node_->in_flight()) context()->SyncFor(node_.get()).IgnoreError();
   RETURN_IF_ERROR(status());
   if (!node_->realized()) RETURN_IF_ERROR(context()->Realize({*this}, where));
   if (node_->host_value.has_value()) return *node_->host_value;

@@ -149,7 +149,8 @@ grpc::Status GrpcService::TransferFromDevice(
     grpc::ServerWriter<v1::TransferFromDeviceChunk>* writer) {
   RETURN_IF_UNAUTHORIZED(ctx, req->session_id());
   return ToGrpcStatus(service_->TransferFromDevice(
-      *req, [&](const v1::TransferFromDeviceChunk& c) { return writer->Write(c); }));
+      *req, [&](const v1::TransferFromDeviceChunk& c) { return writer->Write(c); },
+      CancelledBy(ctx)));
 }
 
 grpc::Status GrpcService::Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,

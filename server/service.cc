@@ -223,10 +223,13 @@ absl::StatusOr<v1::TransferToDeviceResponse> Service::TransferToDevice(
 }
 
 absl::Status Service::TransferFromDevice(const v1::TransferFromDeviceRequest& req,
-                                         const ChunkWriter& write) {
+                                         const ChunkWriter& write,
+                                         const runtime::CancelCheck& cancelled) {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
-  ASSIGN_OR_RETURN(BufferEntry entry, session->GetBuffer(req.buffer_handle()));
+  // An output of a sequenced execution still running is waited for.
+  ASSIGN_OR_RETURN(BufferEntry entry,
+                   session->GetBuffer(req.buffer_handle(), UntilSessionEnds(session, cancelled)));
   const runtime::Buffer& buffer = *entry.buffer;
   absl::Status copied = absl::OkStatus();
   int64_t chunk = req.chunk_bytes() > 0 ? req.chunk_bytes() : options_.transfer_chunk_bytes;
@@ -392,16 +395,50 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
                                                      const runtime::CancelCheck& cancelled,
                                                      runtime::MemoryCharge* reply_charge) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(req.session_id()));
+  absl::StatusOr<v1::ExecuteResponse> resp = ExecuteCounted(session, req, cancelled, reply_charge);
+  if (!resp.ok() && req.sequence() != 0) {
+    // A sequenced execution's caller gives its donated arguments up
+    // whatever happens (protocol 6): those it did not take go now. (An
+    // unsequenced one refused before it took them leaves them alone.)
+    std::vector<std::string> donated;
+    auto add = [&](const google::protobuf::RepeatedPtrField<std::string>& handles) {
+      for (int index : req.donated_arguments()) {
+        if (index >= 0 && index < handles.size() && !handles[index].empty()) {
+          donated.push_back(handles[index]);
+        }
+      }
+    };
+    add(req.argument_handles());
+    for (const v1::ReplicaArguments& replica : req.replicas()) add(replica.argument_handles());
+    session->Drop(donated);
+  }
+  return resp;
+}
+
+absl::StatusOr<v1::ExecuteResponse> Service::ExecuteCounted(
+    const std::shared_ptr<Session>& session, const v1::ExecuteRequest& req,
+    const runtime::CancelCheck& cancelled, runtime::MemoryCharge* reply_charge) {
   // Counted from here: a sequenced execution waiting for its turn is one.
-  ASSIGN_OR_RETURN(std::shared_ptr<void> running, session->BeginExecution());
-  if (req.sequence() == 0) return ExecuteIn(session, req, cancelled, reply_charge, nullptr);
-  if (req.replicas_size() > 0 || !req.group_id().empty()) {
-    return absl::InvalidArgumentError(
+  absl::StatusOr<std::shared_ptr<void>> running = session->BeginExecution();
+  if (req.sequence() == 0) {
+    RETURN_IF_ERROR(running.status());
+    return ExecuteIn(session, req, cancelled, reply_charge, nullptr);
+  }
+  absl::Status before_turn = running.status();
+  if (before_turn.ok() && (req.replicas_size() > 0 || !req.group_id().empty())) {
+    before_turn = absl::InvalidArgumentError(
         "a sequenced execution is a single one (no replicas, no group)");
   }
-  RETURN_IF_ERROR(
-      session->AwaitTurn(req.sequence(), UntilSessionEnds(session, cancelled),
-                         options_.sequence_patience));
+  if (before_turn.ok()) {
+    before_turn = session->AwaitTurn(req.sequence(), UntilSessionEnds(session, cancelled),
+                                     options_.sequence_patience);
+  }
+  if (!before_turn.ok()) {
+    // Its number passes on when its turn comes: the ones after it need not
+    // wait for it.
+    session->Abandon(req.sequence(), before_turn);
+    return before_turn;
+  }
   SequencedOutputs sequenced{req.sequence(), false, {}};
   absl::StatusOr<v1::ExecuteResponse> resp =
       ExecuteIn(session, req, cancelled, reply_charge, &sequenced);
@@ -534,7 +571,8 @@ absl::StatusOr<v1::ExecuteResponse> Service::ExecuteIn(const std::shared_ptr<Ses
       }
       // An output of an earlier sequenced execution still running is
       // waited for.
-      absl::StatusOr<BufferEntry> arg = session->GetBuffer(handles[i], until_done);
+      absl::StatusOr<BufferEntry> arg = session->GetBuffer(
+          handles[i], until_done, sequenced != nullptr ? sequenced->sequence : 0);
       if (!arg.ok()) return WithContext(arg.status(), absl::StrCat(where, "argument ", i));
       if (arg->device != device) {
         return absl::InvalidArgumentError(absl::StrCat(

@@ -119,8 +119,11 @@ class Service {
       const ChunkReader& next);
   // Sends chunks through `write`; it returns false when the peer is gone.
   using ChunkWriter = std::function<bool(const v1::TransferFromDeviceChunk&)>;
+  // An output of a sequenced execution still running is waited for, until
+  // `cancelled` (may be null) says stop or the session ends.
   absl::Status TransferFromDevice(const v1::TransferFromDeviceRequest& request,
-                                  const ChunkWriter& write);
+                                  const ChunkWriter& write,
+                                  const runtime::CancelCheck& cancelled = nullptr);
 
   absl::StatusOr<v1::ReleaseResponse> Release(const v1::ReleaseRequest& request);
   absl::StatusOr<v1::CompileResponse> Compile(const v1::CompileRequest& request);
@@ -230,6 +233,12 @@ class Service {
     bool started = false;  // the turn passed on with `handles` registered
     std::vector<std::string> handles;
   };
+  // Execute after the session's lookup: counts the execution and, for a
+  // sequenced one, takes its turn and passes it on.
+  absl::StatusOr<v1::ExecuteResponse> ExecuteCounted(const std::shared_ptr<Session>& session,
+                                                     const v1::ExecuteRequest& req,
+                                                     const runtime::CancelCheck& cancelled,
+                                                     runtime::MemoryCharge* reply_charge);
   // Execute within `session`; `sequenced` (null for an unsequenced one)
   // holds its turn.
   absl::StatusOr<v1::ExecuteResponse> ExecuteIn(const std::shared_ptr<Session>& session,

@@ -960,5 +960,99 @@ TEST_F(ServiceTest, AWaitForAnEarlierNumberEndsWithItsCall) {
   EXPECT_EQ(service_->Execute(replicated).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(ServiceTest, ASequencedExecutionCannotWaitForItselfOrALaterOne) {
+  auto negate = CompileText(kNegate2);
+  ASSERT_TRUE(negate.ok());
+  for (uint64_t n : {1, 2}) {
+    // Its own output, then the next one's.
+    auto self = service_->Execute(
+        Sequenced(session_, negate->executable_handle(), Session::SequencedHandle(n == 1 ? 1 : 3, 0), n));
+    EXPECT_EQ(self.status().code(), absl::StatusCode::kInvalidArgument) << self.status();
+  }
+}
+
+TEST_F(ServiceTest, ANumberThatFailsBeforeItsTurnPassesItOn) {
+  // No patience to speak of: number 2 must not wait for a number 1 that
+  // failed.
+  ServiceOptions options;
+  options.backends = {{"cpu", 1, {{"memory_bytes", "1M"}}}};
+  options.sequence_patience = absl::Hours(1);
+  auto service = *Service::Create(options);
+  v1::HandshakeRequest hello;
+  hello.set_min_version(6);
+  hello.set_max_version(6);
+  const std::string session = service->Handshake(hello)->session_id();
+  auto m = ir::ParseModule(kNegate2);
+  ASSERT_TRUE(m.ok());
+  v1::CompileRequest compile;
+  compile.set_session_id(session);
+  compile.set_device("cpu:0");
+  *compile.mutable_module() = ir::ModuleToProto(**m);
+  auto exe = service->Compile(compile);
+  ASSERT_TRUE(exe.ok());
+  v1::TransferHeader h;
+  h.set_session_id(session);
+  h.set_device("cpu:0");
+  ir::ShapeToProto(ir::Shape(ir::ElementType::kF32, {2}), h.mutable_shape());
+  h.set_total_bytes(8);
+  bool sent = false;
+  auto x = service->TransferToDevice(h, "", [&](std::string* data) -> absl::StatusOr<bool> {
+    if (sent) return false;
+    *data = std::string(8, '\0');
+    sent = true;
+    return true;
+  });
+  ASSERT_TRUE(x.ok());
+  // Number 2 waits; number 1 arrives malformed (a replicated sequenced
+  // execution) and fails before its turn.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  absl::StatusOr<v1::ExecuteResponse> second;
+  std::thread runner([&] {
+    second = service->Execute(Sequenced(session, exe->executable_handle(), x->buffer_handle(), 2),
+                              [&] { return absl::Now() > give_up; });
+  });
+  v1::ExecuteRequest first = Sequenced(session, exe->executable_handle(), "", 1);
+  first.clear_argument_handles();
+  first.add_replicas()->set_device("cpu:0");
+  EXPECT_EQ(service->Execute(first).status().code(), absl::StatusCode::kInvalidArgument);
+  runner.join();
+  EXPECT_TRUE(second.ok()) << second.status();
+}
+
+TEST_F(ServiceTest, OnlyTheSmallestWaitingNumberPassesOverMissingOnes) {
+  auto negate = CompileText(kNegate2);
+  ASSERT_TRUE(negate.ok());
+  auto x = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
+  ASSERT_TRUE(x.ok());
+  // 1, 2 and 4 never come; 5, then 3, wait. Only 3, the smallest waiting,
+  // passes over 1 and 2 (after the patience, 300 ms here), however long 5
+  // has waited; then 5 passes over 4.
+  absl::StatusOr<v1::ExecuteResponse> fifth, third;
+  std::thread five(
+      [&] { fifth = service_->Execute(Sequenced(session_, negate->executable_handle(), *x, 5)); });
+  std::thread three(
+      [&] { third = service_->Execute(Sequenced(session_, negate->executable_handle(), *x, 3)); });
+  three.join();
+  five.join();
+  EXPECT_TRUE(third.ok()) << third.status();
+  EXPECT_TRUE(fifth.ok()) << fifth.status();
+}
+
+TEST_F(ServiceTest, DonatedArgumentsOfAFailedSequencedExecutionAreGone) {
+  auto negate = CompileText(kNegate2);
+  ASSERT_TRUE(negate.ok());
+  // The wrong shape: the execution fails before it takes its argument,
+  // which the caller gave up all the same (unlike an unsequenced one:
+  // RefusedExecutionKeepsDonatedArguments).
+  auto wrong = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3}));
+  ASSERT_TRUE(wrong.ok());
+  v1::ExecuteRequest req = Sequenced(session_, negate->executable_handle(), *wrong, 1);
+  req.add_donated_arguments(0);
+  EXPECT_EQ(service_->Execute(req).status().code(), absl::StatusCode::kInvalidArgument);
+  // Its own output, which never got a value, is the only handle left.
+  EXPECT_EQ((*service_->sessions().Get(session_))->buffer_count(), 1);
+  EXPECT_EQ(Download(session_, *wrong).status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace kiln::server

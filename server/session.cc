@@ -9,6 +9,8 @@
 #include <optional>
 #include <random>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
@@ -110,7 +112,16 @@ std::string Session::SequencedHandle(uint64_t sequence, int index) {
 }
 
 absl::StatusOr<BufferEntry> Session::GetBuffer(const std::string& handle,
-                                               const runtime::CancelCheck& cancelled) const {
+                                               const runtime::CancelCheck& cancelled,
+                                               uint64_t before) const {
+  if (before > 0) {
+    const std::optional<uint64_t> sequence = SequenceOf(handle);
+    if (sequence.has_value() && *sequence >= before) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffer ", handle, " is an output of execution ", *sequence,
+          ", which does not come before this one (", before, ")"));
+    }
+  }
   std::shared_ptr<PendingOutput> pending;
   runtime::Device* device = nullptr;
   {
@@ -151,12 +162,51 @@ absl::StatusOr<BufferEntry> Session::GetBuffer(const std::string& handle,
   return BufferEntry{*pending->value, device, nullptr};
 }
 
+void Session::RecordFailedTurn(uint64_t sequence, const absl::Status& why) {
+  failed_turns_[sequence] = why;
+  while (failed_turns_.size() > kFailedTurnsKept) failed_turns_.erase(failed_turns_.begin());
+}
+
+void Session::PassTurnTo(uint64_t sequence) {
+  next_sequence_ = sequence;
+  turn_taken_ = false;
+  // Numbers abandoned before their turn pass it on at once.
+  while (!abandoned_.empty() && abandoned_.begin()->first <= next_sequence_) {
+    auto first = abandoned_.begin();
+    if (first->first == next_sequence_) {
+      RecordFailedTurn(first->first, first->second);
+      ++next_sequence_;
+    }
+    abandoned_.erase(first);
+  }
+  // Early releases of outputs of numbers passed are done with.
+  if (!released_early_.empty()) {
+    absl::erase_if(released_early_, [&](const std::string& handle) {
+      const std::optional<uint64_t> of = SequenceOf(handle);
+      return !of.has_value() || *of < next_sequence_;
+    });
+  }
+  turn_cv_.SignalAll();
+}
+
 absl::Status Session::AwaitTurn(uint64_t sequence, const runtime::CancelCheck& cancelled,
                                 absl::Duration patience) {
-  const absl::Time deadline = absl::Now() + patience;
+  if (sequence == 0 || sequence > kMaxSequence) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("execution number ", sequence, " is outside 1..", kMaxSequence));
+  }
   absl::MutexLock lock(&mu_);
+  waiting_.insert(sequence);
+  absl::Cleanup done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    waiting_.erase(waiting_.find(sequence));
+  };
+  // The numbers before the smallest waiting one have been missing since
+  // `missing_since` (reset whenever a turn passes on).
+  uint64_t seen_next = next_sequence_;
+  absl::Time missing_since = absl::Now();
   while (true) {
-    if (sequence < next_sequence_ || (sequence == next_sequence_ && turn_taken_)) {
+    if (sequence < next_sequence_ || (sequence == next_sequence_ && turn_taken_) ||
+        abandoned_.contains(sequence)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "execution number ", sequence, " was sent before or passed over (session ", id_,
           " is at number ", next_sequence_, ")"));
@@ -169,20 +219,24 @@ absl::Status Session::AwaitTurn(uint64_t sequence, const runtime::CancelCheck& c
       return absl::CancelledError(absl::StrCat("stopped waiting for execution ", next_sequence_,
                                                ", which comes before this one (", sequence, ")"));
     }
-    if (!turn_taken_ && absl::Now() >= deadline) {
-      // The executions numbered before this one never came (their calls
-      // were lost): pass them over, so that the session goes on.
+    if (next_sequence_ != seen_next) {
+      seen_next = next_sequence_;
+      missing_since = absl::Now();
+    }
+    if (!turn_taken_ && *waiting_.begin() == sequence && absl::Now() - missing_since >= patience) {
+      // The executions numbered before this one, the smallest waiting,
+      // never came (their calls were lost): pass them over, so that the
+      // session goes on.
       const absl::Status missing = absl::DeadlineExceededError(absl::StrCat(
           "it did not arrive within ", absl::FormatDuration(patience),
-          " of the execution numbered after it"));
-      for (uint64_t s = std::max(next_sequence_, sequence - std::min<uint64_t>(sequence, kFailedTurnsKept));
-           s < sequence; ++s) {
-        failed_turns_[s] = missing;
+          " of the executions numbered after it"));
+      for (uint64_t n = std::max(next_sequence_, sequence - std::min<uint64_t>(sequence, kFailedTurnsKept));
+           n < sequence; ++n) {
+        RecordFailedTurn(n, missing);
       }
-      while (failed_turns_.size() > kFailedTurnsKept) failed_turns_.erase(failed_turns_.begin());
       logging::Warn("session {}: executions {} to {} never arrived; running {}", id_, next_sequence_,
                     sequence - 1, sequence);
-      next_sequence_ = sequence;
+      PassTurnTo(sequence);
       turn_taken_ = true;
       return absl::OkStatus();
     }
@@ -190,38 +244,65 @@ absl::Status Session::AwaitTurn(uint64_t sequence, const runtime::CancelCheck& c
   }
 }
 
+void Session::Abandon(uint64_t sequence, const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (sequence == 0 || sequence > kMaxSequence || sequence < next_sequence_) return;
+  if (sequence == next_sequence_) {
+    if (turn_taken_) return;  // another execution of that number holds it
+    RecordFailedTurn(sequence, why);
+    PassTurnTo(sequence + 1);
+    return;
+  }
+  if (abandoned_.size() < kFailedTurnsKept) abandoned_.emplace(sequence, why);
+}
+
+void Session::Drop(const std::vector<std::string>& handles) {
+  std::vector<BufferEntry> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& handle : handles) {
+      auto it = buffers_.find(handle);
+      if (it == buffers_.end()) {
+        // An output of an execution not started yet is never kept.
+        const std::optional<uint64_t> sequence = SequenceOf(handle);
+        if (sequence.has_value() && *sequence >= next_sequence_ &&
+            released_early_.size() < kMaxEarlyReleases) {
+          released_early_.insert(handle);
+        }
+        continue;
+      }
+      dropped.push_back(std::move(it->second));
+      buffers_.erase(it);
+    }
+  }
+  for (const BufferEntry& entry : dropped) {
+    if (entry.pending != nullptr) {
+      Settle(*entry.pending, absl::NotFoundError("it was given up before its execution ended"));
+    }
+  }
+}
+
 std::vector<std::string> Session::StartSequenced(uint64_t sequence, int outputs,
                                                  runtime::Device* device) {
   std::vector<std::string> handles;
-  {
-    absl::MutexLock lock(&mu_);
-    for (int k = 0; k < outputs; ++k) {
-      std::string handle = SequencedHandle(sequence, k);
-      // Released before it was made: never made.
-      if (!released_early_.erase(handle)) {
-        buffers_[handle] = BufferEntry{nullptr, device, std::make_shared<PendingOutput>()};
-      }
-      handles.push_back(std::move(handle));
+  absl::MutexLock lock(&mu_);
+  for (int k = 0; k < outputs; ++k) {
+    std::string handle = SequencedHandle(sequence, k);
+    // Released before it was made: never made.
+    if (!released_early_.erase(handle)) {
+      buffers_[handle] = BufferEntry{nullptr, device, std::make_shared<PendingOutput>()};
     }
-    if (sequence == next_sequence_) {
-      next_sequence_ = sequence + 1;
-      turn_taken_ = false;
-    }
+    handles.push_back(std::move(handle));
   }
-  turn_cv_.SignalAll();
+  if (sequence == next_sequence_ && turn_taken_) PassTurnTo(sequence + 1);
   return handles;
 }
 
 void Session::SkipTurn(uint64_t sequence, const absl::Status& why) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (sequence != next_sequence_ || !turn_taken_) return;
-    failed_turns_[sequence] = why;
-    while (failed_turns_.size() > kFailedTurnsKept) failed_turns_.erase(failed_turns_.begin());
-    next_sequence_ = sequence + 1;
-    turn_taken_ = false;
-  }
-  turn_cv_.SignalAll();
+  absl::MutexLock lock(&mu_);
+  if (sequence != next_sequence_ || !turn_taken_) return;
+  RecordFailedTurn(sequence, why);
+  PassTurnTo(sequence + 1);
 }
 
 void Session::Resolve(const std::string& handle, runtime::BufferPtr buffer) {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <thread>
@@ -108,8 +109,12 @@ class Session {
   // output of a sequenced execution still running is waited for, until
   // `cancelled` (may be empty) says stop or the session ends; its
   // execution's error if that failed.
+  // `before`: the number of the sequenced execution asking (0: none); an
+  // output of that execution or a later one is INVALID_ARGUMENT (it could
+  // only wait for itself).
   absl::StatusOr<BufferEntry> GetBuffer(const std::string& handle,
-                                        const runtime::CancelCheck& cancelled = {}) const;
+                                        const runtime::CancelCheck& cancelled = {},
+                                        uint64_t before = 0) const;
 
   // Sequenced executions (protocol 6): a client numbers the executions it
   // sends without waiting for their replies 1, 2, 3, ... and the session
@@ -119,13 +124,24 @@ class Session {
   //
   // The handle of output `index` (tuples flattened) of execution `sequence`.
   static std::string SequencedHandle(uint64_t sequence, int index);
-  // Waits until it is execution `sequence`'s turn. FAILED_PRECONDITION if
-  // that number was used or passed over; CANCELLED if `cancelled` says
-  // stop or the session ends. An execution missing before it for longer
-  // than `patience` is passed over (its outputs will never exist). After
-  // OK the caller must pass the turn on: StartSequenced or SkipTurn.
+  // Waits until it is execution `sequence`'s turn. INVALID_ARGUMENT past
+  // kMaxSequence; FAILED_PRECONDITION if that number was used or passed
+  // over; CANCELLED if `cancelled` says stop or the session ends. When the
+  // numbers before the smallest one waiting have been missing for
+  // `patience`, they are passed over (their outputs will never exist).
+  // After OK the caller must pass the turn on: StartSequenced or SkipTurn;
+  // after an error, or when the execution fails before it waits, Abandon.
+  static constexpr uint64_t kMaxSequence = uint64_t{1} << 62;
   absl::Status AwaitTurn(uint64_t sequence, const runtime::CancelCheck& cancelled,
                          absl::Duration patience);
+  // Execution `sequence` failed before its turn with `why`: its turn passes
+  // on as soon as it comes (at once if it is now). Numbers used or passed
+  // over already are ignored.
+  void Abandon(uint64_t sequence, const absl::Status& why);
+  // Removes whichever of `handles` exist (the donated arguments of an
+  // execution that failed before it took them: the caller gave them up);
+  // an output of a sequenced execution not started yet is never kept.
+  void Drop(const std::vector<std::string>& handles);
   // Registers `outputs` pending outputs of execution `sequence` on `device`
   // and passes the turn on; returns their handles. A handle released
   // before it was registered is not registered.
@@ -208,6 +224,16 @@ class Session {
   mutable absl::CondVar turn_cv_;
   absl::flat_hash_set<std::string> released_early_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, absl::Status> failed_turns_ ABSL_GUARDED_BY(mu_);
+  // Numbers waiting in AwaitTurn, and numbers abandoned before their turn
+  // (at most kFailedTurnsKept) with their errors.
+  std::multiset<uint64_t> waiting_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, absl::Status> abandoned_ ABSL_GUARDED_BY(mu_);
+  // Makes `sequence` the next number (a turn passed on): records `why` for
+  // the one it ends, passes abandoned numbers on, forgets early releases of
+  // numbers passed, and wakes the waiters' condition.
+  void PassTurnTo(uint64_t sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordFailedTurn(uint64_t sequence, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 // A client's self-chosen name as sessions keep and log it: C-escaped (no
