@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "dnnl.hpp"
@@ -69,6 +70,9 @@ struct Plan {
   memory::desc scratchpad;
   dnnl::primitive primitive;
   std::string name;
+  // oneDNN's reference implementation (plain loops: never competitive, and
+  // one run of it can take a second) was all it had for this plan.
+  bool reference = false;
 
   // Makes `op` (its `lies` the whole operand) one piece of `piece`
   // positions along its logical dimension `dim`: the plan then runs on
@@ -182,6 +186,7 @@ std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& 
   plan->scratchpad = pd.scratchpad_desc();
   plan->primitive = dnnl::convolution_forward(pd);
   plan->name = absl::StrCat("onednn forward ", pd.impl_info_str());
+  plan->reference = absl::StartsWith(pd.impl_info_str(), "ref");
   plan->Connect();
   return plan;
 }
@@ -192,8 +197,14 @@ std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& 
 // minibatch, the input's batch as the channels, the HLO kernel as the
 // gradient of the result, the window dilation as the stride and the window
 // stride as the dilation.
-std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& g,
-                                  int64_t piece) {
+//
+// `as_laid_out`: the source and the result's gradient as they lie
+// (channels last), not in the layouts oneDNN would choose for them, so no
+// reorders before the primitive (which can cost more than it does: a
+// LeNet-5 weight gradient with one input feature runs in about half the
+// time). Timed against the other plans like any candidate.
+std::shared_ptr<Plan> WeightsPlanOf(const ir::Instruction& instr, const Geometry& g,
+                                    int64_t piece, bool as_laid_out) {
   if (instr.attrs().feature_group_count != 1 || g.base_dilated) return nullptr;
   const ir::ConvDims& c = instr.attrs().conv;
   std::vector<int64_t> src_order = {c.input_feature, c.input_batch};
@@ -215,7 +226,8 @@ std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& 
   // is contracted here, the output features are not.
   Plan::Split(plan->ker, 1, piece);
   Plan::Split(plan->out, 0, piece);
-  const memory::desc src = Any(plan->in.lies), diff_dst = Any(plan->ker.lies),
+  const memory::desc src = as_laid_out ? plan->in.lies : Any(plan->in.lies),
+                     diff_dst = as_laid_out ? plan->ker.lies : Any(plan->ker.lies),
                      diff_w = Any(plan->out.lies);
   dnnl::convolution_forward::desc hint_desc(dnnl::prop_kind::forward_training,
                                             dnnl::algorithm::convolution_direct, src, diff_w,
@@ -229,9 +241,21 @@ std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& 
   plan->out.Want(pd.diff_weights_desc(), DNNL_ARG_DIFF_WEIGHTS);
   plan->scratchpad = pd.scratchpad_desc();
   plan->primitive = dnnl::convolution_backward_weights(pd);
-  plan->name = absl::StrCat("onednn weights ", pd.impl_info_str());
+  plan->name = absl::StrCat("onednn weights ", as_laid_out ? "as laid out " : "",
+                            pd.impl_info_str());
+  plan->reference = absl::StartsWith(pd.impl_info_str(), "ref");
   plan->Connect();
   return plan;
+}
+
+std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& g,
+                                  int64_t piece) {
+  return WeightsPlanOf(instr, g, piece, false);
+}
+
+std::shared_ptr<Plan> WeightsAsLaidOutPlan(const ir::Instruction& instr, const Geometry& g,
+                                           int64_t piece) {
+  return WeightsPlanOf(instr, g, piece, true);
 }
 
 // A data gradient written as a convolution: with stride 1 and the kernel
@@ -241,8 +265,11 @@ std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& 
 // whose result gradient is the HLO input and whose padding is (K-1)*d - p.
 // An input dilated by s (zeros between its elements, as the data gradient
 // of a convolution of stride s reads it) is that convolution's stride.
-std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g,
-                               int64_t piece) {
+//
+// `as_laid_out`: the result's gradient and the result as they lie, as for
+// WeightsPlanOf.
+std::shared_ptr<Plan> DataPlanOf(const ir::Instruction& instr, const Geometry& g,
+                                 int64_t piece, bool as_laid_out) {
   if (instr.attrs().feature_group_count != 1) return nullptr;
   const Shape& ker = instr.operand(1)->shape();
   const ir::ConvDims& c = instr.attrs().conv;
@@ -276,8 +303,9 @@ std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g,
   }
   plan->ker.lies = memory::desc(plan->flip_dims, memory::data_type::f32,
                                 ir::RowMajorStrides(plan->flip_dims));
-  const memory::desc diff_src = Any(plan->out.lies), weights = Any(plan->ker.lies),
-                     diff_dst = Any(plan->in.lies);
+  const memory::desc diff_src = as_laid_out ? plan->out.lies : Any(plan->out.lies),
+                     weights = Any(plan->ker.lies),
+                     diff_dst = as_laid_out ? plan->in.lies : Any(plan->in.lies);
   dnnl::convolution_forward::desc hint_desc(dnnl::prop_kind::forward_training,
                                             dnnl::algorithm::convolution_direct, diff_src, weights,
                                             diff_dst, strides, g.dilates, pad_l, pad_r);
@@ -290,9 +318,21 @@ std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g,
   plan->out.Want(pd.diff_src_desc(), DNNL_ARG_DIFF_SRC);
   plan->scratchpad = pd.scratchpad_desc();
   plan->primitive = dnnl::convolution_backward_data(pd);
-  plan->name = absl::StrCat("onednn data ", pd.impl_info_str());
+  plan->name = absl::StrCat("onednn data ", as_laid_out ? "as laid out " : "",
+                            pd.impl_info_str());
+  plan->reference = absl::StartsWith(pd.impl_info_str(), "ref");
   plan->Connect();
   return plan;
+}
+
+std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g,
+                               int64_t piece) {
+  return DataPlanOf(instr, g, piece, false);
+}
+
+std::shared_ptr<Plan> DataAsLaidOutPlan(const ir::Instruction& instr, const Geometry& g,
+                                        int64_t piece) {
+  return DataPlanOf(instr, g, piece, true);
 }
 
 // Copies the kernel `from` into the dense `to` as plan.flip_dims says, with
@@ -415,8 +455,10 @@ std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
     int64_t extent;  // of the dimension its pieces divide
   };
   const int64_t batch = out_shape.dim(c.output_batch);
-  for (const Kind& kind : {Kind{ForwardPlan, batch}, Kind{WeightsPlan, out_shape.dim(c.output_feature)},
-                           Kind{DataPlan, batch}}) {
+  for (const Kind& kind : {Kind{ForwardPlan, batch},
+                           Kind{WeightsPlan, out_shape.dim(c.output_feature)},
+                           Kind{WeightsAsLaidOutPlan, out_shape.dim(c.output_feature)},
+                           Kind{DataPlan, batch}, Kind{DataAsLaidOutPlan, batch}}) {
     const int64_t per_position = macs / kind.extent;
     // A single position above the budget cannot be cut: left to im2col,
     // whose matrix products poll for cancellation between bands.
@@ -436,7 +478,10 @@ std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
     } catch (const dnnl::error&) {
       continue;  // a shape this primitive refuses
     }
-    if (pieces->piece == nullptr) continue;
+    if (pieces->piece == nullptr || pieces->piece->reference ||
+        (pieces->rest != nullptr && pieces->rest->reference)) {
+      continue;
+    }
     std::string name = pieces->piece->name;
     if (piece < kind.extent) absl::StrAppend(&name, " in pieces of ", piece);
     kernels.push_back({std::move(name),
