@@ -543,28 +543,25 @@ std::string SequencedHandle(uint64_t sequence, int index) {
   return absl::StrCat("r-", sequence, ".", index);
 }
 
-// `result` with its outputs replaced by the buffers named before the call
-// where they are alive (one object per handle, so each is released once);
-// the reply's object for a named buffer given up since stays, marked gone.
-absl::StatusOr<ExecuteResult> WithNamedOutputs(
-    ExecuteResult result, const std::vector<std::weak_ptr<DeviceBuffer>>& named) {
+// Checks that the reply named `result`'s outputs as they were named before
+// the call, and marks the reply's own objects for them as not releasing
+// their handles: the named objects do (PendingExecution::Wait hands those
+// out where they are alive).
+absl::Status CheckNamedOutputs(const ExecuteResult& result,
+                               const std::vector<std::string>& named) {
   if (result.outputs.size() != named.size()) {
     return absl::InternalError(absl::StrCat("the server returned ", result.outputs.size(),
                                             " outputs for a program with ", named.size()));
   }
   for (size_t k = 0; k < named.size(); ++k) {
-    const std::string expected = result.outputs[k]->handle();
-    // The reply's own object for the handle must not release it.
-    result.outputs[k]->MarkDonated();
-    if (std::shared_ptr<DeviceBuffer> alive = named[k].lock(); alive != nullptr) {
-      if (alive->handle() != expected) {
-        return absl::InternalError(absl::StrCat("the server named output ", k, " '", expected,
-                                                "', not '", alive->handle(), "'"));
-      }
-      result.outputs[k] = std::move(alive);
+    if (result.outputs[k]->handle() != named[k]) {
+      return absl::InternalError(absl::StrCat("the server named output ", k, " '",
+                                              result.outputs[k]->handle(), "', not '", named[k],
+                                              "'"));
     }
+    result.outputs[k]->MarkDonated();
   }
-  return result;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -598,7 +595,7 @@ absl::StatusOr<std::shared_ptr<PendingExecution>> Client::ExecuteAsync(
   // Numbers are queued in the order they are drawn (calls from several
   // threads take turns here).
   absl::MutexLock order(&core_->order_mu());
-  std::vector<std::weak_ptr<DeviceBuffer>> named;
+  std::vector<std::string> named;
   if (sequenced) {
     const uint64_t sequence = core_->NextSequence();
     req.set_sequence(sequence);
@@ -609,13 +606,15 @@ absl::StatusOr<std::shared_ptr<PendingExecution>> Client::ExecuteAsync(
       pending->outputs_.push_back(std::make_shared<DeviceBuffer>(
           core_, SequencedHandle(sequence, static_cast<int>(k)), std::move(leaves[k]),
           executable->device()));
-      named.push_back(pending->outputs_.back());
+      named.push_back(pending->outputs_.back()->handle());
+      pending->named_.push_back(pending->outputs_.back());
     }
   }
   // The work holds what the call needs (the executable and the arguments'
-  // buffers stay referenced until the reply), never the caller's objects.
-  // The named outputs it only observes: the caller may give them up (drop
-  // or donate them) before the reply, as it could the reply's.
+  // buffers stay referenced until the reply), never the caller's objects,
+  // nor the named outputs: the caller may give them up (drop or donate
+  // them) before the reply, as it could the reply's, and nothing but the
+  // caller's references may count when it decides to donate them.
   auto work = [core = core_, pending, req = std::move(req), executable = std::move(executable),
                args = args, donate = options.donate, shapes = std::move(shapes),
                named = std::move(named)]() mutable {
@@ -627,12 +626,13 @@ absl::StatusOr<std::shared_ptr<PendingExecution>> Client::ExecuteAsync(
         executed.ok()
             ? ExecuteResultOf(core, req, *executed, executable->device(), args.size(), shapes)
             : absl::StatusOr<ExecuteResult>(executed.status());
-    if (result.ok() && !named.empty()) result = WithNamedOutputs(*std::move(result), named);
+    if (result.ok() && !named.empty()) {
+      if (absl::Status checked = CheckNamedOutputs(*result, named); !checked.ok()) result = checked;
+    }
     // Before the result is handed out, so that the caller's next step sees
     // the arguments referenced only where it holds them (donation).
     args.clear();
     executable.reset();
-    named.clear();
     pending->Finish(std::move(result),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   };
@@ -645,7 +645,15 @@ absl::StatusOr<ExecuteResult> PendingExecution::Wait() {
   mu_.Await(absl::Condition(&done_));
   if (taken_) return absl::FailedPreconditionError("the execution's result was taken already");
   taken_ = true;
-  return std::move(result_);
+  absl::StatusOr<ExecuteResult> result = std::move(result_);
+  // The buffers named before the call, where they are alive, in place of
+  // the reply's objects for the same handles (each handle released once).
+  if (result.ok() && result->outputs.size() == named_.size()) {
+    for (size_t k = 0; k < named_.size(); ++k) {
+      if (std::shared_ptr<DeviceBuffer> alive = named_[k].lock()) result->outputs[k] = std::move(alive);
+    }
+  }
+  return result;
 }
 
 bool PendingExecution::done() const {

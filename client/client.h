@@ -210,8 +210,10 @@ class PendingExecution {
   double seconds_ ABSL_GUARDED_BY(mu_) = 0;
   // Stops the call when the client shuts down with it in flight.
   CallCanceller canceller_;
-  // Set before it is sent; the outputs until TakeOutputs.
+  // Set before it is sent; the outputs until TakeOutputs, and what Wait
+  // hands out for them.
   std::vector<std::shared_ptr<DeviceBuffer>> outputs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<DeviceBuffer>> named_ ABSL_GUARDED_BY(mu_);
 };
 
 // Thread-safe.

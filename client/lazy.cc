@@ -391,9 +391,9 @@ absl::Status LazyContext::SettleOldest() {
   if (!executed.ok()) {
     // As a synchronous execution's: an error that may pass leaves the
     // outputs to be computed again from their graphs, unless the step gave
-    // up arguments they read (or a later execution already took the
-    // outputs' advance names as arguments).
-    const bool retry = MayPass(executed.status()) && !flight.donated && in_flight_.empty();
+    // up arguments they read, or its outputs were named in advance (their
+    // graphs are gone, and later executions may have taken the names).
+    const bool retry = MayPass(executed.status()) && !flight.donated && !flight.named;
     for (const auto& node : outputs) {
       if (node == nullptr) continue;
       if (node->named_in_advance) {
@@ -597,15 +597,20 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
                      client_->ExecuteAsync(exe, args, options));
     const std::vector<std::shared_ptr<DeviceBuffer>> named = pending->TakeOutputs();
     if (!named.empty()) RETURN_IF_ERROR(CheckOutputCount(named.size(), outputs.size()));
-    InFlight flight{std::move(pending), {}, {}, !options.donate.empty()};
+    InFlight flight{std::move(pending), {}, {}, !options.donate.empty(), false};
+    flight.named = !named.empty();
     for (size_t i = 0; i < outputs.size(); ++i) {
       Node& node = *outputs[i];
-      // A leaf of later traces from now on; its graph stays until the
-      // reply settles it, in case the call fails in a way worth retrying.
+      // A leaf of later traces from now on. Its graph stays until the
+      // reply settles it, in case the call fails in a way worth retrying;
+      // with a buffer named in advance it goes now, as it would after the
+      // reply: the next step, sent before then, may only take (donate) the
+      // values this one replaces when nothing else refers to them.
       node.dispatched = true;
       if (!named.empty()) {
         node.data = named[i];
         node.named_in_advance = true;
+        node.operands.clear();
       }
       flight.outputs.push_back(outputs[i]);
     }

@@ -190,8 +190,11 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
     std::shared_ptr<PendingExecution> pending;
     std::vector<std::weak_ptr<Node>> outputs;
     std::vector<std::weak_ptr<Node>> params;
-    // Whether it donated arguments (then no failure can be retried).
+    // Whether it donated arguments, or its outputs were named in advance
+    // (protocol 6; their graphs are dropped when sent): then no failure
+    // can be retried.
     bool donated = false;
+    bool named = false;
   };
   // The buffers of replicated program inputs, per replica; empty when no
   // parameter is replicated. Copies lead-device values to the replicas.

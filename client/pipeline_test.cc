@@ -50,6 +50,9 @@ std::pair<std::vector<double>, std::vector<double>> Train(Client* client, bool p
   losses.push_back(previous.Item().value_or(-1));
   EXPECT_EQ(ctx->metrics().pipelined_executions, pipelined ? 5 : 0);
   EXPECT_EQ(ctx->metrics().executions, 5);
+  // Each step gives the weights it replaces to the program, pipelined (the
+  // server names them while the step before still computes them) or not.
+  EXPECT_EQ(ctx->metrics().donated_arguments, 5);
   return {losses, Values(w)};
 }
 

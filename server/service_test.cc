@@ -846,6 +846,13 @@ TEST_F(ServiceTest, ALaterExecutionTakesAnEarlierOnesOutputWhileThatRuns) {
       << "number 1 never reached its infeed";
   // Number 1 runs, so number 2 cannot have ended.
   EXPECT_FALSE(second_returned.load());
+  // A transfer of number 1's output waits for it, until its call goes.
+  v1::TransferFromDeviceRequest gone;
+  gone.set_session_id(session_);
+  gone.set_buffer_handle(Session::SequencedHandle(1, 0));
+  const absl::Status given_up = service_->TransferFromDevice(
+      gone, [](const v1::TransferFromDeviceChunk&) { return true; }, [] { return true; });
+  EXPECT_EQ(given_up.code(), absl::StatusCode::kCancelled) << given_up;
   // A read of number 1's output waits for it as well.
   absl::StatusOr<std::string> read;
   std::thread reader([&] { read = Download(session_, Session::SequencedHandle(1, 0)); });
