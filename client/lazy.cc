@@ -370,6 +370,16 @@ absl::Status LazyContext::SyncFor(const Node* node) {
   return first;
 }
 
+void LazyContext::SupersedeInFlight() {
+  for (InFlight& flight : in_flight_) {
+    if (flight.superseded) continue;
+    flight.superseded = true;
+    for (const std::weak_ptr<Node>& weak : flight.outputs) {
+      if (std::shared_ptr<Node> node = weak.lock()) node->operands.clear();
+    }
+  }
+}
+
 absl::Status LazyContext::SettleOldest() {
   if (in_flight_.empty()) return absl::OkStatus();
   InFlight flight = std::move(in_flight_.front());
@@ -391,9 +401,9 @@ absl::Status LazyContext::SettleOldest() {
   if (!executed.ok()) {
     // As a synchronous execution's: an error that may pass leaves the
     // outputs to be computed again from their graphs, unless the step gave
-    // up arguments they read, or its outputs were named in advance (their
-    // graphs are gone, and later executions may have taken the names).
-    const bool retry = MayPass(executed.status()) && !flight.donated && !flight.named;
+    // up arguments they read, or a later execution was sent after it (its
+    // graph is gone, and that execution may have taken the outputs).
+    const bool retry = MayPass(executed.status()) && !flight.donated && !flight.superseded;
     for (const auto& node : outputs) {
       if (node == nullptr) continue;
       if (node->named_in_advance) {
@@ -579,9 +589,18 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
       return p->status;
     }
   }
+  // A replicated program runs synchronously, and not in the server's order:
+  // what is in flight settles first (the loop above left it in flight).
+  if (named_outputs && !in_flight_.empty() &&
+      std::any_of(params.begin(), params.end(),
+                  [](const std::shared_ptr<Node>& p) { return !p->replicas.empty(); })) {
+    RETURN_IF_ERROR(Sync());
+  }
   ASSIGN_OR_RETURN(std::vector<ReplicaArguments> replica_args, ReplicaInputs(params));
+  if (!replica_args.empty()) RETURN_IF_ERROR(Sync());
   ExecuteOptions options;
   options.inline_result_max_bytes = kInlineBytes;
+  if (named_outputs && replica_args.empty()) SupersedeInFlight();
   if (replica_args.empty()) options.donate = DonatableParams(outputs, params);
   metrics_.donated_arguments += static_cast<int64_t>(options.donate.size());
   options.cancel = cancel;
@@ -598,19 +617,15 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
     const std::vector<std::shared_ptr<DeviceBuffer>> named = pending->TakeOutputs();
     if (!named.empty()) RETURN_IF_ERROR(CheckOutputCount(named.size(), outputs.size()));
     InFlight flight{std::move(pending), {}, {}, !options.donate.empty(), false};
-    flight.named = !named.empty();
     for (size_t i = 0; i < outputs.size(); ++i) {
       Node& node = *outputs[i];
-      // A leaf of later traces from now on. Its graph stays until the
-      // reply settles it, in case the call fails in a way worth retrying;
-      // with a buffer named in advance it goes now, as it would after the
-      // reply: the next step, sent before then, may only take (donate) the
-      // values this one replaces when nothing else refers to them.
+      // A leaf of later traces from now on; its graph stays until the
+      // reply settles it, in case the call fails in a way worth retrying
+      // (or until a later execution is sent, see SupersedeInFlight).
       node.dispatched = true;
       if (!named.empty()) {
         node.data = named[i];
         node.named_in_advance = true;
-        node.operands.clear();
       }
       flight.outputs.push_back(outputs[i]);
     }

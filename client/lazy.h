@@ -190,11 +190,10 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
     std::shared_ptr<PendingExecution> pending;
     std::vector<std::weak_ptr<Node>> outputs;
     std::vector<std::weak_ptr<Node>> params;
-    // Whether it donated arguments, or its outputs were named in advance
-    // (protocol 6; their graphs are dropped when sent): then no failure
-    // can be retried.
+    // Whether it donated arguments, or a later execution was sent after
+    // it (SupersedeInFlight): then no failure can be retried.
     bool donated = false;
-    bool named = false;
+    bool superseded = false;
   };
   // The buffers of replicated program inputs, per replica; empty when no
   // parameter is replicated. Copies lead-device values to the replicas.
@@ -214,6 +213,11 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   std::deque<InFlight> in_flight_;
   // Settles the oldest execution in flight.
   absl::Status SettleOldest();
+  // Before an execution is sent while others are in flight (protocol 6):
+  // they give up being computed again after a failure, and drop their
+  // outputs' graphs, so that the new one may take over (donate) the values
+  // they replace when nothing else refers to them.
+  void SupersedeInFlight();
   std::vector<std::weak_ptr<Node>> pending_;
   size_t prune_pending_at_ = 1024;
   std::vector<LoopBodyNodes> loop_bodies_;
