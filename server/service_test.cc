@@ -819,16 +819,37 @@ std::vector<float> Floats(const std::string& bytes) {
   return out;
 }
 
-TEST_F(ServiceTest, ALaterExecutionTakesAnEarlierOnesOutputWhileThatRuns) {
+// A session with negate(f32[2]) compiled: Negate(arg, n) is its sequenced
+// execution number n; Input() uploads {1, 2}.
+class SequencedTest : public ServiceTest {
+ protected:
+  void SetUp() override {
+    ServiceTest::SetUp();
+    CompileNegate();
+  }
+  void CompileNegate() {
+    auto negate = CompileText(kNegate2);
+    ASSERT_TRUE(negate.ok()) << negate.status();
+    negate_ = negate->executable_handle();
+  }
+  v1::ExecuteRequest Negate(const std::string& arg, uint64_t sequence) const {
+    return Sequenced(session_, negate_, arg, sequence);
+  }
+  std::string Input() {
+    auto x = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
+    EXPECT_TRUE(x.ok()) << x.status();
+    return x.value_or("");
+  }
+  std::string negate_;
+};
+
+TEST_F(SequencedTest, ALaterExecutionTakesAnEarlierOnesOutputWhileThatRuns) {
   auto add = CompileText(kAddInfeed);
-  auto negate = CompileText(kNegate2);
-  ASSERT_TRUE(add.ok() && negate.ok());
-  auto x = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
-  ASSERT_TRUE(x.ok()) << x.status();
+  ASSERT_TRUE(add.ok()) << add.status();
+  const std::string x = Input();
   // Number 2 arrives first: it waits for number 1, then for its output,
   // which it takes (donated).
-  v1::ExecuteRequest second =
-      Sequenced(session_, negate->executable_handle(), Session::SequencedHandle(1, 0), 2);
+  v1::ExecuteRequest second = Negate(Session::SequencedHandle(1, 0), 2);
   second.add_donated_arguments(0);
   absl::StatusOr<v1::ExecuteResponse> second_done;
   std::atomic<bool> second_returned{false};
@@ -838,7 +859,7 @@ TEST_F(ServiceTest, ALaterExecutionTakesAnEarlierOnesOutputWhileThatRuns) {
   });
   absl::StatusOr<v1::ExecuteResponse> first_done;
   std::thread first_runner([&] {
-    first_done = service_->Execute(Sequenced(session_, add->executable_handle(), *x, 1), nullptr);
+    first_done = service_->Execute(Sequenced(session_, add->executable_handle(), x, 1), nullptr);
   });
   auto session = service_->sessions().Get(session_);
   ASSERT_TRUE(session.ok());
@@ -884,28 +905,24 @@ TEST_F(ServiceTest, ALaterExecutionTakesAnEarlierOnesOutputWhileThatRuns) {
   EXPECT_EQ(Download(session_, "r-1.0").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(ServiceTest, TheOutputsOfAFailedSequencedExecutionReportItsError) {
-  auto negate = CompileText(kNegate2);
-  ASSERT_TRUE(negate.ok());
+TEST_F(SequencedTest, TheOutputsOfAFailedSequencedExecutionReportItsError) {
   // Number 1 fails after it started (its argument is unknown): its output's
   // handle reports why.
-  auto first = service_->Execute(Sequenced(session_, negate->executable_handle(), "b-missing", 1));
+  auto first = service_->Execute(Negate("b-missing", 1));
   ASSERT_FALSE(first.ok());
-  auto second = service_->Execute(
-      Sequenced(session_, negate->executable_handle(), Session::SequencedHandle(1, 0), 2));
+  auto second = service_->Execute(Negate(Session::SequencedHandle(1, 0), 2));
   ASSERT_FALSE(second.ok());
   EXPECT_NE(second.status().message().find("b-missing"), std::string::npos) << second.status();
   // Number 3 fails before it starts (no such program): using its output
   // says so.
   auto third = service_->Execute(Sequenced(session_, "e-missing", "b-missing", 3));
   EXPECT_EQ(third.status().code(), absl::StatusCode::kNotFound);
-  auto fourth = service_->Execute(
-      Sequenced(session_, negate->executable_handle(), Session::SequencedHandle(3, 0), 4));
+  auto fourth = service_->Execute(Negate(Session::SequencedHandle(3, 0), 4));
   ASSERT_FALSE(fourth.ok());
   EXPECT_NE(fourth.status().message().find("failed before it ran"), std::string::npos)
       << fourth.status();
   // Every number is used once.
-  auto again = service_->Execute(Sequenced(session_, negate->executable_handle(), "b-missing", 4));
+  auto again = service_->Execute(Negate("b-missing", 4));
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition) << again.status();
   // The failed outputs still hold handles until released; releasing them,
   // and those never made, is no error.
@@ -916,144 +933,101 @@ TEST_F(ServiceTest, TheOutputsOfAFailedSequencedExecutionReportItsError) {
   EXPECT_EQ((*service_->sessions().Get(session_))->buffer_count(), 0);
 }
 
-TEST_F(ServiceTest, ANumberThatNeverComesIsPassedOver) {
-  auto negate = CompileText(kNegate2);
-  ASSERT_TRUE(negate.ok());
-  auto x = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
-  ASSERT_TRUE(x.ok());
+TEST_F(SequencedTest, ANumberThatNeverComesIsPassedOver) {
+  const std::string x = Input();
   // Number 1 is lost: number 2 runs after the patience (300 ms here).
-  auto second = service_->Execute(Sequenced(session_, negate->executable_handle(), *x, 2));
+  auto second = service_->Execute(Negate(x, 2));
   ASSERT_TRUE(second.ok()) << second.status();
   // Number 1 arriving late is refused; its outputs never exist.
-  auto late = service_->Execute(Sequenced(session_, negate->executable_handle(), *x, 1));
+  auto late = service_->Execute(Negate(x, 1));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition) << late.status();
-  auto use = service_->Execute(
-      Sequenced(session_, negate->executable_handle(), Session::SequencedHandle(1, 0), 3));
+  auto use = service_->Execute(Negate(Session::SequencedHandle(1, 0), 3));
   EXPECT_EQ(use.status().code(), absl::StatusCode::kNotFound) << use.status();
   EXPECT_NE(use.status().message().find("did not arrive"), std::string::npos) << use.status();
 }
 
-TEST_F(ServiceTest, AnOutputReleasedBeforeItsExecutionStartsIsNeverKept) {
-  auto negate = CompileText(kNegate2);
-  ASSERT_TRUE(negate.ok());
-  auto x = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
-  ASSERT_TRUE(x.ok());
+TEST_F(SequencedTest, AnOutputReleasedBeforeItsExecutionStartsIsNeverKept) {
+  const std::string x = Input();
   v1::ReleaseRequest release;
   release.set_session_id(session_);
   release.add_buffer_handles(Session::SequencedHandle(1, 0));
   ASSERT_TRUE(service_->Release(release).ok());
-  auto first = service_->Execute(Sequenced(session_, negate->executable_handle(), *x, 1));
+  auto first = service_->Execute(Negate(x, 1));
   ASSERT_TRUE(first.ok()) << first.status();
   // Only the argument is held.
   EXPECT_EQ((*service_->sessions().Get(session_))->buffer_count(), 1);
 }
 
-TEST_F(ServiceTest, AWaitForAnEarlierNumberEndsWithItsCall) {
-  auto negate = CompileText(kNegate2);
-  ASSERT_TRUE(negate.ok());
-  auto x = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
-  ASSERT_TRUE(x.ok());
+TEST_F(SequencedTest, AWaitForAnEarlierNumberEndsWithItsCall) {
+  const std::string x = Input();
   // A later number's wait (numbers 1 to 999 missing): a cancelled call
   // stops it rather than passing them over.
   const absl::Status waited =
       service_
-          ->Execute(Sequenced(session_, negate->executable_handle(), *x, 1000), [] { return true; })
+          ->Execute(Negate(x, 1000), [] { return true; })
           .status();
   EXPECT_EQ(waited.code(), absl::StatusCode::kCancelled) << waited;
   // A replicated or grouped execution cannot be sequenced.
-  v1::ExecuteRequest replicated = Sequenced(session_, negate->executable_handle(), "", 1);
+  v1::ExecuteRequest replicated = Negate("", 1);
   replicated.clear_argument_handles();
   replicated.add_replicas()->set_device("cpu:0");
   EXPECT_EQ(service_->Execute(replicated).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(ServiceTest, ASequencedExecutionCannotWaitForItselfOrALaterOne) {
-  auto negate = CompileText(kNegate2);
-  ASSERT_TRUE(negate.ok());
+TEST_F(SequencedTest, ASequencedExecutionCannotWaitForItselfOrALaterOne) {
   for (uint64_t n : {1, 2}) {
     // Its own output, then the next one's.
-    auto self = service_->Execute(
-        Sequenced(session_, negate->executable_handle(), Session::SequencedHandle(n == 1 ? 1 : 3, 0), n));
+    auto self = service_->Execute(Negate(Session::SequencedHandle(n == 1 ? 1 : 3, 0), n));
     EXPECT_EQ(self.status().code(), absl::StatusCode::kInvalidArgument) << self.status();
   }
 }
 
-TEST_F(ServiceTest, ANumberThatFailsBeforeItsTurnPassesItOn) {
+TEST_F(SequencedTest, ANumberThatFailsBeforeItsTurnPassesItOn) {
   // No patience to speak of: number 2 must not wait for a number 1 that
-  // failed.
+  // failed. A service of its own, then, with its session and program.
   ServiceOptions options;
   options.backends = {{"cpu", 1, {{"memory_bytes", "1M"}}}};
   options.sequence_patience = absl::Hours(1);
-  auto service = *Service::Create(options);
-  v1::HandshakeRequest hello;
-  hello.set_min_version(6);
-  hello.set_max_version(6);
-  const std::string session = service->Handshake(hello)->session_id();
-  auto m = ir::ParseModule(kNegate2);
-  ASSERT_TRUE(m.ok());
-  v1::CompileRequest compile;
-  compile.set_session_id(session);
-  compile.set_device("cpu:0");
-  *compile.mutable_module() = ir::ModuleToProto(**m);
-  auto exe = service->Compile(compile);
-  ASSERT_TRUE(exe.ok());
-  v1::TransferHeader h;
-  h.set_session_id(session);
-  h.set_device("cpu:0");
-  ir::ShapeToProto(ir::Shape(ir::ElementType::kF32, {2}), h.mutable_shape());
-  h.set_total_bytes(8);
-  bool sent = false;
-  auto x = service->TransferToDevice(h, "", [&](std::string* data) -> absl::StatusOr<bool> {
-    if (sent) return false;
-    *data = std::string(8, '\0');
-    sent = true;
-    return true;
-  });
-  ASSERT_TRUE(x.ok());
+  service_ = *Service::Create(options);
+  session_ = Open();
+  CompileNegate();
+  const std::string x = Input();
   // Number 2 waits; number 1 arrives malformed (a replicated sequenced
   // execution) and fails before its turn.
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
   absl::StatusOr<v1::ExecuteResponse> second;
   std::thread runner([&] {
-    second = service->Execute(Sequenced(session, exe->executable_handle(), x->buffer_handle(), 2),
-                              [&] { return absl::Now() > give_up; });
+    second = service_->Execute(Negate(x, 2), [&] { return absl::Now() > give_up; });
   });
-  v1::ExecuteRequest first = Sequenced(session, exe->executable_handle(), "", 1);
+  v1::ExecuteRequest first = Negate("", 1);
   first.clear_argument_handles();
   first.add_replicas()->set_device("cpu:0");
-  EXPECT_EQ(service->Execute(first).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(service_->Execute(first).status().code(), absl::StatusCode::kInvalidArgument);
   runner.join();
   EXPECT_TRUE(second.ok()) << second.status();
 }
 
-TEST_F(ServiceTest, OnlyTheSmallestWaitingNumberPassesOverMissingOnes) {
-  auto negate = CompileText(kNegate2);
-  ASSERT_TRUE(negate.ok());
-  auto x = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {1, 2}));
-  ASSERT_TRUE(x.ok());
+TEST_F(SequencedTest, OnlyTheSmallestWaitingNumberPassesOverMissingOnes) {
+  const std::string x = Input();
   // 1, 2 and 4 never come; 5, then 3, wait. Only 3, the smallest waiting,
   // passes over 1 and 2 (after the patience, 300 ms here), however long 5
   // has waited; then 5 passes over 4.
   absl::StatusOr<v1::ExecuteResponse> fifth, third;
-  std::thread five(
-      [&] { fifth = service_->Execute(Sequenced(session_, negate->executable_handle(), *x, 5)); });
-  std::thread three(
-      [&] { third = service_->Execute(Sequenced(session_, negate->executable_handle(), *x, 3)); });
+  std::thread five([&] { fifth = service_->Execute(Negate(x, 5)); });
+  std::thread three([&] { third = service_->Execute(Negate(x, 3)); });
   three.join();
   five.join();
   EXPECT_TRUE(third.ok()) << third.status();
   EXPECT_TRUE(fifth.ok()) << fifth.status();
 }
 
-TEST_F(ServiceTest, DonatedArgumentsOfAFailedSequencedExecutionAreGone) {
-  auto negate = CompileText(kNegate2);
-  ASSERT_TRUE(negate.ok());
+TEST_F(SequencedTest, DonatedArgumentsOfAFailedSequencedExecutionAreGone) {
   // The wrong shape: the execution fails before it takes its argument,
   // which the caller gave up all the same (unlike an unsequenced one:
   // RefusedExecutionKeepsDonatedArguments).
   auto wrong = Upload(session_, ir::Literal::FromVector<float>(ir::ElementType::kF32, {3}, {1, 2, 3}));
   ASSERT_TRUE(wrong.ok());
-  v1::ExecuteRequest req = Sequenced(session_, negate->executable_handle(), *wrong, 1);
+  v1::ExecuteRequest req = Negate(*wrong, 1);
   req.add_donated_arguments(0);
   EXPECT_EQ(service_->Execute(req).status().code(), absl::StatusCode::kInvalidArgument);
   // Its own output, which never got a value, is the only handle left.

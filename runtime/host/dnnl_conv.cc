@@ -140,9 +140,12 @@ dnnl::primitive_attr UserScratchpad() {
   return attr;
 }
 
-// out = conv(in, ker) as oneDNN's forward convolution.
+// out = conv(in, ker) as oneDNN's forward convolution. There is no form with
+// the operands as they lie: the layouts oneDNN chooses for it read them
+// channels-last already (timed: the same), and oneDNN has only its
+// reference kernel for some of them.
 std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& g,
-                                  int64_t piece) {
+                                  int64_t piece, bool /*as_laid_out*/) {
   if (g.base_dilated) return nullptr;
   const Shape& ker = instr.operand(1)->shape();
   const ir::ConvDims& c = instr.attrs().conv;
@@ -203,7 +206,7 @@ std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& 
 // reorders before the primitive (which can cost more than it does: a
 // LeNet-5 weight gradient with one input feature runs in about half the
 // time). Timed against the other plans like any candidate.
-std::shared_ptr<Plan> WeightsPlanOf(const ir::Instruction& instr, const Geometry& g,
+std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& g,
                                     int64_t piece, bool as_laid_out) {
   if (instr.attrs().feature_group_count != 1 || g.base_dilated) return nullptr;
   const ir::ConvDims& c = instr.attrs().conv;
@@ -248,16 +251,6 @@ std::shared_ptr<Plan> WeightsPlanOf(const ir::Instruction& instr, const Geometry
   return plan;
 }
 
-std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& g,
-                                  int64_t piece) {
-  return WeightsPlanOf(instr, g, piece, false);
-}
-
-std::shared_ptr<Plan> WeightsAsLaidOutPlan(const ir::Instruction& instr, const Geometry& g,
-                                           int64_t piece) {
-  return WeightsPlanOf(instr, g, piece, true);
-}
-
 // A data gradient written as a convolution: with stride 1 and the kernel
 // read reversed, out[b, o, y] = sum over f and k of
 // in[b, f, y + k*d - p] * ker[f, o, k] is oneDNN's data gradient of a
@@ -267,8 +260,8 @@ std::shared_ptr<Plan> WeightsAsLaidOutPlan(const ir::Instruction& instr, const G
 // of a convolution of stride s reads it) is that convolution's stride.
 //
 // `as_laid_out`: the result's gradient and the result as they lie, as for
-// WeightsPlanOf.
-std::shared_ptr<Plan> DataPlanOf(const ir::Instruction& instr, const Geometry& g,
+// WeightsPlan.
+std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g,
                                  int64_t piece, bool as_laid_out) {
   if (instr.attrs().feature_group_count != 1) return nullptr;
   const Shape& ker = instr.operand(1)->shape();
@@ -323,16 +316,6 @@ std::shared_ptr<Plan> DataPlanOf(const ir::Instruction& instr, const Geometry& g
   plan->reference = absl::StartsWith(pd.impl_info_str(), "ref");
   plan->Connect();
   return plan;
-}
-
-std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g,
-                               int64_t piece) {
-  return DataPlanOf(instr, g, piece, false);
-}
-
-std::shared_ptr<Plan> DataAsLaidOutPlan(const ir::Instruction& instr, const Geometry& g,
-                                        int64_t piece) {
-  return DataPlanOf(instr, g, piece, true);
 }
 
 // Copies the kernel `from` into the dense `to` as plan.flip_dims says, with
@@ -451,14 +434,15 @@ std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
   const int64_t macs =
       out_shape.ElementCount() * (ker.ElementCount() / ker.dim(c.kernel_output_feature));
   struct Kind {
-    std::shared_ptr<Plan> (*make)(const ir::Instruction&, const Geometry&, int64_t);
+    std::shared_ptr<Plan> (*make)(const ir::Instruction&, const Geometry&, int64_t, bool);
     int64_t extent;  // of the dimension its pieces divide
+    bool as_laid_out;
   };
   const int64_t batch = out_shape.dim(c.output_batch);
-  for (const Kind& kind : {Kind{ForwardPlan, batch},
-                           Kind{WeightsPlan, out_shape.dim(c.output_feature)},
-                           Kind{WeightsAsLaidOutPlan, out_shape.dim(c.output_feature)},
-                           Kind{DataPlan, batch}, Kind{DataAsLaidOutPlan, batch}}) {
+  const int64_t features = out_shape.dim(c.output_feature);
+  for (const Kind& kind : {Kind{ForwardPlan, batch, false}, Kind{WeightsPlan, features, false},
+                           Kind{WeightsPlan, features, true}, Kind{DataPlan, batch, false},
+                           Kind{DataPlan, batch, true}}) {
     const int64_t per_position = macs / kind.extent;
     // A single position above the budget cannot be cut: left to im2col,
     // whose matrix products poll for cancellation between bands.
@@ -471,9 +455,9 @@ std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
     pieces->extent = kind.extent;
     pieces->piece_extent = piece;
     try {
-      pieces->piece = kind.make(instr, *g, piece);
+      pieces->piece = kind.make(instr, *g, piece, kind.as_laid_out);
       if (pieces->piece != nullptr && kind.extent % piece != 0) {
-        pieces->rest = kind.make(instr, *g, kind.extent % piece);
+        pieces->rest = kind.make(instr, *g, kind.extent % piece, kind.as_laid_out);
       }
     } catch (const dnnl::error&) {
       continue;  // a shape this primitive refuses
