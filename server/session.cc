@@ -257,29 +257,8 @@ void Session::Abandon(uint64_t sequence, const absl::Status& why) {
 }
 
 void Session::Drop(const std::vector<std::string>& handles) {
-  std::vector<BufferEntry> dropped;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const std::string& handle : handles) {
-      auto it = buffers_.find(handle);
-      if (it == buffers_.end()) {
-        // An output of an execution not started yet is never kept.
-        const std::optional<uint64_t> sequence = SequenceOf(handle);
-        if (sequence.has_value() && *sequence >= next_sequence_ &&
-            released_early_.size() < kMaxEarlyReleases) {
-          released_early_.insert(handle);
-        }
-        continue;
-      }
-      dropped.push_back(std::move(it->second));
-      buffers_.erase(it);
-    }
-  }
-  for (const BufferEntry& entry : dropped) {
-    if (entry.pending != nullptr) {
-      Settle(*entry.pending, absl::NotFoundError("it was given up before its execution ended"));
-    }
-  }
+  // One at a time: a handle that is unknown leaves the others to go.
+  for (const std::string& handle : handles) Release({handle}, {}).IgnoreError();
 }
 
 std::vector<std::string> Session::StartSequenced(uint64_t sequence, int outputs,
