@@ -527,16 +527,6 @@ std::vector<ir::Shape> InlineShapes(const v1::ExecuteRequest& req, const Execute
   return shapes;
 }
 
-// The arrays of `shape`, tuples flattened depth-first, as the server
-// flattens results.
-void FlattenShape(const ir::Shape& shape, std::vector<ir::Shape>* out) {
-  if (shape.IsTuple()) {
-    for (const ir::Shape& element : shape.tuple_shapes()) FlattenShape(element, out);
-  } else if (shape.IsArray()) {
-    out->push_back(shape);
-  }
-}
-
 // The server's name for output `index` of sequenced execution `sequence`
 // (docs/protocol.md, version 6).
 std::string SequencedHandle(uint64_t sequence, int index) {
@@ -599,8 +589,7 @@ absl::StatusOr<std::shared_ptr<PendingExecution>> Client::ExecuteAsync(
   if (sequenced) {
     const uint64_t sequence = core_->NextSequence();
     req.set_sequence(sequence);
-    std::vector<ir::Shape> leaves;
-    FlattenShape(executable->result_shape(), &leaves);
+    std::vector<ir::Shape> leaves = ir::FlattenedArrays(executable->result_shape());
     absl::MutexLock lock(&pending->mu_);
     for (size_t k = 0; k < leaves.size(); ++k) {
       pending->outputs_.push_back(std::make_shared<DeviceBuffer>(

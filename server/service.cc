@@ -461,16 +461,9 @@ absl::StatusOr<v1::ExecuteResponse> Service::ExecuteIn(const std::shared_ptr<Ses
   if (sequenced != nullptr) {
     // Its outputs' handles exist from now on: the next execution may start
     // and wait for them.
-    int leaves = 0;
-    std::function<void(const ir::Shape&)> count = [&](const ir::Shape& shape) {
-      if (shape.IsTuple()) {
-        for (const ir::Shape& element : shape.tuple_shapes()) count(element);
-      } else if (shape.IsArray()) {
-        ++leaves;
-      }
-    };
-    count(exe.executable->result_shape());
-    sequenced->handles = session->StartSequenced(sequenced->sequence, leaves, exe.device);
+    const int outputs =
+        static_cast<int>(ir::FlattenedArrays(exe.executable->result_shape()).size());
+    sequenced->handles = session->StartSequenced(sequenced->sequence, outputs, exe.device);
     sequenced->started = true;
   }
   // Everything the execution allocates, on every replica, is the session's.

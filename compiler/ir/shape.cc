@@ -118,4 +118,22 @@ std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
   return strides;
 }
 
+namespace {
+
+void AppendArrays(const Shape& shape, std::vector<Shape>* out) {
+  if (shape.IsTuple()) {
+    for (const Shape& element : shape.tuple_shapes()) AppendArrays(element, out);
+  } else if (shape.IsArray()) {
+    out->push_back(shape);
+  }
+}
+
+}  // namespace
+
+std::vector<Shape> FlattenedArrays(const Shape& shape) {
+  std::vector<Shape> out;
+  AppendArrays(shape, &out);
+  return out;
+}
+
 }  // namespace kiln::ir

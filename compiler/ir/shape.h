@@ -87,6 +87,10 @@ absl::Status ValidateShape(const Shape& shape);
 // Row-major strides (in elements) of `dims`.
 std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims);
 
+// The arrays of `shape`, tuples flattened depth-first and tokens left out:
+// the outputs an execution returns for a result of that shape.
+std::vector<Shape> FlattenedArrays(const Shape& shape);
+
 }  // namespace kiln::ir
 
 #endif  // KILN_COMPILER_IR_SHAPE_H_

@@ -22,6 +22,20 @@ TEST(ShapeTest, TupleToString) {
   EXPECT_EQ(t.ByteSize(), 16);
 }
 
+TEST(ShapeTest, FlattenedArraysAreDepthFirstWithoutTokens) {
+  const Shape nested = Shape::Tuple(
+      {Shape(ElementType::kS32, {4}),
+       Shape::Tuple({Shape::Token(), Shape(ElementType::kF32, {2, 3})}),
+       Shape::Scalar(ElementType::kPred)});
+  const std::vector<Shape> arrays = FlattenedArrays(nested);
+  ASSERT_EQ(arrays.size(), 3u);
+  EXPECT_EQ(arrays[0].ToString(), "s32[4]");
+  EXPECT_EQ(arrays[1].ToString(), "f32[2,3]");
+  EXPECT_EQ(arrays[2].ToString(), "pred[]");
+  EXPECT_EQ(FlattenedArrays(Shape(ElementType::kF32, {5})).size(), 1u);
+  EXPECT_TRUE(FlattenedArrays(Shape::Token()).empty());
+}
+
 TEST(ShapeTest, ValidateRejectsOverflowAndNegative) {
   EXPECT_FALSE(ValidateShape(Shape(ElementType::kF32, {-1})).ok());
   absl::Status st =
