@@ -589,15 +589,15 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
       return p->status;
     }
   }
-  // A replicated program runs synchronously, and not in the server's order:
-  // what is in flight settles first (the loop above left it in flight).
-  if (named_outputs && !in_flight_.empty() &&
-      std::any_of(params.begin(), params.end(),
-                  [](const std::shared_ptr<Node>& p) { return !p->replicas.empty(); })) {
+  // A replicated program (one reading replicated values) runs
+  // synchronously, and not in the server's order: what is in flight
+  // settles first (the start of this call left it in flight).
+  if (named_outputs && std::any_of(params.begin(), params.end(), [](const std::shared_ptr<Node>& p) {
+        return !p->replicas.empty();
+      })) {
     RETURN_IF_ERROR(Sync());
   }
   ASSIGN_OR_RETURN(std::vector<ReplicaArguments> replica_args, ReplicaInputs(params));
-  if (!replica_args.empty()) RETURN_IF_ERROR(Sync());
   ExecuteOptions options;
   options.inline_result_max_bytes = kInlineBytes;
   if (named_outputs && replica_args.empty()) SupersedeInFlight();
