@@ -293,8 +293,11 @@ double RunOnce(const Kernel& kernel, const std::vector<BufferPtr>& ops) {
 absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
   std::vector<NamedKernel> candidates = DnnlConvolutionKernels(instr);
   absl::StatusOr<Kernel> im2col = MakeIm2colConvolutionKernel(instr);
-  if (candidates.empty()) return im2col;
   if (im2col.ok()) candidates.push_back({"im2col", *std::move(im2col)});
+  if (absl::StatusOr<Kernel> scatter = MakeScatterConvolutionKernel(instr); scatter.ok()) {
+    candidates.push_back({"scatter", *std::move(scatter)});
+  }
+  if (candidates.empty()) return im2col.status();
   if (candidates.size() == 1) return std::move(candidates[0].kernel);
   // A program loaded from a persistent cache builds what its first compile
   // chose, where that kernel is still offered (the same library on the

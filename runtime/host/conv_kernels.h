@@ -21,6 +21,11 @@ inline constexpr int64_t kMaxTunedBytes = int64_t{256} << 20;
 // groups, as im2col and one GEMM per (batch, group); every element type.
 absl::StatusOr<Kernel> MakeIm2colConvolutionKernel(const ir::Instruction& instr);
 
+// Our own kernel for few channels (conv_scatter.cc): f32 NHWC images and
+// results, any kernel layout, stride 1, any padding, no dilation or groups;
+// UNIMPLEMENTED for anything else.
+absl::StatusOr<Kernel> MakeScatterConvolutionKernel(const ir::Instruction& instr);
+
 }  // namespace kiln::host
 
 #endif  // KILN_RUNTIME_HOST_CONV_KERNELS_H_
