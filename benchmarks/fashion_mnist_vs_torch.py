@@ -8,7 +8,7 @@ kernels each side runs, the range of each time over the runs and the range
 of the ratios.
 
     /usr/bin/python3 benchmarks/fashion_mnist_vs_torch.py [--threads 1,2] [--runs 3]
-        [--train_limit 12800] [--models mlp,lenet] [--embedded]
+        [--train_limit 60000] [--models mlp,lenet] [--embedded]
         [--peers_venv DIR] [--no_jax] [--no_torch2]
 
 JAX and PyTorch 2 are never dependencies of Kiln: the first run creates a
@@ -296,7 +296,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", default="1", help="thread counts, e.g. 1,2")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--train_limit", type=int, default=12800, help="images per epoch")
+    p.add_argument("--train_limit", type=int, default=60000,
+                   help="images per epoch (default: all of Fashion-MNIST's training set)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--models", default="mlp,lenet")
     p.add_argument("--embedded", action="store_true",

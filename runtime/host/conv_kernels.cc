@@ -280,12 +280,21 @@ std::vector<BufferPtr> TimingOperands(const ir::Instruction& instr) {
   return ops;
 }
 
-// Seconds of one run of `kernel` on `ops`, or infinity when it fails.
-double RunOnce(const Kernel& kernel, const std::vector<BufferPtr>& ops) {
+// Seconds of one run of `kernel` on `ops`, or infinity when it fails or
+// runs past `limit` seconds: a kernel that polls for cancellation (ours
+// do, once per image) is stopped there, as it can no longer win.
+double RunOnce(const Kernel& kernel, const std::vector<BufferPtr>& ops,
+               double limit = std::numeric_limits<double>::infinity()) {
   ExecState st;
   const auto start = std::chrono::steady_clock::now();
+  const auto seconds = [start] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  const runtime::CancelCheck over = [&] { return seconds() > limit; };
+  CancelScope scope(&over);
   if (!kernel(st, ops).ok()) return std::numeric_limits<double>::infinity();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double took = seconds();
+  return took > limit ? std::numeric_limits<double>::infinity() : took;
 }
 
 }  // namespace
@@ -334,14 +343,17 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
   if (ops.empty()) return std::move(candidates[0].kernel);
   // Each candidate runs once to warm up (its scratch and output pages, its
   // caches) and once timed; one whose warm-up alone took over twice the
-  // best time so far is out. Then every candidate within 1.3x of the best
+  // best time so far is out (and one of ours is stopped once it takes four
+  // times that). Then every candidate within 1.3x of the best
   // is timed twice more, and keeps its best time. (The warm-ups of slow
   // candidates are most of what tuning costs: one run each.)
   const double kInfinity = std::numeric_limits<double>::infinity();
   std::vector<double> times(candidates.size(), kInfinity);
   double best = kInfinity;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    const double warm = RunOnce(candidates[i].kernel, ops);
+    // A warm-up may take longer than a timed run, but not four times the
+    // best time so far (plus a millisecond for its first touch of memory).
+    const double warm = RunOnce(candidates[i].kernel, ops, 4 * best + 1e-3);
     times[i] = (warm > 0.25 || warm > 2 * best) ? warm : RunOnce(candidates[i].kernel, ops);
     best = std::min(best, times[i]);
   }

@@ -133,24 +133,22 @@ void ScatterImage(const Geometry& g, const float* in, const float* packed,
         const float* w = packed + r0 * kLanes;
         const int64_t* off = offsets + r0;
         const int32_t* mask = masks + r0 * kLanes;
+        // clang-format off
         switch (std::min<int64_t>(kBlock, vectors - r0)) {
-#define KILN_ADD_PIXELS(n)                                               \
-  case n:                                                                \
-    if (pair) {                                                          \
-      AddPixels<n, 2>(pixel, g.in_c, w, stride, out, g.out_c, off, mask, \
-                      skip);                                             \
-    } else {                                                             \
-      AddPixels<n, 1>(pixel, g.in_c, w, stride, out, g.out_c, off, mask, \
-                      skip);                                             \
-    }                                                                    \
+#define KILN_ADD_PIXELS(n)                                                   \
+  case n:                                                                    \
+    if (pair) {                                                              \
+      AddPixels<n, 2>(pixel, g.in_c, w, stride, out, g.out_c, off, mask, skip); \
+    } else {                                                                 \
+      AddPixels<n, 1>(pixel, g.in_c, w, stride, out, g.out_c, off, mask, skip); \
+    }                                                                        \
     break;
-          KILN_ADD_PIXELS(1)
-          KILN_ADD_PIXELS(2) KILN_ADD_PIXELS(3) KILN_ADD_PIXELS(4)
-              KILN_ADD_PIXELS(5) KILN_ADD_PIXELS(6) KILN_ADD_PIXELS(7)
-                  KILN_ADD_PIXELS(8) KILN_ADD_PIXELS(9) KILN_ADD_PIXELS(10)
-                      KILN_ADD_PIXELS(11) KILN_ADD_PIXELS(12)
+          KILN_ADD_PIXELS(1) KILN_ADD_PIXELS(2) KILN_ADD_PIXELS(3) KILN_ADD_PIXELS(4)
+          KILN_ADD_PIXELS(5) KILN_ADD_PIXELS(6) KILN_ADD_PIXELS(7) KILN_ADD_PIXELS(8)
+          KILN_ADD_PIXELS(9) KILN_ADD_PIXELS(10) KILN_ADD_PIXELS(11) KILN_ADD_PIXELS(12)
 #undef KILN_ADD_PIXELS
         }
+        // clang-format on
       }
     }
   }

@@ -1,7 +1,7 @@
 // The scatter convolution gives what the im2col kernel gives, over kernel
 // layouts, paddings (none, partial, beyond the kernel's reach), channel
 // counts and kernel rows of several vectors; it refuses what it does not
-// cover; a pixel's infinity reaches only the outputs it should.
+// cover; infinities reach only the outputs they should.
 #include <cmath>
 #include <random>
 #include <string>
