@@ -283,7 +283,8 @@ def torch_kernels():
 
 def kernels():
     return (f"Kiln: f32 dot and convolution through oneDNN (convolutions timed against "
-            f"im2col per shape at compile time), its own vectorized elementwise and pooling "
+            f"its own scatter and im2col kernels per shape at compile time), its own "
+            f"vectorized elementwise and pooling "
             f"loops, one OpenMP team of --threads | {torch_kernels()}")
 
 

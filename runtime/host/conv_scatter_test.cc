@@ -11,6 +11,7 @@
 #include "compiler/ir/verifier.h"
 #include "gtest/gtest.h"
 #include "runtime/compute_threads.h"
+#include "runtime/host/cancel.h"
 #include "runtime/host/conv_kernels.h"
 
 namespace kiln::host {
@@ -212,6 +213,31 @@ TEST(ScatterConvInfinityTest, ZerosTimesAnInfiniteWeightAreNaN) {
       EXPECT_EQ(v[(y * 4 + x) * 2 + 1], 0.0f) << y << "," << x;
     }
   }
+}
+
+// The kernel asks for cancellation before each image (on one thread: the
+// calling thread's check) and stops at the first yes; the tuner stops it
+// that way once it has run too long to win.
+TEST(ScatterConvCancelTest, StopsBetweenImages) {
+  auto module =
+      Parse("f32[8,6,6,2]", "f32[3,3,2,3]", "f32[8,6,6,3]",
+            "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f");
+  ASSERT_TRUE(module.ok()) << module.status();
+  const ir::Instruction& conv = *(*module)->entry()->root();
+  std::vector<BufferPtr> ops = Operands(conv, 1);
+  ASSERT_EQ(ops.size(), 2u);
+  auto kernel = MakeScatterConvolutionKernel(conv);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  runtime::SetComputeThreads(1);
+  int calls = 0;
+  const runtime::CancelCheck check = [&calls] { return ++calls == 3; };
+  {
+    CancelScope scope(&check);
+    ExecState st;
+    EXPECT_TRUE((*kernel)(st, ops).ok());
+  }
+  EXPECT_EQ(calls, 3);  // of 8 images, the third was never started
+  runtime::SetComputeThreads(0);
 }
 
 }  // namespace
