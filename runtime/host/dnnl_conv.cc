@@ -1,5 +1,7 @@
 #include "runtime/host/dnnl_conv.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -40,6 +42,12 @@ memory::desc Strided(const Shape& shape, const std::vector<int64_t>& order) {
 memory::desc Any(const memory::desc& md) {
   return memory::desc(md.dims(), memory::data_type::f32, memory::format_tag::any);
 }
+
+// Reorders below this many bytes (a layer's weights) run on the calling
+// thread alone: waking the team's other threads costs more than they save,
+// and where another process holds their cores (a client on the same
+// machine) one of them can take a millisecond to come.
+constexpr size_t kSmallReorderBytes = size_t{64} << 10;
 
 // One way to run the convolution, built at compile time. The HLO operands
 // (input, kernel) and result each have their own descriptor as they lie,
@@ -90,7 +98,13 @@ struct Plan {
   // Adds the reorders where the primitive wants another layout.
   void Connect() {
     auto reorder = [](const memory::desc& from, const memory::desc& to) {
-      return dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), from, Engine(), to));
+      // oneDNN sizes a primitive's team when it is created: a small
+      // reorder gets the calling thread alone (see kSmallReorderBytes).
+      const bool small = from.get_size() < kSmallReorderBytes;
+      if (small) omp_set_num_threads(1);
+      dnnl::reorder r(dnnl::reorder::primitive_desc(Engine(), from, Engine(), to));
+      if (small) UseComputeThreads();
+      return r;
     };
     if (in.wanted != in.lies) in.reorder = reorder(in.lies, in.wanted);
     if (ker.wanted != ker.lies) ker.reorder = reorder(ker.lies, ker.wanted);

@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include <omp.h>
+
 #include "gtest/gtest.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/verifier.h"
@@ -265,6 +267,23 @@ TEST(DnnlConvCoverageTest, OtherTypesAndStridedInputDilationAreLeftToIm2col) {
     EXPECT_TRUE(DnnlConvolutionKernels(*(*module)->entry()->root()).empty()) << text;
     EXPECT_TRUE(MakeConvolutionKernel(*(*module)->entry()->root()).ok()) << text;
   }
+}
+
+// Small reorders (a layer's weights) are built for the calling thread
+// alone; building them leaves the thread's team at the compute threads, so
+// the convolutions and every later kernel still run on all of them.
+TEST(DnnlConvThreadsTest, SmallReordersLeaveTheTeamAtTheComputeThreads) {
+  auto module = ir::ParseModule(
+      "ENTRY e {\n a = f32[8,14,14,6] parameter(0)\n b = f32[5,5,6,16] parameter(1)\n"
+      " ROOT c = f32[8,10,10,16] convolution(a, b), window={size=5x5}, "
+      "dim_labels=b01f_01io->b01f\n}\n");
+  ASSERT_TRUE(module.ok()) << module.status();
+  const ir::Instruction& conv = *(*module)->entry()->root();
+  runtime::SetComputeThreads(2);
+  const std::vector<NamedKernel> kernels = DnnlConvolutionKernels(conv, kDnnlPieceMacs);
+  EXPECT_FALSE(kernels.empty());
+  EXPECT_EQ(omp_get_max_threads(), 2);
+  runtime::SetComputeThreads(0);
 }
 
 }  // namespace
