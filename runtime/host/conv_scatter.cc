@@ -86,9 +86,10 @@ __attribute__((always_inline)) inline void AddPixels(
       Vec g[P];
       for (int p = 0; p < P; ++p) g[p] = Vec{} + pixel[p * channels + c];
       const float* w = weights + c * stride;
-      for (int r = 0; r < N; ++r) {
-        const Vec wr = Load(w + r * kLanes);
-        for (int p = 0; p < P; ++p) acc[p][r] += g[p] * wr;
+      Vec wr[N];
+      for (int r = 0; r < N; ++r) wr[r] = Load(w + r * kLanes);
+      for (int p = 0; p < P; ++p) {
+        for (int r = 0; r < N; ++r) acc[p][r] += g[p] * wr[r];
       }
     }
   }
