@@ -480,6 +480,36 @@ void MarkDonated(const std::vector<int>& donate,
   }
 }
 
+// After an unsequenced execution failed, its donated arguments are gone
+// where the server took them before the failure, and still on the server
+// where it refused the call first (the protocol leaves them to the
+// caller). This client has given them up either way (MarkDonated), so it
+// releases each on its own, a NOT_FOUND (taken) being no error; otherwise
+// a refused call's donated buffers stayed on the server until the session
+// ended. Not after a failure that may not have reached the server
+// (unavailable, cancelled, past its deadline): a release would then wait
+// for the connection, and the session keeps them. A sequenced execution's
+// donated arguments go with its failure on the server (protocol 6).
+void GiveUpDonated(ClientCore& core, const v1::ExecuteRequest& req, const absl::Status& failure) {
+  if (req.sequence() != 0 || req.donated_arguments().empty()) return;
+  const absl::StatusCode code = failure.code();
+  if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kCancelled ||
+      code == absl::StatusCode::kDeadlineExceeded) {
+    return;
+  }
+  auto release = [&](const google::protobuf::RepeatedPtrField<std::string>& handles) {
+    for (int index : req.donated_arguments()) {
+      if (index < 0 || index >= handles.size() || handles[index].empty()) continue;
+      v1::ReleaseRequest rel;
+      rel.set_session_id(req.session_id());
+      rel.add_buffer_handles(handles[index]);
+      core.transport().Release(rel).IgnoreError();
+    }
+  };
+  release(req.argument_handles());
+  for (const v1::ReplicaArguments& replica : req.replicas()) release(replica.argument_handles());
+}
+
 // The request of an execution of `executable` with `args`.
 absl::StatusOr<v1::ExecuteRequest> ExecuteRequestOf(const std::string& session_id,
                                                     const Executable& executable,
@@ -565,7 +595,10 @@ absl::StatusOr<ExecuteResult> Client::Execute(
   // The server takes donated arguments before the program runs, so they are
   // gone even when it fails: never reuse or release them again.
   MarkDonated(options.donate, args);
-  if (!executed.ok()) return executed.status();
+  if (!executed.ok()) {
+    GiveUpDonated(*core_, req, executed.status());
+    return executed.status();
+  }
   return ExecuteResultOf(core_, req, *executed, executable.device(), args.size(),
                          InlineShapes(req, options));
 }
@@ -611,6 +644,7 @@ absl::StatusOr<std::shared_ptr<PendingExecution>> Client::ExecuteAsync(
     absl::StatusOr<v1::ExecuteResponse> executed =
         core->transport().Execute(req, &pending->canceller_);
     MarkDonated(donate, args);
+    if (!executed.ok()) GiveUpDonated(*core, req, executed.status());
     absl::StatusOr<ExecuteResult> result =
         executed.ok()
             ? ExecuteResultOf(core, req, *executed, executable->device(), args.size(), shapes)
@@ -680,8 +714,14 @@ absl::StatusOr<ReplicatedResult> Client::ExecuteReplicated(
     RETURN_IF_ERROR(AddArguments(replica.args, nullptr, r->mutable_argument_handles(), &req));
   }
   FillRequest(options, &req);
-  ASSIGN_OR_RETURN(v1::ExecuteResponse resp, core_->transport().Execute(req, options.cancel));
+  absl::StatusOr<v1::ExecuteResponse> executed = core_->transport().Execute(req, options.cancel);
+  // Given up whatever happens, as for one device (Client::Execute).
   for (const ReplicaArguments& replica : replicas) MarkDonated(options.donate, replica.args);
+  if (!executed.ok()) {
+    GiveUpDonated(*core_, req, executed.status());
+    return executed.status();
+  }
+  const v1::ExecuteResponse& resp = *executed;
   if (resp.replicas_size() != static_cast<int>(replicas.size())) {
     return absl::InternalError(absl::StrCat("the server returned ", resp.replicas_size(),
                                             " replica results for ", replicas.size(),

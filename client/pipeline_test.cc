@@ -184,6 +184,34 @@ TEST_F(ExecuteAsyncTest, ResultsNobodyWaitsForAreReleased) {
   EXPECT_EQ(live, 1);
 }
 
+// A call the server refuses before it takes its arguments (the wrong
+// shape) leaves the donated one on the server; the client has given it up
+// all the same, so it releases it rather than leave it there until the
+// session ends. Synchronous (unsequenced) and pipelined (sequenced) alike.
+TEST_F(ExecuteAsyncTest, ARefusedExecutionGivesUpItsDonatedArguments) {
+  ASSERT_NE(d.exe, nullptr) << "no program to run";
+  ASSERT_NE(d.in, nullptr) << "no input to run it on";
+  const ir::Literal three = ir::Literal::FromVector<float>(ElementType::kF32, {3}, {1, 2, 3});
+  ExecuteOptions options;
+  options.donate = {0};
+  auto wrong = client->TransferToDevice(three, "cpu:0");
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  auto refused = client->Execute(*d.exe, {*wrong}, options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_TRUE((*wrong)->donated());
+  auto again = client->TransferToDevice(three, "cpu:0");
+  ASSERT_TRUE(again.ok()) << again.status();
+  auto pending = client->ExecuteAsync(d.exe, {*again}, options);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  EXPECT_EQ((*pending)->Wait().status().code(), absl::StatusCode::kInvalidArgument);
+  pending->reset();
+  ASSERT_TRUE(client->FlushReleases().ok());
+  // Only the input is left: both refused calls' donated buffers are gone.
+  auto info = client->MemoryInfo("cpu:0");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->live_buffers(), 1);
+}
+
 // Protocol 6: an execution's outputs are named when it is sent, so the next
 // one takes them as arguments without waiting for its reply (the server
 // starts them in order and waits for the values).
