@@ -484,7 +484,7 @@ void MarkDonated(const std::vector<int>& donate,
 // where the server took them before the failure, and still on the server
 // where it refused the call first (the protocol leaves them to the
 // caller). This client has given them up either way (MarkDonated), so it
-// releases each on its own, a NOT_FOUND (taken) being no error; otherwise
+// releases them, a NOT_FOUND (taken) being no error; otherwise
 // a refused call's donated buffers stayed on the server until the session
 // ended. Not after a failure that may not have reached the server
 // (unavailable, cancelled, past its deadline): a release would then wait
@@ -497,17 +497,28 @@ void GiveUpDonated(ClientCore& core, const v1::ExecuteRequest& req, const absl::
       code == absl::StatusCode::kDeadlineExceeded) {
     return;
   }
-  auto release = [&](const google::protobuf::RepeatedPtrField<std::string>& handles) {
+  std::vector<std::string> donated;
+  auto add = [&](const google::protobuf::RepeatedPtrField<std::string>& handles) {
     for (int index : req.donated_arguments()) {
-      if (index < 0 || index >= handles.size() || handles[index].empty()) continue;
-      v1::ReleaseRequest rel;
-      rel.set_session_id(req.session_id());
-      rel.add_buffer_handles(handles[index]);
-      core.transport().Release(rel).IgnoreError();
+      if (index >= 0 && index < handles.size() && !handles[index].empty()) {
+        donated.push_back(handles[index]);
+      }
     }
   };
-  release(req.argument_handles());
-  for (const v1::ReplicaArguments& replica : req.replicas()) release(replica.argument_handles());
+  add(req.argument_handles());
+  for (const v1::ReplicaArguments& replica : req.replicas()) add(replica.argument_handles());
+  // All at once (a release is all or nothing); where one was taken, each
+  // on its own.
+  auto release = [&](auto begin, auto end) {
+    v1::ReleaseRequest rel;
+    rel.set_session_id(req.session_id());
+    for (auto it = begin; it != end; ++it) rel.add_buffer_handles(*it);
+    return core.transport().Release(rel).status();
+  };
+  if (donated.empty() || release(donated.begin(), donated.end()).code() != absl::StatusCode::kNotFound) {
+    return;
+  }
+  for (auto it = donated.begin(); it != donated.end(); ++it) release(it, it + 1).IgnoreError();
 }
 
 // The request of an execution of `executable` with `args`.

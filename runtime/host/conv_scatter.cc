@@ -18,6 +18,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -36,16 +37,18 @@ constexpr int kLanes = 16;
 constexpr int64_t kChannelChunk = 64;
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 
-inline Vec Load(const float* p) {
+__attribute__((always_inline)) inline Vec Load(const float* p) {
   Vec v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-inline void Store(float* p, Vec v) { std::memcpy(p, &v, sizeof(v)); }
+__attribute__((always_inline)) inline void Store(float* p, Vec v) {
+  std::memcpy(p, &v, sizeof(v));
+}
 
 typedef int32_t Mask __attribute__((vector_size(kLanes * sizeof(int32_t))));
 
-inline Mask LoadMask(const int32_t* p) {
+__attribute__((always_inline)) inline Mask LoadMask(const int32_t* p) {
   Mask m;
   std::memcpy(&m, p, sizeof(m));
   return m;
@@ -288,12 +291,16 @@ absl::StatusOr<Kernel> MakeScatterConvolutionKernel(
           UseComputeThreads();
           threads = std::min<int64_t>(omp_get_max_threads(), g.batch);
         }
+        // The calling thread asks for cancellation (its check is its own)
+        // and tells the others, which stop at their next image too.
+        std::atomic<bool> stop{false};
 #pragma omp parallel num_threads(threads)
         {
           const int t = omp_get_thread_num(), n = omp_get_num_threads();
           std::vector<float> acc(margin_floats);
           for (int64_t b = g.batch * t / n; b < g.batch * (t + 1) / n; ++b) {
-            if (t == 0 && Cancelled())
+            if (t == 0 && Cancelled()) stop.store(true, std::memory_order_relaxed);
+            if (stop.load(std::memory_order_relaxed))
               break;  // the program stops at its next step
             std::fill(acc.begin(), acc.end(), 0.0f);
             ScatterImage(g, src + b * g.h * g.w * g.in_c, packed.data(),

@@ -123,6 +123,9 @@ INSTANTIATE_TEST_SUITE_P(
         // Any kernel layout: output feature first.
         Case{"oi01_kernel", "f32[2,7,7,4]", "f32[3,4,3,3]", "f32[2,7,7,3]",
              "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_oi01->b01f"},
+        // More channels than one look for zeros takes (64).
+        Case{"many_channels", "f32[2,5,5,70]", "f32[3,3,70,4]", "f32[2,5,5,4]",
+             "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f"},
         Case{"one_image", "f32[1,5,5,1]", "f32[1,1,1,1]", "f32[1,5,5,1]",
              "window={size=1x1}, dim_labels=b01f_01io->b01f"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });

@@ -100,11 +100,15 @@ struct Plan {
     auto reorder = [](const memory::desc& from, const memory::desc& to) {
       // oneDNN sizes a primitive's team when it is created: a small
       // reorder gets the calling thread alone (see kSmallReorderBytes).
-      const bool small = from.get_size() < kSmallReorderBytes;
-      if (small) omp_set_num_threads(1);
-      dnnl::reorder r(dnnl::reorder::primitive_desc(Engine(), from, Engine(), to));
-      if (small) UseComputeThreads();
-      return r;
+      // The team is set back even when oneDNN throws.
+      struct Restore {
+        bool small;
+        ~Restore() {
+          if (small) UseComputeThreads();
+        }
+      } restore{from.get_size() < kSmallReorderBytes};
+      if (restore.small) omp_set_num_threads(1);
+      return dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), from, Engine(), to));
     };
     if (in.wanted != in.lies) in.reorder = reorder(in.lies, in.wanted);
     if (ker.wanted != ker.lies) ker.reorder = reorder(ker.lies, ker.wanted);
