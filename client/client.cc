@@ -11,6 +11,7 @@
 #include "client/grpc_transport.h"
 #include "client/mesh_transport.h"
 #include "compiler/ir/proto_convert.h"
+#include "proto/protocol.h"
 #include "base/status_macros.h"
 
 namespace kiln::client {
@@ -497,16 +498,7 @@ void GiveUpDonated(ClientCore& core, const v1::ExecuteRequest& req, const absl::
       code == absl::StatusCode::kDeadlineExceeded) {
     return;
   }
-  std::vector<std::string> donated;
-  auto add = [&](const google::protobuf::RepeatedPtrField<std::string>& handles) {
-    for (int index : req.donated_arguments()) {
-      if (index >= 0 && index < handles.size() && !handles[index].empty()) {
-        donated.push_back(handles[index]);
-      }
-    }
-  };
-  add(req.argument_handles());
-  for (const v1::ReplicaArguments& replica : req.replicas()) add(replica.argument_handles());
+  const std::vector<std::string> donated = protocol::DonatedHandles(req);
   // All at once (a release is all or nothing); where one was taken, each
   // on its own.
   auto release = [&](auto begin, auto end) {
@@ -566,12 +558,6 @@ std::vector<ir::Shape> InlineShapes(const v1::ExecuteRequest& req, const Execute
     shapes.push_back(options.inline_values[a.index()]->shape());
   }
   return shapes;
-}
-
-// The server's name for output `index` of sequenced execution `sequence`
-// (docs/protocol.md, version 6).
-std::string SequencedHandle(uint64_t sequence, int index) {
-  return absl::StrCat("r-", sequence, ".", index);
 }
 
 // Checks that the reply named `result`'s outputs as they were named before
@@ -637,7 +623,7 @@ absl::StatusOr<std::shared_ptr<PendingExecution>> Client::ExecuteAsync(
     absl::MutexLock lock(&pending->mu_);
     for (size_t k = 0; k < leaves.size(); ++k) {
       pending->outputs_.push_back(std::make_shared<DeviceBuffer>(
-          core_, SequencedHandle(sequence, static_cast<int>(k)), std::move(leaves[k]),
+          core_, protocol::SequencedHandle(sequence, static_cast<int>(k)), std::move(leaves[k]),
           executable->device()));
       named.push_back(pending->outputs_.back()->handle());
       pending->named_.push_back(pending->outputs_.back());

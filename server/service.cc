@@ -21,6 +21,7 @@
 #include "base/status_macros.h"
 #include "compiler/ir/verifier.h"
 #include "runtime/replicated.h"
+#include "proto/protocol.h"
 #include "base/logging.h"
 #include "base/chunks.h"
 
@@ -400,17 +401,7 @@ absl::StatusOr<v1::ExecuteResponse> Service::Execute(const v1::ExecuteRequest& r
     // A sequenced execution's caller gives its donated arguments up
     // whatever happens (protocol 6): those it did not take go now. (An
     // unsequenced one refused before it took them leaves them alone.)
-    std::vector<std::string> donated;
-    auto add = [&](const google::protobuf::RepeatedPtrField<std::string>& handles) {
-      for (int index : req.donated_arguments()) {
-        if (index >= 0 && index < handles.size() && !handles[index].empty()) {
-          donated.push_back(handles[index]);
-        }
-      }
-    };
-    add(req.argument_handles());
-    for (const v1::ReplicaArguments& replica : req.replicas()) add(replica.argument_handles());
-    session->Drop(donated);
+    session->Drop(protocol::DonatedHandles(req));
   }
   return resp;
 }

@@ -17,6 +17,7 @@
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/proto_convert.h"
 #include "server/service.h"
+#include "proto/protocol.h"
 
 namespace {
 
@@ -150,7 +151,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (int a = 0; a < args; ++a) {
           if (in.ConsumeIntegralInRange(0, 5) == 0) {
             // An output of a sequenced execution, made or not.
-            req.add_argument_handles(kiln::server::Session::SequencedHandle(
+            req.add_argument_handles(kiln::protocol::SequencedHandle(
                 in.ConsumeIntegralInRange<uint64_t>(0, 6), in.ConsumeIntegralInRange(0, 2)));
             continue;
           }

@@ -10,6 +10,7 @@
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/proto_convert.h"
 #include "gtest/gtest.h"
+#include "proto/protocol.h"
 
 namespace kiln::server {
 namespace {
@@ -849,7 +850,7 @@ TEST_F(SequencedTest, ALaterExecutionTakesAnEarlierOnesOutputWhileThatRuns) {
   const std::string x = Input();
   // Number 2 arrives first: it waits for number 1, then for its output,
   // which it takes (donated).
-  v1::ExecuteRequest second = Negate(Session::SequencedHandle(1, 0), 2);
+  v1::ExecuteRequest second = Negate(protocol::SequencedHandle(1, 0), 2);
   second.add_donated_arguments(0);
   absl::StatusOr<v1::ExecuteResponse> second_done;
   std::atomic<bool> second_returned{false};
@@ -870,13 +871,13 @@ TEST_F(SequencedTest, ALaterExecutionTakesAnEarlierOnesOutputWhileThatRuns) {
   // A transfer of number 1's output waits for it, until its call goes.
   v1::TransferFromDeviceRequest gone;
   gone.set_session_id(session_);
-  gone.set_buffer_handle(Session::SequencedHandle(1, 0));
+  gone.set_buffer_handle(protocol::SequencedHandle(1, 0));
   const absl::Status given_up = service_->TransferFromDevice(
       gone, [](const v1::TransferFromDeviceChunk&) { return true; }, [] { return true; });
   EXPECT_EQ(given_up.code(), absl::StatusCode::kCancelled) << given_up;
   // A read of number 1's output waits for it as well.
   absl::StatusOr<std::string> read;
-  std::thread reader([&] { read = Download(session_, Session::SequencedHandle(1, 0)); });
+  std::thread reader([&] { read = Download(session_, protocol::SequencedHandle(1, 0)); });
   v1::FeedTarget target;
   target.set_session_id(session_);
   target.set_device("cpu:0");
@@ -910,14 +911,14 @@ TEST_F(SequencedTest, TheOutputsOfAFailedSequencedExecutionReportItsError) {
   // handle reports why.
   auto first = service_->Execute(Negate("b-missing", 1));
   ASSERT_FALSE(first.ok());
-  auto second = service_->Execute(Negate(Session::SequencedHandle(1, 0), 2));
+  auto second = service_->Execute(Negate(protocol::SequencedHandle(1, 0), 2));
   ASSERT_FALSE(second.ok());
   EXPECT_NE(second.status().message().find("b-missing"), std::string::npos) << second.status();
   // Number 3 fails before it starts (no such program): using its output
   // says so.
   auto third = service_->Execute(Sequenced(session_, "e-missing", "b-missing", 3));
   EXPECT_EQ(third.status().code(), absl::StatusCode::kNotFound);
-  auto fourth = service_->Execute(Negate(Session::SequencedHandle(3, 0), 4));
+  auto fourth = service_->Execute(Negate(protocol::SequencedHandle(3, 0), 4));
   ASSERT_FALSE(fourth.ok());
   EXPECT_NE(fourth.status().message().find("failed before it ran"), std::string::npos)
       << fourth.status();
@@ -928,7 +929,7 @@ TEST_F(SequencedTest, TheOutputsOfAFailedSequencedExecutionReportItsError) {
   // and those never made, is no error.
   v1::ReleaseRequest release;
   release.set_session_id(session_);
-  for (uint64_t n = 1; n <= 4; ++n) release.add_buffer_handles(Session::SequencedHandle(n, 0));
+  for (uint64_t n = 1; n <= 4; ++n) release.add_buffer_handles(protocol::SequencedHandle(n, 0));
   EXPECT_TRUE(service_->Release(release).ok());
   EXPECT_EQ((*service_->sessions().Get(session_))->buffer_count(), 0);
 }
@@ -941,7 +942,7 @@ TEST_F(SequencedTest, ANumberThatNeverComesIsPassedOver) {
   // Number 1 arriving late is refused; its outputs never exist.
   auto late = service_->Execute(Negate(x, 1));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition) << late.status();
-  auto use = service_->Execute(Negate(Session::SequencedHandle(1, 0), 3));
+  auto use = service_->Execute(Negate(protocol::SequencedHandle(1, 0), 3));
   EXPECT_EQ(use.status().code(), absl::StatusCode::kNotFound) << use.status();
   EXPECT_NE(use.status().message().find("did not arrive"), std::string::npos) << use.status();
 }
@@ -950,7 +951,7 @@ TEST_F(SequencedTest, AnOutputReleasedBeforeItsExecutionStartsIsNeverKept) {
   const std::string x = Input();
   v1::ReleaseRequest release;
   release.set_session_id(session_);
-  release.add_buffer_handles(Session::SequencedHandle(1, 0));
+  release.add_buffer_handles(protocol::SequencedHandle(1, 0));
   ASSERT_TRUE(service_->Release(release).ok());
   auto first = service_->Execute(Negate(x, 1));
   ASSERT_TRUE(first.ok()) << first.status();
@@ -977,7 +978,7 @@ TEST_F(SequencedTest, AWaitForAnEarlierNumberEndsWithItsCall) {
 TEST_F(SequencedTest, ASequencedExecutionCannotWaitForItselfOrALaterOne) {
   for (uint64_t n : {1, 2}) {
     // Its own output, then the next one's.
-    auto self = service_->Execute(Negate(Session::SequencedHandle(n == 1 ? 1 : 3, 0), n));
+    auto self = service_->Execute(Negate(protocol::SequencedHandle(n == 1 ? 1 : 3, 0), n));
     EXPECT_EQ(self.status().code(), absl::StatusCode::kInvalidArgument) << self.status();
   }
 }

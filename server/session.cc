@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
+#include "proto/protocol.h"
 
 namespace kiln::server {
 
@@ -81,19 +82,6 @@ std::string Session::AddBuffer(BufferEntry entry) {
 
 namespace {
 
-// The number of the sequenced execution whose output `handle` names
-// ("r-<sequence>.<index>"), if it names one.
-std::optional<uint64_t> SequenceOf(absl::string_view handle) {
-  if (!absl::ConsumePrefix(&handle, "r-")) return std::nullopt;
-  const size_t dot = handle.find('.');
-  uint64_t sequence = 0, index = 0;
-  if (dot == absl::string_view::npos || !absl::SimpleAtoi(handle.substr(0, dot), &sequence) ||
-      !absl::SimpleAtoi(handle.substr(dot + 1), &index)) {
-    return std::nullopt;
-  }
-  return sequence;
-}
-
 // Wakes whoever waits for `pending` with `value`, once.
 void Settle(PendingOutput& pending, absl::StatusOr<runtime::BufferPtr> value) {
   {
@@ -107,15 +95,11 @@ void Settle(PendingOutput& pending, absl::StatusOr<runtime::BufferPtr> value) {
 
 }  // namespace
 
-std::string Session::SequencedHandle(uint64_t sequence, int index) {
-  return absl::StrCat("r-", sequence, ".", index);
-}
-
 absl::StatusOr<BufferEntry> Session::GetBuffer(const std::string& handle,
                                                const runtime::CancelCheck& cancelled,
                                                uint64_t before) const {
   if (before > 0) {
-    const std::optional<uint64_t> sequence = SequenceOf(handle);
+    const std::optional<uint64_t> sequence = protocol::SequenceOf(handle);
     if (sequence.has_value() && *sequence >= before) {
       return absl::InvalidArgumentError(absl::StrCat(
           "buffer ", handle, " is an output of execution ", *sequence,
@@ -128,7 +112,7 @@ absl::StatusOr<BufferEntry> Session::GetBuffer(const std::string& handle,
     absl::MutexLock lock(&mu_);
     auto it = buffers_.find(handle);
     if (it == buffers_.end()) {
-      const std::optional<uint64_t> sequence = SequenceOf(handle);
+      const std::optional<uint64_t> sequence = protocol::SequenceOf(handle);
       if (sequence.has_value()) {
         if (auto failed = failed_turns_.find(*sequence); failed != failed_turns_.end()) {
           return absl::NotFoundError(absl::StrCat("buffer handle '", handle, "' names an output of execution ",
@@ -182,7 +166,7 @@ void Session::PassTurnTo(uint64_t sequence) {
   // Early releases of outputs of numbers passed are done with.
   if (!released_early_.empty()) {
     absl::erase_if(released_early_, [&](const std::string& handle) {
-      const std::optional<uint64_t> of = SequenceOf(handle);
+      const std::optional<uint64_t> of = protocol::SequenceOf(handle);
       return !of.has_value() || *of < next_sequence_;
     });
   }
@@ -266,7 +250,7 @@ std::vector<std::string> Session::StartSequenced(uint64_t sequence, int outputs,
   std::vector<std::string> handles;
   absl::MutexLock lock(&mu_);
   for (int k = 0; k < outputs; ++k) {
-    std::string handle = SequencedHandle(sequence, k);
+    std::string handle = protocol::SequencedHandle(sequence, k);
     // Released before it was made: never made.
     if (!released_early_.erase(handle)) {
       buffers_[handle] = BufferEntry{nullptr, device, std::make_shared<PendingOutput>()};
@@ -339,7 +323,7 @@ absl::StatusOr<int> Session::Release(const std::vector<std::string>& buffers,
       // An output of a sequenced execution that is gone is no error: its
       // execution failed before it started, or was passed over, or the
       // handle was released before. One not started yet is remembered.
-      const std::optional<uint64_t> sequence = SequenceOf(h);
+      const std::optional<uint64_t> sequence = protocol::SequenceOf(h);
       if (sequence.has_value() && *sequence < next_sequence_) continue;
       if (sequence.has_value() && released_early_.size() + early.size() < kMaxEarlyReleases) {
         early.push_back(&h);

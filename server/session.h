@@ -119,11 +119,10 @@ class Session {
   // Sequenced executions (protocol 6): a client numbers the executions it
   // sends without waiting for their replies 1, 2, 3, ... and the session
   // starts them in that order, each once the one before has registered its
-  // outputs, under handles known in advance (SequencedHandle). So an
-  // execution may name the outputs of the one before it, still running.
+  // outputs, under handles known in advance (protocol::SequencedHandle).
+  // So an execution may name the outputs of the one before it, still
+  // running.
   //
-  // The handle of output `index` (tuples flattened) of execution `sequence`.
-  static std::string SequencedHandle(uint64_t sequence, int index);
   // Waits until it is execution `sequence`'s turn. INVALID_ARGUMENT past
   // kMaxSequence; FAILED_PRECONDITION if that number was used or passed
   // over; CANCELLED if `cancelled` says stop or the session ends. When the
