@@ -77,8 +77,10 @@ TEST(PipelineTest, AFailedPipelinedExecutionReportsAtTheNextCallAndStaysOnItsTen
   auto ctx = LazyContext::Create(client.get());
   ctx->set_pipelined(true);
   Tensor x = ctx->FromVector<float>(ElementType::kF32, {4}, {1, 2, 3, 4}, "cpu:0");
-  // 4096 bytes of device memory cannot hold the 64 KiB broadcast.
-  Tensor big = Sum(BroadcastTo(x, {4096, 4}) * 2.0, {});
+  // 4096 bytes of device memory cannot hold the 64 KiB product (summed over
+  // its middle dimension, which no loop folds as it computes, so the
+  // product is written out).
+  Tensor big = Sum(Sum(BroadcastTo(x, {64, 64, 4}) * 2.0, {1}), {});
   ASSERT_TRUE(ctx->Barrier("cpu:0").ok());  // sent, not waited for
   EXPECT_TRUE(big.node()->in_flight());
   // Traced on the value in flight; it cannot be computed. The server

@@ -373,8 +373,10 @@ TEST_F(TensorTest, AFailedExecutionsErrorStaysOnTheTensor) {
   auto client = *embedded::Connect(small);
   auto ctx = LazyContext::Create(client.get());
   Tensor x = ctx->FromVector<float>(ElementType::kF32, {4}, {1, 2, 3, 4}, "cpu:0");
-  // 4096 bytes of device memory cannot hold the 64 KiB broadcast.
-  Tensor big = Sum(BroadcastTo(x, {4096, 4}) * 2.0, {});
+  // 4096 bytes of device memory cannot hold the 64 KiB product (summed over
+  // its middle dimension, which no loop folds as it computes, so the
+  // product is written out).
+  Tensor big = Sum(Sum(BroadcastTo(x, {64, 64, 4}) * 2.0, {1}), {});
   auto first = big.Item();
   ASSERT_FALSE(first.ok());
   EXPECT_EQ(first.status().code(), absl::StatusCode::kResourceExhausted) << first.status();

@@ -43,16 +43,18 @@ class ResnetTest : public ::testing::Test {
 };
 
 TEST_F(ResnetTest, EpochsRunAsDeviceLoopsWithTheirLossesStreamedOut) {
-  testing::ProcessResult r = RunCommand(kSmall + " --epochs=2");
+  testing::ProcessResult r = RunCommand(kSmall + " --epochs=3");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  // Every step's loss came from the outfeed, two epochs of eight steps.
+  // Every step's loss came from the outfeed, three epochs of eight steps.
   EXPECT_NE(r.output.find("epoch 1 step 8/8: loss"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("epoch 2 step 8/8: loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("epoch 3 step 8/8: loss"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("in loop mode: 8 steps per epoch program"), std::string::npos);
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.output, m, std::regex("final test accuracy ([0-9.]+)")))
       << r.output;
-  // Ten classes: learning shows above chance even on this slice.
+  // Ten classes: learning shows above chance even on this slice, after three
+  // epochs (after two, the test accuracy lies anywhere between chance and
+  // 0.3 depending on the last bits of the sums).
   EXPECT_GT(std::stod(m[1]), 0.2) << r.output;
   EXPECT_FALSE(FinalState(r.output).empty());
 }

@@ -5,6 +5,7 @@
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dce.h"
 #include "compiler/passes/fusion.h"
+#include "compiler/passes/reduction_fusion.h"
 
 namespace kiln::passes {
 
@@ -27,6 +28,7 @@ std::unique_ptr<Pipeline> CpuPipeline(bool verify, LoopFusionOptions fusion) {
       "cpu", PipelineOptions{.max_iterations = 1, .verify = verify});
   AddSimplify(*pipeline, verify);
   pipeline->AddPass<LoopFusion>(fusion);
+  pipeline->AddPass<ReductionFusion>();
   return pipeline;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "compiler/passes/dce.h"
+#include "compiler/passes/reduction_fusion.h"
 #include "compiler/passes/rewriter.h"
 
 namespace kiln::passes {
@@ -26,8 +27,19 @@ bool RunsCalleeAsSequence(Opcode op) {
   return op == Opcode::kWhile || op == Opcode::kConditional || op == Opcode::kCall;
 }
 
-// The computations to fuse in: reachable from the entry only through
-// sequential callers, and not already one loop.
+}  // namespace
+
+Users UsersOf(const Computation& comp) {
+  Users users;
+  for (const auto& instr : comp.instructions()) {
+    for (const Instruction* o : instr->operands()) {
+      auto& u = users[o];
+      if (std::find(u.begin(), u.end(), instr.get()) == u.end()) u.push_back(instr.get());
+    }
+  }
+  return users;
+}
+
 absl::flat_hash_set<const Computation*> FusibleComputations(const ir::Module& module) {
   const std::vector<const Computation*> reachable = module.PostOrder();
   absl::flat_hash_set<const Computation*> applied;
@@ -62,11 +74,16 @@ absl::flat_hash_set<const Computation*> FusibleComputations(const ir::Module& mo
   absl::flat_hash_set<const Computation*> fusible;
   for (const Computation* c : reachable) {
     if (applied.contains(c)) continue;
-    if (c != module.entry() && !stepped.contains(c) && IsLoopFusion(*c)) continue;
+    if (c != module.entry() && !stepped.contains(c) &&
+        (IsLoopFusion(*c) || IsReductionFusion(*c))) {
+      continue;
+    }
     fusible.insert(c);
   }
   return fusible;
 }
+
+namespace {
 
 // One group: the members computed inside it (topological) and the ones
 // written out (read outside the group, or the computation's root).
@@ -77,18 +94,6 @@ struct Group {
   bool merged = false;  // taken into another group
 };
 
-using Users = absl::flat_hash_map<const Instruction*, std::vector<const Instruction*>>;
-
-Users UsersOf(const Computation& comp) {
-  Users users;
-  for (const auto& instr : comp.instructions()) {
-    for (const Instruction* o : instr->operands()) {
-      auto& u = users[o];
-      if (std::find(u.begin(), u.end(), instr.get()) == u.end()) u.push_back(instr.get());
-    }
-  }
-  return users;
-}
 
 // Plans the groups of `comp`: each fusible instruction joins the group of
 // its only user when that user is elementwise, fused and of its
@@ -396,32 +401,14 @@ bool IsExpandableBroadcast(const Instruction& instr) {
   return true;
 }
 
-bool IsLoopFusion(const Computation& c) {
-  const Instruction* root = c.root();
-  if (root == nullptr || root->opcode() == Opcode::kParameter) return false;
-  // The outputs: the root, or the elements of a tuple root (distinct
-  // instructions of the loop).
-  std::vector<const Instruction*> outputs;
-  if (root->opcode() == Opcode::kTuple) {
-    if (root->operand_count() == 0) return false;
-    for (const Instruction* o : root->operands()) {
-      if (o->opcode() == Opcode::kParameter || o->opcode() == Opcode::kTuple ||
-          std::find(outputs.begin(), outputs.end(), o) != outputs.end()) {
-        return false;
-      }
-      outputs.push_back(o);
-    }
-  } else {
-    outputs.push_back(root);
-  }
-  if (outputs[0]->shape().IsTuple()) return false;
-  const std::vector<int64_t>& dims = outputs[0]->shape().dims();
+bool IsLoopBody(const Computation& c, const std::vector<int64_t>& dims,
+                const absl::flat_hash_set<const Instruction*>& skip) {
   for (const auto& instr : c.instructions()) {
     if (instr->opcode() == Opcode::kParameter) {
       if (!instr->shape().IsArray()) return false;
       continue;
     }
-    if (instr.get() == root && root->opcode() == Opcode::kTuple) continue;
+    if (skip.contains(instr.get())) continue;
     if (instr->shape().IsTuple() || instr->shape().dims() != dims) return false;
     if (ir::IsElementwise(instr->opcode())) {
       for (const Instruction* o : instr->operands()) {
@@ -435,6 +422,30 @@ bool IsLoopFusion(const Computation& c) {
     }
   }
   return true;
+}
+
+bool IsLoopFusion(const Computation& c) {
+  const Instruction* root = c.root();
+  if (root == nullptr || root->opcode() == Opcode::kParameter) return false;
+  // The outputs: the root, or the elements of a tuple root (distinct
+  // instructions of the loop).
+  std::vector<const Instruction*> outputs;
+  absl::flat_hash_set<const Instruction*> skip;
+  if (root->opcode() == Opcode::kTuple) {
+    if (root->operand_count() == 0) return false;
+    for (const Instruction* o : root->operands()) {
+      if (o->opcode() == Opcode::kParameter || o->opcode() == Opcode::kTuple ||
+          std::find(outputs.begin(), outputs.end(), o) != outputs.end()) {
+        return false;
+      }
+      outputs.push_back(o);
+    }
+    skip.insert(root);
+  } else {
+    outputs.push_back(root);
+  }
+  if (outputs[0]->shape().IsTuple()) return false;
+  return IsLoopBody(c, outputs[0]->shape().dims(), skip);
 }
 
 absl::StatusOr<bool> LoopFusion::Run(ir::Module* module) {

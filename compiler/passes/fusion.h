@@ -3,6 +3,11 @@
 #ifndef KILN_COMPILER_PASSES_FUSION_H_
 #define KILN_COMPILER_PASSES_FUSION_H_
 
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "compiler/passes/pass.h"
 
 namespace kiln::passes {
@@ -49,6 +54,24 @@ bool IsExpandableBroadcast(const ir::Instruction& instr);
 // of one element) or an expandable broadcast of a parameter. What LoopFusion outlines has this form; a backend checks it
 // again before running a call as one loop, since modules come from clients.
 bool IsLoopFusion(const ir::Computation& c);
+
+// Whether the instructions of `c` other than its parameters and `skip` form
+// a loop of dimensions `dims`: each is elementwise over operands of those
+// dimensions (or over parameters of one element) or an expandable
+// broadcast of a parameter, and every parameter is an array.
+bool IsLoopBody(const ir::Computation& c, const std::vector<int64_t>& dims,
+                const absl::flat_hash_set<const ir::Instruction*>& skip);
+
+// The distinct readers of each instruction of a computation, in order.
+using Users =
+    absl::flat_hash_map<const ir::Instruction*, std::vector<const ir::Instruction*>>;
+Users UsersOf(const ir::Computation& comp);
+
+// The computations of `module` that fusion passes rewrite: reachable from
+// the entry only through sequential callers (loops, conditions, branches,
+// calls), and not already one fused call's callee (IsLoopFusion,
+// IsReductionFusion).
+absl::flat_hash_set<const ir::Computation*> FusibleComputations(const ir::Module& module);
 
 }  // namespace kiln::passes
 

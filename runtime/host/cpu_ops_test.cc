@@ -634,7 +634,9 @@ INSTANTIATE_TEST_SUITE_P(Channels, CpuWindowRowTest,
 
 // Reductions over the leading dimensions (a bias gradient over NHWC data)
 // fold each column's rows in order, bit for bit as a plain loop, for any
-// number of columns (the vector lanes and their ends).
+// number of columns (the vector lanes and their ends); sums of at most
+// eight columns add row r into partial sum r % 4 and give
+// init + ((p0 + p1) + (p2 + p3)) (ColumnFold).
 class CpuReduceLeadingTest : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(CpuReduceLeadingTest, ColumnsOfAnyWidthMatchPlainLoops) {
@@ -669,13 +671,16 @@ ENTRY e {
   for (int64_t j = 0; j < c; ++j) {
     float s = 0.0f, p = 1.0f, mx = -std::numeric_limits<float>::infinity();
     float mn = std::numeric_limits<float>::infinity();
+    float partial[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t i = 0; i < rows; ++i) {
       const float v = x[i * c + j];
       s += v;
+      partial[i % 4] += v;
       p *= v;
       mx = RefMax(mx, v);
       mn = RefMin(mn, v);
     }
+    if (c <= 8) s = 0.0f + ((partial[0] + partial[1]) + (partial[2] + partial[3]));
     const float want[4] = {s, p, mx, mn};
     for (int k = 0; k < 4; ++k) {
       const float got = r->tuple_elements()[k].data<float>()[j];

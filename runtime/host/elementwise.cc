@@ -367,9 +367,10 @@ void ExpandBroadcast(const FusedNode& node, const uint8_t* input, uint8_t* out, 
 
 namespace {
 
-// Runs elements [begin, end) of `group` (block-aligned begin) with scratch
-// of its own; `poll` says whether to check for cancellation (only the
-// thread that runs the execution has its cancel check).
+// Runs elements [begin, end) of `group` with scratch of its own, writing
+// output k's element e at outs[k] + (e - begin); `poll` says whether to
+// check for cancellation (only the thread that runs the execution has its
+// cancel check).
 void RunFusedRange(const FusedGroup& group, absl::Span<const uint8_t* const> inputs,
                    absl::Span<uint8_t* const> outs, int64_t block, int64_t begin,
                    int64_t end, bool poll) {
@@ -427,7 +428,8 @@ void RunFusedRange(const FusedGroup& group, absl::Span<const uint8_t* const> inp
       const FusedNode& node = group.nodes[i];
       if (aliased[i]) continue;
       const int size = ir::ElementTypeSize(node.out_type);
-      uint8_t* dst = output_of[i] >= 0 ? outs[output_of[i]] + start * size : node_block(i);
+      uint8_t* dst =
+          output_of[i] >= 0 ? outs[output_of[i]] + (start - begin) * size : node_block(i);
       values[i] = dst;
       if (node.broadcast_size > 0) {
         // Reads its input, which the group never writes (not a scalar,
@@ -482,10 +484,22 @@ void RunFusedGroup(const FusedGroup& group, absl::Span<const uint8_t* const> inp
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    const int64_t first = blocks * t / n, last = blocks * (t + 1) / n;
-    RunFusedRange(group, inputs, outs, block, first * block, std::min(count, last * block),
-                  /*poll=*/t == 0);
+    const int64_t first = blocks * t / n * block;
+    const int64_t last = std::min(count, blocks * (t + 1) / n * block);
+    absl::InlinedVector<uint8_t*, 4> mine(outs.begin(), outs.end());
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const int index = group.outputs.empty() ? static_cast<int>(group.nodes.size()) - 1
+                                              : group.outputs[k];
+      mine[k] += first * ir::ElementTypeSize(group.nodes[index].out_type);
+    }
+    RunFusedRange(group, inputs, mine, block, first, last, /*poll=*/t == 0);
   }
+}
+
+void RunFusedGroupRange(const FusedGroup& group, absl::Span<const uint8_t* const> inputs,
+                        absl::Span<uint8_t* const> outs, int64_t begin, int64_t end, bool poll) {
+  const int64_t block = std::clamp<int64_t>(end - begin, 1, kBlock);
+  RunFusedRange(group, inputs, outs, block, begin, end, poll);
 }
 
 }  // namespace kiln::host

@@ -56,6 +56,13 @@ struct FusedGroup {
 void RunFusedGroup(const FusedGroup& group, absl::Span<const uint8_t* const> inputs,
                    absl::Span<uint8_t* const> outs);
 
+// Runs elements [begin, end) of `group` on the calling thread, writing
+// output k's element e at outs[k] + (e - begin) * its element size (outs
+// point at element `begin`); checks for cancellation when `poll` (only on
+// the thread that runs the execution).
+void RunFusedGroupRange(const FusedGroup& group, absl::Span<const uint8_t* const> inputs,
+                        absl::Span<uint8_t* const> outs, int64_t begin, int64_t end, bool poll);
+
 }  // namespace kiln::host
 
 #endif  // KILN_RUNTIME_HOST_ELEMENTWISE_H_

@@ -12,8 +12,10 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "compiler/passes/fusion.h"
+#include "compiler/passes/reduction_fusion.h"
 #include "runtime/host/cancel.h"
 #include "runtime/host/elementwise.h"
+#include "runtime/host/fused_reduce.h"
 
 namespace kiln::host {
 namespace {
@@ -62,15 +64,16 @@ class StepProfile {
 using ir::Instruction;
 using ir::Opcode;
 
-// Builds the loop that computes `nodes` (topological) in one pass and
-// writes `outputs` (some of the nodes; a tuple of them when `tuple`, else
-// the one). A value that is not among the nodes is read as a loop input,
-// from the program slot `slot_of` gives; `input_slots` receives those slots
-// in input order.
-Kernel MakeLoopKernel(const std::vector<const Instruction*>& nodes,
-                      const std::vector<const Instruction*>& outputs, bool tuple,
-                      const std::function<int(const Instruction*)>& slot_of,
-                      std::vector<int>* input_slots) {
+// The loop that computes `nodes` (topological) in one pass and writes
+// `outputs` (some of the nodes). A value that is not among the nodes is
+// read as a loop input, from the program slot `slot_of` gives;
+// `input_slots` receives those slots in input order, and `last_reader`
+// (when not null) the last node that reads each input.
+std::shared_ptr<FusedGroup> PlanLoop(const std::vector<const Instruction*>& nodes,
+                                     const std::vector<const Instruction*>& outputs,
+                                     const std::function<int(const Instruction*)>& slot_of,
+                                     std::vector<int>* input_slots,
+                                     std::vector<int>* last_reader_out) {
   auto group = std::make_shared<FusedGroup>();
   absl::flat_hash_map<const Instruction*, int> node_of;
   absl::flat_hash_map<const Instruction*, int> input_of;
@@ -109,34 +112,26 @@ Kernel MakeLoopKernel(const std::vector<const Instruction*>& nodes,
     node_of[m] = static_cast<int>(group->nodes.size());
     group->nodes.push_back(std::move(node));
   }
+  for (const Instruction* o : outputs) group->outputs.push_back(node_of.at(o));
+  group->element_count = outputs[0]->shape().ElementCount();
+  if (last_reader_out != nullptr) *last_reader_out = std::move(last_reader);
+  return group;
+}
+
+// Builds the loop that computes `nodes` and writes `outputs` (PlanLoop) as
+// a kernel: a tuple of the outputs when `tuple`, else the one.
+Kernel MakeLoopKernel(const std::vector<const Instruction*>& nodes,
+                      const std::vector<const Instruction*>& outputs, bool tuple,
+                      const std::function<int(const Instruction*)>& slot_of,
+                      std::vector<int>* input_slots) {
+  std::vector<int> last_reader;
+  std::shared_ptr<const FusedGroup> group =
+      PlanLoop(nodes, outputs, slot_of, input_slots, &last_reader);
   std::vector<ir::Shape> out_shapes;
-  for (const Instruction* o : outputs) {
-    group->outputs.push_back(node_of.at(o));
-    out_shapes.push_back(o->shape());
-  }
-  group->element_count = out_shapes[0].ElementCount();
+  for (const Instruction* o : outputs) out_shapes.push_back(o->shape());
   return [group, out_shapes, last_reader, tuple](ExecState& st, const std::vector<BufferPtr>& ops)
              -> absl::StatusOr<BufferPtr> {
-    // An input that nothing else holds (Program::Run dropped its slot: this
-    // is its last reader), that has an output's shape and that no later
-    // node reads takes that output in place, saving an allocation and its
-    // page faults.
-    absl::InlinedVector<BufferPtr, 2> outs(out_shapes.size());
-    absl::InlinedVector<bool, 8> taken(ops.size(), false);
-    for (size_t j = 0; j < outs.size(); ++j) {
-      for (size_t k = 0; k < ops.size(); ++k) {
-        if (!taken[k] && !group->input_is_scalar[k] && ops[k].use_count() == 1 &&
-            last_reader[k] <= group->outputs[j] &&
-            ops[k]->shape() == out_shapes[j]) {
-          outs[j] = ops[k];
-          taken[k] = true;
-          break;
-        }
-      }
-      if (outs[j] == nullptr) {
-        ASSIGN_OR_RETURN(outs[j], st.Allocate(out_shapes[j]));
-      }
-    }
+    ASSIGN_OR_RETURN(auto outs, LoopOutputs(st, *group, last_reader, ops, out_shapes));
     absl::InlinedVector<const uint8_t*, 8> inputs;
     for (const BufferPtr& b : ops) inputs.push_back(b->data());
     absl::InlinedVector<uint8_t*, 2> out_data;
@@ -145,6 +140,46 @@ Kernel MakeLoopKernel(const std::vector<const Instruction*>& nodes,
     if (!tuple) return outs[0];
     return HostBuffer::MakeTuple(std::vector<BufferPtr>(outs.begin(), outs.end()));
   };
+}
+
+// The kernel of `call`, a call of a reduction fusion: its loop and reduce
+// in one pass (fused_reduce.h). `input_slots` receives the loop's inputs'
+// slots, then the initial value's.
+Kernel MakeFusedReduceStep(const Instruction& call, std::vector<int>* input_slots) {
+  const ir::Computation& callee = *call.called(0);
+  const Instruction* reduce = passes::FusedReduce(callee);
+  const Instruction* root = callee.root();
+  const Instruction* value = reduce->operand(0);
+  std::vector<const Instruction*> nodes;
+  for (const auto& m : callee.instructions()) {
+    if (m->opcode() != Opcode::kParameter && m.get() != reduce && m.get() != root) {
+      nodes.push_back(m.get());
+    }
+  }
+  FusedReduce spec;
+  std::vector<const Instruction*> outputs;
+  if (root != reduce) {
+    for (int k = 0; k + 1 < root->operand_count(); ++k) {
+      outputs.push_back(root->operand(k));
+      spec.results.push_back(root->operand(k)->shape());
+    }
+  }
+  auto at = std::find(outputs.begin(), outputs.end(), value);
+  spec.value_output = static_cast<int>(at - outputs.begin());
+  if (at == outputs.end()) outputs.push_back(value);
+  auto slot_of = [&](const Instruction* param) {
+    return call.operand(static_cast<int>(param->attrs().parameter_number))->index();
+  };
+  spec.group = PlanLoop(nodes, outputs, slot_of, input_slots, &spec.last_reader);
+  input_slots->push_back(slot_of(reduce->operand(1)));
+  spec.op = *MatchScalarBinary(*reduce->called(0));
+  spec.leading = passes::ReducesLeadingDims(*reduce);
+  const int64_t count = value->shape().ElementCount();
+  spec.length = spec.leading ? reduce->shape().ElementCount() : count / std::max<int64_t>(
+                                                                    1, reduce->shape().ElementCount());
+  spec.rows = spec.leading ? count / std::max<int64_t>(1, spec.length) : reduce->shape().ElementCount();
+  spec.reduce_shape = reduce->shape();
+  return MakeFusedReduceKernel(std::move(spec));
 }
 
 absl::StatusOr<Kernel> MakeKernel(const Instruction& instr,
@@ -252,6 +287,14 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
           },
           &step.inputs);
       program->fused_instructions_ += static_cast<int>(nodes.size()) - 1;
+    } else if (instr.opcode() == Opcode::kCall && instr.called().size() == 1 &&
+               passes::IsReductionFusion(*instr.called(0)) &&
+               MatchScalarBinary(*passes::FusedReduce(*instr.called(0))->called(0))
+                   .has_value()) {
+      step.kernel = MakeFusedReduceStep(instr, &step.inputs);
+      step.what = absl::StrCat("fused reduce ", instr.shape().ToString(), " ", instr.name());
+      program->fused_instructions_ += instr.called(0)->instruction_count() -
+                                      instr.called(0)->parameter_count() - 1;
     } else if (ir::IsElementwise(instr.opcode()) || passes::IsExpandableBroadcast(instr)) {
       step.kernel = MakeLoopKernel(
           {&instr}, {&instr}, /*tuple=*/false, [](const Instruction* o) { return o->index(); },

@@ -10,6 +10,7 @@
 #include "base/type_dispatch.h"
 #include "runtime/host/cancel.h"
 #include "runtime/host/kernel.h"
+#include "runtime/host/reduce_loops.h"
 #include "runtime/host/reducer_ops.h"
 #include "runtime/host/scalar_call.h"
 #include "runtime/host/strided_copy.h"
@@ -19,96 +20,6 @@ namespace {
 
 using ir::Opcode;
 using ir::Shape;
-
-// Reduces `rows` runs of `run` contiguous elements each into out[row].
-template <typename T>
-void ReduceRuns(Opcode op, const T* in, T init, int64_t rows, int64_t run,
-                T* out) {
-  using A = Accumulator<T>;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (CancelledAtRow(r, run)) return;  // the program stops at the next step
-    const T* p = in + r * run;
-    A acc = static_cast<A>(init);
-    if (op == Opcode::kAdd && !std::is_same_v<T, bool>) {
-      // Four partial sums let the compiler vectorize without reassociating
-      // a single chain.
-      A s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      int64_t i = 0;
-      for (; i + 4 <= run; i += 4) {
-        s0 += static_cast<A>(p[i]);
-        s1 += static_cast<A>(p[i + 1]);
-        s2 += static_cast<A>(p[i + 2]);
-        s3 += static_cast<A>(p[i + 3]);
-      }
-      for (; i < run; ++i) s0 += static_cast<A>(p[i]);
-      acc = static_cast<A>(acc + ((s0 + s1) + (s2 + s3)));
-    } else {
-      for (int64_t i = 0; i < run; ++i) acc = ApplyReducerOp<A>(op, acc, static_cast<A>(p[i]));
-    }
-    out[r] = ir::ConvertValue<T>(acc);
-  }
-}
-
-// out[j] = op(init, in[0, j], in[1, j], ...) for `rows` rows of `cols`.
-template <typename T>
-void ReduceLeading(Opcode op, const T* in, T init, int64_t rows, int64_t cols,
-                   T* out) {
-  using A = Accumulator<T>;
-  std::unique_ptr<A[]> acc(new A[cols]);
-  std::fill(acc.get(), acc.get() + cols, static_cast<A>(init));
-  for (int64_t r = 0; r < rows; ++r) {
-    if (CancelledAtRow(r, cols)) return;
-    const T* p = in + r * cols;
-    for (int64_t j = 0; j < cols; ++j) acc[j] = ApplyReducerOp<A>(op, acc[j], static_cast<A>(p[j]));
-  }
-  for (int64_t j = 0; j < cols; ++j) out[j] = ir::ConvertValue<T>(acc[j]);
-}
-
-#if defined(__SSE2__)
-// ReduceLeading for f32, a reducer fixed at compile time and at most
-// 4 * kChunks columns: the accumulators stay in registers across the rows
-// (every column still folds its rows in order, so the same bits).
-template <Opcode kOp, int kChunks>
-void ReduceLeadingF32InRegisters(const float* in, float init, int64_t rows, int64_t cols,
-                                 float* out) {
-  __m128 acc[kChunks];
-  for (int c = 0; c < kChunks; ++c) acc[c] = _mm_set1_ps(init);
-  const int64_t last = cols - 4 * (kChunks - 1);  // columns in the last chunk
-  for (int64_t r = 0; r < rows; ++r) {
-    if (CancelledAtRow(r, cols)) return;
-    const float* p = in + r * cols;
-    for (int c = 0; c < kChunks; ++c) {
-      acc[c] = ApplyReducerOpF32x4<kOp>(acc[c], LoadF32x4(p + 4 * c, c + 1 < kChunks ? 4 : last));
-    }
-  }
-  for (int c = 0; c < kChunks; ++c) StoreF32x4(out + 4 * c, acc[c], c + 1 < kChunks ? 4 : last);
-}
-
-// ReduceLeading for f32 and a reducer fixed at compile time: each row folds
-// into the accumulators four columns at a time, in order.
-template <Opcode kOp>
-void ReduceLeadingF32(const float* in, float init, int64_t rows, int64_t cols, float* out) {
-  switch ((cols + 3) / 4) {
-    case 1: return ReduceLeadingF32InRegisters<kOp, 1>(in, init, rows, cols, out);
-    case 2: return ReduceLeadingF32InRegisters<kOp, 2>(in, init, rows, cols, out);
-    case 3: return ReduceLeadingF32InRegisters<kOp, 3>(in, init, rows, cols, out);
-    case 4: return ReduceLeadingF32InRegisters<kOp, 4>(in, init, rows, cols, out);
-    default: break;
-  }
-  std::unique_ptr<float[]> acc(new float[cols]);
-  std::fill(acc.get(), acc.get() + cols, init);
-  for (int64_t r = 0; r < rows; ++r) {
-    if (CancelledAtRow(r, cols)) return;
-    const float* p = in + r * cols;
-    for (int64_t j = 0; j < cols; j += 4) {
-      const int64_t n = std::min<int64_t>(4, cols - j);
-      StoreF32x4(acc.get() + j,
-                 ApplyReducerOpF32x4<kOp>(LoadF32x4(acc.get() + j, n), LoadF32x4(p + j, n)), n);
-    }
-  }
-  std::copy(acc.get(), acc.get() + cols, out);
-}
-#endif
 
 }  // namespace
 
@@ -159,14 +70,9 @@ absl::StatusOr<Kernel> MakeReduceKernel(const ir::Instruction& instr,
         const T init = ops[1]->as<T>()[0];
         const T* in = reinterpret_cast<const T*>(src);
         if (leading && !identity) {
-#if defined(__SSE2__)
-          if constexpr (std::is_same_v<T, float>) {
-            return WithReducer(op, [&](auto kOp) {
-              ReduceLeadingF32<decltype(kOp)::value>(in, init, run, rows, out->as<T>());
-            });
-          }
-#endif
-          ReduceLeading<T>(op, in, init, run, rows, out->as<T>());
+          ColumnFold<T> fold(op, init, rows);
+          fold.Fold(in, run);
+          fold.Finish(out->as<T>());
         } else {
           ReduceRuns<T>(op, in, init, rows, run, out->as<T>());
         }
