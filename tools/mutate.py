@@ -147,7 +147,7 @@ MUTATIONS = [
       "KILN_CMP(kLe, <)",
       HOST_T, HOST),
     M("host-reduce-tail", "the add reduction drops the last element of a run not divisible by 4",
-      "runtime/host/reduce_kernels.cc",
+      "runtime/host/reduce_loops.h",
       "for (; i < run; ++i) s0 += static_cast<A>(p[i]);",
       "for (; i + 1 < run; ++i) s0 += static_cast<A>(p[i]);",
       HOST_T, HOST),
