@@ -172,11 +172,41 @@ std::unique_ptr<Computation> Outline(const Candidate& c, const std::vector<int>&
   return fused;
 }
 
-// Fuses `c` into one call in `comp`; false when its producer is read in a
-// way this pass does not rewrite.
+// The readers of each instruction of a computation, kept up to date as
+// reduces are fused one after another (no full sweep per fusion).
+using Readers = absl::flat_hash_map<const Instruction*, std::vector<Instruction*>>;
+
+Readers ReadersOf(const Computation& comp) {
+  Readers readers;
+  for (const auto& instr : comp.instructions()) {
+    for (const Instruction* o : instr->operands()) {
+      std::vector<Instruction*>& r = readers[o];
+      if (std::find(r.begin(), r.end(), instr.get()) == r.end()) r.push_back(instr.get());
+    }
+  }
+  return readers;
+}
+
+// Every reader of `old` reads `replacement` instead (the root too).
+void Redirect(Computation* comp, Readers& readers, Instruction* old, Instruction* replacement) {
+  std::vector<Instruction*> moved = std::move(readers[old]);
+  readers.erase(old);
+  std::vector<Instruction*>& now = readers[replacement];
+  for (Instruction* r : moved) {
+    for (int k = 0; k < r->operand_count(); ++k) {
+      if (r->operand(k) == old) r->ReplaceOperand(k, replacement);
+    }
+    if (std::find(now.begin(), now.end(), r) == now.end()) now.push_back(r);
+  }
+  if (comp->root() == old) comp->set_root(replacement);
+}
+
+// Fuses `c` into one call in `comp` (added at the end: the caller puts the
+// computation back in order); false when its producer is read in a way
+// this pass does not rewrite.
 absl::StatusOr<bool> FuseOne(ir::Module* module, Computation* comp, const Candidate& c,
+                             Readers& readers, Rewriter& rewriter,
                              absl::flat_hash_set<std::string>& comp_names) {
-  Users users = UsersOf(*comp);
   // Which of the loop's outputs other instructions read.
   const int num_outputs = c.loop == nullptr || c.loop->root()->opcode() != Opcode::kTuple
                               ? 1
@@ -184,7 +214,8 @@ absl::StatusOr<bool> FuseOne(ir::Module* module, Computation* comp, const Candid
   std::vector<bool> read(num_outputs, false);
   const bool multi = c.element >= 0;
   if (c.producer == comp->root()) return false;
-  for (const Instruction* u : users[c.producer]) {
+  const std::vector<Instruction*> producer_readers = readers[c.producer];
+  for (const Instruction* u : producer_readers) {
     if (!multi) {
       if (u != c.reduce) read[0] = true;
       continue;
@@ -192,10 +223,10 @@ absl::StatusOr<bool> FuseOne(ir::Module* module, Computation* comp, const Candid
     // The producer of a multi-output loop is read through its elements.
     const int64_t k = u->attrs().tuple_index;
     if (u->opcode() != Opcode::kGetTupleElement || k < 0 || k >= num_outputs) return false;
-    const std::vector<const Instruction*>& readers = users[u];
-    if (u == comp->root() || std::any_of(readers.begin(), readers.end(), [&](const Instruction* r) {
-          return r != c.reduce;
-        })) {
+    const std::vector<Instruction*>& element_readers = readers[u];
+    if (u == comp->root() ||
+        std::any_of(element_readers.begin(), element_readers.end(),
+                    [&](const Instruction* r) { return r != c.reduce; })) {
       read[k] = true;
     }
   }
@@ -213,45 +244,44 @@ absl::StatusOr<bool> FuseOne(ir::Module* module, Computation* comp, const Candid
   if (fused == nullptr || !IsReductionFusion(*fused)) return false;
   comp_names.insert(name);
   Computation* callee = module->AddComputation(std::move(fused));
-  Rewriter rewriter(comp);
   auto call = std::make_unique<Instruction>(Opcode::kCall, callee->root()->shape(), "");
   for (Instruction* in : inputs) call->AddOperand(in);
   call->AddCalled(callee);
   call->set_source_line(c.reduce->source_line());
   ASSIGN_OR_RETURN(Instruction * added, rewriter.Add(std::move(call), "fusion"));
+  for (Instruction* in : inputs) {
+    std::vector<Instruction*>& r = readers[in];
+    if (std::find(r.begin(), r.end(), added) == r.end()) r.push_back(added);
+  }
   auto element = [&](int index, const Instruction* like) -> absl::StatusOr<Instruction*> {
     auto e = std::make_unique<Instruction>(Opcode::kGetTupleElement, like->shape(), "");
     e->AddOperand(added);
     e->mutable_attrs().tuple_index = index;
-    return rewriter.Add(std::move(e), like->name());
+    ASSIGN_OR_RETURN(Instruction * got, rewriter.Add(std::move(e), like->name()));
+    readers[added].push_back(got);
+    return got;
   };
-  absl::flat_hash_map<const Instruction*, Instruction*> replacement;
+  // What replaces each value the call computes now.
+  std::vector<std::pair<Instruction*, Instruction*>> replacement;
   if (kept.empty()) {
-    replacement[c.reduce] = added;
+    replacement.emplace_back(c.reduce, added);
   } else {
-    ASSIGN_OR_RETURN(replacement[c.reduce], element(static_cast<int>(kept.size()), c.reduce));
+    ASSIGN_OR_RETURN(Instruction * total, element(static_cast<int>(kept.size()), c.reduce));
+    replacement.emplace_back(c.reduce, total);
     if (!multi) {
-      ASSIGN_OR_RETURN(replacement[c.producer], element(0, c.producer));
+      ASSIGN_OR_RETURN(Instruction * value, element(0, c.producer));
+      replacement.emplace_back(c.producer, value);
     } else {
-      for (const Instruction* u : users[c.producer]) {
+      for (Instruction* u : producer_readers) {
         auto it = position.find(u->attrs().tuple_index);
         if (it == position.end()) continue;  // read by the reduce alone
-        ASSIGN_OR_RETURN(replacement[u], element(it->second, u));
+        ASSIGN_OR_RETURN(Instruction * value, element(it->second, u));
+        replacement.emplace_back(u, value);
       }
     }
   }
-  // Every reader of a replaced value (none of them is read by the call or
-  // its elements) reads its replacement; the replaced instructions stay behind without users.
-  for (const auto& instr : comp->instructions()) {
-    for (int k = 0; k < instr->operand_count(); ++k) {
-      auto it = replacement.find(instr->operand(k));
-      if (it != replacement.end()) instr->ReplaceOperand(k, it->second);
-    }
-  }
-  if (auto it = replacement.find(comp->root()); it != replacement.end()) {
-    comp->set_root(it->second);
-  }
-  RETURN_IF_ERROR(comp->Canonicalize());
+  // The replaced instructions stay behind without readers for DCE.
+  for (const auto& [old, now] : replacement) Redirect(comp, readers, old, now);
   return true;
 }
 
@@ -262,16 +292,22 @@ absl::StatusOr<bool> FuseReductions(ir::Module* module, Computation* comp,
   for (const auto& instr : comp->instructions()) {
     if (instr->opcode() == Opcode::kReduce) reduces.push_back(instr.get());
   }
+  if (reduces.empty()) return false;
   // One at a time, each matched on the graph the ones before left: the
   // initial value's independence from the loop then keeps the graph
   // acyclic, and a loop that already fed a reduce is no longer a loop call.
+  // The readers are kept up to date as they go, and the computation is put
+  // back in order once, at the end.
+  Readers readers = ReadersOf(*comp);
+  Rewriter rewriter(comp);
   bool changed = false;
   for (Instruction* reduce : reduces) {
     std::optional<Candidate> c = Match(reduce);
     if (!c.has_value()) continue;
-    ASSIGN_OR_RETURN(bool fused, FuseOne(module, comp, *c, comp_names));
+    ASSIGN_OR_RETURN(bool fused, FuseOne(module, comp, *c, readers, rewriter, comp_names));
     changed = changed || fused;
   }
+  if (changed) RETURN_IF_ERROR(comp->Canonicalize());
   return changed;
 }
 
@@ -363,6 +399,8 @@ bool IsReductionFusion(const Computation& c) {
   }
   absl::flat_hash_set<const Instruction*> skip = {reduce};
   const Instruction* root = c.root();
+  // A tuple root holds at least one of the loop's values before the reduce.
+  if (root != reduce && root->operand_count() < 2) return false;
   if (root != reduce) {
     skip.insert(root);
     for (int k = 0; k + 1 < root->operand_count(); ++k) {

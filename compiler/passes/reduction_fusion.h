@@ -45,8 +45,8 @@ bool ReducesTrailingDims(const ir::Instruction& reduce);
 // Whether `c` has the form ReductionFusion outlines, which a backend checks
 // again before running a call of it as one loop (modules come from
 // clients): its root is a reduce as above of an instruction of the loop
-// and a parameter of one element, or a tuple of distinct instructions of
-// the loop (not parameters) followed by such a reduce; every other
+// and a parameter of one element, or a tuple of one or more distinct
+// instructions of the loop (not parameters) followed by such a reduce; every other
 // instruction other than a parameter forms a loop of the reduced value's
 // dimensions (IsLoopBody).
 bool IsReductionFusion(const ir::Computation& c);

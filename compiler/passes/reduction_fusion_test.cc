@@ -1,11 +1,24 @@
 #include "compiler/passes/reduction_fusion.h"
 
+#include "absl/strings/str_cat.h"
 #include "compiler/passes/fusion.h"
 #include "compiler/passes/test_util.h"
 #include "gtest/gtest.h"
 
 namespace kiln::passes {
 namespace {
+
+// A module "m" with the f32 reducer `add` before `rest`.
+std::string WithAdd(absl::string_view rest) {
+  return absl::StrCat(R"(
+HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+)", rest);
+}
 
 // Runs loop fusion, then reduction fusion; returns whether the second
 // changed the module.
@@ -24,13 +37,7 @@ int CountReductionFusions(const ir::Module& module) {
 }
 
 TEST(ReductionFusionTest, ALoopReadOnlyByAReduceBecomesOneCall) {
-  auto module = Parse(R"(
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+  auto module = Parse(WithAdd(R"(
 ENTRY main {
   x = f32[8,3] parameter(0)
   y = f32[8,3] parameter(1)
@@ -39,16 +46,10 @@ ENTRY main {
   zero = f32[] constant(0)
   ROOT r = f32[8] reduce(e, zero), dimensions={1}, to_apply=add
 }
-)");
+)"));
   ASSERT_NE(module, nullptr);
   EXPECT_TRUE(FuseLoopsThenReductions(*module));
-  EXPECT_EQ(Structure(*module), Structure(R"(
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+  EXPECT_EQ(Structure(*module), Structure(WithAdd(R"(
 fused_reduction {
   p0 = f32[8,3] parameter(0)
   p1 = f32[8,3] parameter(1)
@@ -63,7 +64,7 @@ ENTRY main {
   zero = f32[] constant(0)
   ROOT fusion = f32[8] call(x, y, zero), to_apply=fused_reduction
 }
-)")) << ir::PrintModule(*module);
+)"))) << ir::PrintModule(*module);
   EXPECT_TRUE(IsReductionFusion(*module->FindComputation("fused_reduction")));
   // A second run changes nothing, and loop fusion leaves the new callee be.
   ReductionFusion again;
@@ -75,13 +76,7 @@ ENTRY main {
 // A relu gradient that a weight gradient also reads: the loop writes it and
 // sums the bias gradient over the leading dimensions in the same pass.
 TEST(ReductionFusionTest, AValueReadElsewhereStaysAResult) {
-  auto module = Parse(R"(
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+  auto module = Parse(WithAdd(R"(
 ENTRY main {
   pre = f32[16,4] parameter(0)
   g = f32[16,4] parameter(1)
@@ -94,7 +89,7 @@ ENTRY main {
   db = f32[4] reduce(dg, zero), dimensions={0}, to_apply=add
   ROOT out = (f32[5,4], f32[4]) tuple(dw, db)
 }
-)");
+)"));
   ASSERT_NE(module, nullptr);
   EXPECT_TRUE(FuseLoopsThenReductions(*module));
   ASSERT_EQ(CountReductionFusions(*module), 1) << ir::PrintModule(*module);
@@ -165,22 +160,16 @@ ENTRY main {
 }
 
 TEST(ReductionFusionTest, LeavesWhatItCannotRunInOrder) {
-  const char* cases[] = {
+  const std::string cases[] = {
       // The middle dimension: elements of one result are not met in order.
-      R"(
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+      WithAdd(R"(
 ENTRY main {
   x = f32[4,5,6] parameter(0)
   e = f32[4,5,6] exponential(x)
   zero = f32[] constant(0)
   ROOT r = f32[4,6] reduce(e, zero), dimensions={1}, to_apply=add
 }
-)",
+)"),
       // A reducer that is not one commutative op.
       R"(
 HloModule m
@@ -197,13 +186,7 @@ ENTRY main {
 }
 )",
       // An initial value computed from the loop.
-      R"(
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+      WithAdd(R"(
 ENTRY main {
   x = f32[4,5] parameter(0)
   e = f32[4,5] exponential(x)
@@ -211,23 +194,17 @@ ENTRY main {
   init = f32[] reshape(first)
   ROOT r = f32[4] reduce(e, init), dimensions={1}, to_apply=add
 }
-)",
+)"),
       // A reduce of a parameter: no loop to join.
-      R"(
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+      WithAdd(R"(
 ENTRY main {
   x = f32[4,5] parameter(0)
   zero = f32[] constant(0)
   ROOT r = f32[4] reduce(x, zero), dimensions={1}, to_apply=add
 }
-)",
+)"),
   };
-  for (const char* text : cases) {
+  for (const std::string& text : cases) {
     auto module = Parse(text);
     ASSERT_NE(module, nullptr);
     EXPECT_FALSE(FuseLoopsThenReductions(*module)) << ir::PrintModule(*module);
@@ -238,13 +215,7 @@ ENTRY main {
 // Two reduces of one loop (a softmax's max and sum of the same logits):
 // the first joins it, the second reads the value the call writes.
 TEST(ReductionFusionTest, ALoopFeedsOneReduce) {
-  auto module = Parse(R"(
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+  auto module = Parse(WithAdd(R"(
 max {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
@@ -261,7 +232,7 @@ ENTRY main {
   sum = f32[8] reduce(logits, zero), dimensions={1}, to_apply=add
   ROOT out = (f32[8], f32[8]) tuple(top, sum)
 }
-)");
+)"));
   ASSERT_NE(module, nullptr);
   EXPECT_TRUE(FuseLoopsThenReductions(*module));
   EXPECT_EQ(CountReductionFusions(*module), 1) << ir::PrintModule(*module);
@@ -271,15 +242,9 @@ ENTRY main {
 }
 
 TEST(ReductionFusionTest, TheFormIsCheckedWhole) {
-  const char* not_fusions[] = {
+  const std::string not_fusions[] = {
       // The reduce is read inside the computation.
-      R"(
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+      WithAdd(R"(
 ENTRY main {
   x = f32[4,5] parameter(0)
   e = f32[4,5] exponential(x)
@@ -288,15 +253,9 @@ ENTRY main {
   n = f32[4] negate(r)
   ROOT t = (f32[4,5], f32[4]) tuple(e, n)
 }
-)",
+)"),
       // An output of other dimensions than the reduced value.
-      R"(
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+      WithAdd(R"(
 ENTRY main {
   x = f32[4,5] parameter(0)
   y = f32[5,4] parameter(2)
@@ -306,49 +265,41 @@ ENTRY main {
   r = f32[4] reduce(e, zero), dimensions={1}, to_apply=add
   ROOT t = (f32[5,4], f32[4]) tuple(f, r)
 }
-)",
+)"),
       // The initial value is not a parameter.
-      R"(
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+      WithAdd(R"(
 ENTRY main {
   x = f32[4,5] parameter(0)
   e = f32[4,5] exponential(x)
   zero = f32[] constant(0)
   ROOT r = f32[4] reduce(e, zero), dimensions={1}, to_apply=add
 }
-)",
+)"),
       // A parameter reduced directly.
-      R"(
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+      WithAdd(R"(
 ENTRY main {
   x = f32[4,5] parameter(0)
   zero = f32[] parameter(1)
   ROOT r = f32[4] reduce(x, zero), dimensions={1}, to_apply=add
 }
-)",
+)"),
+      // A tuple of the reduce alone.
+      WithAdd(R"(
+ENTRY main {
+  x = f32[4,5] parameter(0)
+  e = f32[4,5] exponential(x)
+  zero = f32[] parameter(1)
+  r = f32[4] reduce(e, zero), dimensions={1}, to_apply=add
+  ROOT t = (f32[4]) tuple(r)
+}
+)"),
   };
-  for (const char* text : not_fusions) {
+  for (const std::string& text : not_fusions) {
     auto module = Parse(text);
     ASSERT_NE(module, nullptr);
     EXPECT_FALSE(IsReductionFusion(*module->entry())) << text;
   }
-  auto fusion = Parse(R"(
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+  auto fusion = Parse(WithAdd(R"(
 ENTRY main {
   x = f32[4,5] parameter(0)
   e = f32[4,5] exponential(x)
@@ -356,7 +307,7 @@ ENTRY main {
   r = f32[5] reduce(e, zero), dimensions={0}, to_apply=add
   ROOT t = (f32[4,5], f32[5]) tuple(e, r)
 }
-)");
+)"));
   ASSERT_NE(fusion, nullptr);
   EXPECT_TRUE(IsReductionFusion(*fusion->entry()));
 }

@@ -75,66 +75,74 @@ Kernel MakeFusedReduceKernel(FusedReduce spec) {
       UseComputeThreads();
       threads = omp_get_max_threads();
     }
-    // Leading reductions on several threads run the loop whole first: its
-    // value, when not a result, takes device memory like any result.
-    BufferPtr whole;
-    if (f.leading && threads > 1 && !value_is_result) {
-      ASSIGN_OR_RETURN(whole, st.Allocate(ir::Shape(f.reduce_shape.type(), {count})));
+    // Three ways to run:
+    //  - whole: the loop on all the threads first, then the reduction on
+    //    this one (a leading reduction, or fewer result rows than threads);
+    //  - split: result rows split over the threads, each in chunks;
+    //  - chunks: one thread, in chunks.
+    // Each chunk holds whole result rows (a multiple of ColumnFold's rows
+    // for a leading reduction). The value, when not a result, goes to
+    // device memory like any buffer: the whole of it, or a chunk per thread.
+    const bool whole = threads > 1 && (f.leading || f.rows < threads);
+    const int split = !whole && threads > 1 ? threads : 1;
+    const int64_t rows_per_thread = (f.rows + split - 1) / split;
+    const int64_t chunk = std::min(
+        std::max<int64_t>(1, rows_per_thread),
+        RoundUp(std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, f.length)), 4));
+    BufferPtr scratch;
+    if (!value_is_result) {
+      const int64_t elements = whole ? count : split * chunk * f.length;
+      ASSIGN_OR_RETURN(scratch, st.Allocate(ir::Shape(f.reduce_shape.type(), {elements})));
     }
-    const int64_t chunk = std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, f.length));
+    // The scratch of thread t (or of the whole loop).
+    auto scratch_of = [&](int t) {
+      return scratch == nullptr ? nullptr : scratch->data() + t * chunk * f.length * value_size;
+    };
     ir::DispatchType(f.reduce_shape.type(), [&](auto tag) {
       using T = decltype(tag);
       const T init = ops.back()->as<T>()[0];
       T* o = out->as<T>();
-      if (!f.leading) {
-        // Each result is one run: rows split over the threads as they are.
-        auto run_rows = [&](int64_t begin, int64_t end, bool poll) {
-          if (begin >= end) return;
-          std::unique_ptr<uint8_t[]> scratch;
-          if (!value_is_result) {
-            scratch.reset(new uint8_t[std::min(chunk, end - begin) * f.length * value_size]);
-          }
-          for (int64_t r0 = begin; r0 < end; r0 += chunk) {
-            const int64_t r1 = std::min(end, r0 + chunk);
-            RunFusedGroupRange(*f.group, inputs, outs_from(r0 * f.length, scratch.get()),
-                               r0 * f.length, r1 * f.length, poll);
-            if (poll && Cancelled()) return;
-            ReduceRuns<T>(f.op, reinterpret_cast<const T*>(value_from(r0 * f.length, scratch.get())),
-                          init, r1 - r0, f.length, o + r0);
-          }
-        };
-        const int n = static_cast<int>(std::min<int64_t>(threads, f.rows));
-        if (n <= 1) {
-          run_rows(0, f.rows, /*poll=*/true);
-          return;
-        }
-#pragma omp parallel num_threads(n)
-        {
-          const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-          run_rows(f.rows * t / nt, f.rows * (t + 1) / nt, /*poll=*/t == 0);
+      ColumnFold<T> fold(f.op, init, f.leading ? f.length : 0);
+      if (whole) {
+        uint8_t* value = scratch_of(0);
+        RunFusedGroup(*f.group, inputs, outs_from(0, value));
+        if (Cancelled()) return;
+        const T* v = reinterpret_cast<const T*>(value_from(0, value));
+        if (f.leading) {
+          fold.Fold(v, f.rows);
+          fold.Finish(o);
+        } else {
+          ReduceRuns<T>(f.op, v, init, f.rows, f.length, o);
         }
         return;
       }
-      // Each result folds one column (ColumnFold's order).
-      ColumnFold<T> fold(f.op, init, f.length);
-      if (threads > 1) {
-        // The loop on all the threads, then the columns on this one.
-        uint8_t* value = whole == nullptr ? nullptr : whole->data();
-        RunFusedGroup(*f.group, inputs, outs_from(0, value));
-        if (!Cancelled()) fold.Fold(reinterpret_cast<const T*>(value_from(0, value)), f.rows);
-      } else {
-        const int64_t rows = RoundUp(chunk, ColumnFold<T>::kRowMultiple);
-        std::unique_ptr<uint8_t[]> scratch;
-        if (!value_is_result) scratch.reset(new uint8_t[std::min(rows, f.rows) * f.length * value_size]);
-        for (int64_t r0 = 0; r0 < f.rows; r0 += rows) {
-          const int64_t r1 = std::min(f.rows, r0 + rows);
-          RunFusedGroupRange(*f.group, inputs, outs_from(r0 * f.length, scratch.get()),
-                             r0 * f.length, r1 * f.length, /*poll=*/true);
-          if (Cancelled()) break;
-          fold.Fold(reinterpret_cast<const T*>(value_from(r0 * f.length, scratch.get())), r1 - r0);
+      // Rows [begin, end) in chunks on the calling thread (thread t).
+      auto run_rows = [&](int64_t begin, int64_t end, int t) {
+        uint8_t* mine = scratch_of(t);
+        for (int64_t r0 = begin; r0 < end; r0 += chunk) {
+          const int64_t r1 = std::min(end, r0 + chunk);
+          RunFusedGroupRange(*f.group, inputs, outs_from(r0 * f.length, mine), r0 * f.length,
+                             r1 * f.length, /*poll=*/t == 0);
+          if (t == 0 && Cancelled()) return;
+          const T* v = reinterpret_cast<const T*>(value_from(r0 * f.length, mine));
+          if (f.leading) {
+            fold.Fold(v, r1 - r0);
+          } else {
+            ReduceRuns<T>(f.op, v, init, r1 - r0, f.length, o + r0);
+          }
         }
+      };
+      if (split <= 1) {
+        run_rows(0, f.rows, 0);
+        if (f.leading) fold.Finish(o);
+        return;
       }
-      fold.Finish(o);
+      // Trailing: each result is one run, so threads take rows as they are.
+#pragma omp parallel num_threads(split)
+      {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        run_rows(f.rows * t / nt, f.rows * (t + 1) / nt, t);
+      }
     });
     if (num_results == 0) return out;
     results.push_back(std::move(out));

@@ -3,6 +3,7 @@
 // and two threads, whether the reduced value is written out or not.
 #include "runtime/host/fused_reduce.h"
 
+#include <cmath>
 #include <limits>
 #include <random>
 #include <string>
@@ -19,11 +20,21 @@
 namespace kiln::host {
 namespace {
 
+// The head of the test modules: their name and the f32 reducer `add`.
+constexpr char kAddModule[] = R"(HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+)";
+
 // Runs `text` after loop fusion, and after reduction fusion too when
 // `fuse_reductions`; `fused` receives how many reduction fusions there were.
 absl::StatusOr<ir::Literal> RunFused(const std::string& text, const std::vector<ir::Literal>& args,
-                                bool fuse_reductions, int* fused) {
-  HostDevice device("cpu", 0, int64_t{8} << 30, 64);
+                                bool fuse_reductions, int* fused,
+                                int64_t memory_bytes = int64_t{8} << 30) {
+  HostDevice device("cpu", 0, memory_bytes, 64);
   auto module = ir::ParseModule(text);
   if (!module.ok()) return module.status();
   if (absl::Status st = ir::Verify(**module); !st.ok()) return st;
@@ -121,13 +132,7 @@ TEST_P(FusedReduceTest, LeadingAndTrailingSumsAndMaximaKeepTheirBits) {
         c.value_read_elsewhere ? absl::StrCat("(", in, ", ", out, ")") : out;
     const std::string root = c.value_read_elsewhere ? "ROOT t = " + result + " tuple(dg, r)"
                                                     : "ROOT t = " + result + " copy(r)";
-    const std::string text = absl::StrCat(R"(HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-max {
+    const std::string text = absl::StrCat(kAddModule, R"(max {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
   ROOT s = f32[] maximum(a, b)
@@ -227,6 +232,88 @@ ENTRY e {
   EXPECT_EQ(got->GetAsInt64(3), 0);
   EXPECT_EQ(got->GetAsInt64(69), 0);
   EXPECT_EQ(got->GetAsInt64(0), 1);
+}
+
+// Reductions of nothing (zero rows, zero columns, both) give the initial
+// value for each result, fused or not.
+TEST_P(FusedReduceTest, ZeroSizedReductions) {
+  const struct {
+    std::vector<int64_t> dims;
+    std::string reduced;
+    std::vector<int64_t> out;
+  } cases[] = {{{3, 0}, "0", {0}}, {{0, 0}, "0", {0}}, {{4, 0}, "0", {0}},
+               {{0, 5}, "0", {5}}, {{4, 0}, "1", {4}}, {{0, 6}, "1", {0}},
+               {{0, 3}, "0,1", {}}};
+  for (const auto& c : cases) {
+    const std::string in = Dims(c.dims), out = Dims(c.out);
+    const std::string text = absl::StrCat(kAddModule, R"(ENTRY e {
+  x = )", in, R"( parameter(0)
+  e = )", in, R"( exponential(x)
+  init = f32[] parameter(1)
+  ROOT r = )", out, " reduce(e, init), dimensions={", c.reduced, R"(}, to_apply=add
+})");
+    const std::string what = absl::StrCat(in, " over {", c.reduced, "}");
+    std::vector<float> none;
+    std::vector<ir::Literal> args;
+    args.push_back(F32(c.dims, none));
+    args.push_back(F32({}, {-0.0f}));
+    for (bool fuse : {false, true}) {
+      int fused = 0;
+      auto got = RunFused(text, args, fuse, &fused);
+      ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+      for (int64_t i = 0; i < got->element_count(); ++i) {
+        EXPECT_TRUE(std::signbit(got->data<float>()[i]) && got->data<float>()[i] == 0.0f)
+            << what << " element " << i;
+      }
+    }
+  }
+}
+
+// A row too long for the device's memory is refused with the memory error
+// the unfused program gives (the fused one never writes the row whole, but
+// a chunk is a whole row, and it takes device memory like any buffer).
+TEST_P(FusedReduceTest, ARowLongerThanMemoryIsRefused) {
+  const std::string text = absl::StrCat(kAddModule, R"(ENTRY e {
+  x = f32[] parameter(0)
+  b = f32[1,16777216] broadcast(x), dimensions={}
+  e = f32[1,16777216] exponential(b)
+  zero = f32[] constant(0)
+  ROOT r = f32[1] reduce(e, zero), dimensions={1}, to_apply=add
+})");
+  for (bool fuse : {false, true}) {
+    int fused = 0;
+    auto got = RunFused(text, {F32({}, {0.5f})}, fuse, &fused, /*memory_bytes=*/int64_t{16} << 20);
+    EXPECT_EQ(fused, fuse ? 1 : 0);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
+  }
+}
+
+// A computation of the form but for its root, a tuple of the reduce alone,
+// is not a reduction fusion: a call of it, as the client wrote it, runs as
+// a call and gives its tuple (without the pass); the pass fuses the loop and
+// reduce inside it.
+TEST_P(FusedReduceTest, ATupleOfTheReduceAloneRunsAsACall) {
+  const std::string text = absl::StrCat(kAddModule, R"(fr {
+  p = f32[4,8] parameter(0)
+  z = f32[] parameter(1)
+  e = f32[4,8] exponential(p)
+  r = f32[4] reduce(e, z), dimensions={1}, to_apply=add
+  ROOT t = (f32[4]) tuple(r)
+}
+ENTRY m {
+  x = f32[4,8] parameter(0)
+  c = f32[] constant(0)
+  k = (f32[4]) call(x, c), to_apply=fr
+  ROOT g = f32[4] get-tuple-element(k), index=0
+})");
+  std::vector<float> zeros(32, 0.0f);
+  for (bool fuse : {false, true}) {
+    int fused = 0;
+    auto got = RunFused(text, {F32({4, 8}, zeros)}, fuse, &fused);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(fused, fuse ? 1 : 0);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(got->data<float>()[i], 8.0f);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, FusedReduceTest, ::testing::Values(1, 2));

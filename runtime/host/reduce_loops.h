@@ -24,7 +24,7 @@ void ReduceRuns(ir::Opcode op, const T* in, T init, int64_t rows, int64_t run, T
     if (CancelledAtRow(r, run)) return;  // the program stops at the next step
     const T* p = in + r * run;
     A acc = static_cast<A>(init);
-    if (op == ir::Opcode::kAdd && !std::is_same_v<T, bool>) {
+    if (op == ir::Opcode::kAdd && !std::is_same_v<T, bool> && run > 0) {
       // Four partial sums let the compiler vectorize without reassociating
       // a single chain.
       A s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -127,10 +127,12 @@ void FoldRowsF32AddPartials(const float* in, int64_t rows, float* partials) {
 // several calls of Fold, in order; every call but the last passes a
 // multiple of kRowMultiple rows, and the bits are those of one call.
 //
-// The order: f32 sums of at most kPartialColumns columns add row r into
-// partial sum r % 4 of its column (each starting at zero) and give
+// The order: f32 sums of one to kPartialColumns columns add row r into
+// partial sum r % 4 of its column (each starting at +0) and give
 // init + ((p0 + p1) + (p2 + p3)), as a sum over a contiguous run does
-// (ReduceRuns); every other fold takes each column's rows in order.
+// (ReduceRuns; so a column of -0 summed from an initial -0 gives +0, not
+// -0, while a sum of no rows is the initial value itself); every other
+// fold takes each column's rows in order.
 template <typename T>
 class ColumnFold {
  public:
@@ -139,13 +141,16 @@ class ColumnFold {
 
   ColumnFold(ir::Opcode op, T init, int64_t cols) : op_(op), init_(init), cols_(cols) {
     using A = Accumulator<T>;
-    partials_ = std::is_same_v<T, float> && op == ir::Opcode::kAdd && cols <= kPartialColumns;
+    partials_ = std::is_same_v<T, float> && op == ir::Opcode::kAdd && cols >= 1 &&
+                cols <= kPartialColumns;
     const int64_t size = (partials_ ? 4 : 1) * cols;
     acc_.reset(new A[std::max<int64_t>(1, size)]);
     std::fill(acc_.get(), acc_.get() + size, partials_ ? A{0} : static_cast<A>(init));
   }
 
   void Fold(const T* in, int64_t rows) {
+    if (rows <= 0 || cols_ <= 0) return;
+    folded_ = true;
 #if defined(__SSE2__)
     if constexpr (std::is_same_v<T, float>) {
       if (partials_) {
@@ -158,7 +163,8 @@ class ColumnFold {
           case 5: return FoldRowsF32AddPartials<5>(in, rows, acc);
           case 6: return FoldRowsF32AddPartials<6>(in, rows, acc);
           case 7: return FoldRowsF32AddPartials<7>(in, rows, acc);
-          default: return FoldRowsF32AddPartials<8>(in, rows, acc);
+          case 8: return FoldRowsF32AddPartials<8>(in, rows, acc);
+          default: break;  // not partials_
         }
       }
       WithReducer(op_, [&](auto kOp) { FoldRowsF32<decltype(kOp)::value>(in, rows, cols_, acc_.get()); });
@@ -180,8 +186,8 @@ class ColumnFold {
   void Finish(T* out) const {
     using A = Accumulator<T>;
     for (int64_t j = 0; j < cols_; ++j) {
-      if (!partials_) {
-        out[j] = ir::ConvertValue<T>(acc_[j]);
+      if (!partials_ || !folded_) {  // a sum of nothing is its initial value
+        out[j] = partials_ ? init_ : ir::ConvertValue<T>(acc_[j]);
         continue;
       }
       const A* p = acc_.get() + j;
@@ -195,6 +201,7 @@ class ColumnFold {
   T init_;
   int64_t cols_;
   bool partials_ = false;
+  bool folded_ = false;  // rows were folded
   std::unique_ptr<Accumulator<T>[]> acc_;
 };
 
