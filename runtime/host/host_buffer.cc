@@ -61,7 +61,17 @@ absl::StatusOr<HostBufferPtr> HostBuffer::FromLiteral(const ir::Literal& literal
   return buf;
 }
 
+HostBufferPtr HostBuffer::Alias(HostBufferPtr array, ir::Shape shape) {
+  const int64_t bytes = array->size_bytes();
+  HostBufferPtr buf(new HostBuffer(std::move(shape), bytes));
+  buf->set_charged_bytes(array->charged_bytes());
+  buf->data_ = array->data_;
+  buf->storage_ = std::move(array);
+  return buf;
+}
+
 HostBuffer::~HostBuffer() {
+  if (storage_ != nullptr) return;  // an alias: the storage's buffer frees it
   FreeBlock(data_, static_cast<size_t>(size_bytes()));
   if (tracker_ != nullptr) tracker_->Release(this, charged_bytes());
 }

@@ -29,6 +29,11 @@ class HostBuffer final : public runtime::Buffer {
   static HostBufferPtr MakeTuple(std::vector<HostBufferPtr> elements);
   static absl::StatusOr<HostBufferPtr> FromLiteral(const ir::Literal& literal,
                                                    runtime::MemoryTracker* tracker);
+  // An array of `shape` over the storage of `array` (an array of the same
+  // byte size), which it keeps alive and which stays charged for it. For a
+  // reshape of a value nothing else holds: writing through one writes the
+  // other, so `array` must have no other holder.
+  static HostBufferPtr Alias(HostBufferPtr array, ir::Shape shape);
   // The host buffer behind `buffer`, or null when another backend owns it.
   static HostBufferPtr Cast(const runtime::BufferPtr& buffer) {
     return std::dynamic_pointer_cast<HostBuffer>(buffer);
@@ -52,6 +57,7 @@ class HostBuffer final : public runtime::Buffer {
   uint8_t* data_ = nullptr;
   runtime::MemoryTracker* tracker_ = nullptr;
   std::vector<HostBufferPtr> elements_;
+  HostBufferPtr storage_;  // for an alias: the buffer whose storage it is
 };
 
 }  // namespace kiln::host

@@ -145,6 +145,46 @@ TEST(ProgramTest, LoopsWithSeveralOutputsTakeAnInputOnlyAfterItsLastRead) {
 // Random elementwise graphs (values read once or many times, scalar
 // broadcasts, ops that end groups, several results): after loop fusion
 // each verifies and computes, bit for bit, what it computes without.
+// A reshape of a value nothing else holds takes the value's storage over:
+// the program fits in memory that could not hold the value twice. One of a
+// value the caller still holds copies it, and a loop writing over the copy
+// leaves the caller's buffer as it was.
+TEST(ProgramTest, AReshapeTakesOverAValueNothingElseHolds) {
+  const std::string text = R"(ENTRY e {
+  x = f32[4096] parameter(0)
+  y = f32[4096] exponential(x)
+  r = f32[64,64] reshape(y)
+  ROOT n = f32[64,64] negate(r)
+})";
+  // x and y (16 KiB each) fit in 40 KiB; a copy of y beside them would not.
+  HostDevice small("cpu", 0, 40 << 10, 4);
+  std::vector<float> x(4096, 0.0f);
+  auto r = RunHlo(text, {F32({4096}, x)}, &small);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (int64_t i = 0; i < r->element_count(); ++i) ASSERT_EQ(r->data<float>()[i], -1.0f);
+
+  const std::string held = R"(ENTRY e {
+  x = f32[4096] parameter(0)
+  r = f32[64,64] reshape(x)
+  ROOT n = f32[64,64] negate(r)
+})";
+  HostDevice device("cpu", 0, int64_t{1} << 30, 4);
+  auto module = ir::ParseModule(held);
+  ASSERT_TRUE(module.ok());
+  auto exe = CompileProgram("cpu", **module, {});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  std::vector<float> ones(4096, 1.0f);
+  std::vector<runtime::BufferPtr> args = {*device.TransferToDevice(F32({4096}, ones))};
+  auto out = (*exe)->Execute(device, args, {});
+  ASSERT_TRUE(out.ok()) << out.status();
+  const ir::Literal got = HostBuffer::Cast(*out)->ToLiteral();
+  const ir::Literal kept = HostBuffer::Cast(args[0])->ToLiteral();
+  for (int64_t i = 0; i < 4096; ++i) {
+    ASSERT_EQ(got.data<float>()[i], -1.0f);
+    ASSERT_EQ(kept.data<float>()[i], 1.0f);
+  }
+}
+
 TEST(ProgramTest, RandomGraphsComputeTheSameFusedAndUnfused) {
   std::mt19937 rng(20261127);
   const char* const kUnary[] = {"negate", "exponential", "sine", "abs", "tanh"};
