@@ -109,7 +109,7 @@ std::vector<Group> PlanGroups(const Computation& comp, Users& users,
     const bool elementwise = ir::IsElementwise(instr->opcode());
     if (!elementwise && !IsExpandableBroadcast(*instr)) continue;
     if (instr->shape().IsTuple()) continue;
-    const std::vector<const Instruction*>& uses = users[instr];
+    const std::vector<Instruction*>& uses = users[instr];
     const bool is_root = instr == comp.root();
     if (!elementwise && !is_root && !uses.empty() &&
         std::all_of(uses.begin(), uses.end(), [&](const Instruction* u) {
@@ -245,7 +245,7 @@ void MergeProducers(const Computation& comp, Users& users, std::vector<Group>& g
 void FindOutputs(const Computation& comp, Users& users, std::vector<Group>& groups) {
   for (Group& g : groups) {
     for (Instruction* m : g.members) {
-      const std::vector<const Instruction*>& uses = users[m];
+      const std::vector<Instruction*>& uses = users[m];
       if (m == comp.root() || std::any_of(uses.begin(), uses.end(), [&](const Instruction* u) {
             return !g.member_set.contains(u);
           })) {
@@ -308,14 +308,7 @@ std::unique_ptr<Computation> Outline(const Group& group,
     for (const Instruction* o : group.outputs) tuple->AddOperand(copy_of.at(o));
     fused->set_root(fused->AddInstruction(std::move(tuple)));
   }
-  // Parameter names may meet the copies' names.
-  absl::flat_hash_set<std::string> taken;
-  for (const auto& instr : fused->instructions()) {
-    std::string name = instr->name();
-    for (int n = 1; taken.contains(name); ++n) name = absl::StrCat(instr->name(), ".", n);
-    taken.insert(name);
-    instr->set_name(std::move(name));
-  }
+  MakeInstructionNamesUnique(fused.get());
   return fused;
 }
 
@@ -342,8 +335,7 @@ absl::StatusOr<bool> FuseComputation(ir::Module* module, Computation* comp,
       for (const Instruction* o : m->operands()) expands = expands || inlined.contains(o);
     }
     if (g.members.size() < 2 && !expands) continue;
-    std::string name = "fused_computation";
-    for (int n = 1; comp_names.contains(name); ++n) name = absl::StrCat("fused_computation.", n);
+    const std::string name = FreeComputationName("fused_computation", comp_names);
     std::vector<Instruction*> inputs;
     std::unique_ptr<Computation> fused = Outline(g, inlined, name, &inputs);
     RETURN_IF_ERROR(fused->Canonicalize());
@@ -448,12 +440,32 @@ bool IsLoopFusion(const Computation& c) {
   return IsLoopBody(c, outputs[0]->shape().dims(), skip);
 }
 
-absl::StatusOr<bool> LoopFusion::Run(ir::Module* module) {
+void MakeInstructionNamesUnique(Computation* c) {
+  absl::flat_hash_set<std::string> taken;
+  for (const auto& instr : c->instructions()) {
+    std::string name = instr->name();
+    for (int n = 1; taken.contains(name); ++n) name = absl::StrCat(instr->name(), ".", n);
+    taken.insert(name);
+    instr->set_name(std::move(name));
+  }
+}
+
+std::string FreeComputationName(absl::string_view base,
+                                const absl::flat_hash_set<std::string>& names) {
+  std::string name(base);
+  for (int n = 1; names.contains(name); ++n) name = absl::StrCat(base, ".", n);
+  return name;
+}
+
+absl::StatusOr<bool> FuseEachComputation(
+    ir::Module* module,
+    absl::FunctionRef<absl::StatusOr<bool>(Computation*, absl::flat_hash_set<std::string>&)>
+        fuse) {
   if (module->entry() == nullptr) return false;
   const absl::flat_hash_set<const Computation*> fusible = FusibleComputations(*module);
   absl::flat_hash_set<std::string> names;
   for (const auto& c : module->computations()) names.insert(c->name());
-  // Computations added below are loop fusions already: only the ones
+  // Computations added below are fused callees already: only the ones
   // present now are visited.
   std::vector<Computation*> targets;
   for (const auto& c : module->computations()) {
@@ -461,12 +473,18 @@ absl::StatusOr<bool> LoopFusion::Run(ir::Module* module) {
   }
   bool changed = false;
   for (Computation* comp : targets) {
-    ASSIGN_OR_RETURN(bool comp_changed, FuseComputation(module, comp, options_, names));
+    ASSIGN_OR_RETURN(bool comp_changed, fuse(comp, names));
     changed = changed || comp_changed;
   }
   // The fused instructions stay behind without users.
   if (changed) RETURN_IF_ERROR(Dce().Run(module).status());
   return changed;
+}
+
+absl::StatusOr<bool> LoopFusion::Run(ir::Module* module) {
+  return FuseEachComputation(module, [&](Computation* comp, absl::flat_hash_set<std::string>& names) {
+    return FuseComputation(module, comp, options_, names);
+  });
 }
 
 }  // namespace kiln::passes

@@ -4,10 +4,13 @@
 #define KILN_COMPILER_PASSES_FUSION_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
 #include "compiler/passes/pass.h"
 
 namespace kiln::passes {
@@ -63,9 +66,25 @@ bool IsLoopBody(const ir::Computation& c, const std::vector<int64_t>& dims,
                 const absl::flat_hash_set<const ir::Instruction*>& skip);
 
 // The distinct readers of each instruction of a computation, in order.
-using Users =
-    absl::flat_hash_map<const ir::Instruction*, std::vector<const ir::Instruction*>>;
+using Users = absl::flat_hash_map<const ir::Instruction*, std::vector<ir::Instruction*>>;
 Users UsersOf(const ir::Computation& comp);
+
+// Gives the instructions of `c` distinct names, adding ".1", ".2"... to a
+// name met before (an outlined computation's parameters may meet the
+// names of the instructions copied into it).
+void MakeInstructionNamesUnique(ir::Computation* c);
+
+// `base`, or "base.N" for the first N from 1 that is not in `names`.
+std::string FreeComputationName(absl::string_view base,
+                                const absl::flat_hash_set<std::string>& names);
+
+// Runs `fuse` on each computation FusibleComputations gives now (not on
+// the ones fusing adds), with the names of the module's computations to
+// keep new names apart; then DCE when any changed. Whether any changed.
+absl::StatusOr<bool> FuseEachComputation(
+    ir::Module* module,
+    absl::FunctionRef<absl::StatusOr<bool>(ir::Computation*, absl::flat_hash_set<std::string>&)>
+        fuse);
 
 // The computations of `module` that fusion passes rewrite: reachable from
 // the entry only through sequential callers (loops, conditions, branches,

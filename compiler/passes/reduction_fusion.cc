@@ -9,7 +9,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "compiler/passes/dce.h"
 #include "compiler/passes/fusion.h"
 #include "compiler/passes/rewriter.h"
 
@@ -160,35 +159,13 @@ std::unique_ptr<Computation> Outline(const Candidate& c, const std::vector<int>&
     tuple->AddOperand(reduce);
     fused->set_root(fused->AddInstruction(std::move(tuple)));
   }
-  // Parameter names may meet the copies' names.
-  absl::flat_hash_set<std::string> taken;
-  for (const auto& instr : fused->instructions()) {
-    std::string n = instr->name();
-    for (int i = 1; taken.contains(n); ++i) n = absl::StrCat(instr->name(), ".", i);
-    taken.insert(n);
-    instr->set_name(std::move(n));
-  }
+  MakeInstructionNamesUnique(fused.get());
   if (!fused->Canonicalize().ok()) return nullptr;
   return fused;
 }
 
-// The readers of each instruction of a computation, kept up to date as
-// reduces are fused one after another (no full sweep per fusion).
-using Readers = absl::flat_hash_map<const Instruction*, std::vector<Instruction*>>;
-
-Readers ReadersOf(const Computation& comp) {
-  Readers readers;
-  for (const auto& instr : comp.instructions()) {
-    for (const Instruction* o : instr->operands()) {
-      std::vector<Instruction*>& r = readers[o];
-      if (std::find(r.begin(), r.end(), instr.get()) == r.end()) r.push_back(instr.get());
-    }
-  }
-  return readers;
-}
-
 // Every reader of `old` reads `replacement` instead (the root too).
-void Redirect(Computation* comp, Readers& readers, Instruction* old, Instruction* replacement) {
+void Redirect(Computation* comp, Users& readers, Instruction* old, Instruction* replacement) {
   std::vector<Instruction*> moved = std::move(readers[old]);
   readers.erase(old);
   std::vector<Instruction*>& now = readers[replacement];
@@ -205,7 +182,7 @@ void Redirect(Computation* comp, Readers& readers, Instruction* old, Instruction
 // computation back in order); false when its producer is read in a way
 // this pass does not rewrite.
 absl::StatusOr<bool> FuseOne(ir::Module* module, Computation* comp, const Candidate& c,
-                             Readers& readers, Rewriter& rewriter,
+                             Users& readers, Rewriter& rewriter,
                              absl::flat_hash_set<std::string>& comp_names) {
   // Which of the loop's outputs other instructions read.
   const int num_outputs = c.loop == nullptr || c.loop->root()->opcode() != Opcode::kTuple
@@ -237,8 +214,7 @@ absl::StatusOr<bool> FuseOne(ir::Module* module, Computation* comp, const Candid
     position[k] = static_cast<int>(kept.size());
     kept.push_back(k);
   }
-  std::string name = "fused_reduction";
-  for (int n = 1; comp_names.contains(name); ++n) name = absl::StrCat("fused_reduction.", n);
+  const std::string name = FreeComputationName("fused_reduction", comp_names);
   std::vector<Instruction*> inputs;
   std::unique_ptr<Computation> fused = Outline(c, kept, name, &inputs);
   if (fused == nullptr || !IsReductionFusion(*fused)) return false;
@@ -298,7 +274,7 @@ absl::StatusOr<bool> FuseReductions(ir::Module* module, Computation* comp,
   // acyclic, and a loop that already fed a reduce is no longer a loop call.
   // The readers are kept up to date as they go, and the computation is put
   // back in order once, at the end.
-  Readers readers = ReadersOf(*comp);
+  Users readers = UsersOf(*comp);
   Rewriter rewriter(comp);
   bool changed = false;
   for (Instruction* reduce : reduces) {
@@ -425,21 +401,9 @@ bool IsReductionFusion(const Computation& c) {
 }
 
 absl::StatusOr<bool> ReductionFusion::Run(ir::Module* module) {
-  if (module->entry() == nullptr) return false;
-  const absl::flat_hash_set<const Computation*> fusible = FusibleComputations(*module);
-  absl::flat_hash_set<std::string> names;
-  for (const auto& c : module->computations()) names.insert(c->name());
-  std::vector<Computation*> targets;
-  for (const auto& c : module->computations()) {
-    if (fusible.contains(c.get())) targets.push_back(c.get());
-  }
-  bool changed = false;
-  for (Computation* comp : targets) {
-    ASSIGN_OR_RETURN(bool comp_changed, FuseReductions(module, comp, names));
-    changed = changed || comp_changed;
-  }
-  if (changed) RETURN_IF_ERROR(Dce().Run(module).status());
-  return changed;
+  return FuseEachComputation(module, [&](Computation* comp, absl::flat_hash_set<std::string>& names) {
+    return FuseReductions(module, comp, names);
+  });
 }
 
 }  // namespace kiln::passes

@@ -50,8 +50,9 @@ class ProgramSource {
 };
 
 // The scalar binary op a computation applies to its two parameters, if it is
-// exactly `op(p0, p1)` (or `op(p1, p0)` for commutative ops): the fast path
-// for reducers.
+// exactly `op(p0, p1)` or `op(p1, p0)` for a commutative op (add, multiply,
+// maximum, minimum, and, or): the fast path for reducers. The reducers
+// reduction-fusion takes (passes::CommutativeReducerOp) are these.
 std::optional<ir::Opcode> MatchScalarBinary(const ir::Computation& c);
 
 // Kernel factories, one per op family.

@@ -219,21 +219,7 @@ absl::StatusOr<Kernel> MakeKernel(const Instruction& instr,
 }  // namespace
 
 std::optional<Opcode> MatchScalarBinary(const ir::Computation& c) {
-  if (c.parameter_count() != 2 || c.instruction_count() != 3) return std::nullopt;
-  const Instruction* root = c.root();
-  if (root->operand_count() != 2 || !root->shape().IsScalar()) return std::nullopt;
-  const Instruction* p0 = c.parameter(0);
-  const Instruction* p1 = c.parameter(1);
-  const Opcode op = root->opcode();
-  const bool commutative = op == Opcode::kAdd || op == Opcode::kMultiply ||
-                           op == Opcode::kMaximum || op == Opcode::kMinimum ||
-                           op == Opcode::kAnd || op == Opcode::kOr;
-  if (!commutative) return std::nullopt;
-  if ((root->operand(0) == p0 && root->operand(1) == p1) ||
-      (root->operand(0) == p1 && root->operand(1) == p0)) {
-    return op;
-  }
-  return std::nullopt;
+  return passes::CommutativeReducerOp(c);
 }
 
 absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
@@ -288,9 +274,7 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
           &step.inputs);
       program->fused_instructions_ += static_cast<int>(nodes.size()) - 1;
     } else if (instr.opcode() == Opcode::kCall && instr.called().size() == 1 &&
-               passes::IsReductionFusion(*instr.called(0)) &&
-               MatchScalarBinary(*passes::FusedReduce(*instr.called(0))->called(0))
-                   .has_value()) {
+               passes::IsReductionFusion(*instr.called(0))) {
       step.kernel = MakeFusedReduceStep(instr, &step.inputs);
       step.what = absl::StrCat("fused reduce ", instr.shape().ToString(), " ", instr.name());
       program->fused_instructions_ += instr.called(0)->instruction_count() -
