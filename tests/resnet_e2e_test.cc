@@ -19,7 +19,7 @@ using testing::RunCommand;
 // A small network on 512 images: two steps' worth of compile, then
 // milliseconds per step. Kernels are chosen without timing, so that runs
 // repeat bit for bit.
-const std::string kSmall = "KILN_CONV_TUNING=0 " + std::string(KILN_BIN_DIR) +
+const std::string kSmall = "KILN_KERNEL_TUNING=0 " + std::string(KILN_BIN_DIR) +
                            "/resnet --width=4 --train_limit=512 --test_limit=500 "
                            "--batch_size=64 --eval_batch_size=250 --log_every=4";
 

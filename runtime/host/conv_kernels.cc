@@ -4,25 +4,19 @@
 // [O, I, spatial...], each (batch, group) becomes im2col + one GEMM, and the
 // result is laid out as the output dim_labels say.
 #include <algorithm>
-#include <chrono>
-#include <limits>
 #include <cstring>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "base/logging.h"
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
 #include "runtime/host/cancel.h"
 #include "runtime/host/conv_kernels.h"
-
-#include <cstdlib>
-
-#include "runtime/host/tuning.h"
 #include "runtime/host/dnnl_conv.h"
 #include "runtime/host/gemm.h"
 #include "runtime/host/kernel.h"
 #include "runtime/host/strided_copy.h"
+#include "runtime/host/tuning.h"
 
 namespace kiln::host {
 namespace {
@@ -264,41 +258,6 @@ absl::StatusOr<Kernel> MakeIm2colConvolutionKernel(const ir::Instruction& instr)
   });
 }
 
-namespace {
-
-// Made-up operands of `instr`'s shapes, shared by every candidate timed
-// (empty when one cannot be allocated).
-std::vector<BufferPtr> TimingOperands(const ir::Instruction& instr) {
-  std::vector<BufferPtr> ops;
-  for (const ir::Instruction* operand : instr.operands()) {
-    absl::StatusOr<BufferPtr> b = Buffer::Allocate(operand->shape(), nullptr);
-    if (!b.ok()) return {};
-    float* v = (*b)->as<float>();
-    for (int64_t i = 0; i < operand->shape().ElementCount(); ++i) v[i] = 0.125f * (i % 7);
-    ops.push_back(*std::move(b));
-  }
-  return ops;
-}
-
-// Seconds of one run of `kernel` on `ops`, or infinity when it fails or
-// runs past `limit` seconds: a kernel that polls for cancellation (ours
-// do, once per image) is stopped there, as it can no longer win.
-double RunOnce(const Kernel& kernel, const std::vector<BufferPtr>& ops,
-               double limit = std::numeric_limits<double>::infinity()) {
-  ExecState st;
-  const auto start = std::chrono::steady_clock::now();
-  const auto seconds = [start] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  const runtime::CancelCheck over = [&] { return seconds() > limit; };
-  CancelScope scope(&over);
-  if (!kernel(st, ops).ok()) return std::numeric_limits<double>::infinity();
-  const double took = seconds();
-  return took > limit ? std::numeric_limits<double>::infinity() : took;
-}
-
-}  // namespace
-
 absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
   std::vector<NamedKernel> candidates = DnnlConvolutionKernels(instr);
   absl::StatusOr<Kernel> im2col = MakeIm2colConvolutionKernel(instr);
@@ -307,18 +266,6 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
     candidates.push_back({"scatter", *std::move(scatter)});
   }
   if (candidates.empty()) return im2col.status();
-  if (candidates.size() == 1) return std::move(candidates[0].kernel);
-  // A program loaded from a persistent cache builds what its first compile
-  // chose, where that kernel is still offered (the same library on the
-  // same CPU offers the same ones).
-  TuningRecord* record = TuningRecord::Current();
-  if (record != nullptr) {
-    if (std::optional<std::string> chosen = record->Find(instr)) {
-      for (NamedKernel& c : candidates) {
-        if (c.name == *chosen) return std::move(c.kernel);
-      }
-    }
-  }
   // Which is fastest depends on the shape (oneDNN's kernels are poor at one
   // input channel, its weight-gradient primitive wins on weight gradients):
   // measure, unless the convolution is too large to run at compile time.
@@ -331,44 +278,9 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
   // of a group and kernel position.
   bytes += macs / std::max<int64_t>(1, instr.shape().dim(instr.attrs().conv.output_batch)) /
            std::max<int64_t>(1, ker.dim(instr.attrs().conv.kernel_output_feature)) * 4;
-  if (macs > kMaxTunedMacs || bytes > kMaxTunedBytes) return std::move(candidates[0].kernel);
-  // Timing may choose differently from one compile to the next, and the
-  // candidates sum in different orders: KILN_CONV_TUNING=0 asks for the
-  // same choice every time (oneDNN's), so that runs repeat bit for bit.
-  if (const char* tuning = std::getenv("KILN_CONV_TUNING");
-      tuning != nullptr && std::string(tuning) == "0") {
-    return std::move(candidates[0].kernel);
-  }
-  std::vector<BufferPtr> ops = TimingOperands(instr);
-  if (ops.empty()) return std::move(candidates[0].kernel);
-  // Each candidate runs once to warm up (its scratch and output pages, its
-  // caches) and once timed; one whose warm-up alone took over twice the
-  // best time so far is out (and one of ours is stopped once it takes four
-  // times that). Then every candidate within 1.3x of the best
-  // is timed twice more, and keeps its best time. (The warm-ups of slow
-  // candidates are most of what tuning costs: one run each.)
-  const double kInfinity = std::numeric_limits<double>::infinity();
-  std::vector<double> times(candidates.size(), kInfinity);
-  double best = kInfinity;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    // A warm-up may take longer than a timed run, but not four times the
-    // best time so far (plus a millisecond for its first touch of memory).
-    const double warm = RunOnce(candidates[i].kernel, ops, 4 * best + 1e-3);
-    times[i] = (warm > 0.25 || warm > 2 * best) ? warm : RunOnce(candidates[i].kernel, ops);
-    best = std::min(best, times[i]);
-  }
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (times[i] > 1.3 * best) continue;
-    for (int run = 0; run < 2; ++run) times[i] = std::min(times[i], RunOnce(candidates[i].kernel, ops));
-  }
-  size_t fastest = 0;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    logging::Debug("{}: {} takes {:.3f} ms", instr.name(), candidates[i].name, times[i] * 1e3);
-    if (times[i] < times[fastest]) fastest = i;
-  }
-  logging::Debug("{}: runs {}", instr.name(), candidates[fastest].name);
-  if (record != nullptr) record->Set(instr, candidates[fastest].name);
-  return std::move(candidates[fastest].kernel);
+  return ChooseKernel(instr, std::move(candidates),
+                      macs <= kMaxTunedMacs && bytes <= kMaxTunedBytes)
+      .kernel;
 }
 
 }  // namespace kiln::host

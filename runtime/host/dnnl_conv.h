@@ -10,13 +10,9 @@
 
 #include "compiler/ir/instruction.h"
 #include "runtime/host/kernel.h"
+#include "runtime/host/tuning.h"
 
 namespace kiln::host {
-
-struct NamedKernel {
-  std::string name;  // e.g. "onednn forward brgconv:avx512_core"
-  Kernel kernel;
-};
 
 // The ways oneDNN can run `instr` (a convolution), empty when it covers
 // none: f32, one to three spatial dimensions, no base (input) dilation,

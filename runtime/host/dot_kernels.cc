@@ -1,14 +1,19 @@
 // dot with general dimension numbers: operands are brought to
 // [batch, m, k] x [batch, k, n] (or used transposed in place) and multiplied
-// with OpenBLAS.
+// with oneDNN's or OpenBLAS's GEMM, whichever was faster for the shape.
 #include <cstring>
+#include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
+#include "runtime/compute_threads.h"
 #include "runtime/host/gemm.h"
 #include "runtime/host/kernel.h"
 #include "runtime/host/strided_copy.h"
+#include "runtime/host/tuning.h"
 
 namespace kiln::host {
 namespace {
@@ -108,6 +113,93 @@ void Store(const std::vector<C>& values, Buffer& out) {
   });
 }
 
+// Everything a dot kernel needs, worked out at compile time.
+struct DotPlan {
+  Shape out_shape;
+  ElementType type;
+  int64_t batch, m, k, n;
+  OperandPlan lp, rp;
+  bool direct_f32;  // f32 operands and result, neither needs a copy
+};
+
+// f32 products run on the library asked for; f64 and integer ones have one.
+void GemmOn(GemmLibrary library, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+            const float* a, const float* b, float* c) {
+  Gemm(library, ta, tb, m, n, k, a, b, c);
+}
+template <typename T>
+void GemmOn(GemmLibrary, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
+            const T* b, T* c) {
+  Gemm(ta, tb, m, n, k, a, b, c);
+}
+
+Kernel MakeKernel(const DotPlan& p, GemmLibrary library) {
+  return Kernel([p, library](ExecState& st, const std::vector<BufferPtr>& ops)
+                    -> absl::StatusOr<BufferPtr> {
+    ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(p.out_shape));
+    auto run = [&](const auto* a, const auto* b, auto* c) {
+      const int64_t m = p.m, n = p.n, k = p.k;
+      for (int64_t i = 0; i < p.batch; ++i) {
+        GemmOn(library, p.lp.transposed, p.rp.transposed, m, n, k, a + i * m * k,
+               b + i * k * n, c + i * m * n);
+      }
+    };
+    if (p.direct_f32) {
+      run(ops[0]->as<float>(), ops[1]->as<float>(), out->as<float>());
+      return out;
+    }
+    if (p.type == ElementType::kF64) {
+      std::vector<double> a = Load<double>(*ops[0], p.lp), b = Load<double>(*ops[1], p.rp);
+      std::vector<double> c(p.batch * p.m * p.n);
+      run(a.data(), b.data(), c.data());
+      Store(c, *out);
+    } else if (ir::IsFloatType(p.type)) {
+      std::vector<float> a = Load<float>(*ops[0], p.lp), b = Load<float>(*ops[1], p.rp);
+      std::vector<float> c(p.batch * p.m * p.n);
+      run(a.data(), b.data(), c.data());
+      Store(c, *out);
+    } else {
+      std::vector<int64_t> a = Load<int64_t>(*ops[0], p.lp), b = Load<int64_t>(*ops[1], p.rp);
+      std::vector<int64_t> c(p.batch * p.m * p.n);
+      run(a.data(), b.data(), c.data());
+      Store(c, *out);
+    }
+    return out;
+  });
+}
+
+// f32 dots of this many multiply-adds are timed on both libraries at
+// compile time: from about ten microseconds of work (below it, the
+// difference is smaller than timing it costs) to about a millisecond at
+// one thread (above it, the timing costs more than a compile should).
+constexpr int64_t kMinTunedDotMacs = int64_t{1} << 20;
+constexpr int64_t kMaxTunedDotMacs = int64_t{1} << 27;
+
+// The library measured faster for a GEMM shape at a thread count, kept for
+// the process so that programs with the same products (each session's,
+// each batch size's recompile) are not timed again.
+class DotChoices {
+ public:
+  static DotChoices& Get() {
+    static DotChoices* choices = new DotChoices();
+    return *choices;
+  }
+  std::optional<std::string> Find(const std::string& key) {
+    absl::MutexLock lock(&mu_);
+    auto it = choices_.find(key);
+    if (it == choices_.end()) return std::nullopt;
+    return it->second;
+  }
+  void Set(const std::string& key, const std::string& choice) {
+    absl::MutexLock lock(&mu_);
+    choices_[key] = choice;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::string> choices_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
 absl::StatusOr<Kernel> MakeDotKernel(const ir::Instruction& instr) {
@@ -124,39 +216,34 @@ absl::StatusOr<Kernel> MakeDotKernel(const ir::Instruction& instr) {
   const OperandPlan lp = Plan(lhs, d.lhs_batch, lhs_free, d.lhs_contracting);
   const OperandPlan rp = Plan(rhs, d.rhs_batch, d.rhs_contracting, rhs_free);
   const ElementType type = lhs.type();
-  const bool direct_f32 = type == ElementType::kF32 && out_shape.type() == ElementType::kF32;
-  return Kernel([=](ExecState& st, const std::vector<BufferPtr>& ops)
-                    -> absl::StatusOr<BufferPtr> {
-    ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));
-    auto run = [&](auto tag, const auto* a, const auto* b, auto* c) {
-      for (int64_t i = 0; i < batch; ++i) {
-        Gemm(lp.transposed, rp.transposed, m, n, k, a + i * m * k, b + i * k * n,
-             c + i * m * n);
+  const DotPlan plan{out_shape, type, batch, m, k, n, lp, rp,
+                     type == ElementType::kF32 && out_shape.type() == ElementType::kF32 &&
+                         !lp.copy && !rp.copy};
+  if (!plan.direct_f32) return MakeKernel(plan, GemmLibrary::kOneDnn);
+  // Which library is faster depends on the shape, the transposes and the
+  // threads (on an AMD EPYC at two threads, OpenBLAS's sgemm with B
+  // transposed takes two thirds of oneDNN's time; oneDNN wins most others):
+  // measure. oneDNN's comes first, the choice when not measuring.
+  std::vector<NamedKernel> candidates = {{"onednn", MakeKernel(plan, GemmLibrary::kOneDnn)},
+                                         {"openblas", MakeKernel(plan, GemmLibrary::kOpenBlas)}};
+  const int64_t macs = batch * m * n * k;
+  const bool measure = macs >= kMinTunedDotMacs && macs <= kMaxTunedDotMacs;
+  TuningRecord* record = TuningRecord::Current();
+  const bool recorded = record != nullptr && record->Find(instr).has_value();
+  const std::string key = absl::StrCat(lp.transposed, rp.transposed, " ", batch, "x", m, "x", n,
+                                       "x", k, " threads ", runtime::ComputeThreads());
+  if (measure && !recorded && KernelTuningEnabled()) {
+    if (std::optional<std::string> known = DotChoices::Get().Find(key)) {
+      for (NamedKernel& c : candidates) {
+        if (c.name != *known) continue;
+        if (record != nullptr) record->Set(instr, c.name);
+        return std::move(c.kernel);
       }
-      (void)tag;
-    };
-    if (direct_f32 && !lp.copy && !rp.copy) {
-      run(0, ops[0]->as<float>(), ops[1]->as<float>(), out->as<float>());
-      return out;
     }
-    if (type == ElementType::kF64) {
-      std::vector<double> a = Load<double>(*ops[0], lp), b = Load<double>(*ops[1], rp);
-      std::vector<double> c(batch * m * n);
-      run(0, a.data(), b.data(), c.data());
-      Store(c, *out);
-    } else if (ir::IsFloatType(type)) {
-      std::vector<float> a = Load<float>(*ops[0], lp), b = Load<float>(*ops[1], rp);
-      std::vector<float> c(batch * m * n);
-      run(0, a.data(), b.data(), c.data());
-      Store(c, *out);
-    } else {
-      std::vector<int64_t> a = Load<int64_t>(*ops[0], lp), b = Load<int64_t>(*ops[1], rp);
-      std::vector<int64_t> c(batch * m * n);
-      run(0, a.data(), b.data(), c.data());
-      Store(c, *out);
-    }
-    return out;
-  });
+  }
+  NamedKernel chosen = ChooseKernel(instr, std::move(candidates), measure);
+  if (measure && !recorded && KernelTuningEnabled()) DotChoices::Get().Set(key, chosen.name);
+  return std::move(chosen.kernel);
 }
 
 }  // namespace kiln::host

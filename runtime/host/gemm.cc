@@ -21,28 +21,26 @@ constexpr int64_t kMaxBlasDim = INT_MAX;
 constexpr int64_t kBandMacs = int64_t{1} << 28;
 constexpr int64_t kMinBandRows = 256;
 
-// Overloads so one template serves float and double.
-//
-// f32 goes to oneDNN's GEMM: on this project's benchmark machine it is
-// 0.78-0.92x of OpenBLAS's time on the training shapes at one and two
-// threads (benchmarks/gemm_benchmark), and it runs on the same OpenMP team
-// as oneDNN's convolutions, so no second thread pool spins against it.
-void Blas(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
+// Overloads so one template serves float and double. f32 goes to the
+// library asked for: oneDNN's by default (it runs on the same OpenMP team as
+// oneDNN's convolutions), OpenBLAS's where a dot's tuning found it faster.
+void Blas(GemmLibrary library, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
           const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
-  const dnnl_status_t status =
+  if (library == GemmLibrary::kOneDnn &&
       dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', m, n, k, 1.0f, a,
-                 lda, b, ldb, 0.0f, c, ldc);
-  if (status != dnnl_success) {  // not expected for valid dimensions
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+                 lda, b, ldb, 0.0f, c, ldc) == dnnl_success) {
+    return;
   }
+  // OpenBLAS, also where oneDNN refuses (not expected for valid dimensions).
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
 }
-void Blas(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
+void Blas(GemmLibrary, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
           const double* a, int lda, const double* b, int ldb, double* c, int ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
 }
 
 template <typename T>
-void BlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
+void BlasGemm(GemmLibrary library, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
               const T* b, T* c) {
   if (m == 0 || n == 0) return;
   UseComputeThreads();
@@ -56,7 +54,7 @@ void BlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
       if (row > 0 && Cancelled()) return;
       const int64_t rows = std::min(band, m - row);
       // Rows of A start `row` rows in ([m,k]) or `row` columns in ([k,m]).
-      Blas(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+      Blas(library, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
            static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k),
            ta ? a + row : a + row * k, static_cast<int>(ta ? m : k), b,
            static_cast<int>(tb ? k : n), c + row * n, static_cast<int>(n));
@@ -78,12 +76,17 @@ void BlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
 
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
           const float* b, float* c) {
-  BlasGemm(ta, tb, m, n, k, a, b, c);
+  BlasGemm(GemmLibrary::kOneDnn, ta, tb, m, n, k, a, b, c);
+}
+
+void Gemm(GemmLibrary library, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+          const float* a, const float* b, float* c) {
+  BlasGemm(library, ta, tb, m, n, k, a, b, c);
 }
 
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
           const double* b, double* c) {
-  BlasGemm(ta, tb, m, n, k, a, b, c);
+  BlasGemm(GemmLibrary::kOpenBlas, ta, tb, m, n, k, a, b, c);
 }
 
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const int64_t* a,

@@ -1,5 +1,5 @@
-// Matrix multiply used by dot and convolution: OpenBLAS for f32/f64, a plain
-// loop for the rest.
+// Matrix multiply used by dot and convolution: oneDNN's or OpenBLAS's sgemm
+// for f32, OpenBLAS for f64, a plain loop for the rest.
 #ifndef KILN_RUNTIME_HOST_GEMM_H_
 #define KILN_RUNTIME_HOST_GEMM_H_
 
@@ -7,9 +7,18 @@
 
 namespace kiln::host {
 
+// Which library multiplies f32 matrices. Both run on the calling thread's
+// OpenMP team (Kiln links OpenBLAS's OpenMP build where it is installed).
+// Which is faster depends on the shape and the machine: dot kernels time
+// both at compile time (dot_kernels.cc).
+enum class GemmLibrary { kOneDnn, kOpenBlas };
+
 // C[m,n] = sum_k A[m,k] * B[k,n], row-major; `trans_a` means A is stored as
-// [k,m], `trans_b` means B is stored as [n,k]. C is overwritten.
+// [k,m], `trans_b` means B is stored as [n,k]. C is overwritten. f32 without
+// a library named runs on oneDNN's.
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+          const float* a, const float* b, float* c);
+void Gemm(GemmLibrary library, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           const float* a, const float* b, float* c);
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           const double* a, const double* b, double* c);

@@ -1,15 +1,18 @@
-// Which kernel a compile chose where it measured candidates (convolutions),
-// by instruction, so that a program loaded from a persistent compile cache
-// builds the same kernels without timing them again.
+// Kernels chosen by measurement at compile time (convolutions, f32 dots),
+// and which one a compile chose, by instruction, so that a program loaded
+// from a persistent compile cache builds the same kernels without timing
+// them again.
 #ifndef KILN_RUNTIME_HOST_TUNING_H_
 #define KILN_RUNTIME_HOST_TUNING_H_
 
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "compiler/ir/instruction.h"
+#include "runtime/host/kernel.h"
 
 namespace kiln::host {
 
@@ -46,6 +49,24 @@ class TuningScope {
  private:
   TuningRecord* previous_;
 };
+
+struct NamedKernel {
+  std::string name;  // e.g. "onednn forward brgconv:avx512_core", "openblas"
+  Kernel kernel;
+};
+
+// False when KILN_KERNEL_TUNING=0 (or its older name KILN_CONV_TUNING=0)
+// asks every compile for the first candidate: timing may choose differently
+// from one compile to the next, and the candidates sum in different
+// orders, so that setting makes runs repeat bit for bit.
+bool KernelTuningEnabled();
+
+// The kernel `instr` runs, of `candidates` (not empty, the library's
+// default first): the one this thread's TuningRecord names where it is
+// still offered; else, when `measure` and tuning is enabled, the fastest on
+// made-up operands of `instr`'s shapes, which is recorded; else the first.
+NamedKernel ChooseKernel(const ir::Instruction& instr, std::vector<NamedKernel> candidates,
+                         bool measure);
 
 }  // namespace kiln::host
 
