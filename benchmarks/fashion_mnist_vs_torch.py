@@ -24,6 +24,14 @@ XLA's single-thread flags. torch.compile compiles the model (forward and,
 through AOTAutograd, backward) with its default backend, Inductor; its
 first step is its compile, and steady steps are compared as for JAX.
 
+For the MLP, whose step is mostly matrix products, it also times the
+step's eight products alone in PyTorch 1.13 (the forward product of each
+layer, the two input gradients and three weight gradients a step needs,
+warm, best of 30 each) and prints how much faster than PyTorch's steady
+step a runtime could be at most if everything else it did cost nothing:
+PyTorch's step over those products' time. A speed goal above that bound
+asks for faster products than the libraries' on this machine.
+
 Kiln's compute runs in kiln-server, started here once per thread count with
 --threads (OpenBLAS and oneDNN); PyTorch runs in a subprocess per run with
 torch.set_num_threads, and at more than one thread with
@@ -88,6 +96,45 @@ def torch_worker(args):
         if first is None:
             first = time.perf_counter() - start
     print(f"{time.perf_counter() - start:.4f} {first:.4f}")
+
+
+def mlp_products_ms(batch, reps=30):
+    """Milliseconds of the MLP step's matrix products alone, each its best of
+    `reps` warm runs: forward x W^T per layer (as nn.Linear computes it),
+    the input gradients of layers 2 and 3, and the three weight gradients."""
+    import torch
+    torch.manual_seed(1)
+    sizes = [784, 512, 512, 10]
+    acts = [torch.randn(batch, n) for n in sizes]
+    weights = [torch.randn(o, i) * 0.05 for i, o in zip(sizes, sizes[1:])]
+    grads = [torch.randn(batch, o) for o in sizes[1:]]
+    products = []
+    for layer, w in enumerate(weights):
+        products.append((acts[layer], w.t()))             # forward
+        products.append((grads[layer].t(), acts[layer]))  # weight gradient
+        if layer > 0:
+            products.append((grads[layer], w))            # input gradient
+    total = 0.0
+    for a, b in products:
+        best = float("inf")
+        for _ in range(reps):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - start)
+        total += best
+    return total * 1e3
+
+
+def torch_products_ms(args, threads):
+    """mlp_products_ms in a PyTorch 1.13 subprocess set up as torch_epoch's."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if threads > 1:
+        env["OMP_WAIT_POLICY"] = "passive"
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker_model", "mlp", "--worker_peer", "torch_products",
+         "--threads", str(threads), "--batch", str(args.batch)],
+        env=env, check=True, capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
 
 
 def torch_epoch(name, args, threads, python=sys.executable, peer="torch"):
@@ -318,6 +365,11 @@ def main():
             print(f"{torch_op_ns():.1f}")
             print(torch_kernels())
             return None
+        if args.worker_peer == "torch_products":
+            import torch
+            torch.set_num_threads(args.threads)
+            print(f"{mlp_products_ms(args.batch):.4f}")
+            return None
         return jax_worker(args) if args.worker_peer == "jax" else torch_worker(args)
 
     try:
@@ -357,11 +409,16 @@ def main():
             for name in args.models.split(","):
                 kiln, kiln_first, peer, jax, jax_first = [], [], [], [], []
                 eager2, compiled, compiled_first = [], [], []
+                peer_first, products = [], []
                 for _ in range(args.runs):
                     epoch, first = kiln_epoch(name, args, server and server.address, threads)
                     kiln.append(epoch)
                     kiln_first.append(first)
-                    peer.append(torch_epoch(name, args, threads)[0])
+                    epoch, first = torch_epoch(name, args, threads)
+                    peer.append(epoch)
+                    peer_first.append(first)
+                    if name == "mlp":
+                        products.append(torch_products_ms(args, threads))
                     if torch2:
                         eager2.append(torch_epoch(name, args, threads, torch2)[0])
                         epoch, first = torch_epoch(name, args, threads, torch2, "torch_compile")
@@ -379,6 +436,13 @@ def main():
                 # Steady steps: the epoch less its first step (which compiles).
                 steps = args.train_limit // args.batch
                 kiln_step = [(e - f) / (steps - 1) * 1e3 for e, f in zip(kiln, kiln_first)]
+                if products:
+                    peer_step = [(e - f) / (steps - 1) * 1e3 for e, f in zip(peer, peer_first)]
+                    print(f"{name} threads={threads}: steady step kiln {span(kiln_step)} ms | "
+                          f"pytorch eager {span(peer_step)} ms, of which its eight products "
+                          f"alone (warm, best of 30) {span(products)} ms | the most a runtime "
+                          f"with these products could be faster than pytorch: "
+                          f"{span([s / p for s, p in zip(peer_step, products)])}x", flush=True)
                 if eager2:
                     ratios = [k / t for k, t in zip(kiln, eager2)]
                     print(f"{name} threads={threads}: kiln {span(kiln)} s | pytorch 2 eager "
