@@ -329,9 +329,10 @@ def torch_kernels():
 
 
 def kernels():
-    return (f"Kiln: f32 dot and convolution through oneDNN (convolutions timed against "
-            f"its own scatter and im2col kernels per shape at compile time), its own "
-            f"vectorized elementwise and pooling "
+    return (f"Kiln: f32 dot through oneDNN's or OpenBLAS's sgemm (timed per shape at compile "
+            f"time; momentum updates accumulated into by the weight gradient's GEMM), "
+            f"convolution through oneDNN (timed against its own scatter and im2col kernels "
+            f"per shape at compile time), its own vectorized elementwise and pooling "
             f"loops, one OpenMP team of --threads | {torch_kernels()}")
 
 

@@ -4,6 +4,7 @@
 #include "compiler/passes/constant_folding.h"
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dce.h"
+#include "compiler/passes/dot_fusion.h"
 #include "compiler/passes/fusion.h"
 #include "compiler/passes/reduction_fusion.h"
 
@@ -27,6 +28,7 @@ std::unique_ptr<Pipeline> CpuPipeline(bool verify, LoopFusionOptions fusion) {
   auto pipeline = std::make_unique<Pipeline>(
       "cpu", PipelineOptions{.max_iterations = 1, .verify = verify});
   AddSimplify(*pipeline, verify);
+  pipeline->AddPass<DotFusion>();
   pipeline->AddPass<LoopFusion>(fusion);
   pipeline->AddPass<ReductionFusion>();
   return pipeline;

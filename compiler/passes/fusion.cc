@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "compiler/passes/dce.h"
+#include "compiler/passes/dot_fusion.h"
 #include "compiler/passes/reduction_fusion.h"
 #include "compiler/passes/rewriter.h"
 
@@ -75,7 +76,7 @@ absl::flat_hash_set<const Computation*> FusibleComputations(const ir::Module& mo
   for (const Computation* c : reachable) {
     if (applied.contains(c)) continue;
     if (c != module.entry() && !stepped.contains(c) &&
-        (IsLoopFusion(*c) || IsReductionFusion(*c))) {
+        (IsLoopFusion(*c) || IsReductionFusion(*c) || IsDotFusion(*c))) {
       continue;
     }
     fusible.insert(c);

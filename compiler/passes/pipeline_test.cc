@@ -207,8 +207,8 @@ TEST(PipelineTest, VerifiesByDefaultOnlyInDebugBuilds) {
 TEST(CpuPipelineTest, SimplifiesToAFixedPointThenFuses) {
   std::unique_ptr<Pipeline> cpu = CpuPipeline(/*verify=*/true);
   EXPECT_EQ(cpu->Describe(),
-            "cpu(simplify(algebraic-simplifier, constant-folding, cse, dce), loop-fusion, "
-            "reduction-fusion)");
+            "cpu(simplify(algebraic-simplifier, constant-folding, cse, dce), dot-fusion, "
+            "loop-fusion, reduction-fusion)");
   EXPECT_TRUE(cpu->options().verify);
 }
 

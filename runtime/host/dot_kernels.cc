@@ -2,6 +2,7 @@
 // [batch, m, k] x [batch, k, n] (or used transposed in place) and multiplied
 // with oneDNN's or OpenBLAS's GEMM, whichever was faster for the shape.
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -9,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
+#include "compiler/passes/dot_fusion.h"
 #include "runtime/compute_threads.h"
 #include "runtime/host/gemm.h"
 #include "runtime/host/kernel.h"
@@ -202,7 +204,9 @@ class DotChoices {
 
 }  // namespace
 
-absl::StatusOr<Kernel> MakeDotKernel(const ir::Instruction& instr) {
+namespace {
+
+DotPlan PlanDot(const ir::Instruction& instr) {
   const Shape lhs = instr.operand(0)->shape();
   const Shape rhs = instr.operand(1)->shape();
   const Shape out_shape = instr.shape();
@@ -216,22 +220,27 @@ absl::StatusOr<Kernel> MakeDotKernel(const ir::Instruction& instr) {
   const OperandPlan lp = Plan(lhs, d.lhs_batch, lhs_free, d.lhs_contracting);
   const OperandPlan rp = Plan(rhs, d.rhs_batch, d.rhs_contracting, rhs_free);
   const ElementType type = lhs.type();
-  const DotPlan plan{out_shape, type, batch, m, k, n, lp, rp,
-                     type == ElementType::kF32 && out_shape.type() == ElementType::kF32 &&
-                         !lp.copy && !rp.copy};
-  if (!plan.direct_f32) return MakeKernel(plan, GemmLibrary::kOneDnn);
-  // Which library is faster depends on the shape, the transposes and the
-  // threads (on an AMD EPYC at two threads, OpenBLAS's sgemm with B
-  // transposed takes two thirds of oneDNN's time; oneDNN wins most others):
-  // measure. oneDNN's comes first, the choice when not measuring.
-  std::vector<NamedKernel> candidates = {{"onednn", MakeKernel(plan, GemmLibrary::kOneDnn)},
-                                         {"openblas", MakeKernel(plan, GemmLibrary::kOpenBlas)}};
-  const int64_t macs = batch * m * n * k;
+  return DotPlan{out_shape, type, batch, m, k, n, lp, rp,
+                 type == ElementType::kF32 && out_shape.type() == ElementType::kF32 &&
+                     !lp.copy && !rp.copy};
+}
+
+// The kernel `make` builds on the library faster for `plan`'s product
+// (direct f32) when `instr` runs it. Which one depends on the shape, the
+// transposes and the threads (on an AMD EPYC at two threads, OpenBLAS's
+// sgemm with B transposed takes two thirds of oneDNN's time; oneDNN wins
+// most others): measured, oneDNN's being the choice when not measuring.
+Kernel ChooseLibrary(const ir::Instruction& instr, const DotPlan& plan,
+                     const std::function<Kernel(GemmLibrary)>& make) {
+  std::vector<NamedKernel> candidates = {{"onednn", make(GemmLibrary::kOneDnn)},
+                                         {"openblas", make(GemmLibrary::kOpenBlas)}};
+  const int64_t macs = plan.batch * plan.m * plan.n * plan.k;
   const bool measure = macs >= kMinTunedDotMacs && macs <= kMaxTunedDotMacs;
   TuningRecord* record = TuningRecord::Current();
   const bool recorded = record != nullptr && record->Find(instr).has_value();
-  const std::string key = absl::StrCat(lp.transposed, rp.transposed, " ", batch, "x", m, "x", n,
-                                       "x", k, " threads ", runtime::ComputeThreads());
+  const std::string key =
+      absl::StrCat(plan.lp.transposed, plan.rp.transposed, " ", plan.batch, "x", plan.m, "x",
+                   plan.n, "x", plan.k, " threads ", runtime::ComputeThreads());
   if (measure && !recorded && KernelTuningEnabled()) {
     if (std::optional<std::string> known = DotChoices::Get().Find(key)) {
       for (NamedKernel& c : candidates) {
@@ -244,6 +253,52 @@ absl::StatusOr<Kernel> MakeDotKernel(const ir::Instruction& instr) {
   NamedKernel chosen = ChooseKernel(instr, std::move(candidates), measure);
   if (measure && !recorded && KernelTuningEnabled()) DotChoices::Get().Set(key, chosen.name);
   return std::move(chosen.kernel);
+}
+
+// A dot fusion's kernel: operands a, b, c; the result is a b + beta c,
+// accumulated into c's buffer when nothing else holds it (a donated
+// velocity is updated in place), else into a copy of c.
+Kernel MakeAccumulateKernel(const DotPlan& p, GemmLibrary library, float beta) {
+  return Kernel([p, library, beta](ExecState& st, const std::vector<BufferPtr>& ops)
+                    -> absl::StatusOr<BufferPtr> {
+    BufferPtr out;
+    if (ops[2].use_count() == 1 && ops[2]->shape() == p.out_shape) {
+      out = ops[2];
+    } else {
+      ASSIGN_OR_RETURN(out, st.Allocate(p.out_shape));
+      if (out->size_bytes() > 0) std::memcpy(out->data(), ops[2]->data(), out->size_bytes());
+    }
+    Gemm(library, p.lp.transposed, p.rp.transposed, p.m, p.n, p.k, ops[0]->as<float>(),
+         ops[1]->as<float>(), out->as<float>(), beta);
+    return out;
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<Kernel> MakeDotKernel(const ir::Instruction& instr) {
+  const DotPlan plan = PlanDot(instr);
+  if (!plan.direct_f32) return MakeKernel(plan, GemmLibrary::kOneDnn);
+  return ChooseLibrary(instr, plan, [&](GemmLibrary library) { return MakeKernel(plan, library); });
+}
+
+absl::StatusOr<Kernel> MakeDotFusionKernel(const ir::Instruction& call) {
+  std::optional<passes::DotFusionForm> form;
+  if (call.opcode() == ir::Opcode::kCall && call.called().size() == 1) {
+    form = passes::MatchDotFusion(*call.called(0));
+  }
+  if (!form.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(call.name(), " does not call a dot fusion (passes::MatchDotFusion)"));
+  }
+  const DotPlan plan = PlanDot(*form->dot);
+  if (!plan.direct_f32 || plan.batch != 1) {
+    return absl::InternalError(absl::StrCat(call.name(), ": a dot fusion's product needs a copy"));
+  }
+  const float beta = static_cast<float>(form->beta);
+  return ChooseLibrary(call, plan, [&](GemmLibrary library) {
+    return MakeAccumulateKernel(plan, library, beta);
+  });
 }
 
 }  // namespace kiln::host

@@ -25,27 +25,32 @@ constexpr int64_t kMinBandRows = 256;
 // library asked for: oneDNN's by default (it runs on the same OpenMP team as
 // oneDNN's convolutions), OpenBLAS's where a dot's tuning found it faster.
 void Blas(GemmLibrary library, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
-          const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
+          const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
   if (library == GemmLibrary::kOneDnn &&
       dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', m, n, k, 1.0f, a,
-                 lda, b, ldb, 0.0f, c, ldc) == dnnl_success) {
+                 lda, b, ldb, beta, c, ldc) == dnnl_success) {
     return;
   }
   // OpenBLAS, also where oneDNN refuses (not expected for valid dimensions).
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 void Blas(GemmLibrary, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
-          const double* a, int lda, const double* b, int ldb, double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+          const double* a, int lda, const double* b, int ldb, double beta, double* c,
+          int ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <typename T>
 void BlasGemm(GemmLibrary library, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
-              const T* b, T* c) {
+              const T* b, T* c, T beta = 0) {
   if (m == 0 || n == 0) return;
   UseComputeThreads();
   if (k == 0) {
-    std::memset(c, 0, sizeof(T) * m * n);
+    if (beta == 0) {
+      std::memset(c, 0, sizeof(T) * m * n);
+    } else {
+      for (int64_t i = 0; i < m * n; ++i) c[i] *= beta;
+    }
     return;
   }
   if (m <= kMaxBlasDim && n <= kMaxBlasDim && k <= kMaxBlasDim) {
@@ -57,7 +62,7 @@ void BlasGemm(GemmLibrary library, bool ta, bool tb, int64_t m, int64_t n, int64
       Blas(library, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
            static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k),
            ta ? a + row : a + row * k, static_cast<int>(ta ? m : k), b,
-           static_cast<int>(tb ? k : n), c + row * n, static_cast<int>(n));
+           static_cast<int>(tb ? k : n), beta, c + row * n, static_cast<int>(n));
     }
     return;
   }
@@ -67,7 +72,7 @@ void BlasGemm(GemmLibrary library, bool ta, bool tb, int64_t m, int64_t n, int64
       for (int64_t p = 0; p < k; ++p) {
         s += (ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
       }
-      c[i * n + j] = s;
+      c[i * n + j] = beta == 0 ? s : s + beta * c[i * n + j];
     }
   }
 }
@@ -80,8 +85,8 @@ void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
 }
 
 void Gemm(GemmLibrary library, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-          const float* a, const float* b, float* c) {
-  BlasGemm(library, ta, tb, m, n, k, a, b, c);
+          const float* a, const float* b, float* c, float beta) {
+  BlasGemm(library, ta, tb, m, n, k, a, b, c, beta);
 }
 
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,

@@ -15,11 +15,13 @@ enum class GemmLibrary { kOneDnn, kOpenBlas };
 
 // C[m,n] = sum_k A[m,k] * B[k,n], row-major; `trans_a` means A is stored as
 // [k,m], `trans_b` means B is stored as [n,k]. C is overwritten. f32 without
-// a library named runs on oneDNN's.
+// a library named runs on oneDNN's. With a library named, `beta` other than
+// 0 accumulates: C = A B + beta C, as the libraries do it (the product's
+// sum and the scaled C round together).
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           const float* a, const float* b, float* c);
 void Gemm(GemmLibrary library, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-          const float* a, const float* b, float* c);
+          const float* a, const float* b, float* c, float beta = 0.0f);
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           const double* a, const double* b, double* c);
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,

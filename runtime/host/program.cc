@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
+#include "compiler/passes/dot_fusion.h"
 #include "compiler/passes/fusion.h"
 #include "compiler/passes/reduction_fusion.h"
 #include "runtime/host/cancel.h"
@@ -277,6 +278,17 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
                passes::IsReductionFusion(*instr.called(0))) {
       step.kernel = MakeFusedReduceStep(instr, &step.inputs);
       step.what = absl::StrCat("fused reduce ", instr.shape().ToString(), " ", instr.name());
+      program->fused_instructions_ += instr.called(0)->instruction_count() -
+                                      instr.called(0)->parameter_count() - 1;
+    } else if (instr.opcode() == Opcode::kCall && instr.called().size() == 1 &&
+               passes::IsDotFusion(*instr.called(0))) {
+      absl::StatusOr<Kernel> kernel = MakeDotFusionKernel(instr);
+      if (!kernel.ok()) {
+        return WithContext(kernel.status(), absl::StrCat("instruction ", instr.name()));
+      }
+      step.kernel = *std::move(kernel);
+      step.what = absl::StrCat("fused dot ", instr.shape().ToString(), " ", instr.name());
+      for (const Instruction* o : instr.operands()) step.inputs.push_back(o->index());
       program->fused_instructions_ += instr.called(0)->instruction_count() -
                                       instr.called(0)->parameter_count() - 1;
     } else if (ir::IsElementwise(instr.opcode()) || passes::IsExpandableBroadcast(instr)) {

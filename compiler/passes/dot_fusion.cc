@@ -1,0 +1,227 @@
+#include "compiler/passes/dot_fusion.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "base/status_macros.h"
+#include "compiler/passes/fusion.h"
+#include "compiler/passes/rewriter.h"
+
+namespace kiln::passes {
+namespace {
+
+using ir::Computation;
+using ir::ElementType;
+using ir::Instruction;
+using ir::Opcode;
+
+// A dot a GEMM runs as it is: f32 rank-2 operands and result, one
+// contracting dimension each, no batch dimensions.
+bool IsGemmDot(const Instruction& d) {
+  if (d.opcode() != Opcode::kDot || d.operand_count() != 2 || !d.shape().IsArray() ||
+      d.shape().type() != ElementType::kF32 || d.shape().rank() != 2) {
+    return false;
+  }
+  for (const Instruction* o : d.operands()) {
+    if (!o->shape().IsArray() || o->shape().type() != ElementType::kF32 ||
+        o->shape().rank() != 2) {
+      return false;
+    }
+  }
+  const ir::DotDims& dims = d.attrs().dot;
+  return dims.lhs_batch.empty() && dims.rhs_batch.empty() && dims.lhs_contracting.size() == 1 &&
+         dims.rhs_contracting.size() == 1;
+}
+
+// The value of a scalar f32 constant.
+std::optional<double> ScalarConstant(const Instruction& i) {
+  if (i.opcode() != Opcode::kConstant || !i.shape().IsArray() || i.shape().rank() != 0 ||
+      i.shape().type() != ElementType::kF32 || i.attrs().literal.element_count() != 1) {
+    return std::nullopt;
+  }
+  return i.attrs().literal.GetAsDouble(0);
+}
+
+// `multiply(c, broadcast(s))` in either order, with `s` a scalar f32
+// constant broadcast to the product's shape: c and the constant.
+std::optional<std::pair<Instruction*, Instruction*>> Scaled(Instruction* m) {
+  if (m->opcode() != Opcode::kMultiply || m->operand_count() != 2) return std::nullopt;
+  for (int k = 0; k < 2; ++k) {
+    Instruction* b = m->operand(k);
+    if (b->opcode() == Opcode::kBroadcast && b->operand_count() == 1 &&
+        b->attrs().dimensions.empty() && b->shape() == m->shape() &&
+        ScalarConstant(*b->operand(0)).has_value()) {
+      return std::make_pair(m->operand(1 - k), b->operand(0));
+    }
+  }
+  return std::nullopt;
+}
+
+// An add DotFusion outlines, and its parts.
+struct Candidate {
+  Instruction* add = nullptr;
+  Instruction* dot = nullptr;
+  Instruction* addend = nullptr;         // c
+  const Instruction* scale = nullptr;    // the constant s, or null for beta 1
+};
+
+std::optional<Candidate> Match(Instruction* add, const Computation& comp, Users& readers) {
+  if (add->opcode() != Opcode::kAdd || add->operand_count() != 2 || !add->shape().IsArray()) {
+    return std::nullopt;
+  }
+  for (int k = 0; k < 2; ++k) {
+    Instruction* dot = add->operand(k);
+    Instruction* other = add->operand(1 - k);
+    if (!IsGemmDot(*dot) || dot == other || dot == comp.root() || readers[dot].size() != 1) {
+      continue;
+    }
+    Candidate c{.add = add, .dot = dot, .addend = other};
+    if (auto scaled = Scaled(other);
+        scaled.has_value() && other != comp.root() && readers[other].size() == 1) {
+      c.addend = scaled->first;
+      c.scale = scaled->second;
+    }
+    // A broadcast addend (a bias) stays the loop's to expand as it reads
+    // the product: written out for the GEMM, it would cost a pass.
+    if (!c.addend->shape().IsArray() || c.addend->shape() != dot->shape() ||
+        c.addend == dot->operand(0) || c.addend == dot->operand(1) ||
+        c.addend->opcode() == Opcode::kBroadcast) {
+      continue;
+    }
+    return c;
+  }
+  return std::nullopt;
+}
+
+// The computation of `c`: parameters a, b, c; the dot; the scaled addend;
+// the add.
+std::unique_ptr<Computation> Outline(const Candidate& c, const std::string& name) {
+  auto fused = std::make_unique<Computation>(name);
+  auto add = [&](Opcode op, const ir::Shape& shape, const std::string& instr_name,
+                 std::vector<Instruction*> operands) {
+    auto n = std::make_unique<Instruction>(op, shape, instr_name);
+    for (Instruction* o : operands) n->AddOperand(o);
+    return n;
+  };
+  std::vector<Instruction*> params;
+  const Instruction* passed[3] = {c.dot->operand(0), c.dot->operand(1), c.addend};
+  for (int k = 0; k < 3; ++k) {
+    auto p = add(Opcode::kParameter, passed[k]->shape(), "param_" + std::to_string(k), {});
+    p->mutable_attrs().parameter_number = k;
+    params.push_back(fused->AddInstruction(std::move(p)));
+  }
+  auto dot = add(Opcode::kDot, c.dot->shape(), c.dot->name(), {params[0], params[1]});
+  dot->mutable_attrs() = c.dot->attrs();
+  dot->set_source_line(c.dot->source_line());
+  Instruction* product = fused->AddInstruction(std::move(dot));
+  Instruction* addend = params[2];
+  if (c.scale != nullptr) {
+    auto s = add(Opcode::kConstant, c.scale->shape(), c.scale->name(), {});
+    s->mutable_attrs() = c.scale->attrs();
+    Instruction* scale = fused->AddInstruction(std::move(s));
+    Instruction* broadcast =
+        fused->AddInstruction(add(Opcode::kBroadcast, c.addend->shape(), "beta", {scale}));
+    addend = fused->AddInstruction(
+        add(Opcode::kMultiply, c.addend->shape(), "scaled", {params[2], broadcast}));
+  }
+  auto sum = add(Opcode::kAdd, c.add->shape(), c.add->name(), {product, addend});
+  sum->set_source_line(c.add->source_line());
+  fused->set_root(fused->AddInstruction(std::move(sum)));
+  MakeInstructionNamesUnique(fused.get());
+  return fused;
+}
+
+absl::StatusOr<bool> FuseDots(ir::Module* module, Computation* comp,
+                              absl::flat_hash_set<std::string>& comp_names) {
+  std::vector<Instruction*> adds;
+  for (const auto& instr : comp->instructions()) {
+    if (instr->opcode() == Opcode::kAdd) adds.push_back(instr.get());
+  }
+  if (adds.empty()) return false;
+  Users readers = UsersOf(*comp);
+  Rewriter rewriter(comp);
+  bool changed = false;
+  for (Instruction* add : adds) {
+    std::optional<Candidate> c = Match(add, *comp, readers);
+    if (!c.has_value()) continue;
+    const std::string name = FreeComputationName("fused_dot", comp_names);
+    std::unique_ptr<Computation> fused = Outline(*c, name);
+    if (!IsDotFusion(*fused)) continue;
+    comp_names.insert(name);
+    Computation* callee = module->AddComputation(std::move(fused));
+    auto call = std::make_unique<Instruction>(Opcode::kCall, add->shape(), "");
+    Instruction* inputs[3] = {c->dot->operand(0), c->dot->operand(1), c->addend};
+    for (Instruction* in : inputs) call->AddOperand(in);
+    call->AddCalled(callee);
+    call->set_source_line(add->source_line());
+    ASSIGN_OR_RETURN(Instruction * added, rewriter.Add(std::move(call), "fusion"));
+    for (Instruction* in : inputs) {
+      std::vector<Instruction*>& r = readers[in];
+      if (std::find(r.begin(), r.end(), added) == r.end()) r.push_back(added);
+    }
+    // The add's readers read the call; the add, the dot and the scaling
+    // stay behind without readers for DCE.
+    std::vector<Instruction*> moved = std::move(readers[add]);
+    readers.erase(add);
+    for (Instruction* r : moved) {
+      for (int k = 0; k < r->operand_count(); ++k) {
+        if (r->operand(k) == add) r->ReplaceOperand(k, added);
+      }
+      readers[added].push_back(r);
+    }
+    if (comp->root() == add) comp->set_root(added);
+    changed = true;
+  }
+  if (changed) RETURN_IF_ERROR(comp->Canonicalize());
+  return changed;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> DotFusion::Run(ir::Module* module) {
+  return FuseEachComputation(module, [&](Computation* comp,
+                                         absl::flat_hash_set<std::string>& names) {
+    return FuseDots(module, comp, names);
+  });
+}
+
+std::optional<DotFusionForm> MatchDotFusion(const Computation& c) {
+  if (c.parameter_count() != 3) return std::nullopt;
+  const Instruction* root = c.root();
+  if (root == nullptr || root->opcode() != Opcode::kAdd || root->operand_count() != 2) {
+    return std::nullopt;
+  }
+  const Instruction* p[3] = {c.parameter(0), c.parameter(1), c.parameter(2)};
+  for (int k = 0; k < 2; ++k) {
+    const Instruction* dot = root->operand(k);
+    const Instruction* other = root->operand(1 - k);
+    if (!IsGemmDot(*dot) || dot->operand(0) != p[0] || dot->operand(1) != p[1] ||
+        p[2]->shape() != dot->shape() || root->shape() != dot->shape()) {
+      continue;
+    }
+    if (other == p[2] && c.instruction_count() == 5) return DotFusionForm{dot, 1.0};
+    // The scaled addend: multiply(p2, broadcast(constant)) in either order.
+    if (c.instruction_count() != 8 || other->opcode() != Opcode::kMultiply ||
+        other->operand_count() != 2 || other->shape() != dot->shape()) {
+      continue;
+    }
+    for (int j = 0; j < 2; ++j) {
+      const Instruction* b = other->operand(j);
+      if (other->operand(1 - j) != p[2] || b->opcode() != Opcode::kBroadcast ||
+          b->operand_count() != 1 || !b->attrs().dimensions.empty() ||
+          b->shape() != dot->shape()) {
+        continue;
+      }
+      if (std::optional<double> beta = ScalarConstant(*b->operand(0))) {
+        return DotFusionForm{dot, *beta};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,163 @@
+// Dot kernels: a dot fusion's GEMM that accumulates into its addend,
+// against the product and the add apart.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/passes/cpu_pipeline.h"
+#include "compiler/passes/dot_fusion.h"
+#include "gtest/gtest.h"
+#include "runtime/host/executable.h"
+#include "runtime/host/host_device.h"
+#include "runtime/host/kernel.h"
+#include "runtime/host/test_util.h"
+
+namespace kiln::host {
+namespace {
+
+// SGD with momentum on a [K, N] weight: v' = beta v + x^T g, w' = w - lr v'.
+std::string MomentumModule(int64_t batch, int64_t k, int64_t n, const char* beta) {
+  return absl::StrCat(R"(
+HloModule m
+ENTRY main {
+  x = f32[)", batch, ",", k, R"(] parameter(0)
+  g = f32[)", batch, ",", n, R"(] parameter(1)
+  v = f32[)", k, ",", n, R"(] parameter(2)
+  w = f32[)", k, ",", n, R"(] parameter(3)
+  d = f32[)", k, ",", n, R"(] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  beta = f32[] constant()", beta, R"()
+  b = f32[)", k, ",", n, R"(] broadcast(beta), dimensions={}
+  scaled = f32[)", k, ",", n, R"(] multiply(v, b)
+  v2 = f32[)", k, ",", n, R"(] add(scaled, d)
+  lr = f32[] constant(0.01)
+  lb = f32[)", k, ",", n, R"(] broadcast(lr), dimensions={}
+  step = f32[)", k, ",", n, R"(] multiply(v2, lb)
+  w2 = f32[)", k, ",", n, R"(] subtract(w, step)
+  ROOT t = (f32[)", k, ",", n, "], f32[", k, ",", n, R"(]) tuple(v2, w2)
+}
+)");
+}
+
+// Runs `text` after the CPU pipeline (`fuse_dots`) or after loop fusion
+// alone, on `args`; counts the dot fusions the pipeline made.
+absl::StatusOr<ir::Literal> RunModule(const std::string& text, const std::vector<ir::Literal>& args,
+                                bool fuse_dots, int* dot_fusions = nullptr) {
+  auto module = ir::ParseModule(text);
+  if (!module.ok()) return module.status();
+  if (fuse_dots) {
+    std::unique_ptr<passes::Pipeline> cpu = passes::CpuPipeline(/*verify=*/true);
+    if (auto changed = cpu->Run(module->get()); !changed.ok()) return changed.status();
+    if (dot_fusions != nullptr) {
+      *dot_fusions = 0;
+      for (const auto& c : (*module)->computations()) *dot_fusions += passes::IsDotFusion(*c);
+    }
+  } else if (auto fused = passes::LoopFusion().Run(module->get()); !fused.ok()) {
+    return fused.status();
+  }
+  HostDevice device("cpu", 0, int64_t{1} << 30, 64);
+  auto exe = CompileProgram(device.kind(), **module, {});
+  if (!exe.ok()) return exe.status();
+  std::vector<runtime::BufferPtr> buffers;
+  for (const ir::Literal& a : args) {
+    auto b = device.TransferToDevice(a);
+    if (!b.ok()) return b.status();
+    buffers.push_back(*b);
+  }
+  auto out = (*exe)->Execute(device, buffers, {});
+  if (!out.ok()) return out.status();
+  return HostBuffer::Cast(*out)->ToLiteral();
+}
+
+TEST(DotFusionKernelTest, TheMomentumUpdateMatchesTheProductAndAddApart) {
+  std::mt19937_64 rng(7);
+  // Sizes on both sides of the timed range (2^20 multiply-adds), a zero
+  // momentum (beta 0: c is not read) and a negative one.
+  for (const auto& [batch, k, n, beta] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t, const char*>>{
+           {16, 24, 8, "0.9"}, {128, 96, 64, "0.9"}, {33, 17, 5, "0"}, {8, 40, 12, "-1.5"}}) {
+    const std::string text = MomentumModule(batch, k, n, beta);
+    std::vector<ir::Literal> args = {
+        RandomLiteral(ir::Shape(ir::ElementType::kF32, {batch, k}), rng),
+        RandomLiteral(ir::Shape(ir::ElementType::kF32, {batch, n}), rng),
+        RandomLiteral(ir::Shape(ir::ElementType::kF32, {k, n}), rng),
+        RandomLiteral(ir::Shape(ir::ElementType::kF32, {k, n}), rng)};
+    int fusions = 0;
+    auto fused = RunModule(text, args, /*fuse_dots=*/true, &fusions);
+    auto apart = RunModule(text, args, /*fuse_dots=*/false);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    ASSERT_TRUE(apart.ok()) << apart.status();
+    EXPECT_EQ(fusions, 1) << text;
+    for (int e = 0; e < 2; ++e) {
+      const std::vector<double> got = Values(fused->tuple_elements()[e]);
+      const std::vector<double> want = Values(apart->tuple_elements()[e]);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        // The sum of `batch` products of values in [-2, 2], rounded once
+        // together with the addend instead of apart.
+        ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])) * std::sqrt(batch))
+            << "element " << e << " at " << i << " beta " << beta;
+      }
+    }
+  }
+}
+
+// The kernel, called as a program calls it: the addend is updated in place
+// when nothing else holds it, and copied when the caller still does.
+TEST(DotFusionKernelTest, TheAddendIsUpdatedInPlaceOnlyWhenNothingElseHoldsIt) {
+  auto module = ir::ParseModule(MomentumModule(4, 3, 2, "0.5"));
+  ASSERT_TRUE(module.ok()) << module.status();
+  passes::DotFusion pass;
+  ASSERT_TRUE(pass.Run(module->get()).ok());
+  const ir::Instruction* call = nullptr;
+  for (const auto& instr : (*module)->entry()->instructions()) {
+    if (instr->opcode() == ir::Opcode::kCall) call = instr.get();
+  }
+  ASSERT_NE(call, nullptr);
+  absl::StatusOr<Kernel> kernel = MakeDotFusionKernel(*call);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  auto make = [](std::vector<int64_t> dims, float first) {
+    auto b = Buffer::Allocate(ir::Shape(ir::ElementType::kF32, std::move(dims)), nullptr);
+    float* v = (*b)->as<float>();
+    for (int64_t i = 0; i < (*b)->shape().ElementCount(); ++i) v[i] = first + i;
+    return *b;
+  };
+  // x [4,3] (contracted over 4), g [4,2]: d[i][j] = sum_b x[b][i] g[b][j].
+  const BufferPtr x = make({4, 3}, 1), g = make({4, 2}, -2);
+  std::vector<double> want(6);
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      double s = 0;
+      for (int b = 0; b < 4; ++b) s += (1.0 + b * 3 + i) * (-2.0 + b * 2 + j);
+      want[i * 2 + j] = s + 0.5 * (10.0 + i * 2 + j);
+    }
+  }
+  ExecState st;
+  {
+    std::vector<BufferPtr> ops = {x, g, make({3, 2}, 10)};
+    const float* addend = ops[2]->as<float>();
+    auto out = (*kernel)(st, ops);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ((*out)->as<float>(), addend) << "not updated in place";
+    for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ((*out)->as<float>()[i], want[i]) << i;
+  }
+  {
+    const BufferPtr held = make({3, 2}, 10);
+    std::vector<BufferPtr> ops = {x, g, held};
+    auto out = (*kernel)(st, ops);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_NE((*out)->as<float>(), held->as<float>());
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_FLOAT_EQ((*out)->as<float>()[i], want[i]) << i;
+      EXPECT_EQ(held->as<float>()[i], 10.0f + i) << "the caller's addend changed";
+    }
+  }
+  // Not a dot fusion: a clear error.
+  const ir::Instruction* root = (*module)->entry()->root();
+  absl::StatusOr<Kernel> refused = MakeDotFusionKernel(*root);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kiln::host
