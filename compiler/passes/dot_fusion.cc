@@ -37,13 +37,16 @@ bool IsGemmDot(const Instruction& d) {
          dims.rhs_contracting.size() == 1;
 }
 
-// The value of a scalar f32 constant.
+// The value of a scalar f32 constant other than zero: a GEMM with beta 0
+// does not read C, where `c * 0` is NaN for a c that is NaN or infinite.
 std::optional<double> ScalarConstant(const Instruction& i) {
   if (i.opcode() != Opcode::kConstant || !i.shape().IsArray() || i.shape().rank() != 0 ||
       i.shape().type() != ElementType::kF32 || i.attrs().literal.element_count() != 1) {
     return std::nullopt;
   }
-  return i.attrs().literal.GetAsDouble(0);
+  const double value = i.attrs().literal.GetAsDouble(0);
+  if (value == 0) return std::nullopt;
+  return value;
 }
 
 // `multiply(c, broadcast(s))` in either order, with `s` a scalar f32

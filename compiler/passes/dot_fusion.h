@@ -13,7 +13,9 @@ namespace kiln::passes {
 // Outlines `add(dot(a, b), c)` or `add(dot(a, b), multiply(c, broadcast(s)))`
 // (either operand order of the add and of the multiply), where `s` is a
 // scalar constant, into a computation `fused_dot.N` called as
-// `call(a, b, c)` where the add was (IsDotFusion). SGD's momentum update
+// `call(a, b, c)` where the add was (IsDotFusion); `s` is not zero (a GEMM
+// with beta 0 does not read C, where `c * 0` is NaN for a c that is NaN or
+// infinite). SGD's momentum update
 // `v' = 0.9 v + dW` is one: the weight gradient's GEMM accumulates into
 // the velocity, which, donated, is updated in place, and the gradient is
 // never written. Fused only where:
@@ -48,7 +50,8 @@ struct DotFusionForm {
 // The form of `c` when it is what DotFusion outlines, which a backend
 // checks again before running a call of it as one GEMM (modules come from
 // clients): three parameters (a, b, c); a dot of the first two as above;
-// optionally a scalar f32 constant, its broadcast to the dot's shape and
+// optionally a scalar f32 constant other than zero, its broadcast to the
+// dot's shape and
 // their product with parameter 2; the root adds the dot and parameter 2
 // (or that product). Nothing else.
 std::optional<DotFusionForm> MatchDotFusion(const ir::Computation& c);

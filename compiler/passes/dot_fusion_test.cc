@@ -95,14 +95,16 @@ TEST(DotFusionTest, LeavesAloneWhatAGemmCannotAccumulate) {
   d = f32[4,6] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   s = f32[4,6] add(d, v)
   ROOT t = (f32[4,6], f32[4,6]) tuple(s, d))",
-           // The addend is an operand of the product.
+           // The product added to itself.
            R"(
   d = f32[4,6] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   ROOT s = f32[4,6] add(d, d))",
-           // A subtraction, not an add.
+           // The addend is an operand of the product.
            R"(
-  d = f32[4,6] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ROOT s = f32[4,6] subtract(v, d))",
+  q = f32[4,4] parameter(3)
+  r = f32[4,4] parameter(4)
+  d = f32[4,4] dot(q, r), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT s = f32[4,4] add(d, q))",
            // The addend is a bias broadcast to the product's shape, which
            // the loop reading the product expands as it goes.
            R"(
@@ -122,6 +124,28 @@ ENTRY main {
     EXPECT_FALSE(RunPass(pass, *module)) << body;
     EXPECT_EQ(CountDotFusions(*module), 0) << body;
   }
+  // Scaled by zero: the scaled value is the addend, with beta 1 (a GEMM
+  // with beta 0 would not read v, where 0 times a NaN in it is NaN).
+  auto zero = Parse(R"(
+HloModule m
+ENTRY main {
+  x = f32[4,8] parameter(0)
+  w = f32[8,6] parameter(1)
+  v = f32[4,6] parameter(2)
+  d = f32[4,6] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  zero = f32[] constant(0)
+  b = f32[4,6] broadcast(zero), dimensions={}
+  scaled = f32[4,6] multiply(v, b)
+  ROOT s = f32[4,6] add(d, scaled)
+}
+)");
+  ASSERT_NE(zero, nullptr);
+  DotFusion zero_pass;
+  EXPECT_TRUE(RunPass(zero_pass, *zero));
+  const ir::Instruction* call = zero->entry()->root();
+  ASSERT_EQ(call->opcode(), ir::Opcode::kCall);
+  EXPECT_EQ(call->operand(2)->name(), "scaled");
+  EXPECT_EQ(MatchDotFusion(*call->called(0))->beta, 1.0);
   // Batch dimensions, f64, and a product's root.
   for (const char* text : {R"(
 HloModule m
@@ -162,7 +186,7 @@ ENTRY main {
 // exact form passes the check a backend makes.
 TEST(DotFusionTest, TheFormCheckRefusesNearMisses) {
   for (const char* callee : {
-           // An extra instruction.
+           // A negated addend (an instruction of another kind).
            R"(
 fused {
   p0 = f32[4,8] parameter(0)
@@ -181,7 +205,7 @@ fused {
   d = f32[4,6] dot(p0, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   ROOT s = f32[4,6] subtract(d, p2)
 })",
-           // The product of a parameter with itself.
+           // The dot is not the root's operand.
            R"(
 fused {
   p0 = f32[4,8] parameter(0)
@@ -191,7 +215,7 @@ fused {
   d = f32[4,4] dot(p0, t), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   ROOT s = f32[4,6] add(p2, p2)
 })",
-           // A scale that is not a constant.
+           // The scaled value is not parameter 2 but computed from it.
            R"(
 fused {
   p0 = f32[4,8] parameter(0)
@@ -216,6 +240,28 @@ ENTRY main {
     ASSERT_NE(module, nullptr) << callee;
     EXPECT_FALSE(IsDotFusion(*module->FindComputation("fused"))) << callee;
   }
+  // A zero scale in the callee.
+  auto zero = Parse(R"(
+HloModule m
+fused {
+  p0 = f32[4,8] parameter(0)
+  p1 = f32[8,6] parameter(1)
+  p2 = f32[4,6] parameter(2)
+  d = f32[4,6] dot(p0, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  c = f32[] constant(0)
+  b = f32[4,6] broadcast(c), dimensions={}
+  m = f32[4,6] multiply(p2, b)
+  ROOT s = f32[4,6] add(d, m)
+}
+ENTRY main {
+  a = f32[4,8] parameter(0)
+  b = f32[8,6] parameter(1)
+  c = f32[4,6] parameter(2)
+  ROOT r = f32[4,6] call(a, b, c), to_apply=fused
+}
+)");
+  ASSERT_NE(zero, nullptr);
+  EXPECT_FALSE(IsDotFusion(*zero->FindComputation("fused")));
 }
 
 // In the CPU pipeline the momentum update fuses before loop fusion, which

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
@@ -173,13 +174,16 @@ Kernel MakeKernel(const DotPlan& p, GemmLibrary library) {
 // f32 dots of this many multiply-adds are timed on both libraries at
 // compile time: from about ten microseconds of work (below it, the
 // difference is smaller than timing it costs) to about a millisecond at
-// one thread (above it, the timing costs more than a compile should).
+// one thread (above it, the timing costs more than a compile should); and
+// with operands and result of at most this many bytes, which timing
+// allocates again.
 constexpr int64_t kMinTunedDotMacs = int64_t{1} << 20;
 constexpr int64_t kMaxTunedDotMacs = int64_t{1} << 27;
+constexpr int64_t kMaxTunedDotBytes = int64_t{64} << 20;
 
 // The library measured faster for a GEMM shape at a thread count, kept for
 // the process so that programs with the same products (each session's,
-// each batch size's recompile) are not timed again.
+// each batch size's recompile) are not timed again. Thread-safe.
 class DotChoices {
  public:
   static DotChoices& Get() {
@@ -201,10 +205,6 @@ class DotChoices {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::string> choices_ ABSL_GUARDED_BY(mu_);
 };
-
-}  // namespace
-
-namespace {
 
 DotPlan PlanDot(const ir::Instruction& instr) {
   const Shape lhs = instr.operand(0)->shape();
@@ -230,17 +230,22 @@ DotPlan PlanDot(const ir::Instruction& instr) {
 // transposes and the threads (on an AMD EPYC at two threads, OpenBLAS's
 // sgemm with B transposed takes two thirds of oneDNN's time; oneDNN wins
 // most others): measured, oneDNN's being the choice when not measuring.
-Kernel ChooseLibrary(const ir::Instruction& instr, const DotPlan& plan,
+// `kind` keeps apart, in the process's memo, kernels of one product that
+// differ in what else they do ("dot", "accumulate").
+Kernel ChooseLibrary(const ir::Instruction& instr, const DotPlan& plan, absl::string_view kind,
                      const std::function<Kernel(GemmLibrary)>& make) {
   std::vector<NamedKernel> candidates = {{"onednn", make(GemmLibrary::kOneDnn)},
                                          {"openblas", make(GemmLibrary::kOpenBlas)}};
   const int64_t macs = plan.batch * plan.m * plan.n * plan.k;
-  const bool measure = macs >= kMinTunedDotMacs && macs <= kMaxTunedDotMacs;
+  int64_t bytes = plan.out_shape.ByteSize();
+  for (const ir::Instruction* o : instr.operands()) bytes += o->shape().ByteSize();
+  const bool measure =
+      macs >= kMinTunedDotMacs && macs <= kMaxTunedDotMacs && bytes <= kMaxTunedDotBytes;
   TuningRecord* record = TuningRecord::Current();
   const bool recorded = record != nullptr && record->Find(instr).has_value();
-  const std::string key =
-      absl::StrCat(plan.lp.transposed, plan.rp.transposed, " ", plan.batch, "x", plan.m, "x",
-                   plan.n, "x", plan.k, " threads ", runtime::ComputeThreads());
+  const std::string key = absl::StrCat(kind, " ", plan.lp.transposed, plan.rp.transposed, " ",
+                                       plan.batch, "x", plan.m, "x", plan.n, "x", plan.k,
+                                       " threads ", runtime::ComputeThreads());
   if (measure && !recorded && KernelTuningEnabled()) {
     if (std::optional<std::string> known = DotChoices::Get().Find(key)) {
       for (NamedKernel& c : candidates) {
@@ -250,8 +255,9 @@ Kernel ChooseLibrary(const ir::Instruction& instr, const DotPlan& plan,
       }
     }
   }
-  NamedKernel chosen = ChooseKernel(instr, std::move(candidates), measure);
-  if (measure && !recorded && KernelTuningEnabled()) DotChoices::Get().Set(key, chosen.name);
+  bool timed = false;
+  NamedKernel chosen = ChooseKernel(instr, std::move(candidates), measure, &timed);
+  if (timed) DotChoices::Get().Set(key, chosen.name);
   return std::move(chosen.kernel);
 }
 
@@ -279,7 +285,8 @@ Kernel MakeAccumulateKernel(const DotPlan& p, GemmLibrary library, float beta) {
 absl::StatusOr<Kernel> MakeDotKernel(const ir::Instruction& instr) {
   const DotPlan plan = PlanDot(instr);
   if (!plan.direct_f32) return MakeKernel(plan, GemmLibrary::kOneDnn);
-  return ChooseLibrary(instr, plan, [&](GemmLibrary library) { return MakeKernel(plan, library); });
+  return ChooseLibrary(instr, plan, "dot",
+                       [&](GemmLibrary library) { return MakeKernel(plan, library); });
 }
 
 absl::StatusOr<Kernel> MakeDotFusionKernel(const ir::Instruction& call) {
@@ -296,7 +303,7 @@ absl::StatusOr<Kernel> MakeDotFusionKernel(const ir::Instruction& call) {
     return absl::InternalError(absl::StrCat(call.name(), ": a dot fusion's product needs a copy"));
   }
   const float beta = static_cast<float>(form->beta);
-  return ChooseLibrary(call, plan, [&](GemmLibrary library) {
+  return ChooseLibrary(call, plan, "accumulate", [&](GemmLibrary library) {
     return MakeAccumulateKernel(plan, library, beta);
   });
 }

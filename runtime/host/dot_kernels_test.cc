@@ -2,8 +2,13 @@
 // against the product and the add apart.
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <string>
+#include <tuple>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/passes/cpu_pipeline.h"
 #include "compiler/passes/dot_fusion.h"
@@ -71,11 +76,11 @@ absl::StatusOr<ir::Literal> RunModule(const std::string& text, const std::vector
 
 TEST(DotFusionKernelTest, TheMomentumUpdateMatchesTheProductAndAddApart) {
   std::mt19937_64 rng(7);
-  // Sizes on both sides of the timed range (2^20 multiply-adds), a zero
-  // momentum (beta 0: c is not read) and a negative one.
+  // Sizes below and within the timed range (2^20 to 2^27 multiply-adds:
+  // 128 x 128 x 128 is timed on both libraries), and a negative momentum.
   for (const auto& [batch, k, n, beta] :
        std::vector<std::tuple<int64_t, int64_t, int64_t, const char*>>{
-           {16, 24, 8, "0.9"}, {128, 96, 64, "0.9"}, {33, 17, 5, "0"}, {8, 40, 12, "-1.5"}}) {
+           {16, 24, 8, "0.9"}, {128, 128, 128, "0.9"}, {33, 17, 5, "1"}, {8, 40, 12, "-1.5"}}) {
     const std::string text = MomentumModule(batch, k, n, beta);
     std::vector<ir::Literal> args = {
         RandomLiteral(ir::Shape(ir::ElementType::kF32, {batch, k}), rng),
@@ -100,6 +105,27 @@ TEST(DotFusionKernelTest, TheMomentumUpdateMatchesTheProductAndAddApart) {
       }
     }
   }
+}
+
+// A zero momentum is not a GEMM's beta (with beta 0 it would not read the
+// velocity, where 0 times a NaN or an infinity is NaN): the scaled
+// velocity is computed, and the GEMM adds into it.
+TEST(DotFusionKernelTest, AZeroScaleKeepsTheNaNsOfTheAddend) {
+  const std::string text = MomentumModule(4, 3, 2, "0");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<ir::Literal> args = {F32({4, 3}, std::vector<float>(12, 1.0f)),
+                                   F32({4, 2}, std::vector<float>(8, 1.0f)),
+                                   F32({3, 2}, {nan, inf, 1, 2, 3, 4}),
+                                   F32({3, 2}, std::vector<float>(6, 0.0f))};
+  int fusions = -1;
+  auto out = RunModule(text, args, /*fuse_dots=*/true, &fusions);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(fusions, 1);
+  const std::vector<double> v = Values(out->tuple_elements()[0]);
+  EXPECT_TRUE(std::isnan(v[0]));
+  EXPECT_TRUE(std::isnan(v[1]));
+  EXPECT_EQ(v[2], 4.0);
 }
 
 // The kernel, called as a program calls it: the addend is updated in place

@@ -63,7 +63,8 @@ absl::StatusOr<Kernel> MakeWindowKernel(const ir::Instruction& instr,
                                         ProgramSource& programs);
 absl::StatusOr<Kernel> MakeDotKernel(const ir::Instruction& instr);
 // A call of a dot fusion (passes::MatchDotFusion): one GEMM that
-// accumulates into its third operand.
+// accumulates into its third operand. INVALID_ARGUMENT for a call of
+// anything else.
 absl::StatusOr<Kernel> MakeDotFusionKernel(const ir::Instruction& call);
 absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr);
 absl::StatusOr<Kernel> MakeGatherScatterKernel(const ir::Instruction& instr,

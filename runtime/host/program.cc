@@ -281,7 +281,9 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
       program->fused_instructions_ += instr.called(0)->instruction_count() -
                                       instr.called(0)->parameter_count() - 1;
     } else if (instr.opcode() == Opcode::kCall && instr.called().size() == 1 &&
-               passes::IsDotFusion(*instr.called(0))) {
+               !options.wrap_kernel && passes::IsDotFusion(*instr.called(0))) {
+      // (Where kernels are wrapped, tpusim's rounding of matrix inputs, the
+      // call runs its callee's dot as a kernel of its own, wrapped.)
       absl::StatusOr<Kernel> kernel = MakeDotFusionKernel(instr);
       if (!kernel.ok()) {
         return WithContext(kernel.status(), absl::StrCat("instruction ", instr.name()));

@@ -68,8 +68,9 @@ bool KernelTuningEnabled() {
 }
 
 NamedKernel ChooseKernel(const ir::Instruction& instr, std::vector<NamedKernel> candidates,
-                         bool measure) {
-  if (candidates.size() == 1) return std::move(candidates[0]);
+                         bool measure, bool* timed) {
+  if (timed != nullptr) *timed = false;
+  if (candidates.size() == 1 || !KernelTuningEnabled()) return std::move(candidates[0]);
   // A program loaded from a persistent cache builds what its first compile
   // chose, where that kernel is still offered (the same library on the
   // same CPU offers the same ones).
@@ -81,9 +82,10 @@ NamedKernel ChooseKernel(const ir::Instruction& instr, std::vector<NamedKernel> 
       }
     }
   }
-  if (!measure || !KernelTuningEnabled()) return std::move(candidates[0]);
+  if (!measure) return std::move(candidates[0]);
   std::vector<BufferPtr> ops = TimingOperands(instr);
   if (ops.empty()) return std::move(candidates[0]);
+  if (timed != nullptr) *timed = true;
   // Each candidate runs once to warm up (its scratch and output pages, its
   // caches) and once timed; one whose warm-up alone took over twice the
   // best time so far is out (and one of ours is stopped once it takes four

@@ -50,6 +50,8 @@ class TuningScope {
   TuningRecord* previous_;
 };
 
+// A candidate kernel for an instruction, and the name a TuningRecord keeps
+// for it.
 struct NamedKernel {
   std::string name;  // e.g. "onednn forward brgconv:avx512_core", "openblas"
   Kernel kernel;
@@ -62,11 +64,14 @@ struct NamedKernel {
 bool KernelTuningEnabled();
 
 // The kernel `instr` runs, of `candidates` (not empty, the library's
-// default first): the one this thread's TuningRecord names where it is
-// still offered; else, when `measure` and tuning is enabled, the fastest on
-// made-up operands of `instr`'s shapes, which is recorded; else the first.
+// default first): the first when tuning is disabled; else the one this
+// thread's TuningRecord names where it is still offered; else, when
+// `measure`, the fastest on made-up operands of `instr`'s shapes, which is
+// recorded; else the first. `*timed` (when given) tells whether it timed
+// them. A kernel that updates an operand in place updates the made-up one
+// from run to run: the values drift, the shapes and the work do not.
 NamedKernel ChooseKernel(const ir::Instruction& instr, std::vector<NamedKernel> candidates,
-                         bool measure);
+                         bool measure, bool* timed = nullptr);
 
 }  // namespace kiln::host
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
 #include "compiler/ir/hlo_parser.h"
@@ -138,20 +139,28 @@ std::vector<double> Reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   return c;
 }
 
-TEST(GemmTest, BothLibrariesComputeTheProductForEveryTranspose) {
+// Both libraries, every transpose, with C overwritten (beta 0: C is not
+// read, NaN in it or not) and accumulated into (C = A B + beta C).
+TEST(GemmTest, BothLibrariesComputeTheProductForEveryTransposeAndBeta) {
   const int64_t m = 37, n = 29, k = 53;
-  std::vector<float> a(m * k), b(k * n);
+  std::vector<float> a(m * k), b(k * n), c0(m * n);
   for (size_t i = 0; i < a.size(); ++i) a[i] = 0.01f * static_cast<float>(i % 23) - 0.1f;
   for (size_t i = 0; i < b.size(); ++i) b[i] = 0.02f * static_cast<float>(i % 19) - 0.15f;
+  for (size_t i = 0; i < c0.size(); ++i) c0[i] = 0.5f * static_cast<float>(i % 5) - 1.0f;
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
-      const std::vector<double> want = Reference(ta, tb, m, n, k, a, b);
+      const std::vector<double> product = Reference(ta, tb, m, n, k, a, b);
       for (GemmLibrary library : {GemmLibrary::kOneDnn, GemmLibrary::kOpenBlas}) {
-        std::vector<float> c(m * n, 123.0f);
-        Gemm(library, ta, tb, m, n, k, a.data(), b.data(), c.data());
-        for (int64_t i = 0; i < m * n; ++i) {
-          ASSERT_NEAR(c[i], want[i], 1e-4) << "ta " << ta << " tb " << tb << " library "
-                                           << static_cast<int>(library) << " at " << i;
+        for (float beta : {0.0f, 1.0f, 0.9f, -2.0f}) {
+          std::vector<float> c = c0;
+          if (beta == 0) c.assign(m * n, std::numeric_limits<float>::quiet_NaN());
+          Gemm(library, ta, tb, m, n, k, a.data(), b.data(), c.data(), beta);
+          for (int64_t i = 0; i < m * n; ++i) {
+            const double want = product[i] + (beta == 0 ? 0.0 : beta * c0[i]);
+            ASSERT_NEAR(c[i], want, 1e-4)
+                << "ta " << ta << " tb " << tb << " library " << static_cast<int>(library)
+                << " beta " << beta << " at " << i;
+          }
         }
       }
     }
