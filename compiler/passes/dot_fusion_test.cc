@@ -1,5 +1,7 @@
 #include "compiler/passes/dot_fusion.h"
 
+#include <string>
+
 #include "compiler/passes/cpu_pipeline.h"
 #include "compiler/passes/fusion.h"
 #include "compiler/passes/test_util.h"
@@ -14,22 +16,26 @@ int CountDotFusions(const ir::Module& module) {
   return n;
 }
 
-// SGD's momentum update: v' = 0.9 v + x^T g becomes one call whose GEMM
-// accumulates into v.
-TEST(DotFusionTest, AScaledAddendJoinsTheProduct) {
-  auto module = Parse(R"(
+// SGD's momentum update v' = momentum v + x^T g.
+std::string MomentumUpdate(const char* momentum) {
+  return std::string(R"(
 HloModule m
 ENTRY main {
   x = f32[16,8] parameter(0)
   g = f32[16,4] parameter(1)
   v = f32[8,4] parameter(2)
   d = f32[8,4] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}
-  momentum = f32[] constant(0.9)
+  momentum = f32[] constant()") + momentum + R"()
   b = f32[8,4] broadcast(momentum), dimensions={}
   scaled = f32[8,4] multiply(v, b)
   ROOT v2 = f32[8,4] add(scaled, d)
 }
-)");
+)";
+}
+
+// The momentum update becomes one call whose GEMM accumulates into v.
+TEST(DotFusionTest, AScaledAddendJoinsTheProduct) {
+  auto module = Parse(MomentumUpdate("0.9"));
   ASSERT_NE(module, nullptr);
   DotFusion pass;
   EXPECT_TRUE(RunPass(pass, *module));
@@ -126,19 +132,7 @@ ENTRY main {
   }
   // Scaled by zero: the scaled value is the addend, with beta 1 (a GEMM
   // with beta 0 would not read v, where 0 times a NaN in it is NaN).
-  auto zero = Parse(R"(
-HloModule m
-ENTRY main {
-  x = f32[4,8] parameter(0)
-  w = f32[8,6] parameter(1)
-  v = f32[4,6] parameter(2)
-  d = f32[4,6] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  zero = f32[] constant(0)
-  b = f32[4,6] broadcast(zero), dimensions={}
-  scaled = f32[4,6] multiply(v, b)
-  ROOT s = f32[4,6] add(d, scaled)
-}
-)");
+  auto zero = Parse(MomentumUpdate("0"));
   ASSERT_NE(zero, nullptr);
   DotFusion zero_pass;
   EXPECT_TRUE(RunPass(zero_pass, *zero));
