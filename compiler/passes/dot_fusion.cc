@@ -22,8 +22,9 @@ using ir::Opcode;
 // A dot a GEMM runs as it is: f32 rank-2 operands and result, one
 // contracting dimension each, no batch dimensions.
 bool IsGemmDot(const Instruction& d) {
-  if (d.opcode() != Opcode::kDot || d.operand_count() != 2 || !d.shape().IsArray() ||
-      d.shape().type() != ElementType::kF32 || d.shape().rank() != 2) {
+  if (d.opcode() != Opcode::kDot || d.operand_count() != 2 ||
+      !d.shape().IsArray() || d.shape().type() != ElementType::kF32 ||
+      d.shape().rank() != 2) {
     return false;
   }
   for (const Instruction* o : d.operands()) {
@@ -33,15 +34,16 @@ bool IsGemmDot(const Instruction& d) {
     }
   }
   const ir::DotDims& dims = d.attrs().dot;
-  return dims.lhs_batch.empty() && dims.rhs_batch.empty() && dims.lhs_contracting.size() == 1 &&
-         dims.rhs_contracting.size() == 1;
+  return dims.lhs_batch.empty() && dims.rhs_batch.empty() &&
+         dims.lhs_contracting.size() == 1 && dims.rhs_contracting.size() == 1;
 }
 
 // The value of a scalar f32 constant other than zero: a GEMM with beta 0
 // does not read C, where `c * 0` is NaN for a c that is NaN or infinite.
 std::optional<double> ScalarConstant(const Instruction& i) {
-  if (i.opcode() != Opcode::kConstant || !i.shape().IsArray() || i.shape().rank() != 0 ||
-      i.shape().type() != ElementType::kF32 || i.attrs().literal.element_count() != 1) {
+  if (i.opcode() != Opcode::kConstant || !i.shape().IsArray() ||
+      i.shape().rank() != 0 || i.shape().type() != ElementType::kF32 ||
+      i.attrs().literal.element_count() != 1) {
     return std::nullopt;
   }
   const double value = i.attrs().literal.GetAsDouble(0);
@@ -52,7 +54,8 @@ std::optional<double> ScalarConstant(const Instruction& i) {
 // `multiply(c, broadcast(s))` in either order, with `s` a scalar f32
 // constant broadcast to the product's shape: c and the constant.
 std::optional<std::pair<Instruction*, Instruction*>> Scaled(Instruction* m) {
-  if (m->opcode() != Opcode::kMultiply || m->operand_count() != 2) return std::nullopt;
+  if (m->opcode() != Opcode::kMultiply || m->operand_count() != 2)
+    return std::nullopt;
   for (int k = 0; k < 2; ++k) {
     Instruction* b = m->operand(k);
     if (b->opcode() == Opcode::kBroadcast && b->operand_count() == 1 &&
@@ -68,23 +71,27 @@ std::optional<std::pair<Instruction*, Instruction*>> Scaled(Instruction* m) {
 struct Candidate {
   Instruction* add = nullptr;
   Instruction* dot = nullptr;
-  Instruction* addend = nullptr;         // c
-  const Instruction* scale = nullptr;    // the constant s, or null for beta 1
+  Instruction* addend = nullptr;       // c
+  const Instruction* scale = nullptr;  // the constant s, or null for beta 1
 };
 
-std::optional<Candidate> Match(Instruction* add, const Computation& comp, Users& readers) {
-  if (add->opcode() != Opcode::kAdd || add->operand_count() != 2 || !add->shape().IsArray()) {
+std::optional<Candidate> Match(Instruction* add, const Computation& comp,
+                               Users& readers) {
+  if (add->opcode() != Opcode::kAdd || add->operand_count() != 2 ||
+      !add->shape().IsArray()) {
     return std::nullopt;
   }
   for (int k = 0; k < 2; ++k) {
     Instruction* dot = add->operand(k);
     Instruction* other = add->operand(1 - k);
-    if (!IsGemmDot(*dot) || dot == other || dot == comp.root() || readers[dot].size() != 1) {
+    if (!IsGemmDot(*dot) || dot == other || dot == comp.root() ||
+        readers[dot].size() != 1) {
       continue;
     }
     Candidate c{.add = add, .dot = dot, .addend = other};
-    if (auto scaled = Scaled(other);
-        scaled.has_value() && other != comp.root() && readers[other].size() == 1) {
+    if (auto scaled = Scaled(other); scaled.has_value() &&
+                                     other != comp.root() &&
+                                     readers[other].size() == 1) {
       c.addend = scaled->first;
       c.scale = scaled->second;
     }
@@ -102,22 +109,27 @@ std::optional<Candidate> Match(Instruction* add, const Computation& comp, Users&
 
 // The computation of `c`: parameters a, b, c; the dot; the scaled addend;
 // the add.
-std::unique_ptr<Computation> Outline(const Candidate& c, const std::string& name) {
+std::unique_ptr<Computation> Outline(const Candidate& c,
+                                     const std::string& name) {
   auto fused = std::make_unique<Computation>(name);
-  auto add = [&](Opcode op, const ir::Shape& shape, const std::string& instr_name,
+  auto add = [&](Opcode op, const ir::Shape& shape,
+                 const std::string& instr_name,
                  std::vector<Instruction*> operands) {
     auto n = std::make_unique<Instruction>(op, shape, instr_name);
     for (Instruction* o : operands) n->AddOperand(o);
     return n;
   };
   std::vector<Instruction*> params;
-  const Instruction* passed[3] = {c.dot->operand(0), c.dot->operand(1), c.addend};
+  const Instruction* passed[3] = {c.dot->operand(0), c.dot->operand(1),
+                                  c.addend};
   for (int k = 0; k < 3; ++k) {
-    auto p = add(Opcode::kParameter, passed[k]->shape(), "param_" + std::to_string(k), {});
+    auto p = add(Opcode::kParameter, passed[k]->shape(),
+                 "param_" + std::to_string(k), {});
     p->mutable_attrs().parameter_number = k;
     params.push_back(fused->AddInstruction(std::move(p)));
   }
-  auto dot = add(Opcode::kDot, c.dot->shape(), c.dot->name(), {params[0], params[1]});
+  auto dot =
+      add(Opcode::kDot, c.dot->shape(), c.dot->name(), {params[0], params[1]});
   dot->mutable_attrs() = c.dot->attrs();
   dot->set_source_line(c.dot->source_line());
   Instruction* product = fused->AddInstruction(std::move(dot));
@@ -126,12 +138,13 @@ std::unique_ptr<Computation> Outline(const Candidate& c, const std::string& name
     auto s = add(Opcode::kConstant, c.scale->shape(), c.scale->name(), {});
     s->mutable_attrs() = c.scale->attrs();
     Instruction* scale = fused->AddInstruction(std::move(s));
-    Instruction* broadcast =
-        fused->AddInstruction(add(Opcode::kBroadcast, c.addend->shape(), "beta", {scale}));
-    addend = fused->AddInstruction(
-        add(Opcode::kMultiply, c.addend->shape(), "scaled", {params[2], broadcast}));
+    Instruction* broadcast = fused->AddInstruction(
+        add(Opcode::kBroadcast, c.addend->shape(), "beta", {scale}));
+    addend = fused->AddInstruction(add(Opcode::kMultiply, c.addend->shape(),
+                                       "scaled", {params[2], broadcast}));
   }
-  auto sum = add(Opcode::kAdd, c.add->shape(), c.add->name(), {product, addend});
+  auto sum =
+      add(Opcode::kAdd, c.add->shape(), c.add->name(), {product, addend});
   sum->set_source_line(c.add->source_line());
   fused->set_root(fused->AddInstruction(std::move(sum)));
   MakeInstructionNamesUnique(fused.get());
@@ -157,11 +170,13 @@ absl::StatusOr<bool> FuseDots(ir::Module* module, Computation* comp,
     comp_names.insert(name);
     Computation* callee = module->AddComputation(std::move(fused));
     auto call = std::make_unique<Instruction>(Opcode::kCall, add->shape(), "");
-    Instruction* inputs[3] = {c->dot->operand(0), c->dot->operand(1), c->addend};
+    Instruction* inputs[3] = {c->dot->operand(0), c->dot->operand(1),
+                              c->addend};
     for (Instruction* in : inputs) call->AddOperand(in);
     call->AddCalled(callee);
     call->set_source_line(add->source_line());
-    ASSIGN_OR_RETURN(Instruction * added, rewriter.Add(std::move(call), "fusion"));
+    ASSIGN_OR_RETURN(Instruction * added,
+                     rewriter.Add(std::move(call), "fusion"));
     for (Instruction* in : inputs) {
       std::vector<Instruction*>& r = readers[in];
       if (std::find(r.begin(), r.end(), added) == r.end()) r.push_back(added);
@@ -186,27 +201,30 @@ absl::StatusOr<bool> FuseDots(ir::Module* module, Computation* comp,
 }  // namespace
 
 absl::StatusOr<bool> DotFusion::Run(ir::Module* module) {
-  return FuseEachComputation(module, [&](Computation* comp,
-                                         absl::flat_hash_set<std::string>& names) {
-    return FuseDots(module, comp, names);
-  });
+  return FuseEachComputation(
+      module, [&](Computation* comp, absl::flat_hash_set<std::string>& names) {
+        return FuseDots(module, comp, names);
+      });
 }
 
 std::optional<DotFusionForm> MatchDotFusion(const Computation& c) {
   if (c.parameter_count() != 3) return std::nullopt;
   const Instruction* root = c.root();
-  if (root == nullptr || root->opcode() != Opcode::kAdd || root->operand_count() != 2) {
+  if (root == nullptr || root->opcode() != Opcode::kAdd ||
+      root->operand_count() != 2) {
     return std::nullopt;
   }
   const Instruction* p[3] = {c.parameter(0), c.parameter(1), c.parameter(2)};
   for (int k = 0; k < 2; ++k) {
     const Instruction* dot = root->operand(k);
     const Instruction* other = root->operand(1 - k);
-    if (!IsGemmDot(*dot) || dot->operand(0) != p[0] || dot->operand(1) != p[1] ||
-        p[2]->shape() != dot->shape() || root->shape() != dot->shape()) {
+    if (!IsGemmDot(*dot) || dot->operand(0) != p[0] ||
+        dot->operand(1) != p[1] || p[2]->shape() != dot->shape() ||
+        root->shape() != dot->shape()) {
       continue;
     }
-    if (other == p[2] && c.instruction_count() == 5) return DotFusionForm{dot, 1.0};
+    if (other == p[2] && c.instruction_count() == 5)
+      return DotFusionForm{dot, 1.0};
     // The scaled addend: multiply(p2, broadcast(constant)) in either order.
     if (c.instruction_count() != 8 || other->opcode() != Opcode::kMultiply ||
         other->operand_count() != 2 || other->shape() != dot->shape()) {

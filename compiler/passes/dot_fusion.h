@@ -55,7 +55,9 @@ struct DotFusionForm {
 // their product with parameter 2; the root adds the dot and parameter 2
 // (or that product). Nothing else.
 std::optional<DotFusionForm> MatchDotFusion(const ir::Computation& c);
-inline bool IsDotFusion(const ir::Computation& c) { return MatchDotFusion(c).has_value(); }
+inline bool IsDotFusion(const ir::Computation& c) {
+  return MatchDotFusion(c).has_value();
+}
 
 }  // namespace kiln::passes
 

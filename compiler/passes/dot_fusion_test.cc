@@ -25,7 +25,8 @@ ENTRY main {
   g = f32[16,4] parameter(1)
   v = f32[8,4] parameter(2)
   d = f32[8,4] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}
-  momentum = f32[] constant()") + momentum + R"()
+  momentum = f32[] constant()") +
+         momentum + R"()
   b = f32[8,4] broadcast(momentum), dimensions={}
   scaled = f32[8,4] multiply(v, b)
   ROOT v2 = f32[8,4] add(scaled, d)
@@ -124,7 +125,8 @@ HloModule m
 ENTRY main {
   x = f32[4,8] parameter(0)
   w = f32[8,6] parameter(1)
-  v = f32[4,6] parameter(2))") + body + "\n}\n");
+  v = f32[4,6] parameter(2))") +
+                        body + "\n}\n");
     ASSERT_NE(module, nullptr) << body;
     DotFusion pass;
     EXPECT_FALSE(RunPass(pass, *module)) << body;
@@ -285,7 +287,8 @@ ENTRY main {
   ASSERT_TRUE(cpu->Run(module.get()).ok());
   EXPECT_EQ(CountDotFusions(*module), 1);
   int loops = 0;
-  for (const auto& c : module->computations()) loops += IsLoopFusion(*c) ? 1 : 0;
+  for (const auto& c : module->computations())
+    loops += IsLoopFusion(*c) ? 1 : 0;
   EXPECT_EQ(loops, 1) << ir::PrintModule(*module);
 }
 

@@ -22,42 +22,64 @@ namespace kiln::host {
 namespace {
 
 // SGD with momentum on a [K, N] weight: v' = beta v + x^T g, w' = w - lr v'.
-std::string MomentumModule(int64_t batch, int64_t k, int64_t n, const char* beta) {
-  return absl::StrCat(R"(
+std::string MomentumModule(int64_t batch, int64_t k, int64_t n,
+                           const char* beta) {
+  return absl::StrCat(
+      R"(
 HloModule m
 ENTRY main {
-  x = f32[)", batch, ",", k, R"(] parameter(0)
-  g = f32[)", batch, ",", n, R"(] parameter(1)
-  v = f32[)", k, ",", n, R"(] parameter(2)
-  w = f32[)", k, ",", n, R"(] parameter(3)
-  d = f32[)", k, ",", n, R"(] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}
-  beta = f32[] constant()", beta, R"()
-  b = f32[)", k, ",", n, R"(] broadcast(beta), dimensions={}
-  scaled = f32[)", k, ",", n, R"(] multiply(v, b)
-  v2 = f32[)", k, ",", n, R"(] add(scaled, d)
+  x = f32[)",
+      batch, ",", k, R"(] parameter(0)
+  g = f32[)",
+      batch, ",", n, R"(] parameter(1)
+  v = f32[)",
+      k, ",", n, R"(] parameter(2)
+  w = f32[)",
+      k, ",", n, R"(] parameter(3)
+  d = f32[)",
+      k, ",", n,
+      R"(] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  beta = f32[] constant()",
+      beta, R"()
+  b = f32[)",
+      k, ",", n, R"(] broadcast(beta), dimensions={}
+  scaled = f32[)",
+      k, ",", n, R"(] multiply(v, b)
+  v2 = f32[)",
+      k, ",", n, R"(] add(scaled, d)
   lr = f32[] constant(0.01)
-  lb = f32[)", k, ",", n, R"(] broadcast(lr), dimensions={}
-  step = f32[)", k, ",", n, R"(] multiply(v2, lb)
-  w2 = f32[)", k, ",", n, R"(] subtract(w, step)
-  ROOT t = (f32[)", k, ",", n, "], f32[", k, ",", n, R"(]) tuple(v2, w2)
+  lb = f32[)",
+      k, ",", n, R"(] broadcast(lr), dimensions={}
+  step = f32[)",
+      k, ",", n, R"(] multiply(v2, lb)
+  w2 = f32[)",
+      k, ",", n, R"(] subtract(w, step)
+  ROOT t = (f32[)",
+      k, ",", n, "], f32[", k, ",", n, R"(]) tuple(v2, w2)
 }
 )");
 }
 
 // Runs `text` after the CPU pipeline (`fuse_dots`) or after loop fusion
 // alone, on `args`; counts the dot fusions the pipeline made.
-absl::StatusOr<ir::Literal> RunModule(const std::string& text, const std::vector<ir::Literal>& args,
-                                bool fuse_dots, int* dot_fusions = nullptr) {
+absl::StatusOr<ir::Literal> RunModule(const std::string& text,
+                                      const std::vector<ir::Literal>& args,
+                                      bool fuse_dots,
+                                      int* dot_fusions = nullptr) {
   auto module = ir::ParseModule(text);
   if (!module.ok()) return module.status();
   if (fuse_dots) {
-    std::unique_ptr<passes::Pipeline> cpu = passes::CpuPipeline(/*verify=*/true);
-    if (auto changed = cpu->Run(module->get()); !changed.ok()) return changed.status();
+    std::unique_ptr<passes::Pipeline> cpu =
+        passes::CpuPipeline(/*verify=*/true);
+    if (auto changed = cpu->Run(module->get()); !changed.ok())
+      return changed.status();
     if (dot_fusions != nullptr) {
       *dot_fusions = 0;
-      for (const auto& c : (*module)->computations()) *dot_fusions += passes::IsDotFusion(*c);
+      for (const auto& c : (*module)->computations())
+        *dot_fusions += passes::IsDotFusion(*c);
     }
-  } else if (auto fused = passes::LoopFusion().Run(module->get()); !fused.ok()) {
+  } else if (auto fused = passes::LoopFusion().Run(module->get());
+             !fused.ok()) {
     return fused.status();
   }
   HostDevice device("cpu", 0, int64_t{1} << 30, 64);
@@ -80,7 +102,10 @@ TEST(DotFusionKernelTest, TheMomentumUpdateMatchesTheProductAndAddApart) {
   // 128 x 128 x 128 is timed on both libraries), and a negative momentum.
   for (const auto& [batch, k, n, beta] :
        std::vector<std::tuple<int64_t, int64_t, int64_t, const char*>>{
-           {16, 24, 8, "0.9"}, {128, 128, 128, "0.9"}, {33, 17, 5, "1"}, {8, 40, 12, "-1.5"}}) {
+           {16, 24, 8, "0.9"},
+           {128, 128, 128, "0.9"},
+           {33, 17, 5, "1"},
+           {8, 40, 12, "-1.5"}}) {
     const std::string text = MomentumModule(batch, k, n, beta);
     std::vector<ir::Literal> args = {
         RandomLiteral(ir::Shape(ir::ElementType::kF32, {batch, k}), rng),
@@ -100,7 +125,8 @@ TEST(DotFusionKernelTest, TheMomentumUpdateMatchesTheProductAndAddApart) {
       for (size_t i = 0; i < got.size(); ++i) {
         // The sum of `batch` products of values in [-2, 2], rounded once
         // together with the addend instead of apart.
-        ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])) * std::sqrt(batch))
+        ASSERT_NEAR(got[i], want[i],
+                    1e-5 * (1 + std::fabs(want[i])) * std::sqrt(batch))
             << "element " << e << " at " << i << " beta " << beta;
       }
     }
@@ -143,7 +169,8 @@ TEST(DotFusionKernelTest, TheAddendIsUpdatedInPlaceOnlyWhenNothingElseHoldsIt) {
   absl::StatusOr<Kernel> kernel = MakeDotFusionKernel(*call);
   ASSERT_TRUE(kernel.ok()) << kernel.status();
   auto make = [](std::vector<int64_t> dims, float first) {
-    auto b = Buffer::Allocate(ir::Shape(ir::ElementType::kF32, std::move(dims)), nullptr);
+    auto b = Buffer::Allocate(ir::Shape(ir::ElementType::kF32, std::move(dims)),
+                              nullptr);
     float* v = (*b)->as<float>();
     for (int64_t i = 0; i < (*b)->shape().ElementCount(); ++i) v[i] = first + i;
     return *b;
@@ -165,7 +192,8 @@ TEST(DotFusionKernelTest, TheAddendIsUpdatedInPlaceOnlyWhenNothingElseHoldsIt) {
     auto out = (*kernel)(st, ops);
     ASSERT_TRUE(out.ok()) << out.status();
     EXPECT_EQ((*out)->as<float>(), addend) << "not updated in place";
-    for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ((*out)->as<float>()[i], want[i]) << i;
+    for (int i = 0; i < 6; ++i)
+      EXPECT_FLOAT_EQ((*out)->as<float>()[i], want[i]) << i;
   }
   {
     const BufferPtr held = make({3, 2}, 10);
@@ -175,7 +203,8 @@ TEST(DotFusionKernelTest, TheAddendIsUpdatedInPlaceOnlyWhenNothingElseHoldsIt) {
     EXPECT_NE((*out)->as<float>(), held->as<float>());
     for (int i = 0; i < 6; ++i) {
       EXPECT_FLOAT_EQ((*out)->as<float>()[i], want[i]) << i;
-      EXPECT_EQ(held->as<float>()[i], 10.0f + i) << "the caller's addend changed";
+      EXPECT_EQ(held->as<float>()[i], 10.0f + i)
+          << "the caller's addend changed";
     }
   }
   // Not a dot fusion: a clear error.

@@ -22,9 +22,11 @@ std::unique_ptr<ir::Module> Parse(const std::string& text) {
 }
 
 // A kernel that returns its operand after `delay`, and counts its runs.
-NamedKernel Sleeper(const std::string& name, std::chrono::milliseconds delay, int* runs) {
-  return {name, [delay, runs](ExecState&, const std::vector<BufferPtr>& ops)
-                    -> absl::StatusOr<BufferPtr> {
+NamedKernel Sleeper(const std::string& name, std::chrono::milliseconds delay,
+                    int* runs) {
+  return {name,
+          [delay, runs](ExecState&, const std::vector<BufferPtr>& ops)
+              -> absl::StatusOr<BufferPtr> {
             ++*runs;
             std::this_thread::sleep_for(delay);
             return ops[0];
@@ -32,8 +34,9 @@ NamedKernel Sleeper(const std::string& name, std::chrono::milliseconds delay, in
 }
 
 // The name of the kernel ChooseKernel returned, found by running it.
-std::string RunAndName(const Kernel& kernel, const std::vector<std::string>& names,
-                const std::vector<int*>& runs) {
+std::string RunAndName(const Kernel& kernel,
+                       const std::vector<std::string>& names,
+                       const std::vector<int*>& runs) {
   std::vector<int> before;
   for (int* r : runs) before.push_back(*r);
   auto b = Buffer::Allocate(ir::Shape(ir::ElementType::kF32, {4}), nullptr);
@@ -93,7 +96,8 @@ TEST_F(TuningTest, MeasuringKeepsTheFastestAndRecordsIt) {
 TEST_F(TuningTest, WithoutMeasuringTheFirstIsKeptAndNothingRuns) {
   TuningRecord record;
   TuningScope scope(&record);
-  EXPECT_EQ(ChooseKernel(*instr_, Candidates(), /*measure=*/false).name, "slow");
+  EXPECT_EQ(ChooseKernel(*instr_, Candidates(), /*measure=*/false).name,
+            "slow");
   EXPECT_EQ(slow_runs_ + fast_runs_, 0);
   EXPECT_EQ(record.size(), 0u);
 }
@@ -102,7 +106,9 @@ TEST_F(TuningTest, EitherVariableTurnsTuningOff) {
   for (const char* variable : {"KILN_KERNEL_TUNING", "KILN_CONV_TUNING"}) {
     setenv(variable, "0", 1);
     EXPECT_FALSE(KernelTuningEnabled()) << variable;
-    EXPECT_EQ(ChooseKernel(*instr_, Candidates(), /*measure=*/true).name, "slow") << variable;
+    EXPECT_EQ(ChooseKernel(*instr_, Candidates(), /*measure=*/true).name,
+              "slow")
+        << variable;
     unsetenv(variable);
   }
   EXPECT_EQ(slow_runs_ + fast_runs_, 0);
@@ -126,7 +132,8 @@ TEST_F(TuningTest, ARecordedChoiceIsBuiltWithoutTiming) {
 
 // Values of a small reference product, in double.
 std::vector<double> Reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                              const std::vector<float>& a, const std::vector<float>& b) {
+                              const std::vector<float>& a,
+                              const std::vector<float>& b) {
   std::vector<double> c(m * n, 0.0);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
@@ -144,22 +151,27 @@ std::vector<double> Reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 TEST(GemmTest, BothLibrariesComputeTheProductForEveryTransposeAndBeta) {
   const int64_t m = 37, n = 29, k = 53;
   std::vector<float> a(m * k), b(k * n), c0(m * n);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.01f * static_cast<float>(i % 23) - 0.1f;
-  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.02f * static_cast<float>(i % 19) - 0.15f;
-  for (size_t i = 0; i < c0.size(); ++i) c0[i] = 0.5f * static_cast<float>(i % 5) - 1.0f;
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = 0.01f * static_cast<float>(i % 23) - 0.1f;
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = 0.02f * static_cast<float>(i % 19) - 0.15f;
+  for (size_t i = 0; i < c0.size(); ++i)
+    c0[i] = 0.5f * static_cast<float>(i % 5) - 1.0f;
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       const std::vector<double> product = Reference(ta, tb, m, n, k, a, b);
-      for (GemmLibrary library : {GemmLibrary::kOneDnn, GemmLibrary::kOpenBlas}) {
+      for (GemmLibrary library :
+           {GemmLibrary::kOneDnn, GemmLibrary::kOpenBlas}) {
         for (float beta : {0.0f, 1.0f, 0.9f, -2.0f}) {
           std::vector<float> c = c0;
-          if (beta == 0) c.assign(m * n, std::numeric_limits<float>::quiet_NaN());
+          if (beta == 0)
+            c.assign(m * n, std::numeric_limits<float>::quiet_NaN());
           Gemm(library, ta, tb, m, n, k, a.data(), b.data(), c.data(), beta);
           for (int64_t i = 0; i < m * n; ++i) {
             const double want = product[i] + (beta == 0 ? 0.0 : beta * c0[i]);
             ASSERT_NEAR(c[i], want, 1e-4)
-                << "ta " << ta << " tb " << tb << " library " << static_cast<int>(library)
-                << " beta " << beta << " at " << i;
+                << "ta " << ta << " tb " << tb << " library "
+                << static_cast<int>(library) << " beta " << beta << " at " << i;
           }
         }
       }
@@ -185,11 +197,15 @@ ENTRY main {
   const ir::Instruction& dot = *module->entry()->root();
   const int64_t m = 128, n = 96, k = 160;
   std::vector<float> a(m * k), b(n * k);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.01f * static_cast<float>(i % 31) - 0.15f;
-  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.02f * static_cast<float>(i % 13) - 0.12f;
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = 0.01f * static_cast<float>(i % 31) - 0.15f;
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = 0.02f * static_cast<float>(i % 13) - 0.12f;
   const std::vector<double> want = Reference(false, true, m, n, k, a, b);
-  auto operand = [](const std::vector<float>& values, std::vector<int64_t> dims) {
-    auto buf = Buffer::Allocate(ir::Shape(ir::ElementType::kF32, std::move(dims)), nullptr);
+  auto operand = [](const std::vector<float>& values,
+                    std::vector<int64_t> dims) {
+    auto buf = Buffer::Allocate(
+        ir::Shape(ir::ElementType::kF32, std::move(dims)), nullptr);
     std::copy(values.begin(), values.end(), (*buf)->as<float>());
     return *buf;
   };
@@ -213,7 +229,8 @@ ENTRY main {
     absl::StatusOr<BufferPtr> out = (*kernel)(st, ops);
     ASSERT_TRUE(out.ok()) << out.status();
     for (int64_t i = 0; i < m * n; ++i) {
-      ASSERT_NEAR((*out)->as<float>()[i], want[i], 1e-4) << library << " at " << i;
+      ASSERT_NEAR((*out)->as<float>()[i], want[i], 1e-4)
+          << library << " at " << i;
     }
   }
   // Too small to time: nothing is recorded, and the default runs.
