@@ -8,7 +8,7 @@
 #include <tuple>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
+#include "absl/strings/substitute.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/passes/cpu_pipeline.h"
 #include "compiler/passes/dot_fusion.h"
@@ -24,40 +24,26 @@ namespace {
 // SGD with momentum on a [K, N] weight: v' = beta v + x^T g, w' = w - lr v'.
 std::string MomentumModule(int64_t batch, int64_t k, int64_t n,
                            const char* beta) {
-  return absl::StrCat(
-      R"(
+  return absl::Substitute(R"(
 HloModule m
 ENTRY main {
-  x = f32[)",
-      batch, ",", k, R"(] parameter(0)
-  g = f32[)",
-      batch, ",", n, R"(] parameter(1)
-  v = f32[)",
-      k, ",", n, R"(] parameter(2)
-  w = f32[)",
-      k, ",", n, R"(] parameter(3)
-  d = f32[)",
-      k, ",", n,
-      R"(] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}
-  beta = f32[] constant()",
-      beta, R"()
-  b = f32[)",
-      k, ",", n, R"(] broadcast(beta), dimensions={}
-  scaled = f32[)",
-      k, ",", n, R"(] multiply(v, b)
-  v2 = f32[)",
-      k, ",", n, R"(] add(scaled, d)
+  x = f32[$0,$1] parameter(0)
+  g = f32[$0,$2] parameter(1)
+  v = f32[$1,$2] parameter(2)
+  w = f32[$1,$2] parameter(3)
+  d = f32[$1,$2] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  beta = f32[] constant($3)
+  b = f32[$1,$2] broadcast(beta), dimensions={}
+  scaled = f32[$1,$2] multiply(v, b)
+  v2 = f32[$1,$2] add(scaled, d)
   lr = f32[] constant(0.01)
-  lb = f32[)",
-      k, ",", n, R"(] broadcast(lr), dimensions={}
-  step = f32[)",
-      k, ",", n, R"(] multiply(v2, lb)
-  w2 = f32[)",
-      k, ",", n, R"(] subtract(w, step)
-  ROOT t = (f32[)",
-      k, ",", n, "], f32[", k, ",", n, R"(]) tuple(v2, w2)
+  lb = f32[$1,$2] broadcast(lr), dimensions={}
+  step = f32[$1,$2] multiply(v2, lb)
+  w2 = f32[$1,$2] subtract(w, step)
+  ROOT t = (f32[$1,$2], f32[$1,$2]) tuple(v2, w2)
 }
-)");
+)",
+                          batch, k, n, beta);
 }
 
 // Runs `text` after the CPU pipeline (`fuse_dots`) or after loop fusion
