@@ -26,8 +26,10 @@
 #include "compiler/passes/cpu_pipeline.h"
 #include "dnnl.h"
 #include "runtime/compute_threads.h"
+#include "runtime/host/compute_workers.h"
 #include "runtime/host/executable.h"
 #include "runtime/host/host_device.h"
+#include "runtime/host/threads.h"
 #include "runtime/host/vector_loops.h"
 
 ABSL_FLAG(int32_t, threads, 1, "compute threads (OpenBLAS, oneDNN)");
@@ -109,13 +111,21 @@ void Dots(kiln::host::HostDevice& device) {
         c(int64_t{s.m} * s.n);
     const int lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
     const double kiln = Run(device, p);
-    const double blas = Best([&] {
-      cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
-                  s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n);
-    });
-    const double dnnl = Best([&] {
-      dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(),
-                 ldb, 0.0f, c.data(), s.n);
+    // The libraries run on the compute worker Kiln's programs run on, and so
+    // on its OpenMP team: a second team (this thread's) would make libgomp
+    // count more threads than cores and cut every worker's spin short.
+    double blas = 0, dnnl = 0;
+    kiln::host::RunOnComputeWorker([&] {
+      kiln::host::UseComputeThreads();
+      blas = Best([&] {
+        cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
+                    s.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, a.data(), lda,
+                    b.data(), ldb, 0.0f, c.data(), s.n);
+      });
+      dnnl = Best([&] {
+        dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.0f, a.data(), lda,
+                   b.data(), ldb, 0.0f, c.data(), s.n);
+      });
     });
     std::printf("%4d x %4d x %4d %c%c    %7.1f us %7.1f us %7.1f us  %.2f\n", s.m, s.n, s.k,
                 s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', kiln * 1e6, blas * 1e6, dnnl * 1e6,

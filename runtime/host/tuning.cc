@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "base/logging.h"
 #include "runtime/host/cancel.h"
+#include "runtime/host/compute_workers.h"
 
 namespace kiln::host {
 namespace {
@@ -93,23 +94,30 @@ NamedKernel ChooseKernel(const ir::Instruction& instr, std::vector<NamedKernel> 
   // rounds, taking turns, so that a burst of other work on the machine
   // slows all of them alike; each keeps its best time. (The warm-ups of
   // slow candidates are most of what tuning costs: one run each.)
+  // Timed on a compute worker, where programs run: on its OpenMP team.
+  // Run here (a compile's thread), the libraries would start a second team,
+  // and with more libgomp threads than cores every team's idle workers stop
+  // spinning almost at once and sleep between parallel regions, for the
+  // rest of the process.
   const double kInfinity = std::numeric_limits<double>::infinity();
   std::vector<double> times(candidates.size(), kInfinity);
-  double best = kInfinity;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    // A warm-up may take longer than a timed run, but not four times the
-    // best time so far (plus a millisecond for its first touch of memory).
-    const double warm = RunOnce(candidates[i].kernel, ops, 4 * best + 1e-3);
-    times[i] = (warm > 0.25 || warm > 2 * best) ? warm : RunOnce(candidates[i].kernel, ops);
-    best = std::min(best, times[i]);
-  }
-  std::vector<size_t> close;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (times[i] <= 1.3 * best) close.push_back(i);
-  }
-  for (int round = 0; round < 2 && close.size() > 1; ++round) {
-    for (size_t i : close) times[i] = std::min(times[i], RunOnce(candidates[i].kernel, ops));
-  }
+  RunOnComputeWorker([&] {
+    double best = kInfinity;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      // A warm-up may take longer than a timed run, but not four times the
+      // best time so far (plus a millisecond for its first touch of memory).
+      const double warm = RunOnce(candidates[i].kernel, ops, 4 * best + 1e-3);
+      times[i] = (warm > 0.25 || warm > 2 * best) ? warm : RunOnce(candidates[i].kernel, ops);
+      best = std::min(best, times[i]);
+    }
+    std::vector<size_t> close;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (times[i] <= 1.3 * best) close.push_back(i);
+    }
+    for (int round = 0; round < 2 && close.size() > 1; ++round) {
+      for (size_t i : close) times[i] = std::min(times[i], RunOnce(candidates[i].kernel, ops));
+    }
+  });
   size_t fastest = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
     logging::Debug("{}: {} takes {:.3f} ms", instr.name(), candidates[i].name, times[i] * 1e3);

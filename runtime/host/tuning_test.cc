@@ -93,6 +93,27 @@ TEST_F(TuningTest, MeasuringKeepsTheFastestAndRecordsIt) {
   EXPECT_EQ(record.Find(*instr_), "fast");
 }
 
+// Candidates are timed on a compute worker, where programs run, so that
+// the compile's thread never starts an OpenMP team of its own.
+TEST_F(TuningTest, CandidatesAreTimedOnAComputeWorker) {
+  std::vector<std::thread::id> ran_on;
+  auto recorder = [&ran_on](const std::string& name) {
+    return NamedKernel{name,
+                       [&ran_on](ExecState&, const std::vector<BufferPtr>& ops)
+                           -> absl::StatusOr<BufferPtr> {
+                         ran_on.push_back(std::this_thread::get_id());
+                         return ops[0];
+                       }};
+  };
+  TuningRecord record;
+  TuningScope scope(&record);
+  ChooseKernel(*instr_, {recorder("a"), recorder("b")}, /*measure=*/true);
+  ASSERT_FALSE(ran_on.empty());
+  for (const std::thread::id& id : ran_on)
+    EXPECT_NE(id, std::this_thread::get_id());
+  EXPECT_TRUE(record.Find(*instr_).has_value());
+}
+
 TEST_F(TuningTest, WithoutMeasuringTheFirstIsKeptAndNothingRuns) {
   TuningRecord record;
   TuningScope scope(&record);
