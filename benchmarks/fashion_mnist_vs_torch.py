@@ -125,29 +125,32 @@ def mlp_products_ms(batch, reps=30):
     return total * 1e3
 
 
-def torch_products_ms(args, threads):
-    """mlp_products_ms in a PyTorch 1.13 subprocess set up as torch_epoch's."""
+def torch_worker_line(python, threads, worker_args):
+    """The last line a PyTorch worker subprocess (this script with
+    `worker_args`) prints, run with `threads` threads as the comparison
+    does: OMP_WAIT_POLICY=passive at more than one."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     if threads > 1:
         env["OMP_WAIT_POLICY"] = "passive"
-    out = subprocess.run(
-        [sys.executable, __file__, "--worker_model", "mlp", "--worker_peer", "torch_products",
-         "--threads", str(threads), "--batch", str(args.batch)],
-        env=env, check=True, capture_output=True, text=True).stdout
-    return float(out.strip().splitlines()[-1])
+    out = subprocess.run([python, __file__, "--threads", str(threads)] + worker_args,
+                         env=env, check=True, capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def torch_products_ms(args, threads):
+    """mlp_products_ms in a PyTorch 1.13 subprocess set up as torch_epoch's."""
+    return float(torch_worker_line(
+        sys.executable, threads,
+        ["--worker_model", "mlp", "--worker_peer", "torch_products", "--batch", str(args.batch)]))
 
 
 def torch_epoch(name, args, threads, python=sys.executable, peer="torch"):
     """(epoch seconds, first-step seconds) of one PyTorch run: Debian's by
     default, or the peers venv's (python) eager or compiled (peer)."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    if threads > 1:
-        env["OMP_WAIT_POLICY"] = "passive"
-    out = subprocess.run(
-        [python, __file__, "--worker_model", name, "--worker_peer", peer, "--threads",
-         str(threads), "--train_limit", str(args.train_limit), "--batch", str(args.batch)],
-        env=env, check=True, capture_output=True, text=True).stdout
-    epoch, first = out.strip().splitlines()[-1].split()
+    epoch, first = torch_worker_line(
+        python, threads,
+        ["--worker_model", name, "--worker_peer", peer, "--train_limit", str(args.train_limit),
+         "--batch", str(args.batch)]).split()
     return float(epoch), float(first)
 
 
@@ -336,6 +339,12 @@ def kernels():
             f"loops, one OpenMP team of --threads | {torch_kernels()}")
 
 
+def steady_ms(epochs, firsts, steps):
+    """Milliseconds of a steady step: each epoch less its first step (the
+    compile), over the other steps."""
+    return [(e - f) / (steps - 1) * 1e3 for e, f in zip(epochs, firsts)]
+
+
 def span(values, fmt="{:.2f}"):
     lo, hi = min(values), max(values)
     return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
@@ -436,9 +445,9 @@ def main():
                       flush=True)
                 # Steady steps: the epoch less its first step (which compiles).
                 steps = args.train_limit // args.batch
-                kiln_step = [(e - f) / (steps - 1) * 1e3 for e, f in zip(kiln, kiln_first)]
+                kiln_step = steady_ms(kiln, kiln_first, steps)
                 if products:
-                    peer_step = [(e - f) / (steps - 1) * 1e3 for e, f in zip(peer, peer_first)]
+                    peer_step = steady_ms(peer, peer_first, steps)
                     print(f"{name} threads={threads}: steady step kiln {span(kiln_step)} ms | "
                           f"pytorch eager {span(peer_step)} ms, of which its eight products "
                           f"alone (warm, best of 30) {span(products)} ms | the most a runtime "
@@ -449,8 +458,7 @@ def main():
                     print(f"{name} threads={threads}: kiln {span(kiln)} s | pytorch 2 eager "
                           f"{span(eager2)} s | ratio kiln/pytorch2 {span(ratios)} "
                           f"(kiln runs at {span([1 / r for r in ratios])}x its speed)", flush=True)
-                    compiled_step = [(e - f) / (steps - 1) * 1e3
-                                     for e, f in zip(compiled, compiled_first)]
+                    compiled_step = steady_ms(compiled, compiled_first, steps)
                     print(f"{name} threads={threads}: kiln {span(kiln)} s (first step "
                           f"{span(kiln_first, '{:.3f}')} s) | torch.compile {span(compiled)} s "
                           f"(first step {span(compiled_first, '{:.3f}')} s) | ratio "
@@ -459,7 +467,7 @@ def main():
                           f"ratio kiln/torch.compile "
                           f"{span([k / c for k, c in zip(kiln_step, compiled_step)])}", flush=True)
                 if jax:
-                    jax_step = [(e - f) / (steps - 1) * 1e3 for e, f in zip(jax, jax_first)]
+                    jax_step = steady_ms(jax, jax_first, steps)
                     print(f"{name} threads={threads}: kiln {span(kiln)} s (first step "
                           f"{span(kiln_first, '{:.3f}')} s) | jax jit {span(jax)} s (first step "
                           f"{span(jax_first, '{:.3f}')} s) | ratio kiln/jax {span([k / j for k, j in zip(kiln, jax)])}; "

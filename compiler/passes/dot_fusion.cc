@@ -168,30 +168,14 @@ absl::StatusOr<bool> FuseDots(ir::Module* module, Computation* comp,
     std::unique_ptr<Computation> fused = Outline(*c, name);
     if (!IsDotFusion(*fused)) continue;
     comp_names.insert(name);
-    Computation* callee = module->AddComputation(std::move(fused));
-    auto call = std::make_unique<Instruction>(Opcode::kCall, add->shape(), "");
-    Instruction* inputs[3] = {c->dot->operand(0), c->dot->operand(1),
-                              c->addend};
-    for (Instruction* in : inputs) call->AddOperand(in);
-    call->AddCalled(callee);
-    call->set_source_line(add->source_line());
-    ASSIGN_OR_RETURN(Instruction * added,
-                     rewriter.Add(std::move(call), "fusion"));
-    for (Instruction* in : inputs) {
-      std::vector<Instruction*>& r = readers[in];
-      if (std::find(r.begin(), r.end(), added) == r.end()) r.push_back(added);
-    }
+    ASSIGN_OR_RETURN(
+        Instruction * added,
+        AddFusedCall(module, std::move(fused),
+                     {c->dot->operand(0), c->dot->operand(1), c->addend},
+                     add->source_line(), rewriter, &readers));
     // The add's readers read the call; the add, the dot and the scaling
     // stay behind without readers for DCE.
-    std::vector<Instruction*> moved = std::move(readers[add]);
-    readers.erase(add);
-    for (Instruction* r : moved) {
-      for (int k = 0; k < r->operand_count(); ++k) {
-        if (r->operand(k) == add) r->ReplaceOperand(k, added);
-      }
-      readers[added].push_back(r);
-    }
-    if (comp->root() == add) comp->set_root(added);
+    Redirect(comp, readers, add, added);
     changed = true;
   }
   if (changed) RETURN_IF_ERROR(comp->Canonicalize());

@@ -41,6 +41,36 @@ Users UsersOf(const Computation& comp) {
   return users;
 }
 
+void Redirect(Computation* comp, Users& readers, Instruction* old, Instruction* replacement) {
+  std::vector<Instruction*> moved = std::move(readers[old]);
+  readers.erase(old);
+  std::vector<Instruction*>& now = readers[replacement];
+  for (Instruction* r : moved) {
+    for (int k = 0; k < r->operand_count(); ++k) {
+      if (r->operand(k) == old) r->ReplaceOperand(k, replacement);
+    }
+    if (std::find(now.begin(), now.end(), r) == now.end()) now.push_back(r);
+  }
+  if (comp->root() == old) comp->set_root(replacement);
+}
+
+absl::StatusOr<Instruction*> AddFusedCall(ir::Module* module, std::unique_ptr<Computation> callee,
+                                          const std::vector<Instruction*>& inputs,
+                                          int source_line, Rewriter& rewriter, Users* readers) {
+  Computation* added_callee = module->AddComputation(std::move(callee));
+  auto call = std::make_unique<Instruction>(Opcode::kCall, added_callee->root()->shape(), "");
+  for (Instruction* in : inputs) call->AddOperand(in);
+  call->AddCalled(added_callee);
+  call->set_source_line(source_line);
+  ASSIGN_OR_RETURN(Instruction * added, rewriter.Add(std::move(call), "fusion"));
+  if (readers == nullptr) return added;
+  for (Instruction* in : inputs) {
+    std::vector<Instruction*>& r = (*readers)[in];
+    if (std::find(r.begin(), r.end(), added) == r.end()) r.push_back(added);
+  }
+  return added;
+}
+
 absl::flat_hash_set<const Computation*> FusibleComputations(const ir::Module& module) {
   const std::vector<const Computation*> reachable = module.PostOrder();
   absl::flat_hash_set<const Computation*> applied;
@@ -343,13 +373,9 @@ absl::StatusOr<bool> FuseComputation(ir::Module* module, Computation* comp,
     // Only what a backend will run as one loop is outlined.
     if (!IsLoopFusion(*fused)) continue;
     comp_names.insert(name);
-    Computation* callee = module->AddComputation(std::move(fused));
-    const Instruction* last = g.outputs.back();
-    auto call = std::make_unique<Instruction>(Opcode::kCall, callee->root()->shape(), "");
-    for (Instruction* in : inputs) call->AddOperand(in);
-    call->AddCalled(callee);
-    call->set_source_line(last->source_line());
-    ASSIGN_OR_RETURN(Instruction * added, rewriter.Add(std::move(call), "fusion"));
+    ASSIGN_OR_RETURN(Instruction * added,
+                     AddFusedCall(module, std::move(fused), inputs,
+                                  g.outputs.back()->source_line(), rewriter));
     if (g.outputs.size() == 1) {
       replacement[g.outputs[0]] = added;
       continue;

@@ -4,6 +4,7 @@
 #define KILN_COMPILER_PASSES_FUSION_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "compiler/passes/pass.h"
+#include "compiler/passes/rewriter.h"
 
 namespace kiln::passes {
 
@@ -68,6 +70,21 @@ bool IsLoopBody(const ir::Computation& c, const std::vector<int64_t>& dims,
 // The distinct readers of each instruction of a computation, in order.
 using Users = absl::flat_hash_map<const ir::Instruction*, std::vector<ir::Instruction*>>;
 Users UsersOf(const ir::Computation& comp);
+
+// Every reader of `old` reads `replacement` instead (the root too);
+// `readers` follows: `old` has none left, `replacement` gains them.
+void Redirect(ir::Computation* comp, Users& readers, ir::Instruction* old,
+              ir::Instruction* replacement);
+
+// Adds `callee` (an outlined computation) to `module` and a call of it on
+// `inputs` to `rewriter`'s computation, at `source_line`; `readers`, when
+// given, gains the call as a reader of each input. The call has the
+// callee's root shape.
+absl::StatusOr<ir::Instruction*> AddFusedCall(ir::Module* module,
+                                              std::unique_ptr<ir::Computation> callee,
+                                              const std::vector<ir::Instruction*>& inputs,
+                                              int source_line, Rewriter& rewriter,
+                                              Users* readers = nullptr);
 
 // Gives the instructions of `c` distinct names, adding ".1", ".2"... to a
 // name met before (an outlined computation's parameters may meet the

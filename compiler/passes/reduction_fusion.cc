@@ -164,20 +164,6 @@ std::unique_ptr<Computation> Outline(const Candidate& c, const std::vector<int>&
   return fused;
 }
 
-// Every reader of `old` reads `replacement` instead (the root too).
-void Redirect(Computation* comp, Users& readers, Instruction* old, Instruction* replacement) {
-  std::vector<Instruction*> moved = std::move(readers[old]);
-  readers.erase(old);
-  std::vector<Instruction*>& now = readers[replacement];
-  for (Instruction* r : moved) {
-    for (int k = 0; k < r->operand_count(); ++k) {
-      if (r->operand(k) == old) r->ReplaceOperand(k, replacement);
-    }
-    if (std::find(now.begin(), now.end(), r) == now.end()) now.push_back(r);
-  }
-  if (comp->root() == old) comp->set_root(replacement);
-}
-
 // Fuses `c` into one call in `comp` (added at the end: the caller puts the
 // computation back in order); false when its producer is read in a way
 // this pass does not rewrite.
@@ -219,16 +205,8 @@ absl::StatusOr<bool> FuseOne(ir::Module* module, Computation* comp, const Candid
   std::unique_ptr<Computation> fused = Outline(c, kept, name, &inputs);
   if (fused == nullptr || !IsReductionFusion(*fused)) return false;
   comp_names.insert(name);
-  Computation* callee = module->AddComputation(std::move(fused));
-  auto call = std::make_unique<Instruction>(Opcode::kCall, callee->root()->shape(), "");
-  for (Instruction* in : inputs) call->AddOperand(in);
-  call->AddCalled(callee);
-  call->set_source_line(c.reduce->source_line());
-  ASSIGN_OR_RETURN(Instruction * added, rewriter.Add(std::move(call), "fusion"));
-  for (Instruction* in : inputs) {
-    std::vector<Instruction*>& r = readers[in];
-    if (std::find(r.begin(), r.end(), added) == r.end()) r.push_back(added);
-  }
+  ASSIGN_OR_RETURN(Instruction * added, AddFusedCall(module, std::move(fused), inputs,
+                                                     c.reduce->source_line(), rewriter, &readers));
   auto element = [&](int index, const Instruction* like) -> absl::StatusOr<Instruction*> {
     auto e = std::make_unique<Instruction>(Opcode::kGetTupleElement, like->shape(), "");
     e->AddOperand(added);

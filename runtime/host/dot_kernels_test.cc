@@ -71,15 +71,7 @@ absl::StatusOr<ir::Literal> RunModule(const std::string& text,
   HostDevice device("cpu", 0, int64_t{1} << 30, 64);
   auto exe = CompileProgram(device.kind(), **module, {});
   if (!exe.ok()) return exe.status();
-  std::vector<runtime::BufferPtr> buffers;
-  for (const ir::Literal& a : args) {
-    auto b = device.TransferToDevice(a);
-    if (!b.ok()) return b.status();
-    buffers.push_back(*b);
-  }
-  auto out = (*exe)->Execute(device, buffers, {});
-  if (!out.ok()) return out.status();
-  return HostBuffer::Cast(*out)->ToLiteral();
+  return ExecuteOn(**exe, device, args);
 }
 
 TEST(DotFusionKernelTest, TheMomentumUpdateMatchesTheProductAndAddApart) {

@@ -46,15 +46,7 @@ absl::StatusOr<ir::Literal> RunFused(const std::string& text, const std::vector<
   for (const auto& c : (*module)->computations()) *fused += passes::IsReductionFusion(*c) ? 1 : 0;
   auto exe = CompileProgram(device.kind(), **module, {});
   if (!exe.ok()) return exe.status();
-  std::vector<runtime::BufferPtr> buffers;
-  for (const ir::Literal& a : args) {
-    auto b = device.TransferToDevice(a);
-    if (!b.ok()) return b.status();
-    buffers.push_back(*b);
-  }
-  auto out = (*exe)->Execute(device, buffers, runtime::ExecuteOptions{});
-  if (!out.ok()) return out.status();
-  return HostBuffer::Cast(*out)->ToLiteral();
+  return ExecuteOn(**exe, device, args);
 }
 
 // Element by element, bit for bit (NaN payloads included).

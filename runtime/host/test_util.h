@@ -17,6 +17,22 @@
 
 namespace kiln::host {
 
+// Transfers `args` to `device`, runs `exe` there with `options`, and
+// returns the result as a literal.
+inline absl::StatusOr<ir::Literal> ExecuteOn(runtime::Executable& exe, runtime::Device& device,
+                                             const std::vector<ir::Literal>& args,
+                                             const runtime::ExecuteOptions& options = {}) {
+  std::vector<runtime::BufferPtr> buffers;
+  for (const ir::Literal& a : args) {
+    auto b = device.TransferToDevice(a);
+    if (!b.ok()) return b.status();
+    buffers.push_back(*b);
+  }
+  auto out = exe.Execute(device, buffers, options);
+  if (!out.ok()) return out.status();
+  return HostBuffer::Cast(*out)->ToLiteral();
+}
+
 // Compiles with `compiler` and runs on `device` (both null: the host
 // interpreter, after loop fusion, on a fresh "cpu" host device); fills `profile` when the
 // backend has a cost model.
@@ -38,18 +54,10 @@ inline absl::StatusOr<ir::Literal> RunHlo(absl::string_view text,
   auto exe = compiler != nullptr ? compiler->Compile(**module, {})
                                  : CompileProgram(device->kind(), **module, {});
   if (!exe.ok()) return exe.status();
-  std::vector<runtime::BufferPtr> buffers;
-  for (const ir::Literal& a : args) {
-    auto b = device->TransferToDevice(a);
-    if (!b.ok()) return b.status();
-    buffers.push_back(*b);
-  }
   runtime::ExecuteOptions options;
   options.infeed_timeout = absl::Milliseconds(100);
   options.profile = profile;
-  auto out = (*exe)->Execute(*device, buffers, options);
-  if (!out.ok()) return out.status();
-  return HostBuffer::Cast(*out)->ToLiteral();
+  return ExecuteOn(**exe, *device, args, options);
 }
 
 template <typename T>
