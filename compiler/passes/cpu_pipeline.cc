@@ -2,6 +2,7 @@
 
 #include "compiler/passes/algebraic_simplifier.h"
 #include "compiler/passes/constant_folding.h"
+#include "compiler/passes/convolution_fusion.h"
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dce.h"
 #include "compiler/passes/dot_fusion.h"
@@ -29,6 +30,7 @@ std::unique_ptr<Pipeline> CpuPipeline(bool verify, LoopFusionOptions fusion) {
       "cpu", PipelineOptions{.max_iterations = 1, .verify = verify});
   AddSimplify(*pipeline, verify);
   pipeline->AddPass<DotFusion>();
+  pipeline->AddPass<ConvolutionFusion>();
   pipeline->AddPass<LoopFusion>(fusion);
   pipeline->AddPass<ReductionFusion>();
   return pipeline;

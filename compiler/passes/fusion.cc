@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "compiler/passes/convolution_fusion.h"
 #include "compiler/passes/dce.h"
 #include "compiler/passes/dot_fusion.h"
 #include "compiler/passes/reduction_fusion.h"
@@ -106,7 +107,8 @@ absl::flat_hash_set<const Computation*> FusibleComputations(const ir::Module& mo
   for (const Computation* c : reachable) {
     if (applied.contains(c)) continue;
     if (c != module.entry() && !stepped.contains(c) &&
-        (IsLoopFusion(*c) || IsReductionFusion(*c) || IsDotFusion(*c))) {
+        (IsLoopFusion(*c) || IsReductionFusion(*c) || IsDotFusion(*c) ||
+         IsConvolutionFusion(*c))) {
       continue;
     }
     fusible.insert(c);

@@ -106,7 +106,7 @@ absl::StatusOr<bool> FuseEachComputation(
 // The computations of `module` that fusion passes rewrite: reachable from
 // the entry only through sequential callers (loops, conditions, branches,
 // calls), and not already one fused call's callee (IsLoopFusion,
-// IsReductionFusion, IsDotFusion).
+// IsReductionFusion, IsDotFusion, IsConvolutionFusion).
 absl::flat_hash_set<const ir::Computation*> FusibleComputations(const ir::Module& module);
 
 }  // namespace kiln::passes

@@ -207,7 +207,7 @@ TEST(PipelineTest, VerifiesByDefaultOnlyInDebugBuilds) {
 TEST(CpuPipelineTest, SimplifiesToAFixedPointThenFuses) {
   std::unique_ptr<Pipeline> cpu = CpuPipeline(/*verify=*/true);
   EXPECT_EQ(cpu->Describe(),
-            "cpu(simplify(algebraic-simplifier, constant-folding, cse, dce), dot-fusion, "
+            "cpu(simplify(algebraic-simplifier, constant-folding, cse, dce), dot-fusion, convolution-fusion, "
             "loop-fusion, reduction-fusion)");
   EXPECT_TRUE(cpu->options().verify);
 }

@@ -3,19 +3,26 @@
 // feature groups: operands are brought to [N, C, spatial...] and
 // [O, I, spatial...], each (batch, group) becomes im2col + one GEMM, and the
 // result is laid out as the output dim_labels say.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
+#include "compiler/passes/convolution_fusion.h"
 #include "runtime/host/cancel.h"
 #include "runtime/host/conv_kernels.h"
 #include "runtime/host/dnnl_conv.h"
+#include "runtime/host/elementwise.h"
 #include "runtime/host/gemm.h"
 #include "runtime/host/kernel.h"
 #include "runtime/host/strided_copy.h"
+#include "runtime/host/threads.h"
 #include "runtime/host/tuning.h"
 
 namespace kiln::host {
@@ -258,14 +265,25 @@ absl::StatusOr<Kernel> MakeIm2colConvolutionKernel(const ir::Instruction& instr)
   });
 }
 
-absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
-  std::vector<NamedKernel> candidates = DnnlConvolutionKernels(instr);
+namespace {
+
+// The kernels that can run the convolution `instr`, and whether it is small
+// enough to time them at compile time.
+struct ConvolutionCandidates {
+  std::vector<NamedKernel> kernels;
+  absl::Status refused;  // why none can, when `kernels` is empty
+  bool measure = false;
+};
+
+ConvolutionCandidates CandidatesFor(const ir::Instruction& instr) {
+  ConvolutionCandidates c;
+  c.kernels = DnnlConvolutionKernels(instr);
   absl::StatusOr<Kernel> im2col = MakeIm2colConvolutionKernel(instr);
-  if (im2col.ok()) candidates.push_back({"im2col", *std::move(im2col)});
+  if (im2col.ok()) c.kernels.push_back({"im2col", *std::move(im2col)});
   if (absl::StatusOr<Kernel> scatter = MakeScatterConvolutionKernel(instr); scatter.ok()) {
-    candidates.push_back({"scatter", *std::move(scatter)});
+    c.kernels.push_back({"scatter", *std::move(scatter)});
   }
-  if (candidates.empty()) return im2col.status();
+  if (c.kernels.empty()) c.refused = im2col.status();
   // Which is fastest depends on the shape (oneDNN's kernels are poor at one
   // input channel, its weight-gradient primitive wins on weight gradients):
   // measure, unless the convolution is too large to run at compile time.
@@ -278,9 +296,105 @@ absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
   // of a group and kernel position.
   bytes += macs / std::max<int64_t>(1, instr.shape().dim(instr.attrs().conv.output_batch)) /
            std::max<int64_t>(1, ker.dim(instr.attrs().conv.kernel_output_feature)) * 4;
-  return ChooseKernel(instr, std::move(candidates),
-                      macs <= kMaxTunedMacs && bytes <= kMaxTunedBytes)
-      .kernel;
+  c.measure = macs <= kMaxTunedMacs && bytes <= kMaxTunedBytes;
+  return c;
+}
+
+// Adds `bias` (a vector along dimension `feature` of `shape`) to `out` in
+// place, as one vectorizable pass split over the compute threads when
+// large: with the features innermost (channels last), whole copies of the
+// bias in a row of at least kBiasRow elements are added along the output.
+constexpr int64_t kBiasRow = 512;
+void AddBias(const Shape& shape, int64_t feature, const float* bias, float* out) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (d < feature) outer *= shape.dim(d);
+    if (d > feature) inner *= shape.dim(d);
+  }
+  const int64_t features = shape.dim(feature);
+  const int64_t count = outer * features * inner;
+  if (count == 0) return;
+  std::vector<float> row;
+  int64_t span = inner;  // elements that one bias value (or one row) covers
+  int64_t spans = outer * features;
+  if (inner == 1) {
+    const int64_t copies = std::clamp<int64_t>(kBiasRow / features, 1, outer);
+    for (int64_t c = 0; c < copies; ++c) row.insert(row.end(), bias, bias + features);
+    span = static_cast<int64_t>(row.size());
+    spans = (outer + copies - 1) / copies;
+  }
+  auto add = [&](int64_t first, int64_t last) {
+    for (int64_t u = first; u < last; ++u) {
+      float* at = out + u * span;
+      const int64_t n = std::min(span, count - u * span);
+      if (inner == 1) {
+        const float* r = row.data();
+        for (int64_t j = 0; j < n; ++j) at[j] += r[j];
+      } else {
+        const float b = bias[u % features];
+        for (int64_t j = 0; j < n; ++j) at[j] += b;
+      }
+    }
+  };
+  int threads = 1;
+  if (count >= kParallelElements) {
+    UseComputeThreads();
+    threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), spans));
+  }
+  if (threads <= 1) {
+    add(0, spans);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    add(spans * t / n, spans * (t + 1) / n);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr) {
+  ConvolutionCandidates c = CandidatesFor(instr);
+  if (c.kernels.empty()) return c.refused;
+  return ChooseKernel(instr, std::move(c.kernels), c.measure).kernel;
+}
+
+absl::StatusOr<std::vector<NamedKernel>> ConvolutionFusionCandidates(const ir::Instruction& call,
+                                                                     bool* measure) {
+  std::optional<passes::ConvolutionFusionForm> form;
+  if (call.opcode() == ir::Opcode::kCall && call.called().size() == 1) {
+    form = passes::MatchConvolutionFusion(*call.called(0));
+  }
+  if (!form.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        call.name(), " does not call a convolution fusion (passes::MatchConvolutionFusion)"));
+  }
+  const ir::Instruction& conv = *form->convolution;
+  std::vector<NamedKernel> candidates = DnnlConvolutionKernels(conv, kDnnlPieceMacs, /*bias=*/true);
+  ConvolutionCandidates alone = CandidatesFor(conv);
+  if (candidates.empty() && alone.kernels.empty()) return alone.refused;
+  if (measure != nullptr) *measure = alone.measure;
+  const Shape shape = conv.shape();
+  const int64_t feature = conv.attrs().conv.output_feature;
+  for (NamedKernel& k : alone.kernels) {
+    candidates.push_back(
+        {absl::StrCat(k.name, ", then the bias"),
+         Kernel([kernel = std::move(k.kernel), shape, feature](
+                    ExecState& st, const std::vector<BufferPtr>& ops) -> absl::StatusOr<BufferPtr> {
+           ASSIGN_OR_RETURN(BufferPtr out, kernel(st, {ops[0], ops[1]}));
+           AddBias(shape, feature, ops[2]->as<float>(), out->as<float>());
+           return out;
+         })});
+  }
+  return candidates;
+}
+
+absl::StatusOr<Kernel> MakeConvolutionFusionKernel(const ir::Instruction& call) {
+  bool measure = false;
+  ASSIGN_OR_RETURN(std::vector<NamedKernel> candidates,
+                   ConvolutionFusionCandidates(call, &measure));
+  return ChooseKernel(call, std::move(candidates), measure).kernel;
 }
 
 }  // namespace kiln::host

@@ -3,10 +3,12 @@
 #define KILN_RUNTIME_HOST_CONV_KERNELS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "compiler/ir/instruction.h"
 #include "runtime/host/kernel.h"
+#include "runtime/host/tuning.h"
 
 namespace kiln::host {
 
@@ -25,6 +27,16 @@ absl::StatusOr<Kernel> MakeIm2colConvolutionKernel(const ir::Instruction& instr)
 // results, any kernel layout, stride 1, any padding, no dilation or groups;
 // UNIMPLEMENTED for anything else.
 absl::StatusOr<Kernel> MakeScatterConvolutionKernel(const ir::Instruction& instr);
+
+// The kernels a call of a convolution fusion
+// (passes::MatchConvolutionFusion) chooses from, oneDNN's default first:
+// oneDNN's forward convolutions that add the bias as they write the
+// result, and every kernel of the convolution alone followed by one pass
+// that adds the bias. `*measure` (when given): whether the convolution is
+// small enough to time them. INVALID_ARGUMENT for a call of anything else.
+// MakeConvolutionFusionKernel (kernel.h) runs the fastest.
+absl::StatusOr<std::vector<NamedKernel>> ConvolutionFusionCandidates(const ir::Instruction& call,
+                                                                     bool* measure = nullptr);
 
 }  // namespace kiln::host
 

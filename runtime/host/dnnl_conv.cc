@@ -70,6 +70,8 @@ struct Plan {
     }
   };
   Operand in, ker, out;
+  // The bias (a vector of the output features), for a plan that adds one.
+  std::optional<Operand> bias;
   // Set when the HLO kernel must first be copied into a dense array of
   // these logical dimensions with its spatial ones (from the third on)
   // reversed, reading the Kiln buffer through `flip_strides`; `ker.lies`
@@ -113,6 +115,9 @@ struct Plan {
     if (in.wanted != in.lies) in.reorder = reorder(in.lies, in.wanted);
     if (ker.wanted != ker.lies) ker.reorder = reorder(ker.lies, ker.wanted);
     if (out.wanted != out.lies) out.reorder = reorder(out.wanted, out.lies);
+    if (bias.has_value() && bias->wanted != bias->lies) {
+      bias->reorder = reorder(bias->lies, bias->wanted);
+    }
   }
 };
 
@@ -158,12 +163,12 @@ dnnl::primitive_attr UserScratchpad() {
   return attr;
 }
 
-// out = conv(in, ker) as oneDNN's forward convolution. There is no form with
-// the operands as they lie: the layouts oneDNN chooses for it read them
-// channels-last already (timed: the same), and oneDNN has only its
-// reference kernel for some of them.
-std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& g,
-                                  int64_t piece, bool /*as_laid_out*/) {
+// out = conv(in, ker) (+ bias, with `bias`) as oneDNN's forward
+// convolution. There is no form with the operands as they lie: the layouts
+// oneDNN chooses for it read them channels-last already (timed: the same),
+// and oneDNN has only its reference kernel for some of them.
+std::shared_ptr<Plan> ForwardPlanOf(const ir::Instruction& instr, const Geometry& g,
+                                    int64_t piece, bool as_laid_out, int impl, bool bias) {
   if (g.base_dilated) return nullptr;
   const Shape& ker = instr.operand(1)->shape();
   const ir::ConvDims& c = instr.attrs().conv;
@@ -197,19 +202,54 @@ std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& 
     strides.push_back(row_major[c.kernel_spatial[d]]);
   }
   plan->ker.lies = memory::desc(dims, memory::data_type::f32, strides);
-  dnnl::convolution_forward::desc desc(
-      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, Any(plan->in.lies),
-      Any(plan->ker.lies), Any(plan->out.lies), g.strides, g.dilates, g.pad_l, g.pad_r);
+  const memory::desc src = as_laid_out ? plan->in.lies : Any(plan->in.lies),
+                     dst = as_laid_out ? plan->out.lies : Any(plan->out.lies);
+  const auto make_desc = [&]() {
+    if (!bias) {
+      return dnnl::convolution_forward::desc(
+          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+          Any(plan->ker.lies), dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+    }
+    plan->bias.emplace();
+    plan->bias->lies = memory::desc({o}, memory::data_type::f32, memory::format_tag::x);
+    return dnnl::convolution_forward::desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+        Any(plan->ker.lies), plan->bias->lies, dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+  };
+  // (The iterator over implementations reads the descriptor: it must
+  // outlive `pd`'s next_impl calls.)
+  const dnnl::convolution_forward::desc desc = make_desc();
   dnnl::convolution_forward::primitive_desc pd(desc, UserScratchpad(), Engine());
+  // The first implementation of the impl-th name (oneDNN lists variants
+  // of one kernel under one name).
+  std::vector<std::string> names = {pd.impl_info_str()};
+  while (static_cast<int>(names.size()) <= impl) {
+    if (!pd.next_impl()) return nullptr;
+    if (std::find(names.begin(), names.end(), pd.impl_info_str()) == names.end()) {
+      names.push_back(pd.impl_info_str());
+    }
+  }
   plan->in.Want(pd.src_desc(), DNNL_ARG_SRC);
   plan->ker.Want(pd.weights_desc(), DNNL_ARG_WEIGHTS);
   plan->out.Want(pd.dst_desc(), DNNL_ARG_DST);
+  if (bias) plan->bias->Want(pd.bias_desc(), DNNL_ARG_BIAS);
   plan->scratchpad = pd.scratchpad_desc();
   plan->primitive = dnnl::convolution_forward(pd);
-  plan->name = absl::StrCat("onednn forward ", pd.impl_info_str());
+  plan->name = absl::StrCat("onednn forward ", bias ? "with bias " : "",
+                            as_laid_out ? "as laid out " : "", pd.impl_info_str());
   plan->reference = absl::StartsWith(pd.impl_info_str(), "ref");
   plan->Connect();
   return plan;
+}
+
+std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& g,
+                                  int64_t piece, bool as_laid_out, int impl) {
+  return ForwardPlanOf(instr, g, piece, as_laid_out, impl, /*bias=*/false);
+}
+
+std::shared_ptr<Plan> ForwardBiasPlan(const ir::Instruction& instr, const Geometry& g,
+                                      int64_t piece, bool as_laid_out, int impl) {
+  return ForwardPlanOf(instr, g, piece, as_laid_out, impl, /*bias=*/true);
 }
 
 // A weight gradient written as a convolution: out[b, o, y...] =
@@ -225,7 +265,8 @@ std::shared_ptr<Plan> ForwardPlan(const ir::Instruction& instr, const Geometry& 
 // LeNet-5 weight gradient with one input feature runs in about half the
 // time). Timed against the other plans like any candidate.
 std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& g,
-                                    int64_t piece, bool as_laid_out) {
+                                    int64_t piece, bool as_laid_out, int impl) {
+  if (impl != 0) return nullptr;
   if (instr.attrs().feature_group_count != 1 || g.base_dilated) return nullptr;
   const ir::ConvDims& c = instr.attrs().conv;
   std::vector<int64_t> src_order = {c.input_feature, c.input_batch};
@@ -280,7 +321,8 @@ std::shared_ptr<Plan> WeightsPlan(const ir::Instruction& instr, const Geometry& 
 // `as_laid_out`: the result's gradient and the result as they lie, as for
 // WeightsPlan.
 std::shared_ptr<Plan> DataPlan(const ir::Instruction& instr, const Geometry& g,
-                                 int64_t piece, bool as_laid_out) {
+                                 int64_t piece, bool as_laid_out, int impl) {
+  if (impl != 0) return nullptr;
   if (instr.attrs().feature_group_count != 1) return nullptr;
   const Shape& ker = instr.operand(1)->shape();
   const ir::ConvDims& c = instr.attrs().conv;
@@ -364,9 +406,10 @@ struct Pieces {
 
 // Runs `plan` on the piece that starts at position `start`: binds the
 // operands there (reordered into scratch where the primitive wants another
-// layout) and waits for the result.
+// layout) and waits for the result. `bias`: the bias, for a plan that adds
+// one (every piece reads all of it).
 absl::Status RunPiece(const Plan& plan, int64_t start, const uint8_t* in, const uint8_t* ker,
-                      uint8_t* out, dnnl::stream& stream, ExecState& st) {
+                      const uint8_t* bias, uint8_t* out, dnnl::stream& stream, ExecState& st) {
   // Scratch for reordered operands and the primitive, charged like any
   // other buffer of the execution and freed with the piece.
   std::vector<BufferPtr> scratch;
@@ -393,6 +436,9 @@ absl::Status RunPiece(const Plan& plan, int64_t start, const uint8_t* in, const 
   };
   RETURN_IF_ERROR(bind(plan.in, at(plan.in, in), true));
   RETURN_IF_ERROR(bind(plan.ker, at(plan.ker, ker), true));
+  if (plan.bias.has_value()) {
+    RETURN_IF_ERROR(bind(*plan.bias, const_cast<uint8_t*>(bias), true));
+  }
   RETURN_IF_ERROR(bind(plan.out, at(plan.out, out), false));
   ASSIGN_OR_RETURN(memory pad, temp(plan.scratchpad));
   args.emplace(DNNL_ARG_SCRATCHPAD, pad);
@@ -424,7 +470,8 @@ absl::StatusOr<BufferPtr> Run(const Pieces& pieces, const Shape& out_shape, Exec
       if (start > 0 && Cancelled()) break;
       const bool last_short = pieces.extent - start < pieces.piece_extent;
       RETURN_IF_ERROR(RunPiece(last_short ? *pieces.rest : first, start, ops[0]->data(), ker,
-                               out->data(), stream, st));
+                               first.bias.has_value() ? ops[2]->data() : nullptr, out->data(),
+                               stream, st));
     }
   } catch (const dnnl::error& e) {
     return absl::InternalError(absl::StrCat("oneDNN convolution failed: ", e.what()));
@@ -434,8 +481,11 @@ absl::StatusOr<BufferPtr> Run(const Pieces& pieces, const Shape& out_shape, Exec
 
 }  // namespace
 
+// oneDNN's implementations of a forward convolution offered, in its order.
+constexpr int kForwardImpls = 3;
+
 std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
-                                                int64_t piece_macs) {
+                                                int64_t piece_macs, bool bias) {
   // oneDNN fixes a primitive's thread count when it is created, from the
   // creating thread's OpenMP setting: size that team first, or a program
   // compiled on a thread with the default team runs on every core whatever
@@ -452,15 +502,26 @@ std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
   const int64_t macs =
       out_shape.ElementCount() * (ker.ElementCount() / ker.dim(c.kernel_output_feature));
   struct Kind {
-    std::shared_ptr<Plan> (*make)(const ir::Instruction&, const Geometry&, int64_t, bool);
+    std::shared_ptr<Plan> (*make)(const ir::Instruction&, const Geometry&, int64_t, bool, int);
     int64_t extent;  // of the dimension its pieces divide
     bool as_laid_out;
+    // How many of oneDNN's implementations to offer, in its order (its
+    // first for a forward convolution of one input channel, brgconv on
+    // AVX-512, takes half again the time of the next, jit).
+    int impls = 1;
   };
   const int64_t batch = out_shape.dim(c.output_batch);
   const int64_t features = out_shape.dim(c.output_feature);
-  for (const Kind& kind : {Kind{ForwardPlan, batch, false}, Kind{WeightsPlan, features, false},
-                           Kind{WeightsPlan, features, true}, Kind{DataPlan, batch, false},
-                           Kind{DataPlan, batch, true}}) {
+  std::vector<Kind> kinds = {Kind{ForwardPlan, batch, false, kForwardImpls},
+                             Kind{ForwardPlan, batch, true, kForwardImpls},
+                             Kind{WeightsPlan, features, false}, Kind{WeightsPlan, features, true},
+                             Kind{DataPlan, batch, false}, Kind{DataPlan, batch, true}};
+  if (bias) {
+    kinds = {Kind{ForwardBiasPlan, batch, false, kForwardImpls},
+             Kind{ForwardBiasPlan, batch, true, kForwardImpls}};
+  }
+  for (const Kind& kind : kinds) {
+  for (int impl = 0; impl < kind.impls; ++impl) {
     const int64_t per_position = macs / kind.extent;
     // A single position above the budget cannot be cut: left to im2col,
     // whose matrix products poll for cancellation between bands.
@@ -473,9 +534,10 @@ std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
     pieces->extent = kind.extent;
     pieces->piece_extent = piece;
     try {
-      pieces->piece = kind.make(instr, *g, piece, kind.as_laid_out);
+      pieces->piece = kind.make(instr, *g, piece, kind.as_laid_out, impl);
       if (pieces->piece != nullptr && kind.extent % piece != 0) {
-        pieces->rest = kind.make(instr, *g, kind.extent % piece, kind.as_laid_out);
+        pieces->rest = kind.make(instr, *g, kind.extent % piece, kind.as_laid_out, impl);
+        if (pieces->rest == nullptr) continue;
       }
     } catch (const dnnl::error&) {
       continue;  // a shape this primitive refuses
@@ -486,10 +548,16 @@ std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
     }
     std::string name = pieces->piece->name;
     if (piece < kind.extent) absl::StrAppend(&name, " in pieces of ", piece);
+    // (Implementations can share a name; a tuning record names one.)
+    if (std::any_of(kernels.begin(), kernels.end(),
+                    [&](const NamedKernel& k) { return k.name == name; })) {
+      continue;
+    }
     kernels.push_back({std::move(name),
                        Kernel([pieces, out_shape](ExecState& st, const std::vector<BufferPtr>& ops) {
                          return Run(*pieces, out_shape, st, ops);
                        })});
+  }
   }
   return kernels;
 }

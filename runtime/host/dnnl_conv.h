@@ -23,6 +23,11 @@ namespace kiln::host {
 //    data); the HLO input plays the source and the HLO kernel the gradient
 //    of the result.
 //
+//  With `bias`, only forward plans that also add a bias, a vector of the
+//  output features (the kernel's third operand), as oneDNN's convolution
+//  with a bias does: for a call of a convolution fusion
+//  (compiler/passes/convolution_fusion.h).
+//
 // A kernel runs its convolution in pieces of about `piece_macs`
 // multiply-adds (pieces of the batch, or of the output features for
 // "weights"), polling for cancellation between them, so that a cancelled
@@ -31,7 +36,8 @@ namespace kiln::host {
 // than twice that is not offered.
 inline constexpr int64_t kDnnlPieceMacs = int64_t{1} << 30;
 std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
-                                                int64_t piece_macs = kDnnlPieceMacs);
+                                                int64_t piece_macs = kDnnlPieceMacs,
+                                                bool bias = false);
 
 }  // namespace kiln::host
 

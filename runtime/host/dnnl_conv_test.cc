@@ -143,6 +143,59 @@ TEST_P(DnnlConvTest, EveryOneDnnKernelMatchesIm2col) {
   EXPECT_GT(pieces_run, 0);
 }
 
+// The forward plans that add a bias give im2col's result plus the bias
+// along the output features, whole and in pieces (the bias is not cut).
+TEST_P(DnnlConvTest, EveryBiasPlanAddsTheBiasAlongTheFeatures) {
+  const Case& c = GetParam();
+  const std::string text = "ENTRY e {\n  a = " + c.lhs + " parameter(0)\n  b = " + c.rhs +
+                           " parameter(1)\n  ROOT c = " + c.out + " convolution(a, b), " +
+                           c.attrs + "\n}\n";
+  auto module = ir::ParseModule(text);
+  ASSERT_TRUE(module.ok()) << module.status();
+  const ir::Instruction& conv = *(*module)->entry()->root();
+  const ir::ConvDims& dims = conv.attrs().conv;
+  const int64_t features = conv.shape().dim(dims.output_feature);
+  std::vector<BufferPtr> ops;
+  for (int i = 0; i < 2; ++i) {
+    auto b = Buffer::FromLiteral(Random(conv.operand(i)->shape(), 21 + i), nullptr);
+    ASSERT_TRUE(b.ok());
+    ops.push_back(*b);
+  }
+  auto bias = Buffer::FromLiteral(Random(ir::Shape(ir::ElementType::kF32, {features}), 23), nullptr);
+  ASSERT_TRUE(bias.ok());
+  ExecState st;
+  auto reference_kernel = MakeIm2colConvolutionKernel(conv);
+  ASSERT_TRUE(reference_kernel.ok()) << reference_kernel.status();
+  auto reference = (*reference_kernel)(st, ops);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const float* want = (*reference)->as<float>();
+  const float* b = (*bias)->as<float>();
+  const std::vector<int64_t> strides = ir::RowMajorStrides(conv.shape().dims());
+  const int64_t batch = conv.shape().dim(dims.output_batch);
+  const ir::Shape& ker = conv.operand(1)->shape();
+  const int64_t macs = conv.shape().ElementCount() *
+                       (ker.ElementCount() / ker.dim(dims.kernel_output_feature));
+  ops.push_back(*bias);
+  int ran = 0;
+  for (const int64_t piece_macs : {kDnnlPieceMacs, macs * 3 / 4, macs / batch}) {
+    for (const NamedKernel& k : DnnlConvolutionKernels(conv, piece_macs, /*bias=*/true)) {
+      ++ran;
+      EXPECT_EQ(k.name.rfind("onednn forward with bias", 0), 0u) << k.name;
+      auto got = k.kernel(st, ops);
+      ASSERT_TRUE(got.ok()) << k.name << ": " << got.status();
+      ASSERT_EQ((*got)->shape(), conv.shape()) << k.name;
+      const float* v = (*got)->as<float>();
+      for (int64_t i = 0; i < conv.shape().ElementCount(); ++i) {
+        const float expected = want[i] + b[(i / strides[dims.output_feature]) % features];
+        ASSERT_NEAR(v[i], expected, 1e-4 * (1 + std::abs(expected))) << k.name << " at " << i;
+      }
+    }
+  }
+  // Every case but an input dilated as a data gradient reads it has a
+  // forward plan (whole and in both kinds of pieces).
+  EXPECT_EQ(ran > 0, !c.data_plan_only) << ran;
+}
+
 // Threads of this process.
 int ProcessThreads() {
   int n = 0;

@@ -67,6 +67,10 @@ absl::StatusOr<Kernel> MakeDotKernel(const ir::Instruction& instr);
 // anything else.
 absl::StatusOr<Kernel> MakeDotFusionKernel(const ir::Instruction& call);
 absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr);
+// A call of a convolution fusion (passes::MatchConvolutionFusion): one
+// convolution that adds its third operand, a bias, along the output
+// features. INVALID_ARGUMENT for a call of anything else.
+absl::StatusOr<Kernel> MakeConvolutionFusionKernel(const ir::Instruction& call);
 absl::StatusOr<Kernel> MakeGatherScatterKernel(const ir::Instruction& instr,
                                                ProgramSource& programs);
 absl::StatusOr<Kernel> MakeSortKernel(const ir::Instruction& instr,

@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
+#include "compiler/passes/convolution_fusion.h"
 #include "compiler/passes/dot_fusion.h"
 #include "compiler/passes/fusion.h"
 #include "compiler/passes/reduction_fusion.h"
@@ -217,6 +219,19 @@ absl::StatusOr<Kernel> MakeKernel(const Instruction& instr,
   }
 }
 
+// "dot" or "convolution" when `instr` calls a dot or a convolution fusion
+// that one library call runs; null otherwise, and where kernels are wrapped
+// (tpusim's rounding of matrix inputs: the call then runs its callee's
+// instructions as steps, the product wrapped like any other).
+const char* LibraryFusionKind(const Instruction& instr, const ProgramOptions& options) {
+  if (instr.opcode() != Opcode::kCall || instr.called().size() != 1 || options.wrap_kernel) {
+    return nullptr;
+  }
+  if (passes::IsDotFusion(*instr.called(0))) return "dot";
+  if (passes::IsConvolutionFusion(*instr.called(0))) return "convolution";
+  return nullptr;
+}
+
 }  // namespace
 
 std::optional<Opcode> MatchScalarBinary(const ir::Computation& c) {
@@ -280,16 +295,16 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
       step.what = absl::StrCat("fused reduce ", instr.shape().ToString(), " ", instr.name());
       program->fused_instructions_ += instr.called(0)->instruction_count() -
                                       instr.called(0)->parameter_count() - 1;
-    } else if (instr.opcode() == Opcode::kCall && instr.called().size() == 1 &&
-               !options.wrap_kernel && passes::IsDotFusion(*instr.called(0))) {
-      // (Where kernels are wrapped, tpusim's rounding of matrix inputs, the
-      // call runs its callee's dot as a kernel of its own, wrapped.)
-      absl::StatusOr<Kernel> kernel = MakeDotFusionKernel(instr);
+    } else if (const char* kind = LibraryFusionKind(instr, options)) {
+      // One library call for the callee (dot_fusion.h, convolution_fusion.h).
+      absl::StatusOr<Kernel> kernel = std::string_view(kind) == "dot"
+                                          ? MakeDotFusionKernel(instr)
+                                          : MakeConvolutionFusionKernel(instr);
       if (!kernel.ok()) {
         return WithContext(kernel.status(), absl::StrCat("instruction ", instr.name()));
       }
       step.kernel = *std::move(kernel);
-      step.what = absl::StrCat("fused dot ", instr.shape().ToString(), " ", instr.name());
+      step.what = absl::StrCat("fused ", kind, " ", instr.shape().ToString(), " ", instr.name());
       for (const Instruction* o : instr.operands()) step.inputs.push_back(o->index());
       program->fused_instructions_ += instr.called(0)->instruction_count() -
                                       instr.called(0)->parameter_count() - 1;

@@ -1,0 +1,160 @@
+#include "compiler/passes/convolution_fusion.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "base/status_macros.h"
+#include "compiler/passes/fusion.h"
+#include "compiler/passes/rewriter.h"
+
+namespace kiln::passes {
+namespace {
+
+using ir::Computation;
+using ir::ElementType;
+using ir::Instruction;
+using ir::Opcode;
+
+bool IsF32Array(const ir::Shape& s) { return s.IsArray() && s.type() == ElementType::kF32; }
+
+// A convolution of f32 arrays into an f32 array.
+bool IsF32Convolution(const Instruction& conv) {
+  return conv.opcode() == Opcode::kConvolution && conv.operand_count() == 2 &&
+         IsF32Array(conv.shape()) && IsF32Array(conv.operand(0)->shape()) &&
+         IsF32Array(conv.operand(1)->shape());
+}
+
+// Whether `b` broadcasts an f32 vector along `conv`'s output feature
+// dimension alone, to `conv`'s shape.
+bool IsFeatureBroadcast(const Instruction& b, const Instruction& conv) {
+  if (b.opcode() != Opcode::kBroadcast || b.operand_count() != 1 ||
+      b.shape() != conv.shape()) {
+    return false;
+  }
+  const ir::Shape& bias = b.operand(0)->shape();
+  const int64_t feature = conv.attrs().conv.output_feature;
+  return IsF32Array(bias) && bias.rank() == 1 && b.attrs().dimensions.size() == 1 &&
+         b.attrs().dimensions[0] == feature && feature >= 0 &&
+         feature < conv.shape().rank() && bias.dim(0) == conv.shape().dim(feature);
+}
+
+// An add ConvolutionFusion outlines, and its parts.
+struct Candidate {
+  Instruction* add = nullptr;
+  Instruction* conv = nullptr;
+  Instruction* broadcast = nullptr;
+};
+
+std::optional<Candidate> Match(Instruction* add, const Computation& comp, Users& readers) {
+  if (add->opcode() != Opcode::kAdd || add->operand_count() != 2 || !add->shape().IsArray()) {
+    return std::nullopt;
+  }
+  for (int k = 0; k < 2; ++k) {
+    Instruction* conv = add->operand(k);
+    Instruction* other = add->operand(1 - k);
+    if (!IsF32Convolution(*conv) || conv == comp.root() || readers[conv].size() != 1 ||
+        add->shape() != conv->shape() || !IsFeatureBroadcast(*other, *conv)) {
+      continue;
+    }
+    return Candidate{.add = add, .conv = conv, .broadcast = other};
+  }
+  return std::nullopt;
+}
+
+// The computation of `c`: parameters x, k, b; the convolution; the
+// broadcast; the add.
+std::unique_ptr<Computation> Outline(const Candidate& c, const std::string& name) {
+  auto fused = std::make_unique<Computation>(name);
+  auto make = [&](Opcode op, const ir::Shape& shape, const std::string& instr_name,
+                  std::vector<Instruction*> operands) {
+    auto n = std::make_unique<Instruction>(op, shape, instr_name);
+    for (Instruction* o : operands) n->AddOperand(o);
+    return n;
+  };
+  std::vector<Instruction*> params;
+  const Instruction* passed[3] = {c.conv->operand(0), c.conv->operand(1),
+                                  c.broadcast->operand(0)};
+  for (int k = 0; k < 3; ++k) {
+    auto p = make(Opcode::kParameter, passed[k]->shape(), "param_" + std::to_string(k), {});
+    p->mutable_attrs().parameter_number = k;
+    params.push_back(fused->AddInstruction(std::move(p)));
+  }
+  auto conv = make(Opcode::kConvolution, c.conv->shape(), c.conv->name(), {params[0], params[1]});
+  conv->mutable_attrs() = c.conv->attrs();
+  conv->set_source_line(c.conv->source_line());
+  Instruction* product = fused->AddInstruction(std::move(conv));
+  auto broadcast = make(Opcode::kBroadcast, c.broadcast->shape(), c.broadcast->name(), {params[2]});
+  broadcast->mutable_attrs() = c.broadcast->attrs();
+  Instruction* bias = fused->AddInstruction(std::move(broadcast));
+  auto sum = make(Opcode::kAdd, c.add->shape(), c.add->name(), {product, bias});
+  sum->set_source_line(c.add->source_line());
+  fused->set_root(fused->AddInstruction(std::move(sum)));
+  MakeInstructionNamesUnique(fused.get());
+  return fused;
+}
+
+absl::StatusOr<bool> FuseConvolutions(ir::Module* module, Computation* comp,
+                                      absl::flat_hash_set<std::string>& comp_names) {
+  std::vector<Instruction*> adds;
+  for (const auto& instr : comp->instructions()) {
+    if (instr->opcode() == Opcode::kAdd) adds.push_back(instr.get());
+  }
+  if (adds.empty()) return false;
+  Users readers = UsersOf(*comp);
+  Rewriter rewriter(comp);
+  bool changed = false;
+  for (Instruction* add : adds) {
+    std::optional<Candidate> c = Match(add, *comp, readers);
+    if (!c.has_value()) continue;
+    const std::string name = FreeComputationName("fused_convolution", comp_names);
+    std::unique_ptr<Computation> fused = Outline(*c, name);
+    if (!IsConvolutionFusion(*fused)) continue;
+    comp_names.insert(name);
+    ASSIGN_OR_RETURN(Instruction * added,
+                     AddFusedCall(module, std::move(fused),
+                                  {c->conv->operand(0), c->conv->operand(1),
+                                   c->broadcast->operand(0)},
+                                  add->source_line(), rewriter, &readers));
+    // The add's readers read the call; the add, the convolution and the
+    // broadcast stay behind without readers for DCE (a broadcast that
+    // others read stays theirs).
+    Redirect(comp, readers, add, added);
+    changed = true;
+  }
+  if (changed) RETURN_IF_ERROR(comp->Canonicalize());
+  return changed;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> ConvolutionFusion::Run(ir::Module* module) {
+  return FuseEachComputation(
+      module, [&](Computation* comp, absl::flat_hash_set<std::string>& names) {
+        return FuseConvolutions(module, comp, names);
+      });
+}
+
+std::optional<ConvolutionFusionForm> MatchConvolutionFusion(const Computation& c) {
+  if (c.parameter_count() != 3 || c.instruction_count() != 6) return std::nullopt;
+  const Instruction* root = c.root();
+  if (root == nullptr || root->opcode() != Opcode::kAdd || root->operand_count() != 2) {
+    return std::nullopt;
+  }
+  const Instruction* p[3] = {c.parameter(0), c.parameter(1), c.parameter(2)};
+  for (int k = 0; k < 2; ++k) {
+    const Instruction* conv = root->operand(k);
+    const Instruction* broadcast = root->operand(1 - k);
+    if (!IsF32Convolution(*conv) || conv->operand(0) != p[0] || conv->operand(1) != p[1] ||
+        root->shape() != conv->shape() || !IsFeatureBroadcast(*broadcast, *conv) ||
+        broadcast->operand(0) != p[2]) {
+      continue;
+    }
+    return ConvolutionFusionForm{conv};
+  }
+  return std::nullopt;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,53 @@
+// Convolution fusion: a convolution whose result is added to a bias
+// broadcast along its output features becomes one call that a kernel runs
+// as one convolution with a bias, so that the convolution's result is
+// never written out without it.
+#ifndef KILN_COMPILER_PASSES_CONVOLUTION_FUSION_H_
+#define KILN_COMPILER_PASSES_CONVOLUTION_FUSION_H_
+
+#include <optional>
+
+#include "compiler/passes/pass.h"
+
+namespace kiln::passes {
+
+// Outlines `add(convolution(x, k), broadcast(b))` (either operand order of
+// the add) into a computation `fused_convolution.N` called as
+// `call(x, k, b)` where the add was (IsConvolutionFusion). Fused only
+// where:
+//  - the convolution's operands and result are f32 arrays;
+//  - the convolution's result is read by the add alone (and is not the
+//    root);
+//  - `b` is an f32 vector of the output features, broadcast along the
+//    convolution's output feature dimension alone (a layer's bias).
+// A relu after the add is left to loop fusion: in training the
+// pre-activation is read again by the relu's gradient, so it is written
+// out either way. The sum is rounded where the kernel adds the bias:
+// results may differ from the unfused ones in the last bit.
+// Runs before loop-fusion; rewrites the computations it does
+// (FusibleComputations).
+class ConvolutionFusion : public Pass {
+ public:
+  absl::string_view name() const override { return "convolution-fusion"; }
+  absl::StatusOr<bool> Run(ir::Module* module) override;
+};
+
+// What a call of a convolution fusion computes: convolution(parameter 0,
+// parameter 1) plus parameter 2 broadcast along the output features.
+struct ConvolutionFusionForm {
+  const ir::Instruction* convolution = nullptr;
+};
+
+// The form of `c` when it is what ConvolutionFusion outlines, which a
+// backend checks again before running a call of it as one kernel (modules
+// come from clients): three parameters (x, k, b); a convolution of the
+// first two as above; the broadcast of the third along its output
+// feature dimension; the root adds the two. Nothing else.
+std::optional<ConvolutionFusionForm> MatchConvolutionFusion(const ir::Computation& c);
+inline bool IsConvolutionFusion(const ir::Computation& c) {
+  return MatchConvolutionFusion(c).has_value();
+}
+
+}  // namespace kiln::passes
+
+#endif  // KILN_COMPILER_PASSES_CONVOLUTION_FUSION_H_

@@ -1,0 +1,254 @@
+// Convolution kernels: a convolution fusion's kernel (the convolution and
+// its bias in one), against the convolution and the add apart.
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/substitute.h"
+#include "compiler/ir/hlo_parser.h"
+#include "compiler/ir/hlo_printer.h"
+#include "compiler/passes/convolution_fusion.h"
+#include "compiler/passes/cpu_pipeline.h"
+#include "gtest/gtest.h"
+#include "runtime/host/conv_kernels.h"
+#include "runtime/host/dnnl_conv.h"
+#include "runtime/host/executable.h"
+#include "runtime/host/host_device.h"
+#include "runtime/host/kernel.h"
+#include "runtime/host/test_util.h"
+#include "runtime/host/tuning.h"
+
+namespace kiln::host {
+namespace {
+
+// relu(convolution(x, k) + bias), the pre-activation an output too (as a
+// training step's relu gradient reads it).
+std::string Layer(const std::string& x, const std::string& k, const std::string& out,
+                  int64_t features, int feature_dim, const std::string& attrs) {
+  return absl::Substitute(R"(
+HloModule m
+ENTRY main {
+  x = $0 parameter(0)
+  k = $1 parameter(1)
+  bias = f32[$3] parameter(2)
+  c = $2 convolution(x, k), $5
+  b = $2 broadcast(bias), dimensions={$4}
+  pre = $2 add(c, b)
+  zero = f32[] constant(0)
+  z = $2 broadcast(zero), dimensions={}
+  r = $2 maximum(pre, z)
+  ROOT t = ($2, $2) tuple(pre, r)
+}
+)",
+                          x, k, out, features, feature_dim, attrs);
+}
+
+// Runs `text` after the CPU pipeline (`fuse`) or after loop fusion alone,
+// on `args`; counts the convolution fusions the pipeline made.
+absl::StatusOr<ir::Literal> RunModule(const std::string& text, const std::vector<ir::Literal>& args,
+                                      bool fuse, int* fusions = nullptr) {
+  auto module = ir::ParseModule(text);
+  if (!module.ok()) return module.status();
+  if (fuse) {
+    std::unique_ptr<passes::Pipeline> cpu = passes::CpuPipeline(/*verify=*/true);
+    if (auto changed = cpu->Run(module->get()); !changed.ok()) return changed.status();
+    if (fusions != nullptr) {
+      *fusions = 0;
+      for (const auto& c : (*module)->computations()) *fusions += passes::IsConvolutionFusion(*c);
+    }
+  } else if (auto fused = passes::LoopFusion().Run(module->get()); !fused.ok()) {
+    return fused.status();
+  }
+  HostDevice device("cpu", 0, int64_t{1} << 30, 64);
+  auto exe = CompileProgram(device.kind(), **module, {});
+  if (!exe.ok()) return exe.status();
+  return ExecuteOn(**exe, device, args);
+}
+
+struct LayerCase {
+  std::string x, k, out;
+  int64_t features;
+  int feature_dim;
+  std::string attrs;
+};
+
+std::vector<LayerCase> LayerCases() {
+  return {
+           {"f32[8,28,28,1]", "f32[5,5,1,6]", "f32[8,28,28,6]", 6, 3,
+            "window={size=5x5 pad=2_2x2_2}, dim_labels=b01f_01io->b01f"},
+           {"f32[8,14,14,6]", "f32[5,5,6,16]", "f32[8,10,10,16]", 16, 3,
+            "window={size=5x5}, dim_labels=b01f_01io->b01f"},
+           {"f32[2,3,11,10]", "f32[6,3,3,2]", "f32[2,6,5,5]", 6, 1,
+            "window={size=3x2 stride=2x2 pad=1_0x0_1}, dim_labels=bf01_oi01->bf01"},
+           {"f32[2,8,8,6]", "f32[3,3,2,9]", "f32[2,6,6,9]", 9, 3,
+            "window={size=3x3}, dim_labels=b01f_01io->b01f, feature_group_count=3"},
+      // Large enough to split the bias's pass over the threads, channels
+      // last and first.
+      {"f32[16,28,28,1]", "f32[5,5,1,6]", "f32[16,28,28,6]", 6, 3,
+       "window={size=5x5 pad=2_2x2_2}, dim_labels=b01f_01io->b01f"},
+      {"f32[4,3,66,66]", "f32[8,3,3,3]", "f32[4,8,64,64]", 8, 1,
+       "window={size=3x3}, dim_labels=bf01_oi01->bf01"},
+      // A dilated input (as a data gradient reads it): no oneDNN forward
+      // convolution, so only kernels followed by the bias's pass.
+      {"f32[2,5,5,4]", "f32[3,3,3,4]", "f32[2,9,9,3]", 3, 3,
+       "window={size=3x3 pad=1_1x1_1 lhs_dilate=2x2}, dim_labels=b01f_01oi->b01f"},
+  };
+}
+
+// LeNet-5's two layers (one input channel, padded; six to sixteen
+// channels), channels first with a stride, a grouped convolution and the
+// cases above: the fused call gives the convolution and the add's result.
+TEST(ConvolutionFusionKernelTest, TheBiasedConvolutionMatchesTheConvolutionAndAddApart) {
+  std::mt19937_64 rng(3);
+  for (const LayerCase& c : LayerCases()) {
+    const std::string text = Layer(c.x, c.k, c.out, c.features, c.feature_dim, c.attrs);
+    auto module = ir::ParseModule(text);
+    ASSERT_TRUE(module.ok()) << module.status() << text;
+    std::vector<ir::Literal> args;
+    for (int i = 0; i < 3; ++i) {
+      args.push_back(RandomLiteral((*module)->entry()->parameter(i)->shape(), rng));
+    }
+    int fusions = 0;
+    auto fused = RunModule(text, args, /*fuse=*/true, &fusions);
+    auto apart = RunModule(text, args, /*fuse=*/false);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    ASSERT_TRUE(apart.ok()) << apart.status();
+    EXPECT_EQ(fusions, 1) << text;
+    for (int e = 0; e < 2; ++e) {
+      const std::vector<double> got = Values(fused->tuple_elements()[e]);
+      const std::vector<double> want = Values(apart->tuple_elements()[e]);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        // Sums of up to 150 products of values in [-2, 2], in another
+        // order and rounded with the bias.
+        ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
+            << "element " << e << " at " << i << "\n" << text;
+      }
+    }
+  }
+}
+
+// Every kernel the call chooses from computes the convolution plus the
+// bias: oneDNN's with the bias where it has one, each other kernel then
+// the bias's pass.
+TEST(ConvolutionFusionKernelTest, EveryCandidateAddsTheBias) {
+  std::mt19937_64 rng(5);
+  for (const LayerCase& c : LayerCases()) {
+    const std::string text = Layer(c.x, c.k, c.out, c.features, c.feature_dim, c.attrs);
+    auto module = ir::ParseModule(text);
+    ASSERT_TRUE(module.ok()) << module.status() << text;
+    std::vector<ir::Literal> args;
+    for (int i = 0; i < 3; ++i) {
+      args.push_back(RandomLiteral((*module)->entry()->parameter(i)->shape(), rng));
+    }
+    auto apart = RunModule(text, args, /*fuse=*/false);
+    ASSERT_TRUE(apart.ok()) << apart.status();
+    const std::vector<double> want = Values(apart->tuple_elements()[0]);
+    std::unique_ptr<passes::Pipeline> cpu = passes::CpuPipeline(/*verify=*/true);
+    ASSERT_TRUE(cpu->Run(module->get()).ok());
+    const ir::Instruction* call = nullptr;
+    for (const auto& instr : (*module)->entry()->instructions()) {
+      if (instr->opcode() == ir::Opcode::kCall && passes::IsConvolutionFusion(*instr->called(0))) {
+        call = instr.get();
+      }
+    }
+    ASSERT_NE(call, nullptr) << ir::PrintModule(**module);
+    auto candidates = ConvolutionFusionCandidates(*call);
+    ASSERT_TRUE(candidates.ok()) << candidates.status();
+    std::vector<BufferPtr> ops;
+    for (const ir::Literal& a : args) {
+      auto b = Buffer::FromLiteral(a, nullptr);
+      ASSERT_TRUE(b.ok());
+      ops.push_back(*b);
+    }
+    int with_bias = 0, then_bias = 0;
+    ExecState st;
+    for (const NamedKernel& k : *candidates) {
+      with_bias += k.name.rfind("onednn forward with bias", 0) == 0;
+      then_bias += k.name.find(", then the bias") != std::string::npos;
+      auto got = k.kernel(st, ops);
+      ASSERT_TRUE(got.ok()) << k.name << ": " << got.status();
+      const std::vector<double> v = Values((*got)->ToLiteral());
+      ASSERT_EQ(v.size(), want.size());
+      for (size_t i = 0; i < v.size(); ++i) {
+        ASSERT_NEAR(v[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << k.name << " at " << i;
+      }
+    }
+    // oneDNN runs every one of these but the dilated input forward; our
+    // own kernels run them all.
+    EXPECT_EQ(with_bias > 0, c.attrs.find("lhs_dilate") == std::string::npos) << text;
+    EXPECT_GT(then_bias, 0) << text;
+  }
+}
+
+// The kernel is timed among oneDNN's convolutions with the bias and every
+// kernel of the convolution alone followed by the bias, and the choice is
+// recorded under the call's name.
+TEST(ConvolutionFusionKernelTest, TheChoiceIsTimedAndRecorded) {
+  const std::string text =
+      Layer("f32[4,12,12,3]", "f32[3,3,3,8]", "f32[4,12,12,8]", 8, 3,
+            "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f");
+  auto module = ir::ParseModule(text);
+  ASSERT_TRUE(module.ok()) << module.status();
+  std::unique_ptr<passes::Pipeline> cpu = passes::CpuPipeline(/*verify=*/true);
+  ASSERT_TRUE(cpu->Run(module->get()).ok());
+  const ir::Instruction* call = nullptr;
+  for (const auto& instr : (*module)->entry()->instructions()) {
+    if (instr->opcode() == ir::Opcode::kCall && passes::IsConvolutionFusion(*instr->called(0))) {
+      call = instr.get();
+    }
+  }
+  ASSERT_NE(call, nullptr) << ir::PrintModule(**module);
+  TuningRecord record;
+  {
+    TuningScope scope(&record);
+    ASSERT_TRUE(MakeConvolutionFusionKernel(*call).ok());
+  }
+  std::optional<std::string> chosen = record.Find(*call);
+  ASSERT_TRUE(chosen.has_value());
+  EXPECT_TRUE(chosen->rfind("onednn forward with bias", 0) == 0 ||
+              chosen->find(", then the bias") != std::string::npos)
+      << *chosen;
+}
+
+// A call of anything else is refused with a clear error.
+TEST(ConvolutionFusionKernelTest, ACallOfAnythingElseIsRefused) {
+  auto module = ir::ParseModule(R"(
+HloModule m
+other {
+  p0 = f32[2,8,8,1] parameter(0)
+  p1 = f32[3,3,1,4] parameter(1)
+  p2 = f32[4] parameter(2)
+  c = f32[2,8,8,4] convolution(p0, p1), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  b = f32[2,8,8,4] broadcast(p2), dimensions={3}
+  ROOT r = f32[2,8,8,4] subtract(c, b)
+}
+ENTRY main {
+  x = f32[2,8,8,1] parameter(0)
+  k = f32[3,3,1,4] parameter(1)
+  bias = f32[4] parameter(2)
+  ROOT f = f32[2,8,8,4] call(x, k, bias), to_apply=other
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  absl::StatusOr<Kernel> refused = MakeConvolutionFusionKernel(*(*module)->entry()->root());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("does not call a convolution fusion"),
+            std::string::npos)
+      << refused.status();
+  // Compiled, the call runs its callee's instructions as steps.
+  HostDevice device("cpu", 0, int64_t{1} << 30, 64);
+  auto exe = CompileProgram(device.kind(), **module, {});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  auto out = ExecuteOn(**exe, device,
+                       {F32({2, 8, 8, 1}, std::vector<float>(128, 0.0f)),
+                        F32({3, 3, 1, 4}, std::vector<float>(36, 1.0f)),
+                        F32({4}, {1, 2, 3, 4})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Values(*out)[0], -1.0);
+  EXPECT_EQ(Values(*out)[3], -4.0);
+}
+
+}  // namespace
+}  // namespace kiln::host
