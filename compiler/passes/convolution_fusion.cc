@@ -41,6 +41,20 @@ bool IsFeatureBroadcast(const Instruction& b, const Instruction& conv) {
          feature < conv.shape().rank() && bias.dim(0) == conv.shape().dim(feature);
 }
 
+// Whether a library convolution can add a bias as it writes the result:
+// one batch group and no input dilation (a data gradient's form), else the
+// fused call would add the bias in a pass of its own after the
+// convolution, where loop fusion adds it in the pass that follows anyway.
+bool TakesABias(const Instruction& conv) {
+  if (conv.attrs().batch_group_count != 1 || conv.attrs().conv.input_spatial.size() > 3) {
+    return false;
+  }
+  for (const ir::WindowDim& w : conv.attrs().window) {
+    if (w.base_dilation != 1) return false;
+  }
+  return true;
+}
+
 // An add ConvolutionFusion outlines, and its parts.
 struct Candidate {
   Instruction* add = nullptr;
@@ -55,8 +69,9 @@ std::optional<Candidate> Match(Instruction* add, const Computation& comp, Users&
   for (int k = 0; k < 2; ++k) {
     Instruction* conv = add->operand(k);
     Instruction* other = add->operand(1 - k);
-    if (!IsF32Convolution(*conv) || conv == comp.root() || readers[conv].size() != 1 ||
-        add->shape() != conv->shape() || !IsFeatureBroadcast(*other, *conv)) {
+    if (!IsF32Convolution(*conv) || !TakesABias(*conv) || conv == comp.root() ||
+        readers[conv].size() != 1 || add->shape() != conv->shape() ||
+        !IsFeatureBroadcast(*other, *conv)) {
       continue;
     }
     return Candidate{.add = add, .conv = conv, .broadcast = other};

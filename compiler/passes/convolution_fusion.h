@@ -15,7 +15,11 @@ namespace kiln::passes {
 // the add) into a computation `fused_convolution.N` called as
 // `call(x, k, b)` where the add was (IsConvolutionFusion). Fused only
 // where:
-//  - the convolution's operands and result are f32 arrays;
+//  - the convolution's operands and result are f32 arrays, of one to three
+//    spatial dimensions, one batch group and no input dilation (the
+//    convolutions a library runs with a bias; for others the bias would
+//    take a pass of its own, where loop fusion adds it in the pass that
+//    follows anyway);
 //  - the convolution's result is read by the add alone (and is not the
 //    root);
 //  - `b` is an f32 vector of the output features, broadcast along the

@@ -117,6 +117,15 @@ TEST(ConvolutionFusionTest, LeavesOtherAddsAlone) {
   c = f32[2,8,8,4] convolution(x, k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
   ROOT pre = f32[2,8,8,4] add(c, c)
 )",
+           // An input dilated as a data gradient reads it (no library
+           // convolution adds a bias there).
+           R"(
+  g = f32[2,4,4,4] parameter(4)
+  kd = f32[3,3,4,4] parameter(5)
+  c = f32[2,8,8,4] convolution(g, kd), window={size=3x3 pad=1_2x1_2 lhs_dilate=2x2}, dim_labels=b01f_01oi->b01f
+  b = f32[2,8,8,4] broadcast(bias), dimensions={3}
+  ROOT pre = f32[2,8,8,4] add(c, b)
+)",
            // A bf16 convolution.
            R"(
   xh = bf16[2,8,8,1] convert(x)

@@ -275,15 +275,9 @@ struct ConvolutionCandidates {
   bool measure = false;
 };
 
-ConvolutionCandidates CandidatesFor(const ir::Instruction& instr) {
-  ConvolutionCandidates c;
-  c.kernels = DnnlConvolutionKernels(instr);
-  absl::StatusOr<Kernel> im2col = MakeIm2colConvolutionKernel(instr);
-  if (im2col.ok()) c.kernels.push_back({"im2col", *std::move(im2col)});
-  if (absl::StatusOr<Kernel> scatter = MakeScatterConvolutionKernel(instr); scatter.ok()) {
-    c.kernels.push_back({"scatter", *std::move(scatter)});
-  }
-  if (c.kernels.empty()) c.refused = im2col.status();
+// Whether the convolution `instr` is small enough to time its kernels at
+// compile time.
+bool Measured(const ir::Instruction& instr) {
   // Which is fastest depends on the shape (oneDNN's kernels are poor at one
   // input channel, its weight-gradient primitive wins on weight gradients):
   // measure, unless the convolution is too large to run at compile time.
@@ -296,7 +290,21 @@ ConvolutionCandidates CandidatesFor(const ir::Instruction& instr) {
   // of a group and kernel position.
   bytes += macs / std::max<int64_t>(1, instr.shape().dim(instr.attrs().conv.output_batch)) /
            std::max<int64_t>(1, ker.dim(instr.attrs().conv.kernel_output_feature)) * 4;
-  c.measure = macs <= kMaxTunedMacs && bytes <= kMaxTunedBytes;
+  return macs <= kMaxTunedMacs && bytes <= kMaxTunedBytes;
+}
+
+ConvolutionCandidates CandidatesFor(const ir::Instruction& instr) {
+  ConvolutionCandidates c;
+  c.measure = Measured(instr);
+  // Untimed, the first of oneDNN's kernels is the one that runs.
+  c.kernels = DnnlConvolutionKernels(instr, kDnnlPieceMacs, /*bias=*/false,
+                                     /*first_only=*/!c.measure);
+  absl::StatusOr<Kernel> im2col = MakeIm2colConvolutionKernel(instr);
+  if (im2col.ok()) c.kernels.push_back({"im2col", *std::move(im2col)});
+  if (absl::StatusOr<Kernel> scatter = MakeScatterConvolutionKernel(instr); scatter.ok()) {
+    c.kernels.push_back({"scatter", *std::move(scatter)});
+  }
+  if (c.kernels.empty()) c.refused = im2col.status();
   return c;
 }
 
@@ -316,39 +324,42 @@ void AddBias(const Shape& shape, int64_t feature, const float* bias, float* out)
   if (count == 0) return;
   std::vector<float> row;
   int64_t span = inner;  // elements that one bias value (or one row) covers
-  int64_t spans = outer * features;
   if (inner == 1) {
     const int64_t copies = std::clamp<int64_t>(kBiasRow / features, 1, outer);
     for (int64_t c = 0; c < copies; ++c) row.insert(row.end(), bias, bias + features);
     span = static_cast<int64_t>(row.size());
-    spans = (outer + copies - 1) / copies;
   }
+  // Elements [first, last): the spans they cross, the first and last
+  // perhaps in part (the threads split elements, so that few spans still
+  // go to every thread).
   auto add = [&](int64_t first, int64_t last) {
-    for (int64_t u = first; u < last; ++u) {
-      float* at = out + u * span;
-      const int64_t n = std::min(span, count - u * span);
+    while (first < last) {
+      const int64_t u = first / span, from = first % span;
+      const int64_t n = std::min(span - from, last - first);
+      float* at = out + first;
       if (inner == 1) {
-        const float* r = row.data();
+        const float* r = row.data() + from;
         for (int64_t j = 0; j < n; ++j) at[j] += r[j];
       } else {
         const float b = bias[u % features];
         for (int64_t j = 0; j < n; ++j) at[j] += b;
       }
+      first += n;
     }
   };
   int threads = 1;
   if (count >= kParallelElements) {
     UseComputeThreads();
-    threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), spans));
+    threads = omp_get_max_threads();
   }
   if (threads <= 1) {
-    add(0, spans);
+    add(0, count);
     return;
   }
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    add(spans * t / n, spans * (t + 1) / n);
+    add(count * t / n, count * (t + 1) / n);
   }
 }
 
@@ -371,8 +382,9 @@ absl::StatusOr<std::vector<NamedKernel>> ConvolutionFusionCandidates(const ir::I
         call.name(), " does not call a convolution fusion (passes::MatchConvolutionFusion)"));
   }
   const ir::Instruction& conv = *form->convolution;
-  std::vector<NamedKernel> candidates = DnnlConvolutionKernels(conv, kDnnlPieceMacs, /*bias=*/true);
   ConvolutionCandidates alone = CandidatesFor(conv);
+  std::vector<NamedKernel> candidates =
+      DnnlConvolutionKernels(conv, kDnnlPieceMacs, /*bias=*/true, /*first_only=*/!alone.measure);
   if (candidates.empty() && alone.kernels.empty()) return alone.refused;
   if (measure != nullptr) *measure = alone.measure;
   const Shape shape = conv.shape();

@@ -164,9 +164,10 @@ dnnl::primitive_attr UserScratchpad() {
 }
 
 // out = conv(in, ker) (+ bias, with `bias`) as oneDNN's forward
-// convolution. There is no form with the operands as they lie: the layouts
-// oneDNN chooses for it read them channels-last already (timed: the same),
-// and oneDNN has only its reference kernel for some of them.
+// convolution, by the first implementation of oneDNN's `impl`-th name (null
+// when it has fewer), the operands in the layouts it chooses or, with
+// `as_laid_out`, as they lie (which is faster depends on the
+// implementation: timed).
 std::shared_ptr<Plan> ForwardPlanOf(const ir::Instruction& instr, const Geometry& g,
                                     int64_t piece, bool as_laid_out, int impl, bool bias) {
   if (g.base_dilated) return nullptr;
@@ -485,7 +486,7 @@ absl::StatusOr<BufferPtr> Run(const Pieces& pieces, const Shape& out_shape, Exec
 constexpr int kForwardImpls = 3;
 
 std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
-                                                int64_t piece_macs, bool bias) {
+                                                int64_t piece_macs, bool bias, bool first_only) {
   // oneDNN fixes a primitive's thread count when it is created, from the
   // creating thread's OpenMP setting: size that team first, or a program
   // compiled on a thread with the default team runs on every core whatever
@@ -537,7 +538,9 @@ std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
       pieces->piece = kind.make(instr, *g, piece, kind.as_laid_out, impl);
       if (pieces->piece != nullptr && kind.extent % piece != 0) {
         pieces->rest = kind.make(instr, *g, kind.extent % piece, kind.as_laid_out, impl);
-        if (pieces->rest == nullptr) continue;
+        // The last piece by the same implementation, or the kernel's name
+        // would not say what runs.
+        if (pieces->rest == nullptr || pieces->rest->name != pieces->piece->name) continue;
       }
     } catch (const dnnl::error&) {
       continue;  // a shape this primitive refuses
@@ -557,6 +560,7 @@ std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
                        Kernel([pieces, out_shape](ExecState& st, const std::vector<BufferPtr>& ops) {
                          return Run(*pieces, out_shape, st, ops);
                        })});
+    if (first_only) return kernels;
   }
   }
   return kernels;

@@ -17,7 +17,11 @@ namespace kiln::host {
 // The ways oneDNN can run `instr` (a convolution), empty when it covers
 // none: f32, one to three spatial dimensions, no base (input) dilation,
 // padding not negative, batch_group_count 1, no zero-sized dimension.
-//  - "forward": a forward convolution of the operands as they are.
+//  - "forward": a forward convolution of the operands as they are, in the
+//    layouts oneDNN chooses (reordered in and out) and as laid out, each
+//    by the first three of oneDNN's implementations (on AVX-512 its first,
+//    brgconv, takes half again the time of the next, jit, on LeNet-5's
+//    layers).
 //  - "weights": oneDNN's weight-gradient primitive, when the convolution is
 //    one (input features contracted like a batch, a kernel as large as the
 //    data); the HLO input plays the source and the HLO kernel the gradient
@@ -35,9 +39,12 @@ namespace kiln::host {
 // core). A plan whose single batch element (or output feature) is more
 // than twice that is not offered.
 inline constexpr int64_t kDnnlPieceMacs = int64_t{1} << 30;
+//
+// `first_only`: the first kernel alone (what runs when nothing is timed;
+// each plan compiles oneDNN's kernel for it).
 std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
                                                 int64_t piece_macs = kDnnlPieceMacs,
-                                                bool bias = false);
+                                                bool bias = false, bool first_only = false);
 
 }  // namespace kiln::host
 
