@@ -367,6 +367,20 @@ void ExpandBroadcast(const FusedNode& node, const uint8_t* input, uint8_t* out, 
 
 namespace {
 
+// `count` copies of the `size`-byte value at `value` from `dst` on, by
+// doubling copies (a call of memcpy per element would cost more than the
+// loop it feeds when groups run on chunks of a few thousand elements).
+void FillRepeated(uint8_t* dst, const uint8_t* value, int size, int64_t count) {
+  if (count <= 0) return;
+  std::memcpy(dst, value, size);
+  const int64_t total = count * size;
+  for (int64_t filled = size; filled < total;) {
+    const int64_t n = std::min(filled, total - filled);
+    std::memcpy(dst + filled, dst, n);
+    filled += n;
+  }
+}
+
 // Runs elements [begin, end) of `group` with scratch of its own, writing
 // output k's element e at outs[k] + (e - begin); `poll` says whether to
 // check for cancellation (only the thread that runs the execution has its
@@ -380,13 +394,20 @@ void RunFusedRange(const FusedGroup& group, absl::Span<const uint8_t* const> inp
   // plus one per scalar input holding the broadcast value; on the stack
   // when small (a group on a few elements, as an eager op is).
   // Left uninitialized: every node writes its block before it is read.
+  // Larger scratch is this thread's, kept from call to call: groups run
+  // on chunks (reduction fusions) call this once per chunk, and
+  // fresh memory each time costs more than the chunk's loop.
   const int64_t scratch_bytes = (num_nodes + num_inputs) * block * 8;
   alignas(64) uint8_t local[kLocalScratchBytes];
-  std::unique_ptr<uint8_t[]> heap;
   uint8_t* scratch = local;
   if (scratch_bytes > kLocalScratchBytes) {
-    heap.reset(new uint8_t[scratch_bytes]);
-    scratch = heap.get();
+    thread_local std::unique_ptr<uint8_t[]> kept;
+    thread_local int64_t kept_bytes = 0;
+    if (kept_bytes < scratch_bytes) {
+      kept.reset(new uint8_t[scratch_bytes]);
+      kept_bytes = scratch_bytes;
+    }
+    scratch = kept.get();
   }
   auto node_block = [&](int i) { return scratch + i * block * 8; };
   auto input_block = [&](int k) { return scratch + (num_nodes + k) * block * 8; };
@@ -394,7 +415,7 @@ void RunFusedRange(const FusedGroup& group, absl::Span<const uint8_t* const> inp
     if (!group.input_is_scalar[k]) continue;
     const int size = ir::ElementTypeSize(group.input_types[k]);
     uint8_t* dst = input_block(k);
-    for (int64_t i = 0; i < block; ++i) std::memcpy(dst + i * size, inputs[k], size);
+    FillRepeated(dst, inputs[k], size, block);
   }
   // output_of[i]: the output node i writes, or -1.
   absl::InlinedVector<int, 16> output_of(num_nodes, -1);
