@@ -105,6 +105,14 @@ TEST(ConvolutionFusionTest, LeavesOtherAddsAlone) {
   b = f32[2,8,8,4] broadcast(s), dimensions={2}
   ROOT pre = f32[2,8,8,4] add(c, b)
 )",
+           // A vector as long as the features, broadcast along a spatial
+           // dimension of that length.
+           R"(
+  x6 = f32[2,6,6,1] parameter(4)
+  c = f32[2,4,4,4] convolution(x6, k), window={size=3x3}, dim_labels=b01f_01io->b01f
+  b = f32[2,4,4,4] broadcast(bias), dimensions={1}
+  ROOT pre = f32[2,4,4,4] add(c, b)
+)",
            // A scalar added everywhere.
            R"(
   c = f32[2,8,8,4] convolution(x, k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
