@@ -6,9 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
-#include "base/status_macros.h"
 #include "compiler/passes/fusion.h"
-#include "compiler/passes/rewriter.h"
 
 namespace kiln::passes {
 namespace {
@@ -83,64 +81,22 @@ std::optional<Candidate> Match(Instruction* add, const Computation& comp, Users&
 // broadcast; the add.
 std::unique_ptr<Computation> Outline(const Candidate& c, const std::string& name) {
   auto fused = std::make_unique<Computation>(name);
-  auto make = [&](Opcode op, const ir::Shape& shape, const std::string& instr_name,
-                  std::vector<Instruction*> operands) {
-    auto n = std::make_unique<Instruction>(op, shape, instr_name);
-    for (Instruction* o : operands) n->AddOperand(o);
-    return n;
-  };
-  std::vector<Instruction*> params;
-  const Instruction* passed[3] = {c.conv->operand(0), c.conv->operand(1),
-                                  c.broadcast->operand(0)};
-  for (int k = 0; k < 3; ++k) {
-    auto p = make(Opcode::kParameter, passed[k]->shape(), "param_" + std::to_string(k), {});
-    p->mutable_attrs().parameter_number = k;
-    params.push_back(fused->AddInstruction(std::move(p)));
-  }
-  auto conv = make(Opcode::kConvolution, c.conv->shape(), c.conv->name(), {params[0], params[1]});
+  const std::vector<Instruction*> params = AddParameters(
+      fused.get(), {c.conv->operand(0), c.conv->operand(1), c.broadcast->operand(0)});
+  auto conv =
+      NewInstruction(Opcode::kConvolution, c.conv->shape(), c.conv->name(), {params[0], params[1]});
   conv->mutable_attrs() = c.conv->attrs();
   conv->set_source_line(c.conv->source_line());
   Instruction* product = fused->AddInstruction(std::move(conv));
-  auto broadcast = make(Opcode::kBroadcast, c.broadcast->shape(), c.broadcast->name(), {params[2]});
+  auto broadcast =
+      NewInstruction(Opcode::kBroadcast, c.broadcast->shape(), c.broadcast->name(), {params[2]});
   broadcast->mutable_attrs() = c.broadcast->attrs();
   Instruction* bias = fused->AddInstruction(std::move(broadcast));
-  auto sum = make(Opcode::kAdd, c.add->shape(), c.add->name(), {product, bias});
+  auto sum = NewInstruction(Opcode::kAdd, c.add->shape(), c.add->name(), {product, bias});
   sum->set_source_line(c.add->source_line());
   fused->set_root(fused->AddInstruction(std::move(sum)));
   MakeInstructionNamesUnique(fused.get());
   return fused;
-}
-
-absl::StatusOr<bool> FuseConvolutions(ir::Module* module, Computation* comp,
-                                      absl::flat_hash_set<std::string>& comp_names) {
-  std::vector<Instruction*> adds;
-  for (const auto& instr : comp->instructions()) {
-    if (instr->opcode() == Opcode::kAdd) adds.push_back(instr.get());
-  }
-  if (adds.empty()) return false;
-  Users readers = UsersOf(*comp);
-  Rewriter rewriter(comp);
-  bool changed = false;
-  for (Instruction* add : adds) {
-    std::optional<Candidate> c = Match(add, *comp, readers);
-    if (!c.has_value()) continue;
-    const std::string name = FreeComputationName("fused_convolution", comp_names);
-    std::unique_ptr<Computation> fused = Outline(*c, name);
-    if (!IsConvolutionFusion(*fused)) continue;
-    comp_names.insert(name);
-    ASSIGN_OR_RETURN(Instruction * added,
-                     AddFusedCall(module, std::move(fused),
-                                  {c->conv->operand(0), c->conv->operand(1),
-                                   c->broadcast->operand(0)},
-                                  add->source_line(), rewriter, &readers));
-    // The add's readers read the call; the add, the convolution and the
-    // broadcast stay behind without readers for DCE (a broadcast that
-    // others read stays theirs).
-    Redirect(comp, readers, add, added);
-    changed = true;
-  }
-  if (changed) RETURN_IF_ERROR(comp->Canonicalize());
-  return changed;
 }
 
 }  // namespace
@@ -148,7 +104,19 @@ absl::StatusOr<bool> FuseConvolutions(ir::Module* module, Computation* comp,
 absl::StatusOr<bool> ConvolutionFusion::Run(ir::Module* module) {
   return FuseEachComputation(
       module, [&](Computation* comp, absl::flat_hash_set<std::string>& names) {
-        return FuseConvolutions(module, comp, names);
+        // The add, the convolution and the broadcast stay behind without
+        // readers for DCE (a broadcast that others read stays theirs).
+        return OutlineAdds(module, comp, names, "fused_convolution",
+                           [&](Instruction* add, Users& readers,
+                               const std::string& name) -> std::optional<OutlinedAdd> {
+                             std::optional<Candidate> c = Match(add, *comp, readers);
+                             if (!c.has_value()) return std::nullopt;
+                             std::unique_ptr<Computation> fused = Outline(*c, name);
+                             if (!IsConvolutionFusion(*fused)) return std::nullopt;
+                             return OutlinedAdd{std::move(fused),
+                                                {c->conv->operand(0), c->conv->operand(1),
+                                                 c->broadcast->operand(0)}};
+                           });
       });
 }
 

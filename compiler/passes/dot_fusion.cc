@@ -109,77 +109,29 @@ std::optional<Candidate> Match(Instruction* add, const Computation& comp,
 
 // The computation of `c`: parameters a, b, c; the dot; the scaled addend;
 // the add.
-std::unique_ptr<Computation> Outline(const Candidate& c,
-                                     const std::string& name) {
+std::unique_ptr<Computation> Outline(const Candidate& c, const std::string& name) {
   auto fused = std::make_unique<Computation>(name);
-  auto add = [&](Opcode op, const ir::Shape& shape,
-                 const std::string& instr_name,
-                 std::vector<Instruction*> operands) {
-    auto n = std::make_unique<Instruction>(op, shape, instr_name);
-    for (Instruction* o : operands) n->AddOperand(o);
-    return n;
-  };
-  std::vector<Instruction*> params;
-  const Instruction* passed[3] = {c.dot->operand(0), c.dot->operand(1),
-                                  c.addend};
-  for (int k = 0; k < 3; ++k) {
-    auto p = add(Opcode::kParameter, passed[k]->shape(),
-                 "param_" + std::to_string(k), {});
-    p->mutable_attrs().parameter_number = k;
-    params.push_back(fused->AddInstruction(std::move(p)));
-  }
-  auto dot =
-      add(Opcode::kDot, c.dot->shape(), c.dot->name(), {params[0], params[1]});
+  const std::vector<Instruction*> params =
+      AddParameters(fused.get(), {c.dot->operand(0), c.dot->operand(1), c.addend});
+  auto dot = NewInstruction(Opcode::kDot, c.dot->shape(), c.dot->name(), {params[0], params[1]});
   dot->mutable_attrs() = c.dot->attrs();
   dot->set_source_line(c.dot->source_line());
   Instruction* product = fused->AddInstruction(std::move(dot));
   Instruction* addend = params[2];
   if (c.scale != nullptr) {
-    auto s = add(Opcode::kConstant, c.scale->shape(), c.scale->name(), {});
+    auto s = NewInstruction(Opcode::kConstant, c.scale->shape(), c.scale->name());
     s->mutable_attrs() = c.scale->attrs();
     Instruction* scale = fused->AddInstruction(std::move(s));
     Instruction* broadcast = fused->AddInstruction(
-        add(Opcode::kBroadcast, c.addend->shape(), "beta", {scale}));
-    addend = fused->AddInstruction(add(Opcode::kMultiply, c.addend->shape(),
-                                       "scaled", {params[2], broadcast}));
+        NewInstruction(Opcode::kBroadcast, c.addend->shape(), "beta", {scale}));
+    addend = fused->AddInstruction(
+        NewInstruction(Opcode::kMultiply, c.addend->shape(), "scaled", {params[2], broadcast}));
   }
-  auto sum =
-      add(Opcode::kAdd, c.add->shape(), c.add->name(), {product, addend});
+  auto sum = NewInstruction(Opcode::kAdd, c.add->shape(), c.add->name(), {product, addend});
   sum->set_source_line(c.add->source_line());
   fused->set_root(fused->AddInstruction(std::move(sum)));
   MakeInstructionNamesUnique(fused.get());
   return fused;
-}
-
-absl::StatusOr<bool> FuseDots(ir::Module* module, Computation* comp,
-                              absl::flat_hash_set<std::string>& comp_names) {
-  std::vector<Instruction*> adds;
-  for (const auto& instr : comp->instructions()) {
-    if (instr->opcode() == Opcode::kAdd) adds.push_back(instr.get());
-  }
-  if (adds.empty()) return false;
-  Users readers = UsersOf(*comp);
-  Rewriter rewriter(comp);
-  bool changed = false;
-  for (Instruction* add : adds) {
-    std::optional<Candidate> c = Match(add, *comp, readers);
-    if (!c.has_value()) continue;
-    const std::string name = FreeComputationName("fused_dot", comp_names);
-    std::unique_ptr<Computation> fused = Outline(*c, name);
-    if (!IsDotFusion(*fused)) continue;
-    comp_names.insert(name);
-    ASSIGN_OR_RETURN(
-        Instruction * added,
-        AddFusedCall(module, std::move(fused),
-                     {c->dot->operand(0), c->dot->operand(1), c->addend},
-                     add->source_line(), rewriter, &readers));
-    // The add's readers read the call; the add, the dot and the scaling
-    // stay behind without readers for DCE.
-    Redirect(comp, readers, add, added);
-    changed = true;
-  }
-  if (changed) RETURN_IF_ERROR(comp->Canonicalize());
-  return changed;
 }
 
 }  // namespace
@@ -187,7 +139,18 @@ absl::StatusOr<bool> FuseDots(ir::Module* module, Computation* comp,
 absl::StatusOr<bool> DotFusion::Run(ir::Module* module) {
   return FuseEachComputation(
       module, [&](Computation* comp, absl::flat_hash_set<std::string>& names) {
-        return FuseDots(module, comp, names);
+        // The add's readers read the call; the add, the dot and the
+        // scaling stay behind without readers for DCE.
+        return OutlineAdds(module, comp, names, "fused_dot",
+                           [&](Instruction* add, Users& readers,
+                               const std::string& name) -> std::optional<OutlinedAdd> {
+                             std::optional<Candidate> c = Match(add, *comp, readers);
+                             if (!c.has_value()) return std::nullopt;
+                             std::unique_ptr<Computation> fused = Outline(*c, name);
+                             if (!IsDotFusion(*fused)) return std::nullopt;
+                             return OutlinedAdd{std::move(fused),
+                                                {c->dot->operand(0), c->dot->operand(1), c->addend}};
+                           });
       });
 }
 

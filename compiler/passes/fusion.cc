@@ -479,6 +479,54 @@ void MakeInstructionNamesUnique(Computation* c) {
   }
 }
 
+std::unique_ptr<Instruction> NewInstruction(Opcode op, const ir::Shape& shape,
+                                            const std::string& name,
+                                            const std::vector<Instruction*>& operands) {
+  auto n = std::make_unique<Instruction>(op, shape, name);
+  for (Instruction* o : operands) n->AddOperand(o);
+  return n;
+}
+
+std::vector<Instruction*> AddParameters(Computation* c,
+                                        const std::vector<const Instruction*>& passed) {
+  std::vector<Instruction*> params;
+  for (size_t k = 0; k < passed.size(); ++k) {
+    auto p = NewInstruction(Opcode::kParameter, passed[k]->shape(), absl::StrCat("param_", k));
+    p->mutable_attrs().parameter_number = static_cast<int64_t>(k);
+    params.push_back(c->AddInstruction(std::move(p)));
+  }
+  return params;
+}
+
+absl::StatusOr<bool> OutlineAdds(
+    ir::Module* module, Computation* comp, absl::flat_hash_set<std::string>& names,
+    absl::string_view base,
+    absl::FunctionRef<std::optional<OutlinedAdd>(Instruction* add, Users& readers,
+                                                 const std::string& name)>
+        outline) {
+  std::vector<Instruction*> adds;
+  for (const auto& instr : comp->instructions()) {
+    if (instr->opcode() == Opcode::kAdd) adds.push_back(instr.get());
+  }
+  if (adds.empty()) return false;
+  Users readers = UsersOf(*comp);
+  Rewriter rewriter(comp);
+  bool changed = false;
+  for (Instruction* add : adds) {
+    const std::string name = FreeComputationName(base, names);
+    std::optional<OutlinedAdd> outlined = outline(add, readers, name);
+    if (!outlined.has_value()) continue;
+    names.insert(name);
+    ASSIGN_OR_RETURN(Instruction * added,
+                     AddFusedCall(module, std::move(outlined->callee), outlined->inputs,
+                                  add->source_line(), rewriter, &readers));
+    Redirect(comp, readers, add, added);
+    changed = true;
+  }
+  if (changed) RETURN_IF_ERROR(comp->Canonicalize());
+  return changed;
+}
+
 std::string FreeComputationName(absl::string_view base,
                                 const absl::flat_hash_set<std::string>& names) {
   std::string name(base);

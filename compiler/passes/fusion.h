@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,34 @@ absl::StatusOr<ir::Instruction*> AddFusedCall(ir::Module* module,
                                               const std::vector<ir::Instruction*>& inputs,
                                               int source_line, Rewriter& rewriter,
                                               Users* readers = nullptr);
+
+// A new instruction of `op` and `shape`, named `name`, reading `operands`.
+std::unique_ptr<ir::Instruction> NewInstruction(ir::Opcode op, const ir::Shape& shape,
+                                                const std::string& name,
+                                                const std::vector<ir::Instruction*>& operands = {});
+
+// Adds to `c` one parameter of each shape of `passed`, numbered in order
+// and named "param_N"; returns them.
+std::vector<ir::Instruction*> AddParameters(ir::Computation* c,
+                                            const std::vector<const ir::Instruction*>& passed);
+
+// What a pass outlines in place of an add: the computation, and the values
+// its call passes.
+struct OutlinedAdd {
+  std::unique_ptr<ir::Computation> callee;
+  std::vector<ir::Instruction*> inputs;
+};
+
+// Replaces each add of `comp` for which `outline(add, readers, name)` gives
+// a computation (to be named `name`, free among `names`, from `base`) by a
+// call of it where the add was; what the add read stays behind for DCE
+// when nothing else reads it, and `readers` follows. Whether any changed.
+absl::StatusOr<bool> OutlineAdds(
+    ir::Module* module, ir::Computation* comp, absl::flat_hash_set<std::string>& names,
+    absl::string_view base,
+    absl::FunctionRef<std::optional<OutlinedAdd>(ir::Instruction* add, Users& readers,
+                                                 const std::string& name)>
+        outline);
 
 // Gives the instructions of `c` distinct names, adding ".1", ".2"... to a
 // name met before (an outlined computation's parameters may meet the

@@ -48,22 +48,7 @@ ENTRY main {
 // on `args`; counts the convolution fusions the pipeline made.
 absl::StatusOr<ir::Literal> RunModule(const std::string& text, const std::vector<ir::Literal>& args,
                                       bool fuse, int* fusions = nullptr) {
-  auto module = ir::ParseModule(text);
-  if (!module.ok()) return module.status();
-  if (fuse) {
-    std::unique_ptr<passes::Pipeline> cpu = passes::CpuPipeline(/*verify=*/true);
-    if (auto changed = cpu->Run(module->get()); !changed.ok()) return changed.status();
-    if (fusions != nullptr) {
-      *fusions = 0;
-      for (const auto& c : (*module)->computations()) *fusions += passes::IsConvolutionFusion(*c);
-    }
-  } else if (auto fused = passes::LoopFusion().Run(module->get()); !fused.ok()) {
-    return fused.status();
-  }
-  HostDevice device("cpu", 0, int64_t{1} << 30, 64);
-  auto exe = CompileProgram(device.kind(), **module, {});
-  if (!exe.ok()) return exe.status();
-  return ExecuteOn(**exe, device, args);
+  return RunAfterPasses(text, args, fuse, passes::IsConvolutionFusion, fusions);
 }
 
 struct LayerCase {

@@ -84,30 +84,46 @@ ir::Literal Random(const ir::Shape& shape, uint32_t seed) {
   return ir::Literal::FromVector<float>(ir::ElementType::kF32, shape.dims(), v);
 }
 
-class DnnlConvTest : public ::testing::TestWithParam<Case> {};
+class DnnlConvTest : public ::testing::TestWithParam<Case> {
+ protected:
+  // Parses the case's convolution, makes its operands (random from `seed`)
+  // and runs our im2col kernel on them: the reference.
+  void Prepare(uint32_t seed) {
+    const Case& c = GetParam();
+    const std::string text = "ENTRY e {\n  a = " + c.lhs + " parameter(0)\n  b = " + c.rhs +
+                             " parameter(1)\n  ROOT c = " + c.out + " convolution(a, b), " +
+                             c.attrs + "\n}\n";
+    auto module = ir::ParseModule(text);
+    ASSERT_TRUE(module.ok()) << module.status();
+    ASSERT_TRUE(ir::Verify(**module).ok()) << ir::Verify(**module);
+    module_ = *std::move(module);
+    conv_ = module_->entry()->root();
+    for (int i = 0; i < 2; ++i) {
+      auto b = Buffer::FromLiteral(Random(conv_->operand(i)->shape(), seed + i), nullptr);
+      ASSERT_TRUE(b.ok());
+      ops_.push_back(*b);
+    }
+    auto reference_kernel = MakeIm2colConvolutionKernel(*conv_);
+    ASSERT_TRUE(reference_kernel.ok()) << reference_kernel.status();
+    auto reference = (*reference_kernel)(st_, ops_);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    reference_ = *std::move(reference);
+  }
+
+  std::unique_ptr<ir::Module> module_;
+  const ir::Instruction* conv_ = nullptr;
+  std::vector<BufferPtr> ops_;
+  BufferPtr reference_;
+  ExecState st_;
+};
 
 TEST_P(DnnlConvTest, EveryOneDnnKernelMatchesIm2col) {
   const Case& c = GetParam();
-  const std::string text = "ENTRY e {\n  a = " + c.lhs + " parameter(0)\n  b = " + c.rhs +
-                           " parameter(1)\n  ROOT c = " + c.out + " convolution(a, b), " +
-                           c.attrs + "\n}\n";
-  auto module = ir::ParseModule(text);
-  ASSERT_TRUE(module.ok()) << module.status();
-  ASSERT_TRUE(ir::Verify(**module).ok()) << ir::Verify(**module);
-  const ir::Instruction& conv = *(*module)->entry()->root();
-
-  std::vector<BufferPtr> ops;
-  for (int i = 0; i < 2; ++i) {
-    auto b = Buffer::FromLiteral(Random(conv.operand(i)->shape(), 11 + i), nullptr);
-    ASSERT_TRUE(b.ok());
-    ops.push_back(*b);
-  }
-  ExecState st;
-  auto reference_kernel = MakeIm2colConvolutionKernel(conv);
-  ASSERT_TRUE(reference_kernel.ok()) << reference_kernel.status();
-  auto reference = (*reference_kernel)(st, ops);
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  const float* want = (*reference)->as<float>();
+  ASSERT_NO_FATAL_FAILURE(Prepare(11));
+  const ir::Instruction& conv = *conv_;
+  std::vector<BufferPtr>& ops = ops_;
+  ExecState& st = st_;
+  const float* want = reference_->as<float>();
 
   // Whole, in pieces of three quarters of the work (pieces and a shorter
   // last one), and in pieces of one batch element or output feature
@@ -147,28 +163,15 @@ TEST_P(DnnlConvTest, EveryOneDnnKernelMatchesIm2col) {
 // along the output features, whole and in pieces (the bias is not cut).
 TEST_P(DnnlConvTest, EveryBiasPlanAddsTheBiasAlongTheFeatures) {
   const Case& c = GetParam();
-  const std::string text = "ENTRY e {\n  a = " + c.lhs + " parameter(0)\n  b = " + c.rhs +
-                           " parameter(1)\n  ROOT c = " + c.out + " convolution(a, b), " +
-                           c.attrs + "\n}\n";
-  auto module = ir::ParseModule(text);
-  ASSERT_TRUE(module.ok()) << module.status();
-  const ir::Instruction& conv = *(*module)->entry()->root();
+  ASSERT_NO_FATAL_FAILURE(Prepare(21));
+  const ir::Instruction& conv = *conv_;
+  std::vector<BufferPtr>& ops = ops_;
+  ExecState& st = st_;
+  const float* want = reference_->as<float>();
   const ir::ConvDims& dims = conv.attrs().conv;
   const int64_t features = conv.shape().dim(dims.output_feature);
-  std::vector<BufferPtr> ops;
-  for (int i = 0; i < 2; ++i) {
-    auto b = Buffer::FromLiteral(Random(conv.operand(i)->shape(), 21 + i), nullptr);
-    ASSERT_TRUE(b.ok());
-    ops.push_back(*b);
-  }
   auto bias = Buffer::FromLiteral(Random(ir::Shape(ir::ElementType::kF32, {features}), 23), nullptr);
   ASSERT_TRUE(bias.ok());
-  ExecState st;
-  auto reference_kernel = MakeIm2colConvolutionKernel(conv);
-  ASSERT_TRUE(reference_kernel.ok()) << reference_kernel.status();
-  auto reference = (*reference_kernel)(st, ops);
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  const float* want = (*reference)->as<float>();
   const float* b = (*bias)->as<float>();
   const std::vector<int64_t> strides = ir::RowMajorStrides(conv.shape().dims());
   const int64_t batch = conv.shape().dim(dims.output_batch);

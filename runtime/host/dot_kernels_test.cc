@@ -52,26 +52,7 @@ absl::StatusOr<ir::Literal> RunModule(const std::string& text,
                                       const std::vector<ir::Literal>& args,
                                       bool fuse_dots,
                                       int* dot_fusions = nullptr) {
-  auto module = ir::ParseModule(text);
-  if (!module.ok()) return module.status();
-  if (fuse_dots) {
-    std::unique_ptr<passes::Pipeline> cpu =
-        passes::CpuPipeline(/*verify=*/true);
-    if (auto changed = cpu->Run(module->get()); !changed.ok())
-      return changed.status();
-    if (dot_fusions != nullptr) {
-      *dot_fusions = 0;
-      for (const auto& c : (*module)->computations())
-        *dot_fusions += passes::IsDotFusion(*c);
-    }
-  } else if (auto fused = passes::LoopFusion().Run(module->get());
-             !fused.ok()) {
-    return fused.status();
-  }
-  HostDevice device("cpu", 0, int64_t{1} << 30, 64);
-  auto exe = CompileProgram(device.kind(), **module, {});
-  if (!exe.ok()) return exe.status();
-  return ExecuteOn(**exe, device, args);
+  return RunAfterPasses(text, args, fuse_dots, passes::IsDotFusion, dot_fusions);
 }
 
 TEST(DotFusionKernelTest, TheMomentumUpdateMatchesTheProductAndAddApart) {

@@ -10,6 +10,7 @@
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/ir/literal.h"
 #include "compiler/ir/verifier.h"
+#include "compiler/passes/cpu_pipeline.h"
 #include "compiler/passes/fusion.h"
 #include "runtime/host/executable.h"
 #include "runtime/host/host_buffer.h"
@@ -58,6 +59,32 @@ inline absl::StatusOr<ir::Literal> RunHlo(absl::string_view text,
   options.infeed_timeout = absl::Milliseconds(100);
   options.profile = profile;
   return ExecuteOn(**exe, *device, args, options);
+}
+
+// Runs `text` on a fresh "cpu" host device after the whole CPU pipeline
+// (`full_pipeline`) or after loop fusion alone, on `args`; `count`, when
+// given, receives how many computations `counted` accepts after the passes.
+inline absl::StatusOr<ir::Literal> RunAfterPasses(const std::string& text,
+                                                  const std::vector<ir::Literal>& args,
+                                                  bool full_pipeline,
+                                                  bool (*counted)(const ir::Computation&) = nullptr,
+                                                  int* count = nullptr) {
+  auto module = ir::ParseModule(text);
+  if (!module.ok()) return module.status();
+  if (full_pipeline) {
+    std::unique_ptr<passes::Pipeline> cpu = passes::CpuPipeline(/*verify=*/true);
+    if (auto changed = cpu->Run(module->get()); !changed.ok()) return changed.status();
+  } else if (auto fused = passes::LoopFusion().Run(module->get()); !fused.ok()) {
+    return fused.status();
+  }
+  if (count != nullptr && counted != nullptr) {
+    *count = 0;
+    for (const auto& c : (*module)->computations()) *count += counted(*c) ? 1 : 0;
+  }
+  HostDevice device("cpu", 0, int64_t{1} << 30, 64);
+  auto exe = CompileProgram(device.kind(), **module, {});
+  if (!exe.ok()) return exe.status();
+  return ExecuteOn(**exe, device, args);
 }
 
 template <typename T>
