@@ -49,26 +49,31 @@ memory::desc Any(const memory::desc& md) {
 // machine) one of them can take a millisecond to come.
 constexpr size_t kSmallReorderBytes = size_t{64} << 10;
 
+// An operand or the result of a Plan. (Outside Plan: Plan holds an
+// optional one, which clang cannot instantiate before the nested type's
+// member initializers are complete.)
+struct PlanOperand {
+  memory::desc lies;    // the Kiln buffer's layout (of one piece, see Split)
+  memory::desc wanted;  // the primitive's layout
+  int arg = 0;
+  std::optional<dnnl::reorder> reorder;
+  // Elements between neighbouring pieces along the split dimension; 0:
+  // every piece reads the whole operand.
+  int64_t piece_stride = 0;
+
+  // The layout the primitive chose for this operand and its argument.
+  void Want(const memory::desc& md, int argument) {
+    wanted = md;
+    arg = argument;
+  }
+};
+
 // One way to run the convolution, built at compile time. The HLO operands
 // (input, kernel) and result each have their own descriptor as they lie,
 // the oneDNN argument they are bound to, and a reorder into or out of the
 // layout the primitive chose when that differs.
 struct Plan {
-  struct Operand {
-    memory::desc lies;    // the Kiln buffer's layout (of one piece, see Split)
-    memory::desc wanted;  // the primitive's layout
-    int arg = 0;
-    std::optional<dnnl::reorder> reorder;
-    // Elements between neighbouring pieces along the split dimension; 0:
-    // every piece reads the whole operand.
-    int64_t piece_stride = 0;
-
-    // The layout the primitive chose for this operand and its argument.
-    void Want(const memory::desc& md, int argument) {
-      wanted = md;
-      arg = argument;
-    }
-  };
+  using Operand = PlanOperand;
   Operand in, ker, out;
   // The bias (a vector of the output features), for a plan that adds one.
   std::optional<Operand> bias;
