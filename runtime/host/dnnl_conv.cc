@@ -567,11 +567,6 @@ std::vector<NamedKernel> DnnlConvolutionKernels(const ir::Instruction& instr,
     }
     std::string name = pieces->piece->name;
     if (piece < kind.extent) absl::StrAppend(&name, " in pieces of ", piece);
-    // (Implementations can share a name; a tuning record names one.)
-    if (std::any_of(kernels.begin(), kernels.end(),
-                    [&](const NamedKernel& k) { return k.name == name; })) {
-      continue;
-    }
     kernels.push_back({std::move(name),
                        Kernel([pieces, out_shape](ExecState& st, const std::vector<BufferPtr>& ops) {
                          return Run(*pieces, out_shape, st, ops);

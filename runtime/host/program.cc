@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
@@ -219,17 +218,26 @@ absl::StatusOr<Kernel> MakeKernel(const Instruction& instr,
   }
 }
 
-// "dot" or "convolution" when `instr` calls a dot or a convolution fusion
-// that one library call runs; null otherwise, and where kernels are wrapped
-// (tpusim's rounding of matrix inputs: the call then runs its callee's
-// instructions as steps, the product wrapped like any other).
-const char* LibraryFusionKind(const Instruction& instr, const ProgramOptions& options) {
+// A call that one library call runs (dot_fusion.h, convolution_fusion.h):
+// what it fuses, for profiles, and the maker of its kernel.
+struct LibraryFusion {
+  const char* kind = nullptr;
+  absl::StatusOr<Kernel> (*make)(const Instruction& call) = nullptr;
+};
+
+// The library fusion `instr` calls; none (a null kind) otherwise, and where
+// kernels are wrapped (tpusim's rounding of matrix inputs: the call then
+// runs its callee's instructions as steps, the product wrapped like any
+// other).
+LibraryFusion LibraryFusionOf(const Instruction& instr, const ProgramOptions& options) {
   if (instr.opcode() != Opcode::kCall || instr.called().size() != 1 || options.wrap_kernel) {
-    return nullptr;
+    return {};
   }
-  if (passes::IsDotFusion(*instr.called(0))) return "dot";
-  if (passes::IsConvolutionFusion(*instr.called(0))) return "convolution";
-  return nullptr;
+  if (passes::IsDotFusion(*instr.called(0))) return {"dot", MakeDotFusionKernel};
+  if (passes::IsConvolutionFusion(*instr.called(0))) {
+    return {"convolution", MakeConvolutionFusionKernel};
+  }
+  return {};
 }
 
 }  // namespace
@@ -295,16 +303,15 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
       step.what = absl::StrCat("fused reduce ", instr.shape().ToString(), " ", instr.name());
       program->fused_instructions_ += instr.called(0)->instruction_count() -
                                       instr.called(0)->parameter_count() - 1;
-    } else if (const char* kind = LibraryFusionKind(instr, options)) {
-      // One library call for the callee (dot_fusion.h, convolution_fusion.h).
-      absl::StatusOr<Kernel> kernel = std::string_view(kind) == "dot"
-                                          ? MakeDotFusionKernel(instr)
-                                          : MakeConvolutionFusionKernel(instr);
+    } else if (const LibraryFusion library = LibraryFusionOf(instr, options);
+               library.kind != nullptr) {
+      absl::StatusOr<Kernel> kernel = library.make(instr);
       if (!kernel.ok()) {
         return WithContext(kernel.status(), absl::StrCat("instruction ", instr.name()));
       }
       step.kernel = *std::move(kernel);
-      step.what = absl::StrCat("fused ", kind, " ", instr.shape().ToString(), " ", instr.name());
+      step.what =
+          absl::StrCat("fused ", library.kind, " ", instr.shape().ToString(), " ", instr.name());
       for (const Instruction* o : instr.operands()) step.inputs.push_back(o->index());
       program->fused_instructions_ += instr.called(0)->instruction_count() -
                                       instr.called(0)->parameter_count() - 1;
