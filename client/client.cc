@@ -1,5 +1,6 @@
 #include "client/client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -240,8 +241,43 @@ DeviceBuffer::DeviceBuffer(std::shared_ptr<ClientCore> core, std::string handle,
       shape_(std::move(shape)),
       device_(std::move(device)) {}
 
+DeviceBuffer::DeviceBuffer(std::shared_ptr<ClientCore> core, std::shared_ptr<LocalBuffer> local,
+                           ir::Shape shape, std::string device)
+    : core_(std::move(core)),
+      local_(std::move(local)),
+      shape_(std::move(shape)),
+      device_(std::move(device)) {}
+
 DeviceBuffer::~DeviceBuffer() {
-  if (!donated_) core_->QueueRelease(handle_, /*executable=*/false);
+  absl::MutexLock lock(&mu_);
+  if (!donated_ && !handle_.empty()) core_->QueueRelease(handle_, /*executable=*/false);
+}
+
+const std::string& DeviceBuffer::handle() const {
+  absl::MutexLock lock(&mu_);
+  if (handle_.empty() && !adopted_ && local_ != nullptr) {
+    adopted_ = true;
+    if (DirectPath* direct = core_->transport().direct(); direct != nullptr) {
+      absl::StatusOr<std::string> handle = direct->Adopt(core_->session_id(), *local_);
+      if (handle.ok()) handle_ = *std::move(handle);
+    }
+  }
+  return handle_;
+}
+
+std::shared_ptr<LocalBuffer> DeviceBuffer::local() const {
+  absl::MutexLock lock(&mu_);
+  return local_;
+}
+
+std::shared_ptr<LocalBuffer> DeviceBuffer::TakeLocal() {
+  absl::MutexLock lock(&mu_);
+  return std::move(local_);
+}
+
+bool DeviceBuffer::has_handle() const {
+  absl::MutexLock lock(&mu_);
+  return !handle_.empty();
 }
 
 Executable::Executable(std::shared_ptr<ClientCore> core, const v1::CompileResponse& r,
@@ -354,6 +390,11 @@ absl::StatusOr<std::shared_ptr<DeviceBuffer>> Client::TransferToDevice(
 }
 
 absl::StatusOr<ir::Literal> Client::TransferFromDevice(const DeviceBuffer& buffer) {
+  if (DirectPath* direct = core_->transport().direct(); direct != nullptr) {
+    if (std::shared_ptr<LocalBuffer> local = buffer.local(); local != nullptr) {
+      return direct->Read(*local);
+    }
+  }
   v1::TransferFromDeviceRequest req;
   req.set_session_id(core_->session_id());
   req.set_buffer_handle(buffer.handle());
@@ -583,9 +624,90 @@ absl::Status CheckNamedOutputs(const ExecuteResult& result,
 
 }  // namespace
 
+namespace {
+
+// Client::Execute through an in-process transport's DirectPath: the same
+// checks and results as the messages give, without them.
+absl::StatusOr<ExecuteResult> ExecuteDirect(DirectPath& direct,
+                                            const std::shared_ptr<ClientCore>& core,
+                                            const Executable& executable,
+                                            const std::vector<std::shared_ptr<DeviceBuffer>>& args,
+                                            const ExecuteOptions& options) {
+  std::vector<DirectArgument> direct_args(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::shared_ptr<DeviceBuffer>& a = args[i];
+    const ir::Literal* value = i < options.inline_values.size() ? options.inline_values[i] : nullptr;
+    if (a == nullptr) {
+      if (value == nullptr) return absl::InvalidArgumentError("null argument buffer");
+      direct_args[i].value = value;
+      continue;
+    }
+    if (value != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("argument ", i, " has both a buffer and an inline value"));
+    }
+    if (a->donated()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("argument ", i, ": the buffer was donated to an earlier execution"));
+    }
+  }
+  // Only once every argument passed: a donated one is given up here.
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::shared_ptr<DeviceBuffer>& a = args[i];
+    if (a == nullptr) continue;
+    const bool donated =
+        std::find(options.donate.begin(), options.donate.end(), static_cast<int>(i)) !=
+        options.donate.end();
+    // One the session knows by its handle goes by it: a donation takes it
+    // there too.
+    std::shared_ptr<LocalBuffer> local = donated ? a->TakeLocal() : a->local();
+    if (local != nullptr && !(donated && a->has_handle())) {
+      direct_args[i].local = std::move(local);
+    } else {
+      local.reset();
+      direct_args[i].handle = a->handle();
+    }
+  }
+  absl::StatusOr<DirectOutputs> executed =
+      direct.Execute(core->session_id(), executable.handle(), std::move(direct_args),
+                     options.donate, options.infeed_timeout, options.cancel);
+  MarkDonated(options.donate, args);
+  if (!executed.ok()) return executed.status();
+  ExecuteResult result;
+  result.execute_micros = executed->execute_micros;
+  result.profile = executed->profile;
+  for (size_t k = 0; k < executed->outputs.size(); ++k) {
+    const ir::Shape& shape = executed->shapes[k];
+    std::optional<ir::Literal> value;
+    if (shape.ByteSize() <= options.inline_result_max_bytes) {
+      ASSIGN_OR_RETURN(value, direct.Read(*executed->outputs[k]));
+    }
+    result.outputs.push_back(std::make_shared<DeviceBuffer>(
+        core, std::move(executed->outputs[k]), shape, executable.device()));
+    result.inline_values.push_back(std::move(value));
+  }
+  result.inline_argument_buffers.resize(args.size());
+  for (size_t i = 0; i < executed->argument_buffers.size() && i < args.size(); ++i) {
+    if (executed->argument_buffers[i] == nullptr || i >= options.inline_values.size() ||
+        options.inline_values[i] == nullptr) {
+      continue;
+    }
+    result.inline_argument_buffers[i] =
+        std::make_shared<DeviceBuffer>(core, std::move(executed->argument_buffers[i]),
+                                       options.inline_values[i]->shape(), executable.device());
+  }
+  return result;
+}
+
+}  // namespace
+
 absl::StatusOr<ExecuteResult> Client::Execute(
     const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,
     const ExecuteOptions& options) {
+  if (DirectPath* direct = core_->transport().direct();
+      direct != nullptr && options.group_id.empty()) {
+    return ExecuteDirect(*direct, core_, executable, args, options);
+  }
   ASSIGN_OR_RETURN(v1::ExecuteRequest req,
                    ExecuteRequestOf(core_->session_id(), executable, args, options));
   absl::StatusOr<v1::ExecuteResponse> executed = core_->transport().Execute(req, options.cancel);

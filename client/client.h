@@ -65,20 +65,37 @@ class DeviceBuffer {
  public:
   DeviceBuffer(std::shared_ptr<ClientCore> core, std::string handle, ir::Shape shape,
                std::string device);
+  // A buffer held in this process (an in-process transport's DirectPath).
+  DeviceBuffer(std::shared_ptr<ClientCore> core, std::shared_ptr<LocalBuffer> local,
+               ir::Shape shape, std::string device);
   ~DeviceBuffer();
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-  const std::string& handle() const { return handle_; }
+  // Its handle on the server. A buffer held in this process gets one the
+  // first time it is asked for (empty if the session refused it, or once
+  // it was donated before it had one).
+  const std::string& handle() const;
   const ir::Shape& shape() const { return shape_; }
   const std::string& device() const { return device_; }
   // True once donated to an execution: the handle is gone on the server.
   bool donated() const { return donated_.load(); }
   void MarkDonated() { donated_ = true; }
+  // Held in this process: the buffer itself (null otherwise, and once
+  // taken).
+  std::shared_ptr<LocalBuffer> local() const;
+  // Gives the buffer itself up (a donation): afterwards local() is null.
+  std::shared_ptr<LocalBuffer> TakeLocal();
+  // Whether it has a handle already (handle() would not make one).
+  bool has_handle() const;
 
  private:
   std::shared_ptr<ClientCore> core_;
-  std::string handle_;
+  mutable absl::Mutex mu_;
+  mutable std::string handle_ ABSL_GUARDED_BY(mu_);
+  // Set once handle() asked the server for one: handle_ never changes after.
+  mutable bool adopted_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<LocalBuffer> local_ ABSL_GUARDED_BY(mu_);
   ir::Shape shape_;
   std::string device_;
   std::atomic<bool> donated_{false};

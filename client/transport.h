@@ -7,10 +7,13 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "compiler/ir/literal.h"
 #include "kiln/v1/service.pb.h"
 
@@ -54,6 +57,52 @@ class OutfeedStream {
   virtual void Cancel() = 0;
 };
 
+// A buffer that an in-process transport hands to the client as it is: the
+// client holds it, and it gets a handle only where a message needs one.
+class LocalBuffer {
+ public:
+  virtual ~LocalBuffer() = default;
+};
+
+// One argument of a direct execution: a buffer held as such, a handle of
+// the session, or a value (borrowed).
+struct DirectArgument {
+  std::shared_ptr<LocalBuffer> local;
+  std::string handle;
+  const ir::Literal* value = nullptr;
+};
+
+struct DirectOutputs {
+  std::vector<std::shared_ptr<LocalBuffer>> outputs;  // the result's arrays, depth-first
+  std::vector<ir::Shape> shapes;                      // theirs
+  // By argument index: the buffer a value became (null for the others and
+  // for donated values).
+  std::vector<std::shared_ptr<LocalBuffer>> argument_buffers;
+  int64_t execute_micros = 0;
+  std::optional<v1::ExecutionProfileProto> profile;
+};
+
+// What an in-process transport offers besides its messages: executions
+// whose arguments and results are buffers held by the client, with no
+// request, reply or handle in between.
+class DirectPath {
+ public:
+  virtual ~DirectPath() = default;
+  // Runs the executable on its device. The donated arguments are given up
+  // whatever happens; a donated LocalBuffer nobody else holds may take a
+  // result in place.
+  virtual absl::StatusOr<DirectOutputs> Execute(const std::string& session_id,
+                                                const std::string& executable_handle,
+                                                std::vector<DirectArgument> args,
+                                                const std::vector<int>& donate,
+                                                absl::Duration infeed_timeout,
+                                                CallCanceller* cancel) = 0;
+  // Registers `buffer` with the session and returns its handle.
+  virtual absl::StatusOr<std::string> Adopt(const std::string& session_id,
+                                            const LocalBuffer& buffer) = 0;
+  virtual absl::StatusOr<ir::Literal> Read(const LocalBuffer& buffer) = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -94,6 +143,8 @@ class Transport {
                                                                    int64_t chunk_bytes) = 0;
   virtual absl::StatusOr<std::unique_ptr<OutfeedStream>> OpenOutfeed(
       const v1::OutfeedRequest& r) = 0;
+  // Null unless the service runs in this process (embedded.h).
+  virtual DirectPath* direct() { return nullptr; }
 };
 
 }  // namespace kiln::client

@@ -1,5 +1,7 @@
 #include "embedded/embedded.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "server/service.h"
@@ -85,12 +87,107 @@ class Outfeed : public OutfeedStream, FeedBase {
   int64_t read_ = 0;
 };
 
+// A buffer of the service held by the client as it is.
+class HeldBuffer : public client::LocalBuffer {
+ public:
+  HeldBuffer(const server::Service* owner, runtime::BufferPtr buffer, runtime::Device* device)
+      : owner(owner), buffer(std::move(buffer)), device(device) {}
+  const server::Service* const owner;
+  runtime::BufferPtr buffer;  // null once a donation took it
+  runtime::Device* const device;
+};
+
+// Executions without messages: buffers go in and come out as they are.
+class Direct : public client::DirectPath {
+ public:
+  explicit Direct(server::Service* service) : service_(service) {}
+
+  absl::StatusOr<client::DirectOutputs> Execute(const std::string& session_id,
+                                                const std::string& executable_handle,
+                                                std::vector<client::DirectArgument> args,
+                                                const std::vector<int>& donate,
+                                                absl::Duration infeed_timeout,
+                                                CallCanceller* cancel) override {
+    server::Service::DirectExecution run;
+    run.session_id = session_id;
+    run.executable_handle = executable_handle;
+    run.donated = donate;
+    run.infeed_timeout = infeed_timeout;
+    if (cancel != nullptr) run.cancelled = [cancel]() { return cancel->cancelled(); };
+    run.arguments.resize(args.size());
+    for (size_t i = 0; i < args.size(); ++i) {
+      client::DirectArgument& a = args[i];
+      server::Service::DirectArgument& to = run.arguments[i];
+      to.value = a.value;
+      to.handle = std::move(a.handle);
+      if (a.local == nullptr) continue;
+      ASSIGN_OR_RETURN(HeldBuffer * held, Held(*a.local));
+      const bool donated = std::find(donate.begin(), donate.end(), static_cast<int>(i)) != donate.end();
+      // A donated buffer nobody else holds goes to the program, which may
+      // write its result over it.
+      to.buffer = donated && a.local.use_count() == 1 ? std::move(held->buffer) : held->buffer;
+      to.device = held->device;
+      if (to.buffer == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("argument ", i, ": the buffer was donated to an earlier execution"));
+      }
+    }
+    args.clear();
+    ASSIGN_OR_RETURN(server::Service::DirectResult result, service_->ExecuteDirect(std::move(run)));
+    client::DirectOutputs out;
+    out.execute_micros = result.execute_micros;
+    if (result.profile.has_value()) {
+      out.profile.emplace();
+      server::ProfileToProto(*result.profile, &*out.profile);
+    }
+    for (runtime::BufferPtr& b : result.outputs) {
+      out.shapes.push_back(b->shape());
+      out.outputs.push_back(std::make_shared<HeldBuffer>(service_, std::move(b), result.device));
+    }
+    for (runtime::BufferPtr& b : result.argument_buffers) {
+      out.argument_buffers.push_back(
+          b == nullptr ? nullptr : std::make_shared<HeldBuffer>(service_, std::move(b), result.device));
+    }
+    return out;
+  }
+
+  absl::StatusOr<std::string> Adopt(const std::string& session_id,
+                                    const client::LocalBuffer& buffer) override {
+    ASSIGN_OR_RETURN(HeldBuffer * held, Held(buffer));
+    return service_->AdoptBuffer(session_id, held->buffer, held->device);
+  }
+
+  absl::StatusOr<ir::Literal> Read(const client::LocalBuffer& buffer) override {
+    ASSIGN_OR_RETURN(HeldBuffer * held, Held(buffer));
+    if (held->buffer == nullptr) {
+      return absl::FailedPreconditionError("the buffer was donated to an execution");
+    }
+    return held->device->TransferFromDevice(*held->buffer);
+  }
+
+ private:
+  // The buffer as this service's (another embedded service's buffers are
+  // not this one's to run).
+  absl::StatusOr<HeldBuffer*> Held(const client::LocalBuffer& buffer) const {
+    auto* held = dynamic_cast<const HeldBuffer*>(&buffer);
+    if (held == nullptr || held->owner != service_) {
+      return absl::InvalidArgumentError(
+          "the buffer belongs to another client's service; copy it through the host");
+    }
+    return const_cast<HeldBuffer*>(held);
+  }
+
+  server::Service* const service_;
+};
+
 class InProcessTransport : public Transport {
  public:
   using Transport::Execute;
   using Transport::JoinGroup;
   explicit InProcessTransport(std::unique_ptr<server::Service> service)
-      : service_(std::move(service)) {}
+      : service_(std::move(service)), direct_(service_.get()) {}
+
+  client::DirectPath* direct() override { return &direct_; }
 
   absl::StatusOr<v1::HandshakeResponse> Handshake(const v1::HandshakeRequest& r) override {
     return service_->Handshake(r);
@@ -164,6 +261,7 @@ class InProcessTransport : public Transport {
 
  private:
   std::unique_ptr<server::Service> service_;
+  Direct direct_;
 };
 
 }  // namespace

@@ -44,6 +44,9 @@ runtime::CancelCheck UntilSessionEnds(const std::shared_ptr<Session>& session,
   return [session, cancelled]() { return session->closed() || (cancelled && cancelled()); };
 }
 
+
+}  // namespace
+
 void ProfileToProto(const runtime::ExecutionProfile& p, v1::ExecutionProfileProto* out) {
   out->set_simulated_seconds(p.simulated_seconds);
   out->set_matrix_seconds(p.matrix_seconds);
@@ -56,8 +59,6 @@ void ProfileToProto(const runtime::ExecutionProfile& p, v1::ExecutionProfileProt
   out->set_hbm_bytes(p.hbm_bytes);
   out->set_padding_waste(p.padding_waste);
 }
-
-}  // namespace
 
 Service::Service(const ServiceOptions& options)
     : options_(options),
@@ -685,31 +686,7 @@ absl::StatusOr<v1::ExecuteResponse> Service::ExecuteIn(const std::shared_ptr<Ses
   runs.clear();
   metrics_.Add("executes");
   if (replicated) metrics_.Add("replicated_executes");
-  if (!results.ok()) {
-    metrics_.Add("execute_errors");
-    if (until_done()) {
-      // Wake producers and consumers of the aborted program; drop its data.
-      for (const auto& f : feeds) {
-        f->infeed.Abort();
-        f->outfeed.Abort();
-      }
-      metrics_.Add("executes_cancelled");
-      logging::Info("session {}: execution cancelled on {}", session->id(), exe.device->name());
-      return absl::CancelledError(absl::StrCat("execution cancelled: ", results.status().message()));
-    }
-    if (exe.executable->uses_feeds()) {
-      // Producers and outfeed readers would wait for a program that is gone:
-      // they get its error instead (readers after the values it wrote).
-      const absl::Status failed(
-          results.status().code(),
-          absl::StrCat("the program on ", exe.device->name(), " failed: ", results.status().message()));
-      for (const auto& f : feeds) {
-        f->infeed.Fail(failed, /*drop_values=*/true);
-        f->outfeed.Fail(failed, /*drop_values=*/false);
-      }
-    }
-    return results.status();
-  }
+  if (!results.ok()) return ExecutionFailed(results.status(), exe, session, feeds, until_done);
   v1::ExecuteResponse resp;
   runtime::MemoryCharge reply(session->host_account());
   // Kept inline values (not donated) become buffers of the session.
@@ -776,6 +753,157 @@ absl::StatusOr<v1::ExecuteResponse> Service::ExecuteIn(const std::shared_ptr<Ses
   metrics_.Record("execute", took);
   if (reply_charge != nullptr) *reply_charge = std::move(reply);
   return resp;
+}
+
+absl::Status Service::ExecutionFailed(const absl::Status& error, const ExecutableEntry& exe,
+                                      const std::shared_ptr<Session>& session,
+                                      const std::vector<std::shared_ptr<FeedQueues>>& feeds,
+                                      const runtime::CancelCheck& until_done) {
+  metrics_.Add("execute_errors");
+  if (until_done()) {
+    // Wake producers and consumers of the aborted program; drop its data.
+    for (const auto& f : feeds) {
+      f->infeed.Abort();
+      f->outfeed.Abort();
+    }
+    metrics_.Add("executes_cancelled");
+    logging::Info("session {}: execution cancelled on {}", session->id(), exe.device->name());
+    return absl::CancelledError(absl::StrCat("execution cancelled: ", error.message()));
+  }
+  if (exe.executable->uses_feeds()) {
+    // Producers and outfeed readers would wait for a program that is gone:
+    // they get its error instead (readers after the values it wrote).
+    const absl::Status failed(
+        error.code(),
+        absl::StrCat("the program on ", exe.device->name(), " failed: ", error.message()));
+    for (const auto& f : feeds) {
+      f->infeed.Fail(failed, /*drop_values=*/true);
+      f->outfeed.Fail(failed, /*drop_values=*/false);
+    }
+  }
+  return error;
+}
+
+absl::StatusOr<Service::DirectResult> Service::ExecuteDirect(DirectExecution execution) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(execution.session_id));
+  std::vector<std::string> donated_handles;
+  for (int index : execution.donated) {
+    if (index >= 0 && index < static_cast<int>(execution.arguments.size()) &&
+        !execution.arguments[index].handle.empty()) {
+      donated_handles.push_back(execution.arguments[index].handle);
+    }
+  }
+  absl::StatusOr<DirectResult> result = ExecuteDirectIn(session, execution);
+  // Given up whatever happens: those the execution did not take go now.
+  if (!result.ok() && !donated_handles.empty()) session->Drop(donated_handles);
+  return result;
+}
+
+absl::StatusOr<Service::DirectResult> Service::ExecuteDirectIn(
+    const std::shared_ptr<Session>& session, DirectExecution& execution) {
+  ASSIGN_OR_RETURN(std::shared_ptr<void> running, session->BeginExecution());
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(ExecutableEntry exe, session->GetExecutable(execution.executable_handle));
+  runtime::AccountScope account(session->memory_account());
+  const std::vector<ir::Shape>& params = exe.executable->parameter_shapes();
+  std::vector<DirectArgument>& arguments = execution.arguments;
+  if (arguments.size() != params.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("program takes ", params.size(),
+                                                   " arguments, got ", arguments.size()));
+  }
+  std::vector<bool> donated(params.size(), false);
+  for (int index : execution.donated) {
+    if (index < 0 || index >= static_cast<int>(params.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("donated argument ", index, " out of range"));
+    }
+    donated[index] = true;
+  }
+  const runtime::CancelCheck until_done = UntilSessionEnds(session, execution.cancelled);
+  DirectResult result;
+  result.device = exe.device;
+  result.argument_buffers.resize(params.size());
+  std::vector<runtime::ReplicaRun> runs(1);
+  runtime::ReplicaRun& run = runs[0];
+  run.device = exe.device;
+  std::vector<std::string> taken;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    DirectArgument& a = arguments[i];
+    runtime::BufferPtr buffer;
+    runtime::Device* device = nullptr;
+    if (a.value != nullptr) {
+      if (a.value->shape() != params[i]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "argument ", i, " has shape ", a.value->shape().ToString(),
+            ", the program expects ", params[i].ToString()));
+      }
+      absl::StatusOr<runtime::BufferPtr> placed = exe.device->TransferToDevice(*a.value);
+      if (!placed.ok()) return WithContext(placed.status(), absl::StrCat("argument ", i));
+      metrics_.Add("bytes_in", params[i].ByteSize());
+      buffer = *std::move(placed);
+      device = exe.device;
+      // Kept for the caller unless donated (then the program may write over it).
+      if (!donated[i]) result.argument_buffers[i] = buffer;
+    } else if (a.buffer != nullptr) {
+      buffer = std::move(a.buffer);
+      device = a.device;
+    } else {
+      absl::StatusOr<BufferEntry> entry = session->GetBuffer(a.handle, until_done);
+      if (!entry.ok()) return WithContext(entry.status(), absl::StrCat("argument ", i));
+      buffer = std::move(entry->buffer);
+      device = entry->device;
+      if (donated[i]) taken.push_back(a.handle);
+    }
+    if (device != exe.device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "argument ", i, " lives on ", device == nullptr ? "no device" : device->name(),
+          " but the program runs on ", exe.device->name(), "; copy it explicitly"));
+    }
+    if (buffer->shape() != params[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "argument ", i, " has shape ", buffer->shape().ToString(), ", the program expects ",
+          params[i].ToString()));
+    }
+    run.args.push_back(std::move(buffer));
+  }
+  std::vector<std::shared_ptr<FeedQueues>> feeds = {session->Feeds(exe.device->name())};
+  runtime::ExecutionProfile profile;
+  run.options.infeed_timeout = execution.infeed_timeout > absl::ZeroDuration()
+                                   ? execution.infeed_timeout
+                                   : options_.infeed_timeout;
+  run.options.outfeed_timeout = run.options.infeed_timeout;
+  run.options.infeed = &feeds[0]->infeed;
+  run.options.outfeed = &feeds[0]->outfeed;
+  run.options.cancelled = until_done;
+  run.options.profile = &profile;
+  if (!taken.empty()) RETURN_IF_ERROR(session->TakeBuffers(taken).status());
+  absl::StatusOr<std::vector<runtime::BufferPtr>> results =
+      runtime::ExecuteReplicated(*exe.executable, runs, options_.collective_timeout);
+  runs.clear();
+  metrics_.Add("executes");
+  if (!results.ok()) return ExecutionFailed(results.status(), exe, session, feeds, until_done);
+  Flatten((*results)[0], &result.outputs);
+  if (exe.executable->has_cost_model()) {
+    RecordProfile(profile);
+    result.profile = profile;
+  }
+  const absl::Duration took = absl::Now() - start;
+  result.execute_micros = absl::ToInt64Microseconds(took);
+  if (options_.trace != nullptr) {
+    options_.trace->Complete("execute", "execute", start, took,
+                             {{"device", exe.device->name()},
+                              {"fingerprint", exe.fingerprint.substr(0, 16)},
+                              {"replicas", "1"}});
+  }
+  metrics_.Record("execute", took);
+  return result;
+}
+
+absl::StatusOr<std::string> Service::AdoptBuffer(const std::string& session_id,
+                                                 runtime::BufferPtr buffer,
+                                                 runtime::Device* device) {
+  if (buffer == nullptr || device == nullptr) return absl::InvalidArgumentError("no buffer");
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(session_id));
+  return session->AddBuffer({std::move(buffer), device, nullptr});
 }
 
 void Service::RecordProfile(const runtime::ExecutionProfile& p) {

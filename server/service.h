@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,9 @@ struct ServiceOptions {
   std::function<absl::Status(const std::string& address, absl::Duration timeout)> probe_member;
 };
 
+// A simulated chip's profile of one execution, as the protocol says it.
+void ProfileToProto(const runtime::ExecutionProfile& profile, v1::ExecutionProfileProto* out);
+
 // Thread-safe: every method may be called from many threads at once.
 class Service {
  public:
@@ -141,6 +145,40 @@ class Service {
   absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& request,
                                               const runtime::CancelCheck& cancelled = nullptr,
                                               runtime::MemoryCharge* reply_charge = nullptr);
+  // An execution for a caller in this process (embedded/embedded.h): one
+  // program on its device, with no messages. Each argument is a buffer
+  // given as such (with its device), a handle of the session, or a value
+  // to place on the device; the outputs come back as buffers, with no
+  // handles (AdoptBuffer makes one where a buffer must cross a message).
+  // The same checks as Execute; the donated arguments are given up
+  // whatever happens (a donated buffer given as such is moved in).
+  struct DirectArgument {
+    runtime::BufferPtr buffer;
+    runtime::Device* device = nullptr;  // where `buffer` lives
+    std::string handle;
+    const ir::Literal* value = nullptr;  // borrowed
+  };
+  struct DirectExecution {
+    std::string session_id;
+    std::string executable_handle;
+    std::vector<DirectArgument> arguments;
+    std::vector<int> donated;
+    absl::Duration infeed_timeout = absl::ZeroDuration();  // 0: the default
+    runtime::CancelCheck cancelled;
+  };
+  struct DirectResult {
+    runtime::Device* device = nullptr;  // where the outputs live
+    std::vector<runtime::BufferPtr> outputs;  // the result's arrays, depth-first
+    // By argument index: the buffer a value became (null for the others,
+    // and for donated values).
+    std::vector<runtime::BufferPtr> argument_buffers;
+    std::optional<runtime::ExecutionProfile> profile;  // devices with a cost model
+    int64_t execute_micros = 0;
+  };
+  absl::StatusOr<DirectResult> ExecuteDirect(DirectExecution execution);
+  // Registers a buffer of `device` with the session: its new handle.
+  absl::StatusOr<std::string> AdoptBuffer(const std::string& session_id,
+                                          runtime::BufferPtr buffer, runtime::Device* device);
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& request);
   v1::MetricsResponse GetMetrics();
   // Groups of servers (protocol version 5). JoinGroup blocks until every
@@ -246,6 +284,14 @@ class Service {
                                                 const runtime::CancelCheck& cancelled,
                                                 runtime::MemoryCharge* reply_charge,
                                                 SequencedOutputs* sequenced);
+  absl::StatusOr<DirectResult> ExecuteDirectIn(const std::shared_ptr<Session>& session,
+                                               DirectExecution& execution);
+  // A failed program's error, after its feeds learned of it: a cancelled
+  // one's queues are aborted; one that used feeds fails their waiters.
+  absl::Status ExecutionFailed(const absl::Status& error, const ExecutableEntry& exe,
+                               const std::shared_ptr<Session>& session,
+                               const std::vector<std::shared_ptr<FeedQueues>>& feeds,
+                               const runtime::CancelCheck& until_done);
   // The stores of the groups this server is member 0 of.
   struct HostedStore {
     std::string secret;
