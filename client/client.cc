@@ -13,6 +13,7 @@
 #include "client/mesh_transport.h"
 #include "compiler/ir/proto_convert.h"
 #include "proto/protocol.h"
+#include "base/mutexes.h"
 #include "base/status_macros.h"
 
 namespace kiln::client {
@@ -307,6 +308,7 @@ Executable::~Executable() { core_->QueueRelease(handle_, /*executable=*/true); }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::unique_ptr<Transport> transport,
                                                        const ConnectOptions& options) {
+  ConfigureMutexes();
   auto core = std::make_shared<ClientCore>(std::move(transport), options);
   v1::HandshakeRequest req;
   req.set_min_version(kClientMinVersion);
@@ -582,7 +584,7 @@ absl::StatusOr<ExecuteResult> ExecuteResultOf(const std::shared_ptr<ClientCore>&
         "the server returned ", resp.inline_argument_handles_size(), " handles for ",
         req.inline_arguments_size(), " inline arguments (protocol version 4 needed)"));
   }
-  result.inline_argument_buffers.resize(args);
+  if (req.inline_arguments_size() > 0) result.inline_argument_buffers.resize(args);
   for (int k = 0; k < req.inline_arguments_size(); ++k) {
     const std::string& handle = resp.inline_argument_handles(k);
     if (handle.empty()) continue;  // donated
@@ -676,6 +678,8 @@ absl::StatusOr<ExecuteResult> ExecuteDirect(DirectPath& direct,
   ExecuteResult result;
   result.execute_micros = executed->execute_micros;
   result.profile = executed->profile;
+  result.outputs.reserve(executed->outputs.size());
+  result.inline_values.reserve(executed->outputs.size());
   for (size_t k = 0; k < executed->outputs.size(); ++k) {
     const ir::Shape& shape = executed->shapes[k];
     std::optional<ir::Literal> value;
@@ -686,7 +690,7 @@ absl::StatusOr<ExecuteResult> ExecuteDirect(DirectPath& direct,
         core, std::move(executed->outputs[k]), shape, executable.device()));
     result.inline_values.push_back(std::move(value));
   }
-  result.inline_argument_buffers.resize(args.size());
+  if (!executed->argument_buffers.empty()) result.inline_argument_buffers.resize(args.size());
   for (size_t i = 0; i < executed->argument_buffers.size() && i < args.size(); ++i) {
     if (executed->argument_buffers[i] == nullptr || i >= options.inline_values.size() ||
         options.inline_values[i] == nullptr) {
@@ -700,6 +704,8 @@ absl::StatusOr<ExecuteResult> ExecuteDirect(DirectPath& direct,
 }
 
 }  // namespace
+
+bool Client::in_process() const { return core_->transport().direct() != nullptr; }
 
 absl::StatusOr<ExecuteResult> Client::Execute(
     const Executable& executable, const std::vector<std::shared_ptr<DeviceBuffer>>& args,

@@ -179,7 +179,8 @@ struct ExecuteResult {
   // What the execution would cost on the simulated chip (tpu devices).
   std::optional<v1::ExecutionProfileProto> profile;
   // By argument index: the buffer an inline value became on the server
-  // (null for arguments given as buffers, and for donated ones).
+  // (null for arguments given as buffers, and for donated ones); empty
+  // when no argument was sent as a value.
   std::vector<std::shared_ptr<DeviceBuffer>> inline_argument_buffers;
 };
 
@@ -259,6 +260,9 @@ class Client {
   const std::string& security_warning() const { return security_warning_; }
   // The first accelerator, else the first CPU.
   const DeviceDescription& default_device() const;
+  // The service runs in this process (embedded.h): executions take the
+  // direct path, and reading a buffer is a copy from the device.
+  bool in_process() const;
 
   absl::StatusOr<std::shared_ptr<DeviceBuffer>> TransferToDevice(const ir::Literal& value,
                                                                  const std::string& device);

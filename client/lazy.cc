@@ -599,13 +599,16 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
   }
   ASSIGN_OR_RETURN(std::vector<ReplicaArguments> replica_args, ReplicaInputs(params));
   ExecuteOptions options;
-  options.inline_result_max_bytes = kInlineBytes;
+  // In this process a read is a copy from the device: nothing to save.
+  options.inline_result_max_bytes = client_->in_process() ? 0 : kInlineBytes;
   if (named_outputs && replica_args.empty()) SupersedeInFlight();
   if (replica_args.empty()) options.donate = DonatableParams(outputs, params);
   metrics_.donated_arguments += static_cast<int64_t>(options.donate.size());
   options.cancel = cancel;
   std::vector<std::shared_ptr<DeviceBuffer>> args;
   if (replica_args.empty()) {
+    args.reserve(params.size());
+    options.inline_values.reserve(params.size());
     for (const auto& p : params) {
       args.push_back(p->data);
       options.inline_values.push_back(p->host_only() ? &*p->host_value : nullptr);

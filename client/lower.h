@@ -50,6 +50,7 @@ absl::Status WalkTrace(const std::vector<std::shared_ptr<Node>>& roots, LeafFn&&
     bool reached = false, is_leaf = false;
   };
   std::vector<Frame> stack;
+  stack.reserve(8);
   for (const auto& root : roots) {
     if (done.contains(root.get())) continue;
     stack.push_back({root});

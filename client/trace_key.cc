@@ -240,6 +240,8 @@ absl::Status WriteCond(Writer& w, const CondSpec* cond) {
 absl::StatusOr<TraceKey> KeyOfTrace(const std::vector<std::shared_ptr<Node>>& outputs) {
   TraceKey key;
   Writer w;
+  w.bytes().reserve(256);  // one op's key, without growing
+  key.params.reserve(4);
   LeafFn leaf = [&key](const std::shared_ptr<Node>& n, Writer& lw) {
     if (!n->realized()) return false;
     key.params.push_back(n);

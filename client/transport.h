@@ -61,7 +61,13 @@ class OutfeedStream {
 // client holds it, and it gets a handle only where a message needs one.
 class LocalBuffer {
  public:
+  // `owner` tells the transport's buffers from others'.
+  explicit LocalBuffer(const void* owner) : owner_(owner) {}
   virtual ~LocalBuffer() = default;
+  const void* owner() const { return owner_; }
+
+ private:
+  const void* const owner_;
 };
 
 // One argument of a direct execution: a buffer held as such, a handle of
@@ -76,7 +82,7 @@ struct DirectOutputs {
   std::vector<std::shared_ptr<LocalBuffer>> outputs;  // the result's arrays, depth-first
   std::vector<ir::Shape> shapes;                      // theirs
   // By argument index: the buffer a value became (null for the others and
-  // for donated values).
+  // for donated values); empty when no value was given.
   std::vector<std::shared_ptr<LocalBuffer>> argument_buffers;
   int64_t execute_micros = 0;
   std::optional<v1::ExecutionProfileProto> profile;

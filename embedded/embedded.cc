@@ -91,8 +91,7 @@ class Outfeed : public OutfeedStream, FeedBase {
 class HeldBuffer : public client::LocalBuffer {
  public:
   HeldBuffer(const server::Service* owner, runtime::BufferPtr buffer, runtime::Device* device)
-      : owner(owner), buffer(std::move(buffer)), device(device) {}
-  const server::Service* const owner;
+      : LocalBuffer(owner), buffer(std::move(buffer)), device(device) {}
   runtime::BufferPtr buffer;  // null once a donation took it
   runtime::Device* const device;
 };
@@ -119,7 +118,7 @@ class Direct : public client::DirectPath {
       client::DirectArgument& a = args[i];
       server::Service::DirectArgument& to = run.arguments[i];
       to.value = a.value;
-      to.handle = std::move(a.handle);
+      to.handle = a.handle;
       if (a.local == nullptr) continue;
       ASSIGN_OR_RETURN(HeldBuffer * held, Held(*a.local));
       const bool donated = std::find(donate.begin(), donate.end(), static_cast<int>(i)) != donate.end();
@@ -132,14 +131,17 @@ class Direct : public client::DirectPath {
             absl::StrCat("argument ", i, ": the buffer was donated to an earlier execution"));
       }
     }
+    absl::StatusOr<server::Service::DirectResult> executed = service_->ExecuteDirect(std::move(run));
     args.clear();
-    ASSIGN_OR_RETURN(server::Service::DirectResult result, service_->ExecuteDirect(std::move(run)));
+    ASSIGN_OR_RETURN(server::Service::DirectResult result, std::move(executed));
     client::DirectOutputs out;
     out.execute_micros = result.execute_micros;
     if (result.profile.has_value()) {
       out.profile.emplace();
       server::ProfileToProto(*result.profile, &*out.profile);
     }
+    out.shapes.reserve(result.outputs.size());
+    out.outputs.reserve(result.outputs.size());
     for (runtime::BufferPtr& b : result.outputs) {
       out.shapes.push_back(b->shape());
       out.outputs.push_back(std::make_shared<HeldBuffer>(service_, std::move(b), result.device));
@@ -169,12 +171,12 @@ class Direct : public client::DirectPath {
   // The buffer as this service's (another embedded service's buffers are
   // not this one's to run).
   absl::StatusOr<HeldBuffer*> Held(const client::LocalBuffer& buffer) const {
-    auto* held = dynamic_cast<const HeldBuffer*>(&buffer);
-    if (held == nullptr || held->owner != service_) {
+    if (buffer.owner() != service_) {
       return absl::InvalidArgumentError(
           "the buffer belongs to another client's service; copy it through the host");
     }
-    return const_cast<HeldBuffer*>(held);
+    // This service's LocalBuffers are all HeldBuffers.
+    return const_cast<HeldBuffer*>(static_cast<const HeldBuffer*>(&buffer));
   }
 
   server::Service* const service_;

@@ -17,6 +17,7 @@
 #include "compiler/ir/fingerprint.h"
 #include "compiler/ir/hlo_printer.h"
 #include "compiler/ir/proto_convert.h"
+#include "base/mutexes.h"
 #include "base/net_address.h"
 #include "base/status_macros.h"
 #include "compiler/ir/verifier.h"
@@ -67,6 +68,7 @@ Service::Service(const ServiceOptions& options)
       cache_(options.compile_cache_entries, options.compile_cache_bytes) {}
 
 absl::StatusOr<std::unique_ptr<Service>> Service::Create(const ServiceOptions& options) {
+  ConfigureMutexes();
   if (options.backends.empty()) {
     return absl::InvalidArgumentError("the server needs at least one backend");
   }
@@ -790,7 +792,7 @@ absl::StatusOr<Service::DirectResult> Service::ExecuteDirect(DirectExecution exe
   for (int index : execution.donated) {
     if (index >= 0 && index < static_cast<int>(execution.arguments.size()) &&
         !execution.arguments[index].handle.empty()) {
-      donated_handles.push_back(execution.arguments[index].handle);
+      donated_handles.emplace_back(execution.arguments[index].handle);
     }
   }
   absl::StatusOr<DirectResult> result = ExecuteDirectIn(session, execution);
@@ -811,20 +813,24 @@ absl::StatusOr<Service::DirectResult> Service::ExecuteDirectIn(
     return absl::InvalidArgumentError(absl::StrCat("program takes ", params.size(),
                                                    " arguments, got ", arguments.size()));
   }
-  std::vector<bool> donated(params.size(), false);
   for (int index : execution.donated) {
     if (index < 0 || index >= static_cast<int>(params.size())) {
       return absl::InvalidArgumentError(absl::StrCat("donated argument ", index, " out of range"));
     }
-    donated[index] = true;
   }
-  const runtime::CancelCheck until_done = UntilSessionEnds(session, execution.cancelled);
+  auto donated = [&execution](size_t i) {
+    return std::find(execution.donated.begin(), execution.donated.end(), static_cast<int>(i)) !=
+           execution.donated.end();
+  };
+  // The session and the caller's check outlive the call: borrowed here.
+  const runtime::CancelCheck until_done = [session = session.get(),
+                                           cancelled = &execution.cancelled]() {
+    return session->closed() || (*cancelled && (*cancelled)());
+  };
   DirectResult result;
   result.device = exe.device;
-  result.argument_buffers.resize(params.size());
-  std::vector<runtime::ReplicaRun> runs(1);
-  runtime::ReplicaRun& run = runs[0];
-  run.device = exe.device;
+  std::vector<runtime::BufferPtr> args;
+  args.reserve(params.size());
   std::vector<std::string> taken;
   for (size_t i = 0; i < arguments.size(); ++i) {
     DirectArgument& a = arguments[i];
@@ -842,16 +848,19 @@ absl::StatusOr<Service::DirectResult> Service::ExecuteDirectIn(
       buffer = *std::move(placed);
       device = exe.device;
       // Kept for the caller unless donated (then the program may write over it).
-      if (!donated[i]) result.argument_buffers[i] = buffer;
+      if (!donated(i)) {
+        result.argument_buffers.resize(params.size());
+        result.argument_buffers[i] = buffer;
+      }
     } else if (a.buffer != nullptr) {
       buffer = std::move(a.buffer);
       device = a.device;
     } else {
-      absl::StatusOr<BufferEntry> entry = session->GetBuffer(a.handle, until_done);
+      absl::StatusOr<BufferEntry> entry = session->GetBuffer(std::string(a.handle), until_done);
       if (!entry.ok()) return WithContext(entry.status(), absl::StrCat("argument ", i));
       buffer = std::move(entry->buffer);
       device = entry->device;
-      if (donated[i]) taken.push_back(a.handle);
+      if (donated(i)) taken.emplace_back(a.handle);
     }
     if (device != exe.device) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -863,25 +872,28 @@ absl::StatusOr<Service::DirectResult> Service::ExecuteDirectIn(
           "argument ", i, " has shape ", buffer->shape().ToString(), ", the program expects ",
           params[i].ToString()));
     }
-    run.args.push_back(std::move(buffer));
+    args.push_back(std::move(buffer));
   }
-  std::vector<std::shared_ptr<FeedQueues>> feeds = {session->Feeds(exe.device->name())};
+  const std::shared_ptr<FeedQueues> feeds = session->Feeds(exe.device->name());
   runtime::ExecutionProfile profile;
-  run.options.infeed_timeout = execution.infeed_timeout > absl::ZeroDuration()
-                                   ? execution.infeed_timeout
-                                   : options_.infeed_timeout;
-  run.options.outfeed_timeout = run.options.infeed_timeout;
-  run.options.infeed = &feeds[0]->infeed;
-  run.options.outfeed = &feeds[0]->outfeed;
-  run.options.cancelled = until_done;
-  run.options.profile = &profile;
+  // One replica: no rendezvous (runtime::ExecuteOptions).
+  runtime::ExecuteOptions options;
+  options.infeed_timeout = execution.infeed_timeout > absl::ZeroDuration()
+                               ? execution.infeed_timeout
+                               : options_.infeed_timeout;
+  options.outfeed_timeout = options.infeed_timeout;
+  options.infeed = &feeds->infeed;
+  options.outfeed = &feeds->outfeed;
+  options.cancelled = until_done;
+  options.profile = &profile;
   if (!taken.empty()) RETURN_IF_ERROR(session->TakeBuffers(taken).status());
-  absl::StatusOr<std::vector<runtime::BufferPtr>> results =
-      runtime::ExecuteReplicated(*exe.executable, runs, options_.collective_timeout);
-  runs.clear();
+  // The arguments go with the execution: a donated one (nobody else holds
+  // it) may take a result in place.
+  absl::StatusOr<runtime::BufferPtr> results =
+      exe.executable->ExecuteOwned(*exe.device, std::move(args), options);
   metrics_.Add("executes");
-  if (!results.ok()) return ExecutionFailed(results.status(), exe, session, feeds, until_done);
-  Flatten((*results)[0], &result.outputs);
+  if (!results.ok()) return ExecutionFailed(results.status(), exe, session, {feeds}, until_done);
+  Flatten(*results, &result.outputs);
   if (exe.executable->has_cost_model()) {
     RecordProfile(profile);
     result.profile = profile;

@@ -155,12 +155,12 @@ class Service {
   struct DirectArgument {
     runtime::BufferPtr buffer;
     runtime::Device* device = nullptr;  // where `buffer` lives
-    std::string handle;
+    absl::string_view handle;
     const ir::Literal* value = nullptr;  // borrowed
   };
   struct DirectExecution {
-    std::string session_id;
-    std::string executable_handle;
+    absl::string_view session_id;  // borrowed, as the handles are
+    absl::string_view executable_handle;
     std::vector<DirectArgument> arguments;
     std::vector<int> donated;
     absl::Duration infeed_timeout = absl::ZeroDuration();  // 0: the default
@@ -170,7 +170,7 @@ class Service {
     runtime::Device* device = nullptr;  // where the outputs live
     std::vector<runtime::BufferPtr> outputs;  // the result's arrays, depth-first
     // By argument index: the buffer a value became (null for the others,
-    // and for donated values).
+    // and for donated values); empty when no value was given.
     std::vector<runtime::BufferPtr> argument_buffers;
     std::optional<runtime::ExecutionProfile> profile;  // devices with a cost model
     int64_t execute_micros = 0;

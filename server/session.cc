@@ -300,7 +300,7 @@ std::string Session::AddExecutable(ExecutableEntry entry) {
   return handle;
 }
 
-absl::StatusOr<ExecutableEntry> Session::GetExecutable(const std::string& handle) const {
+absl::StatusOr<ExecutableEntry> Session::GetExecutable(absl::string_view handle) const {
   absl::MutexLock lock(&mu_);
   auto it = executables_.find(handle);
   if (it == executables_.end()) {
@@ -540,7 +540,7 @@ std::shared_ptr<Session> SessionManager::Create(const std::string& client_name) 
   return session;
 }
 
-absl::StatusOr<std::shared_ptr<Session>> SessionManager::Get(const std::string& id, bool renew) {
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Get(absl::string_view id, bool renew) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {

@@ -154,7 +154,7 @@ class Session {
   // error, which their later uses report.
   void FailPending(const std::vector<std::string>& handles, const absl::Status& error);
   std::string AddExecutable(ExecutableEntry entry);
-  absl::StatusOr<ExecutableEntry> GetExecutable(const std::string& handle) const;
+  absl::StatusOr<ExecutableEntry> GetExecutable(absl::string_view handle) const;
   // Releases all the given handles, or none if any is unknown (NOT_FOUND).
   absl::StatusOr<int> Release(const std::vector<std::string>& buffers,
                               const std::vector<std::string>& executables);
@@ -251,7 +251,7 @@ class SessionManager {
   // Looks up a session and renews its lease (unless `renew` is false: a
   // feed token's holder is not the session's client and must not keep it
   // alive). NOT_FOUND for unknown or expired sessions.
-  absl::StatusOr<std::shared_ptr<Session>> Get(const std::string& id, bool renew = true);
+  absl::StatusOr<std::shared_ptr<Session>> Get(absl::string_view id, bool renew = true);
   absl::Status Close(const std::string& id);
   // Whether the session exists (does not renew its lease).
   bool Alive(const std::string& id) const;

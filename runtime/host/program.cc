@@ -338,6 +338,7 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
   std::vector<int> last_reader(n, -1);
   for (int s = 0; s < static_cast<int>(program->steps_.size()); ++s) {
     for (int in : program->steps_[s].inputs) last_reader[in] = s;
+    program->max_inputs_ = std::max(program->max_inputs_, program->steps_[s].inputs.size());
   }
   for (int slot = 0; slot < n; ++slot) {
     if (last_reader[slot] >= 0 && slot != program->root_slot_) {
@@ -367,6 +368,7 @@ absl::StatusOr<BufferPtr> Program::Run(ExecState& state, std::vector<BufferPtr>&
 
 absl::StatusOr<BufferPtr> Program::RunSlots(ExecState& state, std::vector<BufferPtr> slots) const {
   std::vector<BufferPtr> operands;
+  operands.reserve(max_inputs_);
   for (const Step& step : steps_) {
     operands.clear();
     for (int in : step.inputs) operands.push_back(slots[in]);

@@ -64,6 +64,7 @@ class Program {
   int num_slots_ = 0;
   std::vector<int> param_slots_;
   int root_slot_ = 0;
+  size_t max_inputs_ = 0;  // the most inputs of one step
   int fused_instructions_ = 0;
   std::string name_;
 };
