@@ -520,9 +520,10 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
   // The cheap step: a trace whose structure ran before takes its program
   // by the trace's key, without lowering, printing or fingerprinting.
   const auto lower_start = Clock::now();
-  ASSIGN_OR_RETURN(TraceKey trace_key, KeyOfTrace(outputs));
   // The device's length first, so that no device name runs into the bytes.
-  std::string structure = absl::StrCat(device.size(), ":", device, trace_key.bytes);
+  ASSIGN_OR_RETURN(TraceKey trace_key,
+                   KeyOfTrace(outputs, absl::StrCat(device.size(), ":", device)));
+  std::string structure = std::move(trace_key.bytes);
   std::shared_ptr<Executable> exe;
   std::vector<std::shared_ptr<Node>> params;
   if (auto known = by_structure_.find(structure); known != by_structure_.end()) {

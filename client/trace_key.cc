@@ -237,10 +237,12 @@ absl::Status WriteCond(Writer& w, const CondSpec* cond) {
 
 }  // namespace
 
-absl::StatusOr<TraceKey> KeyOfTrace(const std::vector<std::shared_ptr<Node>>& outputs) {
+absl::StatusOr<TraceKey> KeyOfTrace(const std::vector<std::shared_ptr<Node>>& outputs,
+                                    absl::string_view prefix) {
   TraceKey key;
   Writer w;
   w.bytes().reserve(256);  // one op's key, without growing
+  w.bytes().append(prefix.data(), prefix.size());
   key.params.reserve(4);
   LeafFn leaf = [&key](const std::shared_ptr<Node>& n, Writer& lw) {
     if (!n->realized()) return false;

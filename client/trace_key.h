@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "client/tensor.h"
 
 namespace kiln::client {
@@ -23,9 +24,11 @@ struct TraceKey {
   std::vector<std::shared_ptr<Node>> params;
 };
 
-// The key of the program whose entry returns `outputs` in order. Fails as
+// The key of the program whose entry returns `outputs` in order, after
+// `prefix` (what else tells programs apart, such as the device). Fails as
 // Lower would on a node with an error.
-absl::StatusOr<TraceKey> KeyOfTrace(const std::vector<std::shared_ptr<Node>>& outputs);
+absl::StatusOr<TraceKey> KeyOfTrace(const std::vector<std::shared_ptr<Node>>& outputs,
+                                    absl::string_view prefix = "");
 
 }  // namespace kiln::client
 

@@ -106,7 +106,7 @@ absl::StatusOr<runtime::BufferPtr> ProgramExecutable::ExecuteOwned(
   runtime::CostCounters cost;
   if (profile_) state.cost = &cost;
   args.clear();
-  absl::StatusOr<HostBufferPtr> result = absl::InternalError("the execution did not run");
+  absl::StatusOr<HostBufferPtr> result;  // UNKNOWN until the program ran
   auto run = [&] {
     CancelScope cancel_scope(&options.cancelled);
     result = entry_->Run(state, std::move(host_args));
