@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "client/tensor.h"
 #include "compiler/ir/instruction.h"
@@ -33,6 +33,45 @@ inline absl::flat_hash_map<const Node*, int64_t> BodySlots(
   return slots;
 }
 
+// The nodes a walk has numbered, 0, 1, 2, ... in the order it added them.
+// A short trace's (an eager op's) stay in an inline list searched in
+// order; longer ones are hashed.
+class NodeNumbers {
+ public:
+  // Its number, or -1.
+  int64_t Find(const Node* node) const {
+    if (!hashed_.empty()) {
+      auto it = hashed_.find(node);
+      return it == hashed_.end() ? -1 : it->second;
+    }
+    for (size_t i = 0; i < listed_.size(); ++i) {
+      if (listed_[i] == node) return static_cast<int64_t>(i);
+    }
+    return -1;
+  }
+  bool contains(const Node* node) const { return Find(node) >= 0; }
+  // Numbers a node not numbered yet.
+  int64_t Add(const Node* node) {
+    const int64_t n = size_++;
+    if (hashed_.empty() && listed_.size() < kListed) {
+      listed_.push_back(node);
+      return n;
+    }
+    if (hashed_.empty()) {
+      for (size_t i = 0; i < listed_.size(); ++i) hashed_[listed_[i]] = static_cast<int64_t>(i);
+    }
+    hashed_[node] = n;
+    return n;
+  }
+  int64_t size() const { return size_; }
+
+ private:
+  static constexpr size_t kListed = 8;
+  absl::InlinedVector<const Node*, kListed> listed_;
+  absl::flat_hash_map<const Node*, int64_t> hashed_;
+  int64_t size_ = 0;
+};
+
 // Walks the nodes `roots` need, each once, operands before the node, in the
 // order Lower builds instructions (so that anything keyed by the walk agrees
 // with the module). `leaf(node)` (a StatusOr<bool>) says, when the walk
@@ -43,14 +82,13 @@ inline absl::flat_hash_map<const Node*, int64_t> BodySlots(
 template <typename LeafFn, typename VisitFn>
 absl::Status WalkTrace(const std::vector<std::shared_ptr<Node>>& roots, LeafFn&& leaf,
                        VisitFn&& visit) {
-  absl::flat_hash_set<const Node*> done;
+  NodeNumbers done;
   struct Frame {
     std::shared_ptr<Node> node;
     size_t next = 0;  // the operand to walk next
     bool reached = false, is_leaf = false;
   };
-  std::vector<Frame> stack;
-  stack.reserve(8);
+  absl::InlinedVector<Frame, 8> stack;
   for (const auto& root : roots) {
     if (done.contains(root.get())) continue;
     stack.push_back({root});
@@ -76,7 +114,7 @@ absl::Status WalkTrace(const std::vector<std::shared_ptr<Node>>& roots, LeafFn&&
       const bool is_leaf = f.is_leaf;
       stack.pop_back();
       if (absl::Status st = visit(node, is_leaf); !st.ok()) return st;
-      done.insert(node.get());
+      done.Add(node.get());
     }
   }
   return absl::OkStatus();

@@ -160,7 +160,7 @@ absl::Status WriteCond(Writer& w, const CondSpec* cond);
 // that order.
 absl::Status WriteComputation(Writer& w, const std::vector<std::shared_ptr<Node>>& roots,
                               const LeafFn& leaf) {
-  absl::flat_hash_map<const Node*, int64_t> id;
+  NodeNumbers id;
   RETURN_IF_ERROR(WalkTrace(
       roots, [&](const std::shared_ptr<Node>& node) -> absl::StatusOr<bool> { return leaf(node, w); },
       [&](const std::shared_ptr<Node>& node, bool is_leaf) -> absl::Status {
@@ -174,19 +174,18 @@ absl::Status WriteComputation(Writer& w, const std::vector<std::shared_ptr<Node>
           if (!node->attrs.empty()) w.Attributes(*node->attrs);
           w.Int(static_cast<int64_t>(node->operands.size()));
           for (const auto& o : node->operands) {
-            w.Int(id.at(o.get()));
+            w.Int(id.Find(o.get()));
             w.Shape(o->shape);
           }
           if (node->op == ir::Opcode::kWhile) RETURN_IF_ERROR(WriteLoop(w, node->loop.get()));
           if (node->op == ir::Opcode::kConditional) RETURN_IF_ERROR(WriteCond(w, node->cond.get()));
         }
-        const int64_t n = static_cast<int64_t>(id.size());
-        id[node.get()] = n;
+        id.Add(node.get());
         return absl::OkStatus();
       }));
   w.Byte('R');
   w.Int(static_cast<int64_t>(roots.size()));
-  for (const auto& r : roots) w.Int(id.at(r.get()));
+  for (const auto& r : roots) w.Int(id.Find(r.get()));
   return absl::OkStatus();
 }
 
