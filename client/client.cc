@@ -266,6 +266,11 @@ const std::string& DeviceBuffer::handle() const {
   return handle_;
 }
 
+void DeviceBuffer::MarkDonated() {
+  donated_ = true;
+  TakeLocal();
+}
+
 std::shared_ptr<LocalBuffer> DeviceBuffer::local() const {
   absl::MutexLock lock(&mu_);
   return local_;
@@ -566,6 +571,13 @@ absl::StatusOr<v1::ExecuteRequest> ExecuteRequestOf(const std::string& session_i
   req.set_executable_handle(executable.handle());
   RETURN_IF_ERROR(AddArguments(args, &options.inline_values, req.mutable_argument_handles(), &req));
   FillRequest(options, &req);
+  // A donated buffer held in this process is the session's by its handle
+  // now: let go of it, so that the program may write over it.
+  for (int d : options.donate) {
+    if (d >= 0 && d < static_cast<int>(args.size()) && args[d] != nullptr && args[d]->has_handle()) {
+      args[d]->TakeLocal();
+    }
+  }
   return req;
 }
 
@@ -660,9 +672,12 @@ absl::StatusOr<ExecuteResult> ExecuteDirect(DirectPath& direct,
     const bool donated =
         std::find(options.donate.begin(), options.donate.end(), static_cast<int>(i)) !=
         options.donate.end();
+    // A buffer given once and donated goes as it is (the program may write
+    // over it); one given twice is read at both places, and given up after.
+    const bool once = std::count(args.begin(), args.end(), a) == 1;
     // One the session knows by its handle goes by it: a donation takes it
     // there too.
-    std::shared_ptr<LocalBuffer> local = donated ? a->TakeLocal() : a->local();
+    std::shared_ptr<LocalBuffer> local = donated && once ? a->TakeLocal() : a->local();
     if (local != nullptr && !(donated && a->has_handle())) {
       direct_args[i].local = std::move(local);
     } else {
@@ -681,13 +696,13 @@ absl::StatusOr<ExecuteResult> ExecuteDirect(DirectPath& direct,
   result.outputs.reserve(executed->outputs.size());
   result.inline_values.reserve(executed->outputs.size());
   for (size_t k = 0; k < executed->outputs.size(); ++k) {
-    const ir::Shape& shape = executed->shapes[k];
+    ir::Shape& shape = executed->shapes[k];
     std::optional<ir::Literal> value;
     if (shape.ByteSize() <= options.inline_result_max_bytes) {
       ASSIGN_OR_RETURN(value, direct.Read(*executed->outputs[k]));
     }
     result.outputs.push_back(std::make_shared<DeviceBuffer>(
-        core, std::move(executed->outputs[k]), shape, executable.device()));
+        core, std::move(executed->outputs[k]), std::move(shape), executable.device()));
     result.inline_values.push_back(std::move(value));
   }
   if (!executed->argument_buffers.empty()) result.inline_argument_buffers.resize(args.size());

@@ -80,7 +80,8 @@ class DeviceBuffer {
   const std::string& device() const { return device_; }
   // True once donated to an execution: the handle is gone on the server.
   bool donated() const { return donated_.load(); }
-  void MarkDonated() { donated_ = true; }
+  // Also gives up the buffer held in this process, if any.
+  void MarkDonated();
   // Held in this process: the buffer itself (null otherwise, and once
   // taken).
   std::shared_ptr<LocalBuffer> local() const;

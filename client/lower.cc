@@ -234,7 +234,10 @@ absl::StatusOr<Lowered> Lower(const std::vector<std::shared_ptr<Node>>& outputs)
     return b.Parameter(static_cast<int64_t>(out.params.size() - 1), n->shape);
   };
   ASSIGN_OR_RETURN(std::vector<ir::Instruction*> roots, lowerer.LowerInto(b, outputs, leaf));
-  ASSIGN_OR_RETURN(ir::Computation * entry, b.Build(b.Tuple(roots)));
+  // One array is the entry's result itself: no tuple to build and take apart.
+  ir::Instruction* root =
+      roots.size() == 1 && roots[0]->shape().IsArray() ? roots[0] : b.Tuple(roots);
+  ASSIGN_OR_RETURN(ir::Computation * entry, b.Build(root));
   out.module->set_entry(entry);
   return out;
 }

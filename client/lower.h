@@ -126,7 +126,8 @@ struct Lowered {
   std::vector<std::shared_ptr<Node>> params;
 };
 
-// The entry returns a tuple of `outputs` in order.
+// The entry returns a tuple of `outputs` in order, or the one output itself
+// when it is a single array.
 absl::StatusOr<Lowered> Lower(const std::vector<std::shared_ptr<Node>>& outputs);
 
 }  // namespace kiln::client

@@ -120,14 +120,21 @@ class Direct : public client::DirectPath {
       to.value = a.value;
       to.handle = a.handle;
       if (a.local == nullptr) continue;
-      ASSIGN_OR_RETURN(HeldBuffer * held, Held(*a.local));
+      // Refused here, the execution still goes to the service, which gives
+      // the donated arguments up.
+      absl::StatusOr<HeldBuffer*> held = Held(*a.local);
+      if (!held.ok()) {
+        to.refused = absl::Status(held.status().code(),
+                                  absl::StrCat("argument ", i, ": ", held.status().message()));
+        continue;
+      }
       const bool donated = std::find(donate.begin(), donate.end(), static_cast<int>(i)) != donate.end();
       // A donated buffer nobody else holds goes to the program, which may
       // write its result over it.
-      to.buffer = donated && a.local.use_count() == 1 ? std::move(held->buffer) : held->buffer;
-      to.device = held->device;
+      to.buffer = donated && a.local.use_count() == 1 ? std::move((*held)->buffer) : (*held)->buffer;
+      to.device = (*held)->device;
       if (to.buffer == nullptr) {
-        return absl::FailedPreconditionError(
+        to.refused = absl::FailedPreconditionError(
             absl::StrCat("argument ", i, ": the buffer was donated to an earlier execution"));
       }
     }

@@ -180,6 +180,71 @@ TEST(DirectPathTest, AnotherClientsHeldBufferIsRefused) {
   EXPECT_EQ(Read(*first, *y), (std::vector<float>{2, 4, 6}));
 }
 
+// Refused before it reached the service, the execution still gives its
+// donated arguments up: nothing stays charged to the session.
+TEST(DirectPathTest, ARefusedArgumentStillGivesTheDonatedOnesUp) {
+  auto first = *Connect();
+  auto second = *Connect();
+  auto exe_first = CompileOrDie(*first, kDouble);
+  auto pair = CompileOrDie(
+      *second, "ENTRY e {\n x = f32[3] parameter(0)\n y = f32[3] parameter(1)\n ROOT z = f32[3] add(x, y)\n}");
+  auto x = *first->TransferToDevice(Vec({1, 2, 3}), "cpu:0");
+  std::shared_ptr<DeviceBuffer> foreign = first->Execute(*exe_first, {x})->outputs[0];
+  auto mine = *second->TransferToDevice(Vec({1, 2, 3}), "cpu:0");
+  ASSERT_EQ(second->MemoryInfo("cpu:0")->bytes_in_use(), 12);
+  ExecuteOptions donate;
+  donate.donate = {0};
+  absl::StatusOr<ExecuteResult> r = second->Execute(*pair, {mine, foreign}, donate);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find("argument 1: the buffer belongs to another client"),
+            std::string::npos)
+      << r.status();
+  EXPECT_TRUE(mine->donated());
+  EXPECT_EQ(second->MemoryInfo("cpu:0")->bytes_in_use(), 0);
+}
+
+TEST(DirectPathTest, AHeldBufferGivenTwiceAndDonatedOnceIsReadAtBoth) {
+  auto client = *Connect();
+  auto exe = CompileOrDie(*client, kDouble);
+  auto pair = CompileOrDie(
+      *client, "ENTRY e {\n x = f32[3] parameter(0)\n y = f32[3] parameter(1)\n ROOT z = f32[3] multiply(x, y)\n}");
+  auto x = *client->TransferToDevice(Vec({1, 2, 3}), "cpu:0");
+  for (int donated : {0, 1}) {
+    std::shared_ptr<DeviceBuffer> y = client->Execute(*exe, {x})->outputs[0];
+    ExecuteOptions donate;
+    donate.donate = {donated};
+    absl::StatusOr<ExecuteResult> r = client->Execute(*pair, {y, y}, donate);
+    ASSERT_TRUE(r.ok()) << "donated " << donated << ": " << r.status();
+    EXPECT_EQ(Read(*client, *r->outputs[0]), (std::vector<float>{4, 16, 36}));
+    EXPECT_TRUE(y->donated());
+    EXPECT_EQ(y->local(), nullptr);
+  }
+}
+
+// Donated through a message (a pipelined execution), a held buffer is let
+// go of too: the program takes the result in place, and the buffer cannot
+// be read afterwards.
+TEST(DirectPathTest, AHeldBufferDonatedThroughAMessageIsGivenUp) {
+  auto client = *Connect();
+  auto exe = CompileOrDie(
+      *client, "ENTRY e {\n x = f32[1024] parameter(0)\n ROOT y = f32[1024] add(x, x)\n}");
+  auto x = *client->TransferToDevice(ir::Literal::FromVector<float>(
+                                         ir::ElementType::kF32, {1024}, std::vector<float>(1024, 1)),
+                                     "cpu:0");
+  std::shared_ptr<DeviceBuffer> y = client->Execute(*exe, {x})->outputs[0];
+  ExecuteOptions donate;
+  donate.donate = {0};
+  auto pending = client->ExecuteAsync(exe, {y}, donate);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  absl::StatusOr<ExecuteResult> r = (*pending)->Wait();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Read(*client, *r->outputs[0])[0], 4.0f);
+  EXPECT_EQ(client->MemoryInfo("cpu:0")->peak_bytes_in_use(), 8192);
+  EXPECT_TRUE(y->donated());
+  EXPECT_EQ(y->local(), nullptr);
+  EXPECT_FALSE(client->TransferFromDevice(*y).ok());
+}
+
 TEST(DirectPathTest, AValueSentWithTheCallBecomesAHeldBuffer) {
   auto client = *Connect();
   auto exe = CompileOrDie(*client, kDouble);

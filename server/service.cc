@@ -834,12 +834,13 @@ absl::StatusOr<Service::DirectResult> Service::ExecuteDirectIn(
   std::vector<std::string> taken;
   for (size_t i = 0; i < arguments.size(); ++i) {
     DirectArgument& a = arguments[i];
+    if (!a.refused.ok()) return a.refused;
     runtime::BufferPtr buffer;
     runtime::Device* device = nullptr;
     if (a.value != nullptr) {
       if (a.value->shape() != params[i]) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "argument ", i, " has shape ", a.value->shape().ToString(),
+            "inline argument ", i, " has shape ", a.value->shape().ToString(),
             ", the program expects ", params[i].ToString()));
       }
       absl::StatusOr<runtime::BufferPtr> placed = exe.device->TransferToDevice(*a.value);

@@ -157,6 +157,9 @@ class Service {
     runtime::Device* device = nullptr;  // where `buffer` lives
     absl::string_view handle;
     const ir::Literal* value = nullptr;  // borrowed
+    // Set when the caller could not give this argument: the execution
+    // fails with it (giving the donated arguments up, as any failure does).
+    absl::Status refused;
   };
   struct DirectExecution {
     absl::string_view session_id;  // borrowed, as the handles are

@@ -58,6 +58,7 @@ TPU = ["kiln_tpusim_test"]
 SERVICE = ["kiln_service_test"]
 E2E_T = ["kiln_server_e2e_test", "kiln-server", "lease_client"]
 FEED_T = ["kiln_feed_e2e_test", "kiln-server", "feed_producer"]
+EMBEDDED = ["kiln_embedded_test"]
 TENSOR = ["kiln_tensor_test"]
 
 MUTATIONS = [
@@ -426,6 +427,32 @@ MUTATIONS = [
       "Tensor take_a = GreaterEqual(x[0], x[1]);",
       "Tensor take_a = LessEqual(x[0], x[1]);",
       TENSOR, TENSOR),
+    M("cl-walk-numbers", "a short walk's node numbers forget the first node once hashed",
+      "client/lower.h",
+      "for (size_t i = 0; i < listed_.size(); ++i) hashed_[listed_[i]] = static_cast<int64_t>(i);",
+      "for (size_t i = 1; i < listed_.size(); ++i) hashed_[listed_[i]] = static_cast<int64_t>(i);",
+      TENSOR, TENSOR),
+    # --- embedded -----------------------------------------------------------------
+    M("em-direct-donation-copied", "a donated held buffer is copied into the program, not moved",
+      "embedded/embedded.cc",
+      "to.buffer = donated && a.local.use_count() == 1 ? std::move(held->buffer) : held->buffer;",
+      "to.buffer = held->buffer;",
+      EMBEDDED, EMBEDDED),
+    M("em-direct-donation-range", "the direct path takes a donated index past the arguments",
+      "server/service.cc",
+      "    if (index < 0 || index >= static_cast<int>(params.size())) {\n      return absl::InvalidArgumentError(absl::StrCat(\"donated argument \", index, \" out of range\"));\n    }\n  }\n  auto donated",
+      "    if (index < 0) {\n      return absl::InvalidArgumentError(absl::StrCat(\"donated argument \", index, \" out of range\"));\n    }\n  }\n  auto donated",
+      EMBEDDED, EMBEDDED),
+    M("em-direct-donated-kept", "a failed direct execution keeps its donated handles",
+      "server/service.cc",
+      "if (!result.ok() && !donated_handles.empty()) session->Drop(donated_handles);",
+      "if (false) session->Drop(donated_handles);",
+      EMBEDDED, EMBEDDED),
+    M("em-adopt-once", "a held buffer's handle is not kept once made",
+      "client/client.cc",
+      "      if (handle.ok()) handle_ = *std::move(handle);",
+      "      if (handle.ok()) adopted_ = false;",
+      EMBEDDED, EMBEDDED),
 ]
 
 

@@ -54,7 +54,11 @@ class HostBuffer final : public runtime::Buffer {
 
  private:
   HostBuffer(ir::Shape shape, int64_t size_bytes) : Buffer(std::move(shape), size_bytes, 0) {}
+  // Arrays up to this size live in the buffer itself: a scalar or a few
+  // elements (an eager op's) cost one allocation, not two.
+  static constexpr int64_t kInlineBytes = 64;
   uint8_t* data_ = nullptr;
+  alignas(64) uint8_t inline_[kInlineBytes];
   runtime::MemoryTracker* tracker_ = nullptr;
   std::vector<HostBufferPtr> elements_;
   HostBufferPtr storage_;  // for an alias: the buffer whose storage it is
