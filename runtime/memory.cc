@@ -47,12 +47,12 @@ MemoryAccount::MemoryAccount(std::string name, int64_t limit_bytes, std::string 
       limit_name_(std::move(limit_name)),
       parent_(std::move(parent)) {}
 
-absl::Status MemoryAccount::Charge(int64_t bytes, const std::string& what) {
+absl::Status MemoryAccount::Charge(int64_t bytes, absl::FunctionRef<std::string()> what) {
   int64_t used = in_use_.load();
   do {
     if (bytes < 0 || bytes > limit_ - used) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          name_, " is over its memory quota allocating ", bytes, " bytes for ", what, ": it holds ",
+          name_, " is over its memory quota allocating ", bytes, " bytes for ", what(), ": it holds ",
           used, " of its ", limit_, " bytes (", limit_name_, ")"));
     }
   } while (!in_use_.compare_exchange_weak(used, used + bytes));
@@ -105,7 +105,9 @@ std::shared_ptr<MemoryAccount> AccountScope::Current() { return g_account; }
 
 absl::Status MemoryTracker::Reserve(const Buffer* owner, int64_t bytes) {
   std::shared_ptr<MemoryAccount> account = AccountScope::Current();
-  if (account != nullptr) RETURN_IF_ERROR(account->Charge(bytes, owner->shape().ToString()));
+  if (account != nullptr) {
+    RETURN_IF_ERROR(account->Charge(bytes, [owner] { return owner->shape().ToString(); }));
+  }
   absl::MutexLock lock(&mu_);
   if (bytes < 0 || bytes > capacity_ - in_use_) {
     if (account != nullptr) account->Uncharge(bytes);

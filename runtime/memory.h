@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "compiler/ir/shape.h"
@@ -47,7 +48,11 @@ class MemoryAccount {
 
   // Adds `bytes` unless that passes the limit (RESOURCE_EXHAUSTED naming
   // `what`, the use and the limit).
-  absl::Status Charge(int64_t bytes, const std::string& what);
+  absl::Status Charge(int64_t bytes, const std::string& what) {
+    return Charge(bytes, [&what] { return what; });
+  }
+  // `what` names the charge for the error; called only on one.
+  absl::Status Charge(int64_t bytes, absl::FunctionRef<std::string()> what);
   void Uncharge(int64_t bytes);
 
  private:
