@@ -526,12 +526,15 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
   std::string structure = std::move(trace_key.bytes);
   std::shared_ptr<Executable> exe;
   std::vector<std::shared_ptr<Node>> params;
+  // Where the key found the program, the execution's time starts where the
+  // keying's ends: one clock read fewer per step (an eager op's is 40 ns).
+  Clock::time_point keyed_at;
   if (auto known = by_structure_.find(structure); known != by_structure_.end()) {
     exe = known->second;
     params = std::move(trace_key.params);
     ++metrics_.cached_compiles;
-    metrics_.lowering_seconds +=
-        std::chrono::duration<double>(Clock::now() - lower_start).count();
+    keyed_at = Clock::now();
+    metrics_.lowering_seconds += std::chrono::duration<double>(keyed_at - lower_start).count();
   } else {
     ASSIGN_OR_RETURN(Lowered lowered, Lower(outputs));
     ++metrics_.lowerings;
@@ -638,7 +641,7 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
     ++metrics_.pipelined_executions;
     return absl::OkStatus();
   }
-  const auto exec_start = Clock::now();
+  const auto exec_start = keyed_at != Clock::time_point() ? keyed_at : Clock::now();
   ExecuteResult result;
   std::vector<ExecuteResult> replica_results;
   // A program that failed fails the same way again: its outputs keep the
