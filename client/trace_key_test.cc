@@ -51,6 +51,23 @@ class TraceKeyTest : public ::testing::Test {
   std::shared_ptr<LazyContext> ctx_;
 };
 
+// A walk's numbers are the order nodes were added in, before and after
+// the inline list gives way to a hash map.
+TEST(NodeNumbersTest, NumbersAreTheOrderOfAddition) {
+  std::vector<Node> nodes(40);
+  NodeNumbers numbers;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    EXPECT_FALSE(numbers.contains(&nodes[i]));
+    EXPECT_EQ(numbers.Add(&nodes[i]), static_cast<int64_t>(i));
+    for (size_t j = 0; j <= i; ++j) {
+      ASSERT_EQ(numbers.Find(&nodes[j]), static_cast<int64_t>(j)) << "after " << i + 1;
+    }
+  }
+  EXPECT_EQ(numbers.size(), 40);
+  Node other;
+  EXPECT_EQ(numbers.Find(&other), -1);
+}
+
 TEST_F(TraceKeyTest, EqualStructureHasEqualKeysAndLowersParameterOrder) {
   Tensor a1 = Vec({1, 2, 3}), b1 = Vec({4, 5, 6});
   Tensor a2 = Vec({7, 8, 9}), b2 = Vec({0, 1, 0});

@@ -435,8 +435,8 @@ MUTATIONS = [
     # --- embedded -----------------------------------------------------------------
     M("em-direct-donation-copied", "a donated held buffer is copied into the program, not moved",
       "embedded/embedded.cc",
-      "to.buffer = donated && a.local.use_count() == 1 ? std::move(held->buffer) : held->buffer;",
-      "to.buffer = held->buffer;",
+      "to.buffer = donated && a.local.use_count() == 1 ? std::move((*held)->buffer) : (*held)->buffer;",
+      "to.buffer = (*held)->buffer;",
       EMBEDDED, EMBEDDED),
     M("em-direct-donation-range", "the direct path takes a donated index past the arguments",
       "server/service.cc",
