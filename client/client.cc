@@ -462,6 +462,29 @@ absl::StatusOr<v1::ExecutionProfileProto> Client::Estimate(const ir::Module& mod
 
 namespace {
 
+// Argument `i`'s value to send with the call (from `inline_values`, by
+// index; null: none may), or null when its buffer goes: a value or a
+// buffer, not both, and never a buffer donated before.
+absl::StatusOr<const ir::Literal*> ArgumentValue(
+    const std::vector<std::shared_ptr<DeviceBuffer>>& args,
+    const std::vector<const ir::Literal*>* inline_values, size_t i) {
+  const ir::Literal* value =
+      inline_values != nullptr && i < inline_values->size() ? (*inline_values)[i] : nullptr;
+  if (args[i] == nullptr) {
+    if (value == nullptr) return absl::InvalidArgumentError("null argument buffer");
+    return value;
+  }
+  if (value != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("argument ", i, " has both a buffer and an inline value"));
+  }
+  if (args[i]->donated()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("argument ", i, ": the buffer was donated to an earlier execution"));
+  }
+  return nullptr;
+}
+
 // The arguments' handles; an argument without a buffer goes inline with
 // its value from `inline_values` (by index; null: none may).
 absl::Status AddArguments(const std::vector<std::shared_ptr<DeviceBuffer>>& args,
@@ -469,27 +492,15 @@ absl::Status AddArguments(const std::vector<std::shared_ptr<DeviceBuffer>>& args
                           google::protobuf::RepeatedPtrField<std::string>* handles,
                           v1::ExecuteRequest* req) {
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::shared_ptr<DeviceBuffer>& a = args[i];
-    const ir::Literal* value = inline_values != nullptr && i < inline_values->size()
-                                   ? (*inline_values)[i]
-                                   : nullptr;
-    if (a == nullptr) {
-      if (value == nullptr) return absl::InvalidArgumentError("null argument buffer");
+    ASSIGN_OR_RETURN(const ir::Literal* value, ArgumentValue(args, inline_values, i));
+    if (value != nullptr) {
       handles->Add();
       v1::InlineArgument* inline_arg = req->add_inline_arguments();
       inline_arg->set_index(static_cast<int>(i));
       ir::LiteralToProto(*value, inline_arg->mutable_value());
       continue;
     }
-    if (value != nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("argument ", i, " has both a buffer and an inline value"));
-    }
-    if (a->donated()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("buffer ", a->handle(), " was donated to an earlier execution"));
-    }
-    *handles->Add() = a->handle();
+    *handles->Add() = args[i]->handle();
   }
   return absl::OkStatus();
 }
@@ -649,21 +660,7 @@ absl::StatusOr<ExecuteResult> ExecuteDirect(DirectPath& direct,
                                             const ExecuteOptions& options) {
   std::vector<DirectArgument> direct_args(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::shared_ptr<DeviceBuffer>& a = args[i];
-    const ir::Literal* value = i < options.inline_values.size() ? options.inline_values[i] : nullptr;
-    if (a == nullptr) {
-      if (value == nullptr) return absl::InvalidArgumentError("null argument buffer");
-      direct_args[i].value = value;
-      continue;
-    }
-    if (value != nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("argument ", i, " has both a buffer and an inline value"));
-    }
-    if (a->donated()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("argument ", i, ": the buffer was donated to an earlier execution"));
-    }
+    ASSIGN_OR_RETURN(direct_args[i].value, ArgumentValue(args, &options.inline_values, i));
   }
   // Only once every argument passed: a donated one is given up here.
   for (size_t i = 0; i < args.size(); ++i) {

@@ -26,7 +26,7 @@ case "$mode" in
   thread)
     dir=build-tsan
     flags="-fsanitize=thread -fno-omit-frame-pointer"
-    select=(-R "Service|Server|Session|Client|Feed|Infeed|Outfeed|Tensor|Loop" -LE "bundle|sdk|fuzz|gpu")
+    select=(-R "Service|Server|Session|Client|DirectPath|Feed|Infeed|Outfeed|Tensor|Loop" -LE "bundle|sdk|fuzz|gpu")
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/deploy/tsan.supp"
     ;;
   *)

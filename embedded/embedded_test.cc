@@ -2,6 +2,8 @@
 // holds as they are, with handles made only where a message needs one.
 #include "embedded/embedded.h"
 
+#include <utility>
+
 #include "compiler/ir/hlo_parser.h"
 #include "gtest/gtest.h"
 
@@ -23,6 +25,17 @@ std::shared_ptr<client::Executable> CompileOrDie(Client& client, const char* tex
   auto exe = client.Compile(**module, "cpu:0");
   EXPECT_TRUE(exe.ok()) << exe.status();
   return *exe;
+}
+
+// `r` failed with `code`, saying `text`; `donated` was given up all the
+// same, and the device holds `bytes` after it.
+void ExpectFailedAndGivenUp(const absl::StatusOr<ExecuteResult>& r, absl::StatusCode code,
+                            const std::string& text, const DeviceBuffer& donated, Client& client,
+                            int64_t bytes) {
+  EXPECT_EQ(r.status().code(), code) << r.status();
+  EXPECT_NE(r.status().message().find(text), std::string::npos) << r.status();
+  EXPECT_TRUE(donated.donated());
+  EXPECT_EQ(client.MemoryInfo("cpu:0")->bytes_in_use(), bytes);
 }
 
 constexpr char kDouble[] = "ENTRY e {\n x = f32[3] parameter(0)\n ROOT y = f32[3] add(x, x)\n}";
@@ -104,16 +117,26 @@ TEST(DirectPathTest, ADonatedHeldBufferIsGivenUp) {
   EXPECT_NE(reused.status().message().find("donated"), std::string::npos) << reused.status();
 }
 
+// An f32[1024] of ones on the device, and the twos `exe` doubles it into
+// (held): 8 KiB, the device's peak while both live.
+std::pair<std::shared_ptr<DeviceBuffer>, std::shared_ptr<DeviceBuffer>> OnesAndHeldTwos(
+    Client& client, const client::Executable& exe) {
+  auto ones = client.TransferToDevice(
+      ir::Literal::FromVector<float>(ir::ElementType::kF32, {1024}, std::vector<float>(1024, 1)),
+      "cpu:0");
+  EXPECT_TRUE(ones.ok()) << ones.status();
+  absl::StatusOr<ExecuteResult> twos = client.Execute(exe, {*ones});
+  EXPECT_TRUE(twos.ok()) << twos.status();
+  return {*ones, twos->outputs[0]};
+}
+
 // Donated and held by nobody else, a held buffer takes the result in place:
 // the device's peak does not grow.
 TEST(DirectPathTest, ADonatedHeldBufferTakesTheResultInPlace) {
   auto client = *Connect();
   auto exe = CompileOrDie(
       *client, "ENTRY e {\n x = f32[1024] parameter(0)\n ROOT y = f32[1024] add(x, x)\n}");
-  auto x = *client->TransferToDevice(ir::Literal::FromVector<float>(
-                                         ir::ElementType::kF32, {1024}, std::vector<float>(1024, 1)),
-                                     "cpu:0");
-  std::shared_ptr<DeviceBuffer> y = client->Execute(*exe, {x})->outputs[0];
+  auto [ones, y] = OnesAndHeldTwos(*client, *exe);
   EXPECT_EQ(client->MemoryInfo("cpu:0")->peak_bytes_in_use(), 8192);
   ExecuteOptions donate;
   donate.donate = {0};
@@ -136,13 +159,10 @@ TEST(DirectPathTest, ADonatedHandleIsGoneAfterAFailedExecution) {
   auto wrong = *client->TransferToDevice(Vec({1, 2}), "cpu:0");
   ExecuteOptions donate;
   donate.donate = {0};
-  absl::StatusOr<ExecuteResult> r = client->Execute(*exe, {wrong}, donate);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
-  EXPECT_NE(r.status().message().find("argument 0 has shape f32[2]"), std::string::npos)
-      << r.status();
-  EXPECT_TRUE(wrong->donated());
-  // The memory of the donated argument went with the failure.
-  EXPECT_EQ(client->MemoryInfo("cpu:0")->bytes_in_use(), 12);
+  // The memory of the donated argument goes with the failure.
+  ExpectFailedAndGivenUp(client->Execute(*exe, {wrong}, donate),
+                         absl::StatusCode::kInvalidArgument, "argument 0 has shape f32[2]", *wrong,
+                         *client, 12);
 }
 
 TEST(DirectPathTest, BadCallsGetClearErrors) {
@@ -194,13 +214,9 @@ TEST(DirectPathTest, ARefusedArgumentStillGivesTheDonatedOnesUp) {
   ASSERT_EQ(second->MemoryInfo("cpu:0")->bytes_in_use(), 12);
   ExecuteOptions donate;
   donate.donate = {0};
-  absl::StatusOr<ExecuteResult> r = second->Execute(*pair, {mine, foreign}, donate);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
-  EXPECT_NE(r.status().message().find("argument 1: the buffer belongs to another client"),
-            std::string::npos)
-      << r.status();
-  EXPECT_TRUE(mine->donated());
-  EXPECT_EQ(second->MemoryInfo("cpu:0")->bytes_in_use(), 0);
+  ExpectFailedAndGivenUp(second->Execute(*pair, {mine, foreign}, donate),
+                         absl::StatusCode::kInvalidArgument,
+                         "argument 1: the buffer belongs to another client", *mine, *second, 0);
 }
 
 TEST(DirectPathTest, AHeldBufferGivenTwiceAndDonatedOnceIsReadAtBoth) {
@@ -228,10 +244,7 @@ TEST(DirectPathTest, AHeldBufferDonatedThroughAMessageIsGivenUp) {
   auto client = *Connect();
   auto exe = CompileOrDie(
       *client, "ENTRY e {\n x = f32[1024] parameter(0)\n ROOT y = f32[1024] add(x, x)\n}");
-  auto x = *client->TransferToDevice(ir::Literal::FromVector<float>(
-                                         ir::ElementType::kF32, {1024}, std::vector<float>(1024, 1)),
-                                     "cpu:0");
-  std::shared_ptr<DeviceBuffer> y = client->Execute(*exe, {x})->outputs[0];
+  auto [ones, y] = OnesAndHeldTwos(*client, *exe);
   ExecuteOptions donate;
   donate.donate = {0};
   auto pending = client->ExecuteAsync(exe, {y}, donate);
