@@ -573,13 +573,16 @@ absl::StatusOr<std::vector<Tensor>> Grad(const Tensor& loss, const std::vector<T
       continue;
     }
     const bool is_param = param_index.contains(node.get());
-    if (!is_param && !node->realized() && next < node->operands.size()) {
+    // A value computed earlier is a constant here, unless eager mode kept
+    // the graph that made it.
+    const bool walked = !is_param && (!node->realized() || node->keeps_graph);
+    if (walked && next < node->operands.size()) {
       std::shared_ptr<Node> child = node->operands[next++];
       if (!depends.contains(child.get())) stack.push_back({std::move(child), 0});
       continue;
     }
     bool d = is_param;
-    if (!is_param && !node->realized()) {
+    if (walked) {
       for (const auto& o : node->operands) d = d || depends[o.get()];
     }
     depends[node.get()] = d;

@@ -68,6 +68,14 @@ Tensor LazyContext::Record(std::shared_ptr<Node> node) {
     // times more: the hand-off to the dispatch thread and back.)
     absl::Status st = Realize({t}, std::source_location::current());
     if (!st.ok()) t.node()->status = st;
+    if (st.ok() && !t.node()->operands.empty()) {
+      t.node()->keeps_graph = true;
+      eager_graphs_.push_back(t.node());
+      if (eager_graphs_.size() >= prune_eager_graphs_at_) {
+        std::erase_if(eager_graphs_, [](const std::weak_ptr<Node>& w) { return w.expired(); });
+        prune_eager_graphs_at_ = std::max<size_t>(1024, 2 * eager_graphs_.size());
+      }
+    }
     return t;
   }
   pending_.push_back(t.node());
@@ -325,6 +333,15 @@ std::vector<int> DonatableParams(const std::vector<std::shared_ptr<Node>>& outpu
 }  // namespace
 
 absl::Status LazyContext::Barrier(const std::string& device, std::source_location where) {
+  // The step's eager values are computed: their graphs can go now.
+  std::erase_if(eager_graphs_, [&device](const std::weak_ptr<Node>& weak) {
+    std::shared_ptr<Node> node = weak.lock();
+    if (node == nullptr) return true;
+    if (node->device != device) return false;
+    node->keeps_graph = false;
+    node->operands.clear();
+    return true;
+  });
   std::vector<Tensor> live;
   std::vector<std::weak_ptr<Node>> still_pending;
   for (const auto& weak : pending_) {
@@ -458,8 +475,9 @@ void LazyContext::Settle(ExecuteResult& result, const std::vector<std::shared_pt
       metrics_.bytes_from_device += node.shape.ByteSize();
       node.host_value = std::move(result.inline_values[i]);
     }
-    // The value exists now: the graph that produced it can go.
-    node.operands.clear();
+    // The value exists now: the graph that produced it can go (in eager
+    // mode at the next barrier, so that gradients can walk it).
+    if (!eager_) node.operands.clear();
   }
 }
 

@@ -132,7 +132,10 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   absl::Status SyncFor(const Node* node);
   static constexpr size_t kPipelineDepth = 2;
 
-  // Eager mode executes every op as soon as it is recorded.
+  // Eager mode executes every op as soon as it is recorded. Its values keep
+  // the graph that made them until the next barrier on their device, as a
+  // lazy step's nodes do until they are computed there: gradients (Grad)
+  // reach back through the ops of the step.
   void set_eager(bool eager) { eager_ = eager; }
   bool eager() const { return eager_; }
 
@@ -220,6 +223,9 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   void SupersedeInFlight();
   std::vector<std::weak_ptr<Node>> pending_;
   size_t prune_pending_at_ = 1024;
+  // Values computed in eager mode that keep their graph until a barrier.
+  std::vector<std::weak_ptr<Node>> eager_graphs_;
+  size_t prune_eager_graphs_at_ = 1024;
   std::vector<LoopBodyNodes> loop_bodies_;
   absl::flat_hash_map<std::string, std::shared_ptr<Executable>> executables_;
   // The same programs by trace key (the device's length and name, then the

@@ -155,6 +155,11 @@ struct Node {
   // execution ended (protocol 6): usable as an argument, its value and
   // any error not known until the execution settles.
   bool named_in_advance = false;
+  // Computed in eager mode, it keeps `operands` until the next barrier on
+  // its device, so that gradients reach back through it (Grad walks the
+  // operands of such a value; those of other realized values are gone or
+  // belong to an execution still in flight).
+  bool keeps_graph = false;
 
   bool realized() const { return data != nullptr || host_value.has_value() || dispatched; }
   // Sent to the device, result not yet known (LazyContext::set_pipelined).

@@ -619,6 +619,22 @@ TEST_F(TensorTest, EagerModeRunsEveryOp) {
   EXPECT_GE(ctx_->metrics().executions, 2);
 }
 
+// Gradients reach back through eager ops: each value keeps the graph that
+// made it until the next barrier, which then lets it go.
+TEST_F(TensorTest, EagerValuesKeepTheirGraphForGradientsUntilABarrier) {
+  ctx_->set_eager(true);
+  Tensor w = Vec({1, 2});
+  Tensor loss = Sum(w * w + w);
+  ASSERT_TRUE(loss.node()->realized());
+  auto grads = Grad(loss, {w});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ(Values((*grads)[0]), (std::vector<double>{3, 5}));
+  EXPECT_FALSE(loss.node()->operands.empty());
+  ASSERT_TRUE(ctx_->Barrier(loss.device()).ok());
+  EXPECT_TRUE(loss.node()->operands.empty());
+  EXPECT_EQ(Values(loss), (std::vector<double>{8}));
+}
+
 TEST_F(TensorTest, ShapeErrorsAreStatuses) {
   Tensor a = Vec({1, 2, 3});
   Tensor b = Vec({1, 2});

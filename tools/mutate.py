@@ -432,6 +432,11 @@ MUTATIONS = [
       "for (size_t i = 0; i < listed_.size(); ++i) hashed_[listed_[i]] = static_cast<int64_t>(i);",
       "for (size_t i = 1; i < listed_.size(); ++i) hashed_[listed_[i]] = static_cast<int64_t>(i);",
       TENSOR, TENSOR),
+    M("cl-eager-grad-constant", "gradients treat every eager value as a constant",
+      "client/autodiff.cc",
+      "const bool walked = !is_param && (!node->realized() || node->keeps_graph);",
+      "const bool walked = !is_param && !node->realized();",
+      TENSOR, TENSOR),
     # --- embedded -----------------------------------------------------------------
     M("em-direct-donation-copied", "a donated held buffer is copied into the program, not moved",
       "embedded/embedded.cc",
