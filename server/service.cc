@@ -45,6 +45,23 @@ runtime::CancelCheck UntilSessionEnds(const std::shared_ptr<Session>& session,
   return [session, cancelled]() { return session->closed() || (cancelled && cancelled()); };
 }
 
+// An execution's argument `i` lives on `runs_on` and has the shape the
+// program takes; `where` names the replica of a replicated execution.
+absl::Status CheckArgument(absl::string_view where, size_t i, const runtime::Device* device,
+                           const runtime::Buffer& buffer, const runtime::Device& runs_on,
+                           const ir::Shape& param) {
+  if (device != &runs_on) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "argument ", i, " lives on ", device == nullptr ? "no device" : device->name(),
+        " but the program runs on ", runs_on.name(), "; copy it explicitly"));
+  }
+  if (buffer.shape() != param) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "argument ", i, " has shape ",
+                                                   buffer.shape().ToString(),
+                                                   ", the program expects ", param.ToString()));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -561,16 +578,7 @@ absl::StatusOr<v1::ExecuteResponse> Service::ExecuteIn(const std::shared_ptr<Ses
       absl::StatusOr<BufferEntry> arg = session->GetBuffer(
           handles[i], until_done, sequenced != nullptr ? sequenced->sequence : 0);
       if (!arg.ok()) return WithContext(arg.status(), absl::StrCat(where, "argument ", i));
-      if (arg->device != device) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, "argument ", i, " lives on ", arg->device->name(),
-            " but the program runs on ", device->name(), "; copy it explicitly"));
-      }
-      if (arg->buffer->shape() != params[i]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, "argument ", i, " has shape ", arg->buffer->shape().ToString(),
-            ", the program expects ", params[i].ToString()));
-      }
+      RETURN_IF_ERROR(CheckArgument(where, i, arg->device, *arg->buffer, *device, params[i]));
       run.args.push_back(arg->buffer);
     }
     feeds[r] = session->Feeds(device->name());
@@ -744,17 +752,22 @@ absl::StatusOr<v1::ExecuteResponse> Service::ExecuteIn(const std::shared_ptr<Ses
         [](const auto& a, const auto& b) { return a.simulated_seconds < b.simulated_seconds; });
     ProfileToProto(*slowest, resp.mutable_profile());
   }
+  resp.set_execute_micros(absl::ToInt64Microseconds(ExecutionDone(start, exe, plan.size())));
+  if (reply_charge != nullptr) *reply_charge = std::move(reply);
+  return resp;
+}
+
+absl::Duration Service::ExecutionDone(absl::Time start, const ExecutableEntry& exe,
+                                      size_t replicas) {
   const absl::Duration took = absl::Now() - start;
-  resp.set_execute_micros(absl::ToInt64Microseconds(took));
   if (options_.trace != nullptr) {
     options_.trace->Complete("execute", "execute", start, took,
                              {{"device", exe.device->name()},
                               {"fingerprint", exe.fingerprint.substr(0, 16)},
-                              {"replicas", absl::StrCat(plan.size())}});
+                              {"replicas", absl::StrCat(replicas)}});
   }
   metrics_.Record("execute", took);
-  if (reply_charge != nullptr) *reply_charge = std::move(reply);
-  return resp;
+  return took;
 }
 
 absl::Status Service::ExecutionFailed(const absl::Status& error, const ExecutableEntry& exe,
@@ -822,7 +835,9 @@ absl::StatusOr<Service::DirectResult> Service::ExecuteDirectIn(
     return std::find(execution.donated.begin(), execution.donated.end(), static_cast<int>(i)) !=
            execution.donated.end();
   };
-  // The session and the caller's check outlive the call: borrowed here.
+  // UntilSessionEnds without its copies: the session and the caller's
+  // check outlive the call, and two pointers fit in the std::function
+  // without an allocation (an eager op's execution is a few microseconds).
   const runtime::CancelCheck until_done = [session = session.get(),
                                            cancelled = &execution.cancelled]() {
     return session->closed() || (*cancelled && (*cancelled)());
@@ -863,16 +878,7 @@ absl::StatusOr<Service::DirectResult> Service::ExecuteDirectIn(
       device = entry->device;
       if (donated(i)) taken.emplace_back(a.handle);
     }
-    if (device != exe.device) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "argument ", i, " lives on ", device == nullptr ? "no device" : device->name(),
-          " but the program runs on ", exe.device->name(), "; copy it explicitly"));
-    }
-    if (buffer->shape() != params[i]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "argument ", i, " has shape ", buffer->shape().ToString(), ", the program expects ",
-          params[i].ToString()));
-    }
+    RETURN_IF_ERROR(CheckArgument("", i, device, *buffer, *exe.device, params[i]));
     args.push_back(std::move(buffer));
   }
   const std::shared_ptr<FeedQueues> feeds = session->Feeds(exe.device->name());
@@ -899,15 +905,7 @@ absl::StatusOr<Service::DirectResult> Service::ExecuteDirectIn(
     RecordProfile(profile);
     result.profile = profile;
   }
-  const absl::Duration took = absl::Now() - start;
-  result.execute_micros = absl::ToInt64Microseconds(took);
-  if (options_.trace != nullptr) {
-    options_.trace->Complete("execute", "execute", start, took,
-                             {{"device", exe.device->name()},
-                              {"fingerprint", exe.fingerprint.substr(0, 16)},
-                              {"replicas", "1"}});
-  }
-  metrics_.Record("execute", took);
+  result.execute_micros = absl::ToInt64Microseconds(ExecutionDone(start, exe, 1));
   return result;
 }
 

@@ -289,6 +289,9 @@ class Service {
                                                 SequencedOutputs* sequenced);
   absl::StatusOr<DirectResult> ExecuteDirectIn(const std::shared_ptr<Session>& session,
                                                DirectExecution& execution);
+  // A program that ran `replicas` replicas since `start` ended: its time,
+  // recorded in the metrics and the trace.
+  absl::Duration ExecutionDone(absl::Time start, const ExecutableEntry& exe, size_t replicas);
   // A failed program's error, after its feeds learned of it: a cancelled
   // one's queues are aborted; one that used feeds fails their waiters.
   absl::Status ExecutionFailed(const absl::Status& error, const ExecutableEntry& exe,
