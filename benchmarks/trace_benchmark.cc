@@ -3,7 +3,8 @@
 // 1,000 ops on one element traced, keyed and run per step (the program, one
 // fused loop over one element, is a small part of it), per traced op; then
 // the cost of one op in eager mode (each op executed as it is recorded,
-// embedded), the same chain of adds and multiplies on one element. benchmarks/fashion_mnist_vs_torch.py runs it
+// embedded), the same chain of adds and multiplies on one element, without
+// and with gradients recorded. benchmarks/fashion_mnist_vs_torch.py runs it
 // beside PyTorch's eager per-op cost and prints the ratios.
 #include <chrono>
 #include <cstdio>
@@ -66,23 +67,34 @@ int main(int argc, char** argv) {
                 steps, step_ops, step_seconds, step_seconds * 1e9 / (steps * step_ops));
   }
 
-  // Eager: every op runs at once (after the first of each kind compiles).
+  // Eager: every op runs at once (after the first of each kind compiles),
+  // first without gradients recorded (as PyTorch's tensors that do not
+  // require them), then with them (each value keeps its graph until the
+  // next barrier, as PyTorch's autograd keeps its own).
   if (eager_ops <= 0) return 0;
   ctx->set_eager(true);
-  kiln::client::Tensor x = a;
-  for (int i = 0; i < 100; ++i) x = (i % 2 == 0) ? x + b : x * b;  // warm the caches
-  const auto eager_start = std::chrono::steady_clock::now();
-  for (int i = 0; i < eager_ops; ++i) {
-    x = (i % 2 == 0) ? x + b : x * b;
-    if (i % 1000 == 999) x = a;
-  }
-  if (!x.status().ok()) {
-    std::fprintf(stderr, "eager op failed: %s\n", std::string(x.status().message()).c_str());
-    return 1;
-  }
-  const double eager_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - eager_start).count();
-  std::printf("kiln eager: %d ops in %.3f s, %.0f ns per op\n", eager_ops, eager_seconds,
-              eager_seconds * 1e9 / eager_ops);
+  auto eager_ns = [&](bool gradients) -> double {
+    ctx->set_record_gradients(gradients);
+    kiln::client::Tensor x = a;
+    for (int i = 0; i < 100; ++i) x = (i % 2 == 0) ? x + b : x * b;  // warm the caches
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < eager_ops; ++i) {
+      x = (i % 2 == 0) ? x + b : x * b;
+      if (i % 1000 == 999) x = a;
+    }
+    if (!x.status().ok()) {
+      std::fprintf(stderr, "eager op failed: %s\n", std::string(x.status().message()).c_str());
+      return -1;
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() *
+           1e9 / eager_ops;
+  };
+  const double warm = eager_ns(false);
+  const double plain = eager_ns(false);
+  if (plain < 0) return 1;
+  std::printf("kiln eager: %d ops, %.0f ns per op\n", eager_ops, plain);
+  const double recorded = eager_ns(true);
+  if (recorded < 0) return 1;
+  std::printf("kiln eager with gradients: %d ops, %.0f ns per op\n", eager_ops, recorded);
   return 0;
 }

@@ -658,7 +658,7 @@ absl::StatusOr<ExecuteResult> ExecuteDirect(DirectPath& direct,
                                             const Executable& executable,
                                             const std::vector<std::shared_ptr<DeviceBuffer>>& args,
                                             const ExecuteOptions& options) {
-  std::vector<DirectArgument> direct_args(args.size());
+  DirectArguments direct_args(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     ASSIGN_OR_RETURN(direct_args[i].value, ArgumentValue(args, &options.inline_values, i));
   }

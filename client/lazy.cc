@@ -66,9 +66,10 @@ Tensor LazyContext::Record(std::shared_ptr<Node> node) {
     // Eager: run the op now. An error becomes the tensor's status. (Sent
     // without waiting, as a pipelined barrier is, an op costs several
     // times more: the hand-off to the dispatch thread and back.)
-    absl::Status st = Realize({t}, std::source_location::current());
+    absl::Status st = RealizeNodes(absl::MakeConstSpan(&t, 1), std::source_location::current(),
+                                   nullptr, /*dispatch=*/false);
     if (!st.ok()) t.node()->status = st;
-    if (st.ok() && !t.node()->operands.empty()) {
+    if (st.ok() && record_gradients_ && !t.node()->operands.empty()) {
       t.node()->keeps_graph = true;
       eager_graphs_.push_back(t.node());
       if (eager_graphs_.size() >= prune_eager_graphs_at_) {
@@ -188,8 +189,7 @@ Tensor LazyContext::FromReplicaLiterals(const std::vector<ir::Literal>& values,
   return Tensor(std::move(node));
 }
 
-absl::StatusOr<std::vector<ReplicaArguments>> LazyContext::ReplicaInputs(
-    const std::vector<std::shared_ptr<Node>>& params) {
+absl::StatusOr<std::vector<ReplicaArguments>> LazyContext::ReplicaInputs(NodeSpan params) {
   const Node* lead = nullptr;
   for (const auto& p : params) {
     if (p->replicas.size() > 1) {
@@ -282,8 +282,7 @@ bool MayDonate(const Node& p) {
 // all there are, and no other node shares its buffer. A trace with a device
 // loop or a conditional donates nothing (their specs hold references of
 // their own).
-std::vector<int> DonatableParams(const std::vector<std::shared_ptr<Node>>& outputs,
-                                 const std::vector<std::shared_ptr<Node>>& params) {
+std::vector<int> DonatableParams(NodeSpan outputs, NodeSpan params) {
   // Most steps read only values a handle still holds: then there is no
   // need to walk the trace.
   if (std::none_of(params.begin(), params.end(),
@@ -449,8 +448,7 @@ void LazyContext::RecordStep(double seconds) {
   if (metrics_.step_seconds.size() > kStepHistory) metrics_.step_seconds.pop_front();
 }
 
-void LazyContext::Settle(ExecuteResult& result, const std::vector<std::shared_ptr<Node>>& outputs,
-                         const std::vector<std::shared_ptr<Node>>& params,
+void LazyContext::Settle(ExecuteResult& result, NodeSpan outputs, NodeSpan params,
                          const std::vector<ExecuteResult>& replica_results) {
   // Values sent along are on the device now (unless donated).
   for (size_t i = 0; i < params.size() && i < result.inline_argument_buffers.size(); ++i) {
@@ -476,12 +474,13 @@ void LazyContext::Settle(ExecuteResult& result, const std::vector<std::shared_pt
       node.host_value = std::move(result.inline_values[i]);
     }
     // The value exists now: the graph that produced it can go (in eager
-    // mode at the next barrier, so that gradients can walk it).
-    if (!eager_) node.operands.clear();
+    // mode at the next barrier, so that gradients can walk it, unless
+    // gradients are not recorded).
+    if (!eager_ || !record_gradients_) node.operands.clear();
   }
 }
 
-absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
+absl::Status LazyContext::RealizeNodes(absl::Span<const Tensor> tensors,
                                        std::source_location where, CallCanceller* cancel,
                                        bool dispatch) {
   // What is in flight may be what these tensors read: a program sent in
@@ -494,7 +493,7 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
   } else {
     while (in_flight_.size() >= kPipelineDepth) RETURN_IF_ERROR(SettleOldest());
   }
-  std::vector<std::shared_ptr<Node>> outputs;
+  NodeList outputs;
   std::string device;
   for (const Tensor& t : tensors) {
     RETURN_IF_ERROR(t.status());
@@ -539,17 +538,17 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
   // by the trace's key, without lowering, printing or fingerprinting.
   const auto lower_start = Clock::now();
   // The device's length first, so that no device name runs into the bytes.
-  ASSIGN_OR_RETURN(TraceKey trace_key,
-                   KeyOfTrace(outputs, absl::StrCat(device.size(), ":", device)));
-  std::string structure = std::move(trace_key.bytes);
+  RETURN_IF_ERROR(KeyOfTrace(outputs, absl::StrCat(device.size(), ":", device), trace_key_));
+  const std::string& structure = trace_key_.bytes;
+  // The context keeps the key's bytes, not its nodes.
+  NodeList params = std::move(trace_key_.params);
+  trace_key_.params.clear();
   std::shared_ptr<Executable> exe;
-  std::vector<std::shared_ptr<Node>> params;
   // Where the key found the program, the execution's time starts where the
   // keying's ends: one clock read fewer per step (an eager op's is 40 ns).
   Clock::time_point keyed_at;
   if (auto known = by_structure_.find(structure); known != by_structure_.end()) {
     exe = known->second;
-    params = std::move(trace_key.params);
     ++metrics_.cached_compiles;
     keyed_at = Clock::now();
     metrics_.lowering_seconds += std::chrono::duration<double>(keyed_at - lower_start).count();
@@ -597,10 +596,11 @@ absl::Status LazyContext::RealizeNodes(const std::vector<Tensor>& tensors,
     }
     // The key walks the trace as Lower does; the parameters they find agree
     // (a trace whose do not is not looked up by its key).
-    if (trace_key.params == lowered.params) by_structure_[std::move(structure)] = exe;
-    params = std::move(lowered.params);
+    if (std::equal(params.begin(), params.end(), lowered.params.begin(), lowered.params.end())) {
+      by_structure_[structure] = exe;
+    }
+    params.assign(lowered.params.begin(), lowered.params.end());
   }
-  trace_key.params.clear();  // `params` is now the one list of them
   for (const auto& p : params) {
     // A value another context sent and has not settled yet (its error, if
     // any, stays on the value).

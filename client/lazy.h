@@ -15,8 +15,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "client/client.h"
 #include "client/tensor.h"
+#include "client/trace_key.h"
 
 namespace kiln::client {
 
@@ -138,6 +140,14 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   // reach back through the ops of the step.
   void set_eager(bool eager) { eager_ = eager; }
   bool eager() const { return eager_; }
+  // Whether eager values keep their graphs for Grad (on by default). Off,
+  // as in an evaluation pass, a value computed in eager mode drops its
+  // graph at once: Grad takes it for a constant, and the op holds no graph
+  // (torch.no_grad's contract). Lazy values need their graphs to be
+  // computed at all and drop them once computed, either way. See
+  // NoGradients for a scope.
+  void set_record_gradients(bool on) { record_gradients_ = on; }
+  bool record_gradients() const { return record_gradients_; }
 
   const LazyMetrics& metrics() const { return metrics_; }
   // Why each compile after the first at a call site happened, e.g.
@@ -177,15 +187,14 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   explicit LazyContext(Client* client) : client_(client) {}
   // Realize; with `dispatch`, a program that may run without waiting is
   // sent and left in flight.
-  absl::Status RealizeNodes(const std::vector<Tensor>& tensors, std::source_location where,
+  absl::Status RealizeNodes(absl::Span<const Tensor> tensors, std::source_location where,
                             CallCanceller* cancel, bool dispatch);
   // Adds an execution's round trip to metrics_.step_seconds (bounded).
   void RecordStep(double seconds);
   // Gives `outputs` (and the parameters that went inline, which become
   // device buffers) the values of a successful execution. Null entries
   // (nodes gone meanwhile) are skipped.
-  void Settle(ExecuteResult& result, const std::vector<std::shared_ptr<Node>>& outputs,
-              const std::vector<std::shared_ptr<Node>>& params,
+  void Settle(ExecuteResult& result, NodeSpan outputs, NodeSpan params,
               const std::vector<ExecuteResult>& replica_results);
   // The execution sent by a pipelined barrier; nodes by weak reference, so
   // that nothing here keeps a trace (or this context) alive.
@@ -200,8 +209,7 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   };
   // The buffers of replicated program inputs, per replica; empty when no
   // parameter is replicated. Copies lead-device values to the replicas.
-  absl::StatusOr<std::vector<ReplicaArguments>> ReplicaInputs(
-      const std::vector<std::shared_ptr<Node>>& params);
+  absl::StatusOr<std::vector<ReplicaArguments>> ReplicaInputs(NodeSpan params);
   struct GraphSummary {
     std::vector<std::string> inputs;  // parameter shapes
     std::vector<std::string> ops;     // "add f32[128,10]"
@@ -211,6 +219,7 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
 
   Client* client_;
   bool eager_ = false;
+  bool record_gradients_ = true;
   bool pipelined_ = false;
   // Oldest first.
   std::deque<InFlight> in_flight_;
@@ -232,8 +241,27 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   // key's bytes).
   absl::flat_hash_map<std::string, std::shared_ptr<Executable>> by_structure_;
   std::map<std::string, GraphSummary> last_graph_at_;
+  // The last trace's key, kept for its bytes' capacity.
+  TraceKey trace_key_;
   std::vector<std::string> explanations_;
   LazyMetrics metrics_;
+};
+
+// Gradients not recorded while it lives (LazyContext::set_record_gradients);
+// the setting before it comes back when it ends.
+class NoGradients {
+ public:
+  explicit NoGradients(LazyContext& context)
+      : context_(context), before_(context.record_gradients()) {
+    context_.set_record_gradients(false);
+  }
+  ~NoGradients() { context_.set_record_gradients(before_); }
+  NoGradients(const NoGradients&) = delete;
+  NoGradients& operator=(const NoGradients&) = delete;
+
+ private:
+  LazyContext& context_;
+  bool before_;
 };
 
 }  // namespace kiln::client

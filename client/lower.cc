@@ -86,7 +86,7 @@ class Lowerer {
 
   // Lowers what `roots` need into `b`; returns their instructions.
   absl::StatusOr<std::vector<ir::Instruction*>> LowerInto(
-      ir::Builder& b, const std::vector<std::shared_ptr<Node>>& roots, const LeafFn& leaf) {
+      ir::Builder& b, NodeSpan roots, const LeafFn& leaf) {
     absl::flat_hash_map<const Node*, ir::Instruction*> lowered;
     RETURN_IF_ERROR(WalkTrace(
         roots,
@@ -223,7 +223,7 @@ class Lowerer {
 
 }  // namespace
 
-absl::StatusOr<Lowered> Lower(const std::vector<std::shared_ptr<Node>>& outputs) {
+absl::StatusOr<Lowered> Lower(NodeSpan outputs) {
   Lowered out;
   out.module = std::make_unique<ir::Module>("trace");
   Lowerer lowerer(out.module.get());

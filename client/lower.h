@@ -80,7 +80,7 @@ class NodeNumbers {
 // Status) follows, once every operand is visited. A node with an error
 // stops the walk with it.
 template <typename LeafFn, typename VisitFn>
-absl::Status WalkTrace(const std::vector<std::shared_ptr<Node>>& roots, LeafFn&& leaf,
+absl::Status WalkTrace(NodeSpan roots, LeafFn&& leaf,
                        VisitFn&& visit) {
   NodeNumbers done;
   struct Frame {
@@ -128,7 +128,7 @@ struct Lowered {
 
 // The entry returns a tuple of `outputs` in order, or the one output itself
 // when it is a single array.
-absl::StatusOr<Lowered> Lower(const std::vector<std::shared_ptr<Node>>& outputs);
+absl::StatusOr<Lowered> Lower(NodeSpan outputs);
 
 }  // namespace kiln::client
 

@@ -240,7 +240,8 @@ Tensor BinaryOp(Opcode op, const Tensor& a, const Tensor& b, ir::Attributes* att
       a.shape() == b.shape() && a.device() == b.device() && a.context() != nullptr) {
     auto node = std::make_shared<Node>();
     node->op = op;
-    node->shape = op == Opcode::kCompare ? Shape(ElementType::kPred, a.shape().dims()) : a.shape();
+    node->shape = a.shape();  // one copy: a conditional would make a second
+    if (op == Opcode::kCompare) node->shape.set_type(ElementType::kPred);
     node->device = a.device();
     if (attrs != nullptr) node->attrs.Set(std::move(*attrs));
     node->operands = {a.node(), b.node()};

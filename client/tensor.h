@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "client/client.h"
 #include "compiler/ir/instruction.h"
 #include "compiler/ir/literal.h"
@@ -169,6 +170,11 @@ struct Node {
   // A value only on the host so far (see host_value).
   bool host_only() const { return data == nullptr && host_value.has_value(); }
 };
+
+// Nodes read in order (a trace's outputs or parameters), and a short list
+// of them that keeps its first few without allocating.
+using NodeSpan = absl::Span<const std::shared_ptr<Node>>;
+using NodeList = absl::InlinedVector<std::shared_ptr<Node>, 4>;
 
 class Tensor {
  public:

@@ -635,6 +635,31 @@ TEST_F(TensorTest, EagerValuesKeepTheirGraphForGradientsUntilABarrier) {
   EXPECT_EQ(Values(loss), (std::vector<double>{8}));
 }
 
+TEST_F(TensorTest, EagerValuesComputedWithoutGradientsAreConstants) {
+  ctx_->set_eager(true);
+  Tensor w = Vec({1, 2});
+  Tensor squared;
+  {
+    NoGradients scope(*ctx_);
+    EXPECT_FALSE(ctx_->record_gradients());
+    squared = w * w;
+    Tensor loss = Sum(squared + w);
+    ASSERT_TRUE(loss.node()->realized());
+    EXPECT_TRUE(loss.node()->operands.empty());
+    EXPECT_EQ(Values(loss), (std::vector<double>{8}));
+    auto grads = Grad(loss, {w});
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    EXPECT_EQ(Values((*grads)[0]), (std::vector<double>{0, 0}));
+  }
+  EXPECT_TRUE(ctx_->record_gradients());
+  // Recorded again: the gradient reaches w through the add, not through
+  // the square computed without gradients.
+  Tensor loss = Sum(squared + w);
+  auto grads = Grad(loss, {w});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ(Values((*grads)[0]), (std::vector<double>{1, 1}));
+}
+
 TEST_F(TensorTest, ShapeErrorsAreStatuses) {
   Tensor a = Vec({1, 2, 3});
   Tensor b = Vec({1, 2});

@@ -45,6 +45,8 @@ static_assert(FieldCount<ir::ScatterDims>() == 4);
 
 class Writer {
  public:
+  Writer() = default;
+  explicit Writer(std::string bytes) : bytes_(std::move(bytes)) {}
   std::string& bytes() { return bytes_; }
 
   void Int(int64_t v) { bytes_.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
@@ -158,7 +160,7 @@ absl::Status WriteCond(Writer& w, const CondSpec* cond);
 // (WalkTrace), each as its op, shape, attributes and the ids of its
 // operands; loop bodies nest. Ids number the nodes of one computation in
 // that order.
-absl::Status WriteComputation(Writer& w, const std::vector<std::shared_ptr<Node>>& roots,
+absl::Status WriteComputation(Writer& w, NodeSpan roots,
                               const LeafFn& leaf) {
   NodeNumbers id;
   RETURN_IF_ERROR(WalkTrace(
@@ -236,13 +238,12 @@ absl::Status WriteCond(Writer& w, const CondSpec* cond) {
 
 }  // namespace
 
-absl::StatusOr<TraceKey> KeyOfTrace(const std::vector<std::shared_ptr<Node>>& outputs,
-                                    absl::string_view prefix) {
-  TraceKey key;
-  Writer w;
+absl::Status KeyOfTrace(NodeSpan outputs, absl::string_view prefix, TraceKey& key) {
+  key.params.clear();
+  Writer w(std::move(key.bytes));
+  w.bytes().clear();
   w.bytes().reserve(256);  // one op's key, without growing
   w.bytes().append(prefix.data(), prefix.size());
-  key.params.reserve(4);
   LeafFn leaf = [&key](const std::shared_ptr<Node>& n, Writer& lw) {
     if (!n->realized()) return false;
     key.params.push_back(n);
@@ -250,8 +251,15 @@ absl::StatusOr<TraceKey> KeyOfTrace(const std::vector<std::shared_ptr<Node>>& ou
     lw.Shape(n->shape);
     return true;
   };
-  RETURN_IF_ERROR(WriteComputation(w, outputs, leaf));
+  absl::Status written = WriteComputation(w, outputs, leaf);
   key.bytes = std::move(w.bytes());
+  if (!written.ok()) key.params.clear();
+  return written;
+}
+
+absl::StatusOr<TraceKey> KeyOfTrace(NodeSpan outputs, absl::string_view prefix) {
+  TraceKey key;
+  RETURN_IF_ERROR(KeyOfTrace(outputs, prefix, key));
   return key;
 }
 

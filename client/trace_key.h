@@ -21,14 +21,16 @@ struct TraceKey {
   std::string bytes;
   // The realized nodes the program reads, in the order Lower gives them
   // entry parameters.
-  std::vector<std::shared_ptr<Node>> params;
+  NodeList params;
 };
 
 // The key of the program whose entry returns `outputs` in order, after
 // `prefix` (what else tells programs apart, such as the device). Fails as
 // Lower would on a node with an error.
-absl::StatusOr<TraceKey> KeyOfTrace(const std::vector<std::shared_ptr<Node>>& outputs,
-                                    absl::string_view prefix = "");
+absl::StatusOr<TraceKey> KeyOfTrace(NodeSpan outputs, absl::string_view prefix = "");
+// The same, written over `key`: a caller that keys trace after trace keeps
+// one TraceKey and its bytes' capacity.
+absl::Status KeyOfTrace(NodeSpan outputs, absl::string_view prefix, TraceKey& key);
 
 }  // namespace kiln::client
 

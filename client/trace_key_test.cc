@@ -79,7 +79,8 @@ TEST_F(TraceKeyTest, EqualStructureHasEqualKeysAndLowersParameterOrder) {
   EXPECT_EQ(k1->bytes, k2->bytes);
   auto lowered = Lower({y1.node()});
   ASSERT_TRUE(lowered.ok()) << lowered.status();
-  EXPECT_EQ(k1->params, lowered->params);
+  EXPECT_EQ(std::vector<std::shared_ptr<Node>>(k1->params.begin(), k1->params.end()),
+            lowered->params);
   ASSERT_EQ(k2->params.size(), 2u);
   EXPECT_EQ(k2->params[0], b2.node());
   EXPECT_EQ(k2->params[1], a2.node());
@@ -118,7 +119,7 @@ TEST_F(TraceKeyTest, AKeyedTraceRunsWithoutLoweringAgain) {
 struct LowerResult {
   absl::Status status;
   std::string module;  // ir::CanonicalBytes: equal exactly for one program
-  std::vector<std::shared_ptr<Node>> params;
+  NodeList params;
 };
 
 LowerResult LowerOf(const std::vector<Tensor>& outputs) {
@@ -131,7 +132,7 @@ LowerResult LowerOf(const std::vector<Tensor>& outputs) {
     return r;
   }
   r.module = ir::CanonicalBytes(*lowered->module);
-  r.params = lowered->params;
+  r.params.assign(lowered->params.begin(), lowered->params.end());
   return r;
 }
 

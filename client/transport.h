@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -78,9 +79,12 @@ struct DirectArgument {
   const ir::Literal* value = nullptr;
 };
 
+// An eager op's few arguments and outputs need no allocation.
+using DirectArguments = absl::InlinedVector<DirectArgument, 4>;
+
 struct DirectOutputs {
-  std::vector<std::shared_ptr<LocalBuffer>> outputs;  // the result's arrays, depth-first
-  std::vector<ir::Shape> shapes;                      // theirs
+  absl::InlinedVector<std::shared_ptr<LocalBuffer>, 2> outputs;  // the result's arrays, depth-first
+  absl::InlinedVector<ir::Shape, 2> shapes;                      // theirs
   // By argument index: the buffer a value became (null for the others and
   // for donated values); empty when no value was given.
   std::vector<std::shared_ptr<LocalBuffer>> argument_buffers;
@@ -99,7 +103,7 @@ class DirectPath {
   // result in place.
   virtual absl::StatusOr<DirectOutputs> Execute(const std::string& session_id,
                                                 const std::string& executable_handle,
-                                                std::vector<DirectArgument> args,
+                                                DirectArguments args,
                                                 const std::vector<int>& donate,
                                                 absl::Duration infeed_timeout,
                                                 CallCanceller* cancel) = 0;

@@ -103,7 +103,7 @@ class Direct : public client::DirectPath {
 
   absl::StatusOr<client::DirectOutputs> Execute(const std::string& session_id,
                                                 const std::string& executable_handle,
-                                                std::vector<client::DirectArgument> args,
+                                                client::DirectArguments args,
                                                 const std::vector<int>& donate,
                                                 absl::Duration infeed_timeout,
                                                 CallCanceller* cancel) override {

@@ -30,7 +30,8 @@ namespace kiln::server {
 namespace {
 
 // Flattens a result depth-first into its array leaves (tokens dropped).
-void Flatten(const runtime::BufferPtr& buffer, std::vector<runtime::BufferPtr>* out) {
+template <typename Buffers>  // std::vector or absl::InlinedVector of BufferPtr
+void Flatten(const runtime::BufferPtr& buffer, Buffers* out) {
   if (buffer->shape().IsTuple()) {
     for (int i = 0; i < buffer->tuple_size(); ++i) Flatten(buffer->tuple_element(i), out);
   } else if (buffer->shape().IsArray()) {
@@ -332,7 +333,8 @@ absl::StatusOr<v1::CompileResponse> Service::Compile(const v1::CompileRequest& r
     if (!options_.dump_dir.empty()) DumpModule(**module, fingerprint);
   }
   v1::CompileResponse resp;
-  resp.set_executable_handle(session->AddExecutable({result.executable, device, fingerprint}));
+  resp.set_executable_handle(session->AddExecutable(
+      {result.executable, device, std::make_shared<const std::string>(fingerprint)}));
   resp.set_cache_hit(result.hit);
   resp.set_persistent_cache_hit(loaded);
   resp.set_compile_micros(result.hit ? 0 : absl::ToInt64Microseconds(took));
@@ -430,7 +432,7 @@ absl::StatusOr<v1::ExecuteResponse> Service::ExecuteCounted(
     const std::shared_ptr<Session>& session, const v1::ExecuteRequest& req,
     const runtime::CancelCheck& cancelled, runtime::MemoryCharge* reply_charge) {
   // Counted from here: a sequenced execution waiting for its turn is one.
-  absl::StatusOr<std::shared_ptr<void>> running = session->BeginExecution();
+  absl::StatusOr<Session::Running> running = session->BeginExecution();
   if (req.sequence() == 0) {
     RETURN_IF_ERROR(running.status());
     return ExecuteIn(session, req, cancelled, reply_charge, nullptr);
@@ -641,8 +643,8 @@ absl::StatusOr<v1::ExecuteResponse> Service::ExecuteIn(const std::shared_ptr<Ses
     cross.device = plan[0].first;
     // The fingerprint is hex: its first 16 digits name the program.
     uint64_t program = 0;
-    for (size_t i = 0; i < exe.fingerprint.size() && i < 16; ++i) {
-      program = program * 31 + static_cast<unsigned char>(exe.fingerprint[i]);
+    for (size_t i = 0; i < exe.fingerprint->size() && i < 16; ++i) {
+      program = program * 31 + static_cast<unsigned char>((*exe.fingerprint)[i]);
     }
     cross.program = program;
   }
@@ -763,7 +765,7 @@ absl::Duration Service::ExecutionDone(absl::Time start, const ExecutableEntry& e
   if (options_.trace != nullptr) {
     options_.trace->Complete("execute", "execute", start, took,
                              {{"device", exe.device->name()},
-                              {"fingerprint", exe.fingerprint.substr(0, 16)},
+                              {"fingerprint", exe.fingerprint->substr(0, 16)},
                               {"replicas", absl::StrCat(replicas)}});
   }
   metrics_.Record("execute", took);
@@ -816,12 +818,12 @@ absl::StatusOr<Service::DirectResult> Service::ExecuteDirect(DirectExecution exe
 
 absl::StatusOr<Service::DirectResult> Service::ExecuteDirectIn(
     const std::shared_ptr<Session>& session, DirectExecution& execution) {
-  ASSIGN_OR_RETURN(std::shared_ptr<void> running, session->BeginExecution());
+  ASSIGN_OR_RETURN(Session::Running running, session->BeginExecution());
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(ExecutableEntry exe, session->GetExecutable(execution.executable_handle));
   runtime::AccountScope account(session->memory_account());
   const std::vector<ir::Shape>& params = exe.executable->parameter_shapes();
-  std::vector<DirectArgument>& arguments = execution.arguments;
+  DirectArguments& arguments = execution.arguments;
   if (arguments.size() != params.size()) {
     return absl::InvalidArgumentError(absl::StrCat("program takes ", params.size(),
                                                    " arguments, got ", arguments.size()));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "kiln/v1/service.pb.h"
@@ -161,17 +162,19 @@ class Service {
     // fails with it (giving the donated arguments up, as any failure does).
     absl::Status refused;
   };
+  // An eager op's few arguments and outputs need no allocation.
+  using DirectArguments = absl::InlinedVector<DirectArgument, 4>;
   struct DirectExecution {
     absl::string_view session_id;  // borrowed, as the handles are
     absl::string_view executable_handle;
-    std::vector<DirectArgument> arguments;
+    DirectArguments arguments;
     std::vector<int> donated;
     absl::Duration infeed_timeout = absl::ZeroDuration();  // 0: the default
     runtime::CancelCheck cancelled;
   };
   struct DirectResult {
     runtime::Device* device = nullptr;  // where the outputs live
-    std::vector<runtime::BufferPtr> outputs;  // the result's arrays, depth-first
+    absl::InlinedVector<runtime::BufferPtr, 2> outputs;  // the result's arrays, depth-first
     // By argument index: the buffer a value became (null for the others,
     // and for donated values); empty when no value was given.
     std::vector<runtime::BufferPtr> argument_buffers;

@@ -63,14 +63,14 @@ Session::Session(std::string id, std::string client_name, size_t feed_capacity,
           absl::StrCat("session ", id_, " (host memory)"), limits.host_memory_bytes,
           "--session_host_memory_bytes", std::move(host_budget))) {}
 
-absl::StatusOr<std::shared_ptr<void>> Session::BeginExecution() {
+absl::StatusOr<Session::Running> Session::BeginExecution() {
   if (executions_.fetch_add(1) >= max_executions_) {
     --executions_;
     return absl::ResourceExhaustedError(absl::StrCat(
         "session ", id_, " already runs ", max_executions_,
         " executions, its limit (--session_executions)"));
   }
-  return std::shared_ptr<void>(nullptr, [this](void*) { --executions_; });
+  return Running(&executions_);
 }
 
 std::string Session::AddBuffer(BufferEntry entry) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -28,7 +29,8 @@ namespace kiln::server {
 struct ExecutableEntry {
   std::shared_ptr<runtime::Executable> executable;
   runtime::Device* device;  // borrowed from the service
-  std::string fingerprint;
+  // Shared, so that an entry is copied without copying it.
+  std::shared_ptr<const std::string> fingerprint;
 };
 
 struct PendingOutput;
@@ -193,7 +195,29 @@ class Session {
   const std::shared_ptr<runtime::MemoryAccount>& host_account() const { return host_account_; }
   // Counts an execution as running until the returned token is destroyed;
   // RESOURCE_EXHAUSTED naming --session_executions when that many run.
-  absl::StatusOr<std::shared_ptr<void>> BeginExecution();
+  class Running {
+   public:
+    Running() = default;
+    Running(Running&& other) noexcept : count_(std::exchange(other.count_, nullptr)) {}
+    Running& operator=(Running&& other) noexcept {
+      if (this != &other) {
+        End();
+        count_ = std::exchange(other.count_, nullptr);
+      }
+      return *this;
+    }
+    ~Running() { End(); }
+
+   private:
+    friend class Session;
+    explicit Running(std::atomic<int>* count) : count_(count) {}
+    void End() {
+      if (count_ != nullptr) --*count_;
+      count_ = nullptr;
+    }
+    std::atomic<int>* count_ = nullptr;
+  };
+  absl::StatusOr<Running> BeginExecution();
 
  private:
   const std::string id_;

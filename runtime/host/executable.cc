@@ -3,6 +3,7 @@
 #include <optional>
 #include <random>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/host/cancel.h"
@@ -77,7 +78,7 @@ absl::StatusOr<runtime::BufferPtr> ProgramExecutable::ExecuteOwned(
     return absl::InvalidArgumentError(absl::StrCat(
         "program takes ", parameter_shapes_.size(), " arguments, got ", args.size()));
   }
-  std::vector<HostBufferPtr> host_args(args.size());
+  absl::InlinedVector<HostBufferPtr, 4> host_args(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == nullptr || args[i]->shape() != parameter_shapes_[i]) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -109,7 +110,7 @@ absl::StatusOr<runtime::BufferPtr> ProgramExecutable::ExecuteOwned(
   absl::StatusOr<HostBufferPtr> result;  // UNKNOWN until the program ran
   auto run = [&] {
     CancelScope cancel_scope(&options.cancelled);
-    result = entry_->Run(state, std::move(host_args));
+    result = entry_->Run(state, absl::MakeSpan(host_args));
   };
   // Programs with real work run on a warm compute worker; a small one (an
   // eager op) costs less than the handoff.

@@ -350,23 +350,23 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
 
 absl::StatusOr<BufferPtr> Program::Run(ExecState& state,
                                        const std::vector<BufferPtr>& args) const {
-  std::vector<BufferPtr> slots(num_slots_);
+  Slots slots(num_slots_);
   for (size_t i = 0; i < param_slots_.size() && i < args.size(); ++i) {
     slots[param_slots_[i]] = args[i];
   }
-  return RunSlots(state, std::move(slots));
+  return RunSlots(state, slots);
 }
 
-absl::StatusOr<BufferPtr> Program::Run(ExecState& state, std::vector<BufferPtr>&& args) const {
-  std::vector<BufferPtr> slots(num_slots_);
+absl::StatusOr<BufferPtr> Program::Run(ExecState& state, absl::Span<BufferPtr> args) const {
+  Slots slots(num_slots_);
   for (size_t i = 0; i < param_slots_.size() && i < args.size(); ++i) {
     slots[param_slots_[i]] = std::move(args[i]);
   }
-  args.clear();
-  return RunSlots(state, std::move(slots));
+  for (BufferPtr& arg : args) arg.reset();
+  return RunSlots(state, slots);
 }
 
-absl::StatusOr<BufferPtr> Program::RunSlots(ExecState& state, std::vector<BufferPtr> slots) const {
+absl::StatusOr<BufferPtr> Program::RunSlots(ExecState& state, Slots& slots) const {
   std::vector<BufferPtr> operands;
   operands.reserve(max_inputs_);
   for (const Step& step : steps_) {

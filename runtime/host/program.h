@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "compiler/ir/instruction.h"
 #include "runtime/host/kernel.h"
 
@@ -40,9 +42,13 @@ class Program {
   // Runs with one buffer per parameter (shapes already checked).
   absl::StatusOr<BufferPtr> Run(ExecState& state,
                                 const std::vector<BufferPtr>& args) const;
-  // The same, taking the arguments over: an argument nobody else holds may
-  // then take a result in place once it is read for the last time.
-  absl::StatusOr<BufferPtr> Run(ExecState& state, std::vector<BufferPtr>&& args) const;
+  // The same, taking the arguments over (they are left null): an argument
+  // nobody else holds may then take a result in place once it is read for
+  // the last time.
+  absl::StatusOr<BufferPtr> Run(ExecState& state, absl::Span<BufferPtr> args) const;
+  absl::StatusOr<BufferPtr> Run(ExecState& state, std::vector<BufferPtr>&& args) const {
+    return Run(state, absl::MakeSpan(args));
+  }
 
   int step_count() const { return static_cast<int>(steps_.size()); }
   // How many instructions beyond one per step the loop fusions compute.
@@ -58,7 +64,9 @@ class Program {
     std::vector<int> release;  // slots whose last reader is this step
     runtime::CostCounters cost;  // added to ExecState::cost when it runs
   };
-  absl::StatusOr<BufferPtr> RunSlots(ExecState& state, std::vector<BufferPtr> slots) const;
+  // A short program's slots live on the stack.
+  using Slots = absl::InlinedVector<BufferPtr, 8>;
+  absl::StatusOr<BufferPtr> RunSlots(ExecState& state, Slots& slots) const;
 
   std::vector<Step> steps_;
   int num_slots_ = 0;
