@@ -280,10 +280,13 @@ def kiln_epoch(name, args, address, threads):
     return float(m.group(1)), float(m.group(2))
 
 
-def torch_op_ns(ops=200000):
+def torch_op_ns(ops=200000, requires_grad=False):
+    """PyTorch's eager op on one element; with requires_grad, autograd
+    records every op (as Kiln's eager mode does with gradients on)."""
     import torch
     torch.set_num_threads(1)
-    a, b = torch.ones(1), torch.full((1,), 2.0)
+    a = torch.ones(1, requires_grad=requires_grad)
+    b = torch.full((1,), 2.0, requires_grad=requires_grad)
     x = a
     start = time.perf_counter()
     for i in range(ops):
@@ -293,20 +296,15 @@ def torch_op_ns(ops=200000):
     return (time.perf_counter() - start) * 1e9 / ops
 
 
-def torch2_op_ns(python):
-    """PyTorch 2's eager op on one element, measured in the peers venv."""
-    out = subprocess.run([python, __file__, "--worker_model", "op", "--worker_peer", "torch_op"],
-                         check=True, capture_output=True, text=True).stdout
-    return float(out.strip().splitlines()[-1])
-
-
 def kiln_op_ns():
-    """Kiln's cost per traced op and per eager op, in ns."""
+    """Kiln's cost per traced op and per eager op (without and with
+    gradients recorded), in ns."""
     out = subprocess.run([os.path.join(BIN, "trace_benchmark")], check=True,
                          capture_output=True, text=True).stdout
     trace = re.search(r"kiln trace: .* ([0-9.]+) ns per op", out)
     eager = re.search(r"kiln eager: .* ([0-9.]+) ns per op", out)
-    return float(trace.group(1)), float(eager.group(1))
+    recorded = re.search(r"kiln eager with gradients: .* ([0-9.]+) ns per op", out)
+    return float(trace.group(1)), float(eager.group(1)), float(recorded.group(1))
 
 
 def machine():
@@ -373,6 +371,7 @@ def main():
         args.threads = int(args.threads)
         if args.worker_peer == "torch_op":
             print(f"{torch_op_ns():.1f}")
+            print(f"{torch_op_ns(requires_grad=True):.1f}")
             print(torch_kernels())
             return None
         if args.worker_peer == "torch_products":
@@ -395,24 +394,31 @@ def main():
     print(f"JAX: {'jit on XLA:CPU, ' + jax_version if python else jax_version}")
     torch2, torch2_version = (None, "left out (--no_torch2)") if args.no_torch2 else peer_python(
         venv, "torch", "torch")
-    torch2_ns = None
+    torch2_ns = torch2_grad_ns = None
     if torch2:
         out = subprocess.run([torch2, __file__, "--worker_model", "op", "--worker_peer",
                               "torch_op"], check=True, capture_output=True, text=True).stdout
-        torch2_ns = float(out.splitlines()[0])
-        print(f"PyTorch 2 from PyPI, eager and torch.compile (Inductor): {out.splitlines()[1]}")
+        torch2_ns, torch2_grad_ns = float(out.splitlines()[0]), float(out.splitlines()[1])
+        print(f"PyTorch 2 from PyPI, eager and torch.compile (Inductor): {out.splitlines()[2]}")
     else:
         print(f"PyTorch 2 from PyPI: {torch2_version}")
     print(f"{args.train_limit} images per epoch, batch {args.batch}, {args.runs} interleaved runs, "
           f"Kiln {'embedded' if args.embedded else 'through kiln-server on loopback'}")
-    (kiln_ns, kiln_eager_ns), torch_ns = kiln_op_ns(), torch_op_ns()
+    (kiln_ns, kiln_eager_ns, kiln_grad_ns) = kiln_op_ns()
+    torch_ns, torch_grad_ns = torch_op_ns(), torch_op_ns(requires_grad=True)
     print(f"per-op cost: kiln trace {kiln_ns:.0f} ns | pytorch eager op on 1 element "
           f"{torch_ns:.0f} ns | ratio kiln/pytorch {kiln_ns / torch_ns:.2f}")
-    print(f"eager op on 1 element: kiln (embedded) {kiln_eager_ns:.0f} ns | pytorch "
-          f"{torch_ns:.0f} ns | ratio kiln/pytorch {kiln_eager_ns / torch_ns:.2f}")
-    if torch2_ns:
-        print(f"eager op on 1 element: kiln (embedded) {kiln_eager_ns:.0f} ns | pytorch 2 "
-              f"{torch2_ns:.0f} ns | ratio kiln/pytorch2 {kiln_eager_ns / torch2_ns:.2f}")
+    # Without gradients: Kiln's NoGradients against tensors that do not
+    # require them; with: every op recorded for a gradient on both sides.
+    for what, kiln_op, peers in (
+            ("eager op on 1 element", kiln_eager_ns,
+             (("pytorch", torch_ns), ("pytorch2", torch2_ns))),
+            ("eager op on 1 element, gradients recorded", kiln_grad_ns,
+             (("pytorch", torch_grad_ns), ("pytorch2", torch2_grad_ns)))):
+        for peer, peer_ns in peers:
+            if peer_ns:
+                print(f"{what}: kiln (embedded) {kiln_op:.0f} ns | {peer} {peer_ns:.0f} ns | "
+                      f"ratio kiln/{peer} {kiln_op / peer_ns:.2f}")
     for threads in [int(t) for t in args.threads.split(",")]:
         server = None if args.embedded else KilnServer(threads)
         try:

@@ -630,10 +630,13 @@ absl::Status LazyContext::RealizeNodes(absl::Span<const Tensor> tensors,
   std::vector<std::shared_ptr<DeviceBuffer>> args;
   if (replica_args.empty()) {
     args.reserve(params.size());
-    options.inline_values.reserve(params.size());
+    // No list of values when none goes as one (an eager op's arguments).
+    const bool values = std::any_of(params.begin(), params.end(),
+                                    [](const std::shared_ptr<Node>& p) { return p->host_only(); });
+    if (values) options.inline_values.reserve(params.size());
     for (const auto& p : params) {
       args.push_back(p->data);
-      options.inline_values.push_back(p->host_only() ? &*p->host_value : nullptr);
+      if (values) options.inline_values.push_back(p->host_only() ? &*p->host_value : nullptr);
     }
   }
   if (dispatch && replica_args.empty() && cancel == nullptr) {

@@ -5,26 +5,48 @@
 
 namespace kiln::server {
 
-void Metrics::Add(const std::string& counter, int64_t delta) {
-  absl::MutexLock lock(&mu_);
-  counters_[counter] += delta;
+namespace {
+
+// The entry named `name`, made when missing (no string built to find one).
+template <typename Map>
+typename Map::mapped_type& Entry(Map& map, absl::string_view name) {
+  auto it = map.find(name);
+  if (it == map.end()) it = map.emplace(std::string(name), typename Map::mapped_type()).first;
+  return it->second;
 }
 
-void Metrics::Set(const std::string& counter, int64_t value) {
-  absl::MutexLock lock(&mu_);
-  counters_[counter] = value;
+// The map's names in order.
+template <typename Map>
+std::vector<const typename Map::value_type*> Sorted(const Map& map) {
+  std::vector<const typename Map::value_type*> out;
+  out.reserve(map.size());
+  for (const auto& entry : map) out.push_back(&entry);
+  std::sort(out.begin(), out.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
+  return out;
 }
 
-int64_t Metrics::Get(const std::string& counter) const {
+}  // namespace
+
+void Metrics::Add(absl::string_view counter, int64_t delta) {
+  absl::MutexLock lock(&mu_);
+  Entry(counters_, counter) += delta;
+}
+
+void Metrics::Set(absl::string_view counter, int64_t value) {
+  absl::MutexLock lock(&mu_);
+  Entry(counters_, counter) = value;
+}
+
+int64_t Metrics::Get(absl::string_view counter) const {
   absl::MutexLock lock(&mu_);
   auto it = counters_.find(counter);
   return it == counters_.end() ? 0 : it->second;
 }
 
-void Metrics::Record(const std::string& timer, absl::Duration d) {
+void Metrics::Record(absl::string_view timer, absl::Duration d) {
   const double us = absl::ToDoubleMicroseconds(d);
   absl::MutexLock lock(&mu_);
-  Timer& t = timers_[timer];
+  Timer& t = Entry(timers_, timer);
   ++t.count;
   t.total_micros += us;
   t.max_micros = std::max(t.max_micros, us);
@@ -40,12 +62,14 @@ void Metrics::Record(const std::string& timer, absl::Duration d) {
 v1::MetricsResponse Metrics::Snapshot() const {
   v1::MetricsResponse out;
   absl::MutexLock lock(&mu_);
-  for (const auto& [name, value] : counters_) {
+  for (const auto* counter : Sorted(counters_)) {
     auto* c = out.add_counters();
-    c->set_name(name);
-    c->set_value(value);
+    c->set_name(counter->first);
+    c->set_value(counter->second);
   }
-  for (const auto& [name, t] : timers_) {
+  for (const auto* timer : Sorted(timers_)) {
+    const std::string& name = timer->first;
+    const Timer& t = timer->second;
     auto* p = out.add_timers();
     p->set_name(name);
     p->set_count(t.count);
@@ -76,7 +100,7 @@ const std::vector<double>& Metrics::BucketSeconds() {
 
 std::map<std::string, int64_t> Metrics::Counters() const {
   absl::MutexLock lock(&mu_);
-  return counters_;
+  return std::map<std::string, int64_t>(counters_.begin(), counters_.end());
 }
 
 std::map<std::string, Metrics::Histogram> Metrics::Histograms() const {

@@ -19,7 +19,8 @@ absl::StatusOr<HostBufferPtr> HostBuffer::Allocate(const ir::Shape& shape,
     }
     return MakeTuple(std::move(elements));
   }
-  HostBufferPtr buf(new HostBuffer(shape, shape.IsArray() ? shape.ByteSize() : 0));
+  HostBufferPtr buf =
+      std::make_shared<HostBuffer>(Key{}, shape, shape.IsArray() ? shape.ByteSize() : 0);
   if (tracker != nullptr) {
     const int64_t charged = shape.IsArray() ? tracker->FootprintOf(shape) : 0;
     RETURN_IF_ERROR(tracker->Reserve(buf.get(), charged));
@@ -41,7 +42,7 @@ absl::StatusOr<HostBufferPtr> HostBuffer::Allocate(const ir::Shape& shape,
 HostBufferPtr HostBuffer::MakeTuple(std::vector<HostBufferPtr> elements) {
   std::vector<ir::Shape> shapes;
   for (const HostBufferPtr& e : elements) shapes.push_back(e->shape());
-  HostBufferPtr buf(new HostBuffer(ir::Shape::Tuple(std::move(shapes)), 0));
+  HostBufferPtr buf = std::make_shared<HostBuffer>(Key{}, ir::Shape::Tuple(std::move(shapes)), 0);
   buf->elements_ = std::move(elements);
   return buf;
 }
@@ -65,7 +66,7 @@ absl::StatusOr<HostBufferPtr> HostBuffer::FromLiteral(const ir::Literal& literal
 
 HostBufferPtr HostBuffer::Alias(HostBufferPtr array, ir::Shape shape) {
   const int64_t bytes = array->size_bytes();
-  HostBufferPtr buf(new HostBuffer(std::move(shape), bytes));
+  HostBufferPtr buf = std::make_shared<HostBuffer>(Key{}, std::move(shape), bytes);
   buf->set_charged_bytes(array->charged_bytes());
   buf->data_ = array->data_;
   buf->storage_ = std::move(array);

@@ -1,6 +1,7 @@
 // Buffers in host memory: what the host interpreter's kernels read and
-// write directly. Array storage is 64-byte aligned and charged to a
-// MemoryTracker for its lifetime.
+// write directly. Array storage is charged to a MemoryTracker for its
+// lifetime and is 64-byte aligned, except that of arrays of up to 64 bytes,
+// which live in the buffer itself, 16-byte aligned.
 #ifndef KILN_RUNTIME_HOST_HOST_BUFFER_H_
 #define KILN_RUNTIME_HOST_HOST_BUFFER_H_
 
@@ -53,12 +54,21 @@ class HostBuffer final : public runtime::Buffer {
   ir::Literal ToLiteral() const;
 
  private:
-  HostBuffer(ir::Shape shape, int64_t size_bytes) : Buffer(std::move(shape), size_bytes, 0) {}
+  // Only the factories above construct one (through std::make_shared).
+  struct Key {};
+
+ public:
+  HostBuffer(Key, ir::Shape shape, int64_t size_bytes)
+      : Buffer(std::move(shape), size_bytes, 0) {}
+
+ private:
   // Arrays up to this size live in the buffer itself: a scalar or a few
-  // elements (an eager op's) cost one allocation, not two.
+  // elements (an eager op's) take the buffer's one allocation, together
+  // with its reference count. 16-byte aligned, not 64: an over-aligned
+  // buffer would take glibc's slower aligned allocation every time.
   static constexpr int64_t kInlineBytes = 64;
   uint8_t* data_ = nullptr;
-  alignas(64) uint8_t inline_[kInlineBytes];
+  alignas(16) uint8_t inline_[kInlineBytes];
   runtime::MemoryTracker* tracker_ = nullptr;
   std::vector<HostBufferPtr> elements_;
   HostBufferPtr storage_;  // for an alias: the buffer whose storage it is
