@@ -601,4 +601,9 @@ int SessionManager::ReapExpired() {
   return static_cast<int>(expired.size());
 }
 
+runtime::CancelCheck UntilSessionEnds(const std::shared_ptr<Session>& session,
+                                      const runtime::CancelCheck& cancelled) {
+  return [session, cancelled]() { return session->closed() || (cancelled && cancelled()); };
+}
+
 }  // namespace kiln::server

@@ -303,6 +303,11 @@ class SessionManager {
   std::thread reaper_;
 };
 
+// Polled by a session's long waits: true once the session has ended or
+// the caller gave up (`cancelled`, may be empty).
+runtime::CancelCheck UntilSessionEnds(const std::shared_ptr<Session>& session,
+                                      const runtime::CancelCheck& cancelled);
+
 }  // namespace kiln::server
 
 #endif  // KILN_SERVER_SESSION_H_
