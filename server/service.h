@@ -297,6 +297,7 @@ class Service {
   absl::Duration ExecutionDone(absl::Time start, const ExecutableEntry& exe, size_t replicas);
   // A failed program's error, after its feeds learned of it: a cancelled
   // one's queues are aborted; one that used feeds fails their waiters.
+  // `feeds` are null for a program without feed ops, which has none.
   absl::Status ExecutionFailed(const absl::Status& error, const ExecutableEntry& exe,
                                const std::shared_ptr<Session>& session,
                                const std::vector<std::shared_ptr<FeedQueues>>& feeds,

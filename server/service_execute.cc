@@ -215,12 +215,16 @@ absl::StatusOr<v1::ExecuteResponse> Service::ExecuteIn(const std::shared_ptr<Ses
       RETURN_IF_ERROR(CheckArgument(where, i, arg->device, *arg->buffer, *device, params[i]));
       run.args.push_back(arg->buffer);
     }
-    feeds[r] = session->Feeds(device->name());
+    // Only a program with feed ops reads the session's queues (see
+    // ExecutionFailed for what a failure does to them).
+    if (exe.executable->uses_feeds()) feeds[r] = session->Feeds(device->name());
 
     run.options.infeed_timeout = infeed_timeout;
     run.options.outfeed_timeout = infeed_timeout;
-    run.options.infeed = &feeds[r]->infeed;
-    run.options.outfeed = &feeds[r]->outfeed;
+    if (feeds[r] != nullptr) {
+      run.options.infeed = &feeds[r]->infeed;
+      run.options.outfeed = &feeds[r]->outfeed;
+    }
     run.options.cancelled = until_done;
     run.options.profile = &profiles[r];
   }
@@ -412,6 +416,7 @@ absl::Status Service::ExecutionFailed(const absl::Status& error, const Executabl
   if (until_done()) {
     // Wake producers and consumers of the aborted program; drop its data.
     for (const auto& f : feeds) {
+      if (f == nullptr) continue;  // a program without feed ops
       f->infeed.Abort();
       f->outfeed.Abort();
     }
@@ -426,6 +431,7 @@ absl::Status Service::ExecutionFailed(const absl::Status& error, const Executabl
         error.code(),
         absl::StrCat("the program on ", exe.device->name(), " failed: ", error.message()));
     for (const auto& f : feeds) {
+      if (f == nullptr) continue;
       f->infeed.Fail(failed, /*drop_values=*/true);
       f->outfeed.Fail(failed, /*drop_values=*/false);
     }
@@ -515,7 +521,10 @@ absl::StatusOr<Service::DirectResult> Service::ExecuteDirectIn(
     RETURN_IF_ERROR(CheckArgument("", i, device, *buffer, *exe.device, params[i]));
     args.push_back(std::move(buffer));
   }
-  const std::shared_ptr<FeedQueues> feeds = session->Feeds(exe.device->name());
+  // Only a program with feed ops reads the session's queues: an eager op
+  // does not look them up.
+  const std::shared_ptr<FeedQueues> feeds =
+      exe.executable->uses_feeds() ? session->Feeds(exe.device->name()) : nullptr;
   runtime::ExecutionProfile profile;
   // One replica: no rendezvous (runtime::ExecuteOptions).
   runtime::ExecuteOptions options;
@@ -523,8 +532,10 @@ absl::StatusOr<Service::DirectResult> Service::ExecuteDirectIn(
                                ? execution.infeed_timeout
                                : options_.infeed_timeout;
   options.outfeed_timeout = options.infeed_timeout;
-  options.infeed = &feeds->infeed;
-  options.outfeed = &feeds->outfeed;
+  if (feeds != nullptr) {
+    options.infeed = &feeds->infeed;
+    options.outfeed = &feeds->outfeed;
+  }
   options.cancelled = until_done;
   options.profile = &profile;
   if (!taken.empty()) RETURN_IF_ERROR(session->TakeBuffers(taken).status());
