@@ -49,7 +49,21 @@ class Writer {
   explicit Writer(std::string bytes) : bytes_(std::move(bytes)) {}
   std::string& bytes() { return bytes_; }
 
-  void Int(int64_t v) { bytes_.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+  // Zigzag, then seven bits a byte, the high bit set on all but the last:
+  // each integer delimits itself, as a fixed width would, and the small
+  // ones keys are made of (ops, ids, dimensions) take a byte or two, so
+  // that a key is short to write, hash and compare.
+  void Int(int64_t v) {
+    uint64_t u = (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+    char out[10];
+    size_t n = 0;
+    while (u >= 0x80) {
+      out[n++] = static_cast<char>(u | 0x80);
+      u >>= 7;
+    }
+    out[n++] = static_cast<char>(u);
+    bytes_.append(out, n);
+  }
   void Byte(uint8_t v) { bytes_.push_back(static_cast<char>(v)); }
   void Text(const std::string& s) {
     Int(static_cast<int64_t>(s.size()));

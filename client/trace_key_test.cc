@@ -611,11 +611,12 @@ TEST_F(TraceKeyTest, DeviceNameCannotRunIntoTheKey) {
       KeyOf({ctx_->Constant(f32(5), "probe"), ctx_->Constant(f32(7), "probe")});
   ASSERT_TRUE(b_key.ok());
   const std::string& b = b_key->bytes;
-  const size_t record = (b.size() - 1 - 3 * sizeof(int64_t)) / 2;
+  constexpr size_t kSmallInt = 1;  // a key's integers below 64 take a byte
+  const size_t record = (b.size() - 1 - 3 * kSmallInt) / 2;
   // Trace A on cpu:0: a u8 constant holding "\n" and B's first record up
   // to its last two counts (both zero, as the u8 literal's tuple count and
   // operand count are), then the same 7. A's key ends in "\n" + B's key.
-  const std::string payload = "\n" + b.substr(0, record - 2 * sizeof(int64_t));
+  const std::string payload = "\n" + b.substr(0, record - 2 * kSmallInt);
   ir::Literal bytes(ir::Shape(ElementType::kU8, {int64_t(payload.size())}));
   std::memcpy(bytes.mutable_bytes().data(), payload.data(), payload.size());
   Tensor c1 = ctx_->Constant(bytes, "cpu:0");
@@ -634,7 +635,7 @@ TEST_F(TraceKeyTest, DeviceNameCannotRunIntoTheKey) {
   if (!st.ok()) return;  // no such device: right
   auto v = c2.ToHost();
   ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(v->shape().ToString(), "f32[]");  // not A's u8[324]
+  EXPECT_EQ(v->shape().ToString(), "f32[]");  // not A's u8 array
   EXPECT_EQ(v->GetAsDouble(0), 5);
 }
 
