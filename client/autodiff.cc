@@ -574,8 +574,9 @@ absl::StatusOr<std::vector<Tensor>> Grad(const Tensor& loss, const std::vector<T
     }
     const bool is_param = param_index.contains(node.get());
     // A value computed earlier is a constant here, unless eager mode kept
-    // the graph that made it.
-    const bool walked = !is_param && (!node->realized() || node->keeps_graph);
+    // the graph that made it; so is one recorded without gradients.
+    const bool walked = !is_param && !node->stops_gradients &&
+                        (!node->realized() || node->keeps_graph);
     if (walked && next < node->operands.size()) {
       std::shared_ptr<Node> child = node->operands[next++];
       if (!depends.contains(child.get())) stack.push_back({std::move(child), 0});

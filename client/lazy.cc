@@ -55,6 +55,7 @@ Tensor LazyContext::Record(std::shared_ptr<Node> node) {
   // the (slower) shared_from_this.
   if (node->context.get() != this) node->context = shared_from_this();
   ++metrics_.traced_ops;
+  node->stops_gradients = !record_gradients_;
   Tensor t(std::move(node));
   if (!t.status().ok()) return t;
   if (!loop_bodies_.empty()) {
@@ -539,6 +540,8 @@ absl::Status LazyContext::RealizeNodes(absl::Span<const Tensor> tensors,
   const auto lower_start = Clock::now();
   // The device's length first, so that no device name runs into the bytes.
   RETURN_IF_ERROR(KeyOfTrace(outputs, absl::StrCat(device.size(), ":", device), trace_key_));
+  // Valid until this context keys another trace: nothing below realizes on
+  // it before the key is stored (Lower and Compile do not).
   const std::string& structure = trace_key_.bytes;
   // The context keeps the key's bytes, not its nodes.
   NodeList params = std::move(trace_key_.params);
@@ -599,7 +602,8 @@ absl::Status LazyContext::RealizeNodes(absl::Span<const Tensor> tensors,
     if (std::equal(params.begin(), params.end(), lowered.params.begin(), lowered.params.end())) {
       by_structure_[structure] = exe;
     }
-    params.assign(lowered.params.begin(), lowered.params.end());
+    params.assign(std::make_move_iterator(lowered.params.begin()),
+                  std::make_move_iterator(lowered.params.end()));
   }
   for (const auto& p : params) {
     // A value another context sent and has not settled yet (its error, if

@@ -140,11 +140,10 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   // reach back through the ops of the step.
   void set_eager(bool eager) { eager_ = eager; }
   bool eager() const { return eager_; }
-  // Whether eager values keep their graphs for Grad (on by default). Off,
-  // as in an evaluation pass, a value computed in eager mode drops its
-  // graph at once: Grad takes it for a constant, and the op holds no graph
-  // (torch.no_grad's contract). Lazy values need their graphs to be
-  // computed at all and drop them once computed, either way. See
+  // Whether ops are recorded for Grad (on by default). Off, as in an
+  // evaluation pass, Grad takes every value recorded meanwhile for a
+  // constant (torch.no_grad's contract), in either mode; in eager mode the
+  // value also drops its graph once computed, so the op holds none. See
   // NoGradients for a scope.
   void set_record_gradients(bool on) { record_gradients_ = on; }
   bool record_gradients() const { return record_gradients_; }

@@ -161,6 +161,9 @@ struct Node {
   // operands of such a value; those of other realized values are gone or
   // belong to an execution still in flight).
   bool keeps_graph = false;
+  // Recorded while gradients were not (LazyContext::set_record_gradients):
+  // Grad takes it for a constant, computed or not.
+  bool stops_gradients = false;
 
   bool realized() const { return data != nullptr || host_value.has_value() || dispatched; }
   // Sent to the device, result not yet known (LazyContext::set_pipelined).

@@ -660,6 +660,21 @@ TEST_F(TensorTest, EagerValuesComputedWithoutGradientsAreConstants) {
   EXPECT_EQ(Values((*grads)[0]), (std::vector<double>{1, 1}));
 }
 
+TEST_F(TensorTest, LazyValuesRecordedWithoutGradientsAreConstants) {
+  Tensor w = Vec({1, 2});
+  Tensor squared;
+  {
+    NoGradients scope(*ctx_);
+    squared = w * w;  // traced, not computed yet
+  }
+  EXPECT_FALSE(squared.node()->realized());
+  Tensor loss = Sum(squared + w);
+  auto grads = Grad(loss, {w});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ(Values((*grads)[0]), (std::vector<double>{1, 1}));
+  EXPECT_EQ(Values(loss), (std::vector<double>{8}));
+}
+
 TEST_F(TensorTest, ShapeErrorsAreStatuses) {
   Tensor a = Vec({1, 2, 3});
   Tensor b = Vec({1, 2});

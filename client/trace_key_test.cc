@@ -595,12 +595,12 @@ TEST_F(TraceKeyTest, EveryAttributeIsKeyed) {
   }
 }
 
-// Realize keys its programs by device + "\n" + the trace's key. A device
-// name is not length-prefixed, so a name that ends in "\n" and the first
-// bytes of another trace's key makes a constant-only trace look like that
-// trace on cpu:0: the context runs the other program without lowering and
-// hands its results to these outputs. (Only odd device names can do this,
-// but the key is meant to be exact.)
+// Realize keys its programs by the device's name, length first, then the
+// trace's key. Without the length, a device name that ends in "\n" and the
+// first bytes of another trace's key would make a constant-only trace look
+// like that trace on cpu:0, and the context would run the other program
+// and hand its results to these outputs. This builds such a name. (Only
+// odd device names could do this, but the key is meant to be exact.)
 TEST_F(TraceKeyTest, DeviceNameCannotRunIntoTheKey) {
   auto f32 = [](float v) {
     return ir::Literal::Scalar<float>(ElementType::kF32, v);

@@ -766,6 +766,39 @@ TEST_F(ServiceTest, AFailedProgramFailsItsFeedsWithItsError) {
   EXPECT_EQ(echoed->data<float>()[0], 7.0f);
 }
 
+// A cancelled program without feed ops has nothing to do with the
+// session's queues: a value waiting there stays for the next program that
+// reads it (another program of the session may be reading them).
+TEST_F(ServiceTest, ACancelledProgramWithoutFeedOpsLeavesTheQueuesAlone) {
+  v1::FeedTarget target;
+  target.set_session_id(session_);
+  target.set_device("cpu:0");
+  auto feed = service_->OpenFeed(target);
+  ASSERT_TRUE(feed.ok());
+  ASSERT_TRUE(service_
+                  ->Infeed(*feed, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {7, 8}),
+                           nullptr)
+                  .ok());
+  auto plain = CompileText(
+      "HloModule m\nENTRY e {\n  c = f32[2] constant({1, 2})\n  ROOT n = f32[2] negate(c)\n}\n");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  v1::ExecuteRequest req;
+  req.set_session_id(session_);
+  req.set_executable_handle(plain->executable_handle());
+  auto cancelled = service_->Execute(req, [] { return true; });
+  ASSERT_FALSE(cancelled.ok());
+  EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled) << cancelled.status();
+
+  auto echo = CompileText(EchoLoop(1));
+  ASSERT_TRUE(echo.ok()) << echo.status();
+  req.set_executable_handle(echo->executable_handle());
+  auto ran = service_->Execute(req);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  auto echoed = service_->Outfeed(*feed, absl::Seconds(30), nullptr);
+  ASSERT_TRUE(echoed.ok()) << echoed.status();
+  EXPECT_EQ(echoed->data<float>()[0], 7.0f);
+}
+
 TEST_F(ServiceTest, FeedsNeedASessionOrAToken) {
   v1::FeedTarget target;
   target.set_device("cpu:0");

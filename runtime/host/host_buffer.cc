@@ -28,7 +28,7 @@ absl::StatusOr<HostBufferPtr> HostBuffer::Allocate(const ir::Shape& shape,
     buf->set_charged_bytes(charged);
   }
   if (buf->size_bytes() > 0 && buf->size_bytes() <= kInlineBytes) {
-    buf->data_ = buf->inline_;
+    buf->data_ = buf->Inline();
   } else if (buf->size_bytes() > 0) {
     buf->data_ = AllocateBlock(static_cast<size_t>(buf->size_bytes()));
     if (buf->data_ == nullptr) {
@@ -75,7 +75,7 @@ HostBufferPtr HostBuffer::Alias(HostBufferPtr array, ir::Shape shape) {
 
 HostBuffer::~HostBuffer() {
   if (storage_ != nullptr) return;  // an alias: the storage's buffer frees it
-  if (data_ != inline_) FreeBlock(data_, static_cast<size_t>(size_bytes()));
+  if (data_ != Inline()) FreeBlock(data_, static_cast<size_t>(size_bytes()));
   if (tracker_ != nullptr) tracker_->Release(this, charged_bytes());
 }
 
