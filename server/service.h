@@ -291,7 +291,7 @@ class Service {
                                                 runtime::MemoryCharge* reply_charge,
                                                 SequencedOutputs* sequenced);
   absl::StatusOr<DirectResult> ExecuteDirectIn(const std::shared_ptr<Session>& session,
-                                               DirectExecution& execution);
+                                               DirectExecution& execution, absl::Time start);
   // A program that ran `replicas` replicas since `start` ended: its time,
   // recorded in the metrics and the trace.
   absl::Duration ExecutionDone(absl::Time start, const ExecutableEntry& exe, size_t replicas);

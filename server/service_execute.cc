@@ -440,7 +440,10 @@ absl::Status Service::ExecutionFailed(const absl::Status& error, const Executabl
 }
 
 absl::StatusOr<Service::DirectResult> Service::ExecuteDirect(DirectExecution execution) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_->Get(execution.session_id));
+  // One clock read renews the lease and starts the execution's time.
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
+                   sessions_->GetAt(execution.session_id, start));
   std::vector<std::string> donated_handles;
   for (int index : execution.donated) {
     if (index >= 0 && index < static_cast<int>(execution.arguments.size()) &&
@@ -448,16 +451,15 @@ absl::StatusOr<Service::DirectResult> Service::ExecuteDirect(DirectExecution exe
       donated_handles.emplace_back(execution.arguments[index].handle);
     }
   }
-  absl::StatusOr<DirectResult> result = ExecuteDirectIn(session, execution);
+  absl::StatusOr<DirectResult> result = ExecuteDirectIn(session, execution, start);
   // Given up whatever happens: those the execution did not take go now.
   if (!result.ok() && !donated_handles.empty()) session->Drop(donated_handles);
   return result;
 }
 
 absl::StatusOr<Service::DirectResult> Service::ExecuteDirectIn(
-    const std::shared_ptr<Session>& session, DirectExecution& execution) {
+    const std::shared_ptr<Session>& session, DirectExecution& execution, absl::Time start) {
   ASSIGN_OR_RETURN(Session::Running running, session->BeginExecution());
-  const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(ExecutableEntry exe, session->GetExecutable(execution.executable_handle));
   runtime::AccountScope account(session->memory_account());
   const std::vector<ir::Shape>& params = exe.executable->parameter_shapes();

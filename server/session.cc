@@ -541,13 +541,23 @@ std::shared_ptr<Session> SessionManager::Create(const std::string& client_name) 
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Get(absl::string_view id, bool renew) {
+  if (renew) return GetAt(id, absl::Now());
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("unknown or expired session '", id, "'"));
+    return absl::NotFoundError(absl::StrCat("unknown or expired session '", id, "'"));
   }
-  if (renew) it->second.deadline = absl::Now() + lease_;
+  return it->second.session;
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::GetAt(absl::string_view id,
+                                                               absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown or expired session '", id, "'"));
+  }
+  it->second.deadline = now + lease_;
   return it->second.session;
 }
 

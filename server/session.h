@@ -276,6 +276,8 @@ class SessionManager {
   // feed token's holder is not the session's client and must not keep it
   // alive). NOT_FOUND for unknown or expired sessions.
   absl::StatusOr<std::shared_ptr<Session>> Get(absl::string_view id, bool renew = true);
+  // The same, the lease renewed from `now` (a time the caller read anyway).
+  absl::StatusOr<std::shared_ptr<Session>> GetAt(absl::string_view id, absl::Time now);
   absl::Status Close(const std::string& id);
   // Whether the session exists (does not renew its lease).
   bool Alive(const std::string& id) const;
