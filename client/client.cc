@@ -399,7 +399,7 @@ absl::StatusOr<std::shared_ptr<DeviceBuffer>> Client::TransferToDevice(
 absl::StatusOr<ir::Literal> Client::TransferFromDevice(const DeviceBuffer& buffer) {
   if (DirectPath* direct = core_->transport().direct(); direct != nullptr) {
     if (std::shared_ptr<LocalBuffer> local = buffer.local(); local != nullptr) {
-      return direct->Read(*local);
+      return direct->Read(core_->session_id(), *local);
     }
   }
   v1::TransferFromDeviceRequest req;
@@ -696,7 +696,7 @@ absl::StatusOr<ExecuteResult> ExecuteDirect(DirectPath& direct,
     ir::Shape& shape = executed->shapes[k];
     std::optional<ir::Literal> value;
     if (shape.ByteSize() <= options.inline_result_max_bytes) {
-      ASSIGN_OR_RETURN(value, direct.Read(*executed->outputs[k]));
+      ASSIGN_OR_RETURN(value, direct.Read(core->session_id(), *executed->outputs[k]));
     }
     result.outputs.push_back(std::make_shared<DeviceBuffer>(
         core, std::move(executed->outputs[k]), std::move(shape), executable.device()));

@@ -110,7 +110,9 @@ class DirectPath {
   // Registers `buffer` with the session and returns its handle.
   virtual absl::StatusOr<std::string> Adopt(const std::string& session_id,
                                             const LocalBuffer& buffer) = 0;
-  virtual absl::StatusOr<ir::Literal> Read(const LocalBuffer& buffer) = 0;
+  // The value of `buffer`, read for the session (whose lease it renews).
+  virtual absl::StatusOr<ir::Literal> Read(const std::string& session_id,
+                                           const LocalBuffer& buffer) = 0;
 };
 
 class Transport {

@@ -166,12 +166,13 @@ class Direct : public client::DirectPath {
     return service_->AdoptBuffer(session_id, held->buffer, held->device);
   }
 
-  absl::StatusOr<ir::Literal> Read(const client::LocalBuffer& buffer) override {
+  absl::StatusOr<ir::Literal> Read(const std::string& session_id,
+                                   const client::LocalBuffer& buffer) override {
     ASSIGN_OR_RETURN(HeldBuffer * held, Held(buffer));
     if (held->buffer == nullptr) {
       return absl::FailedPreconditionError("the buffer was donated to an execution");
     }
-    return held->device->TransferFromDevice(*held->buffer);
+    return service_->ReadDirect(session_id, *held->buffer, *held->device);
   }
 
  private:

@@ -292,5 +292,27 @@ TEST(DirectPathTest, ExecutionsAreCountedInTheMetrics) {
   EXPECT_EQ(executes, 3);
 }
 
+// A held buffer read directly counts as a transfer, as a message's would.
+TEST(DirectPathTest, DirectReadsAreCountedAsTransfers) {
+  auto client = *Connect();
+  auto exe = CompileOrDie(*client, kDouble);
+  auto x = *client->TransferToDevice(Vec({1, 2, 3}), "cpu:0");
+  absl::StatusOr<ExecuteResult> r = client->Execute(*exe, {x});
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto counter = [&](const std::string& name) -> int64_t {
+    absl::StatusOr<v1::MetricsResponse> metrics = client->Metrics();
+    EXPECT_TRUE(metrics.ok()) << metrics.status();
+    for (const auto& c : metrics->counters()) {
+      if (c.name() == name) return c.value();
+    }
+    return 0;
+  };
+  const int64_t transfers = counter("transfers_from_device");
+  const int64_t bytes = counter("bytes_out");
+  EXPECT_EQ(Read(*client, *r->outputs[0]), (std::vector<float>{2, 4, 6}));
+  EXPECT_EQ(counter("transfers_from_device"), transfers + 1);
+  EXPECT_EQ(counter("bytes_out"), bytes + 12);
+}
+
 }  // namespace
 }  // namespace kiln::embedded

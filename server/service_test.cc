@@ -25,6 +25,13 @@ class ServiceTest : public ::testing::Test {
     service_ = *Service::Create(options);
     session_ = Open();
   }
+  // The feeds of `session` on cpu:0.
+  static v1::FeedTarget FeedOf(const std::string& session) {
+    v1::FeedTarget target;
+    target.set_session_id(session);
+    target.set_device("cpu:0");
+    return target;
+  }
   std::string Open() {
     v1::HandshakeRequest req;
     req.set_min_version(1);
@@ -667,10 +674,7 @@ TEST_F(ServiceTest, ClosingTheSessionStopsItsRunningLoop) {
   std::thread runner([&]() { result = service_->Execute(req).status(); });
   // Another session's value does not reach this session's program.
   const std::string other = Open();
-  v1::FeedTarget target;
-  target.set_session_id(other);
-  target.set_device("cpu:0");
-  auto feed = service_->OpenFeed(target);
+  auto feed = service_->OpenFeed(FeedOf(other));
   ASSERT_TRUE(feed.ok());
   ASSERT_TRUE(service_->Infeed(*feed, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {5, 5}), nullptr).ok());
   // Close only once the program waits on its (empty) infeed.
@@ -722,9 +726,7 @@ ENTRY e {
 TEST_F(ServiceTest, AFailedProgramFailsItsFeedsWithItsError) {
   auto exe = CompileText(EchoLoop(3));
   ASSERT_TRUE(exe.ok()) << exe.status();
-  v1::FeedTarget target;
-  target.set_session_id(session_);
-  target.set_device("cpu:0");
+  const v1::FeedTarget target = FeedOf(session_);
   auto feed = service_->OpenFeed(target);
   ASSERT_TRUE(feed.ok());
   auto f32 = [](std::vector<float> v) {
@@ -770,10 +772,7 @@ TEST_F(ServiceTest, AFailedProgramFailsItsFeedsWithItsError) {
 // session's queues: a value waiting there stays for the next program that
 // reads it (another program of the session may be reading them).
 TEST_F(ServiceTest, ACancelledProgramWithoutFeedOpsLeavesTheQueuesAlone) {
-  v1::FeedTarget target;
-  target.set_session_id(session_);
-  target.set_device("cpu:0");
-  auto feed = service_->OpenFeed(target);
+  auto feed = service_->OpenFeed(FeedOf(session_));
   ASSERT_TRUE(feed.ok());
   ASSERT_TRUE(service_
                   ->Infeed(*feed, ir::Literal::FromVector<float>(ir::ElementType::kF32, {2}, {7, 8}),
