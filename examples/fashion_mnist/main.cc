@@ -346,6 +346,9 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
     const double train_seconds = Seconds(epoch_start);
     double test_loss = 0, test_correct = 0;
     int64_t test_seen = 0;
+    // The evaluation takes no gradients: in eager mode its values then keep
+    // no graphs.
+    kiln::client::NoGradients evaluating(*ctx);
     for (int64_t from = 0; from + eval_batch <= test.count; from += eval_batch) {
       absl::StatusOr<StepResult> r = trainer.EvalStep(
           test.images.data() + from * 784, test.labels.data() + from, eval_batch);
