@@ -222,13 +222,28 @@ absl::Status Service::TransferFromDevice(const v1::TransferFromDeviceRequest& re
   });
   RETURN_IF_ERROR(copied);
   if (!sent) return absl::CancelledError("the client went away during a transfer");
-  metrics_.Add("bytes_out", total);
+  TransferredFromDevice(start, *entry.device, total);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ir::Literal> Service::ReadDirect(absl::string_view session_id,
+                                                const runtime::Buffer& buffer,
+                                                runtime::Device& device) {
+  const absl::Time start = absl::Now();
+  sessions_->GetAt(session_id, start).IgnoreError();  // gone: nothing to renew
+  ASSIGN_OR_RETURN(ir::Literal value, device.TransferFromDevice(buffer));
+  TransferredFromDevice(start, device, buffer.size_bytes());
+  return value;
+}
+
+void Service::TransferredFromDevice(absl::Time start, const runtime::Device& device,
+                                    int64_t bytes) {
+  metrics_.Add("bytes_out", bytes);
   metrics_.Add("transfers_from_device");
   if (options_.trace != nullptr) {
     options_.trace->Complete("transfer from device", "transfer", start, absl::Now() - start,
-                             {{"device", entry.device->name()}, {"bytes", absl::StrCat(total)}});
+                             {{"device", device.name()}, {"bytes", absl::StrCat(bytes)}});
   }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::ReleaseResponse> Service::Release(const v1::ReleaseRequest& req) {

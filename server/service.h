@@ -297,6 +297,9 @@ class Service {
                                                 SequencedOutputs* sequenced);
   absl::StatusOr<DirectResult> ExecuteDirectIn(const std::shared_ptr<Session>& session,
                                                DirectExecution& execution, absl::Time start);
+  // A transfer of `bytes` from `device` since `start` ended: counted in the
+  // metrics and the trace (TransferFromDevice and ReadDirect).
+  void TransferredFromDevice(absl::Time start, const runtime::Device& device, int64_t bytes);
   // A program that ran `replicas` replicas since `start` ended: its time,
   // recorded in the metrics and the trace.
   absl::Duration ExecutionDone(absl::Time start, const ExecutableEntry& exe, size_t replicas);

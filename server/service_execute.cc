@@ -556,22 +556,6 @@ absl::StatusOr<Service::DirectResult> Service::ExecuteDirectIn(
   return result;
 }
 
-absl::StatusOr<ir::Literal> Service::ReadDirect(absl::string_view session_id,
-                                                const runtime::Buffer& buffer,
-                                                runtime::Device& device) {
-  const absl::Time start = absl::Now();
-  sessions_->GetAt(session_id, start).IgnoreError();  // gone: nothing to renew
-  ASSIGN_OR_RETURN(ir::Literal value, device.TransferFromDevice(buffer));
-  metrics_.Add("bytes_out", buffer.size_bytes());
-  metrics_.Add("transfers_from_device");
-  if (options_.trace != nullptr) {
-    options_.trace->Complete("transfer from device", "transfer", start, absl::Now() - start,
-                             {{"device", device.name()},
-                              {"bytes", absl::StrCat(buffer.size_bytes())}});
-  }
-  return value;
-}
-
 absl::StatusOr<std::string> Service::AdoptBuffer(const std::string& session_id,
                                                  runtime::BufferPtr buffer,
                                                  runtime::Device* device) {

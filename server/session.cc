@@ -541,23 +541,24 @@ std::shared_ptr<Session> SessionManager::Create(const std::string& client_name) 
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Get(absl::string_view id, bool renew) {
-  if (renew) return GetAt(id, absl::Now());
-  absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown or expired session '", id, "'"));
-  }
-  return it->second.session;
+  if (!renew) return Find(id, nullptr);
+  const absl::Time now = absl::Now();
+  return Find(id, &now);
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::GetAt(absl::string_view id,
                                                                absl::Time now) {
+  return Find(id, &now);
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(absl::string_view id,
+                                                              const absl::Time* renewed_at) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown or expired session '", id, "'"));
   }
-  it->second.deadline = now + lease_;
+  if (renewed_at != nullptr) it->second.deadline = *renewed_at + lease_;
   return it->second.session;
 }
 

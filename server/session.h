@@ -289,6 +289,9 @@ class SessionManager {
   int ReapExpired();
 
  private:
+  // Get and GetAt: the lease renewed from `renewed_at` unless it is null.
+  absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view id,
+                                                const absl::Time* renewed_at);
   struct Entry {
     std::shared_ptr<Session> session;
     absl::Time deadline;
