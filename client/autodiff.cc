@@ -187,6 +187,9 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
     case Opcode::kPower:
       return std::vector<Tensor>{g * x[1] * Pow(x[0], x[1] - 1.0), g * Log(x[0]) * y};
     case Opcode::kMaximum: {
+      if (node.relu) {
+        return std::vector<Tensor>{Select(Greater(y, x[1]), g, zero_g), Tensor()};
+      }
       Tensor take_a = GreaterEqual(x[0], x[1]);
       return std::vector<Tensor>{Select(take_a, g, zero_g), Select(take_a, zero_g, g)};
     }

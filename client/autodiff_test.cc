@@ -321,5 +321,32 @@ TEST_F(GradTest, GradWithUnusedParameterIsZeroAndErrorsAreReported) {
   EXPECT_FALSE(Grad(a * a, {a}).ok());  // not a scalar
 }
 
+// Relu's gradient is zero at zero, as PyTorch's and JAX's, where the
+// maximum it is made of passes the gradient to its first operand at a tie;
+// in both modes.
+TEST_F(GradTest, ReluPassesNoGradientAtZeroWhereMaximumDoes) {
+  ir::Literal x(ir::Shape(ElementType::kF32, {4}));
+  const double values[] = {-1, 0, -0.0, 2};
+  for (int i = 0; i < 4; ++i) x.SetFromDouble(i, values[i]);
+  for (const bool eager : {false, true}) {
+    ctx_->set_eager(eager);
+    Tensor t = ctx_->FromLiteral(x, "cpu:0");
+    auto relu = Grad(Sum(Relu(t)), {t});
+    auto maximum = Grad(Sum(Maximum(t, ZerosLike(t))), {t});
+    ASSERT_TRUE(relu.ok()) << relu.status();
+    ASSERT_TRUE(maximum.ok()) << maximum.status();
+    auto r = (*relu)[0].ToHost();
+    auto m = (*maximum)[0].ToHost();
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(m.ok()) << m.status();
+    const double relu_want[] = {0, 0, 0, 1}, maximum_want[] = {0, 1, 1, 1};
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(r->GetAsDouble(i), relu_want[i]) << "eager " << eager << " element " << i;
+      EXPECT_EQ(m->GetAsDouble(i), maximum_want[i]) << "eager " << eager << " element " << i;
+    }
+  }
+  ctx_->set_eager(false);
+}
+
 }  // namespace
 }  // namespace kiln::client

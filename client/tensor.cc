@@ -369,7 +369,11 @@ Tensor Erf(const Tensor& x) { return Unary(Opcode::kErf, x); }
 Tensor Sigmoid(const Tensor& x) { return Unary(Opcode::kLogistic, x); }
 Tensor Sin(const Tensor& x) { return Unary(Opcode::kSin, x); }
 Tensor Cos(const Tensor& x) { return Unary(Opcode::kCos, x); }
-Tensor Relu(const Tensor& x) { return Maximum(x, ZerosLike(x)); }
+Tensor Relu(const Tensor& x) {
+  Tensor y = Maximum(x, ZerosLike(x));
+  if (y.status().ok()) y.node()->relu = true;
+  return y;
+}
 Tensor IsFinite(const Tensor& x) { return EmitInferred(Opcode::kIsFinite, {x}, {}); }
 
 Tensor Cast(const Tensor& x, ElementType type) {

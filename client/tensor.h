@@ -164,6 +164,11 @@ struct Node {
   // Recorded while gradients were not (LazyContext::set_record_gradients):
   // Grad takes it for a constant, computed or not.
   bool stops_gradients = false;
+  // A maximum that Relu recorded: its gradient passes where the result is
+  // positive, and is zero at zero, as PyTorch's and JAX's relu. Reading
+  // the result, not the operand, lets the operand be fused away
+  // (compiler/passes/convolution_fusion.h).
+  bool relu = false;
 
   bool realized() const { return data != nullptr || host_value.has_value() || dispatched; }
   // Sent to the device, result not yet known (LazyContext::set_pipelined).
@@ -311,6 +316,8 @@ Tensor Erf(const Tensor& x);
 Tensor Sigmoid(const Tensor& x);
 Tensor Sin(const Tensor& x);
 Tensor Cos(const Tensor& x);
+// max(x, 0); its gradient is zero where x is not above zero (at zero
+// too, as PyTorch's and JAX's relu), found from the result.
 Tensor Relu(const Tensor& x);
 // pred per element: neither infinite nor NaN (floating-point types only).
 Tensor IsFinite(const Tensor& x);

@@ -1,5 +1,6 @@
 #include "compiler/passes/convolution_fusion.h"
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
@@ -53,11 +54,34 @@ bool TakesABias(const Instruction& conv) {
   return true;
 }
 
+// Whether `i` is `maximum(x, broadcast(+0))` (either operand order) of an
+// f32 array `x`, with the constant a scalar: a relu.
+bool IsReluOf(const Instruction& i, const Instruction& x) {
+  if (i.opcode() != Opcode::kMaximum || i.operand_count() != 2 || i.shape() != x.shape()) {
+    return false;
+  }
+  for (int k = 0; k < 2; ++k) {
+    const Instruction* zero = i.operand(1 - k);
+    if (i.operand(k) != &x || zero->opcode() != Opcode::kBroadcast ||
+        zero->operand_count() != 1 || zero->shape() != x.shape()) {
+      continue;
+    }
+    const Instruction& c = *zero->operand(0);
+    if (c.opcode() == Opcode::kConstant && c.shape().IsArray() && c.shape().rank() == 0 &&
+        c.shape().type() == ElementType::kF32 && c.attrs().literal.element_count() == 1 &&
+        c.attrs().literal.GetAsDouble(0) == 0 && !std::signbit(c.attrs().literal.GetAsDouble(0))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // An add ConvolutionFusion outlines, and its parts.
 struct Candidate {
   Instruction* add = nullptr;
   Instruction* conv = nullptr;
   Instruction* broadcast = nullptr;
+  Instruction* relu = nullptr;  // the add's one reader, when a relu
 };
 
 std::optional<Candidate> Match(Instruction* add, const Computation& comp, Users& readers) {
@@ -72,7 +96,11 @@ std::optional<Candidate> Match(Instruction* add, const Computation& comp, Users&
         !IsFeatureBroadcast(*other, *conv)) {
       continue;
     }
-    return Candidate{.add = add, .conv = conv, .broadcast = other};
+    Candidate c{.add = add, .conv = conv, .broadcast = other};
+    if (add != comp.root() && readers[add].size() == 1 && IsReluOf(*readers[add][0], *add)) {
+      c.relu = readers[add][0];
+    }
+    return c;
   }
   return std::nullopt;
 }
@@ -94,7 +122,18 @@ std::unique_ptr<Computation> Outline(const Candidate& c, const std::string& name
   Instruction* bias = fused->AddInstruction(std::move(broadcast));
   auto sum = NewInstruction(Opcode::kAdd, c.add->shape(), c.add->name(), {product, bias});
   sum->set_source_line(c.add->source_line());
-  fused->set_root(fused->AddInstruction(std::move(sum)));
+  Instruction* root = fused->AddInstruction(std::move(sum));
+  if (c.relu != nullptr) {
+    auto zero = NewInstruction(Opcode::kConstant, ir::Shape::Scalar(ElementType::kF32), "zero");
+    zero->mutable_attrs().literal = ir::Literal(ir::Shape::Scalar(ElementType::kF32));
+    Instruction* z = fused->AddInstruction(std::move(zero));
+    Instruction* zeros = fused->AddInstruction(
+        NewInstruction(Opcode::kBroadcast, c.relu->shape(), "zeros", {z}));
+    auto relu = NewInstruction(Opcode::kMaximum, c.relu->shape(), c.relu->name(), {root, zeros});
+    relu->set_source_line(c.relu->source_line());
+    root = fused->AddInstruction(std::move(relu));
+  }
+  fused->set_root(root);
   MakeInstructionNamesUnique(fused.get());
   return fused;
 }
@@ -115,14 +154,29 @@ absl::StatusOr<bool> ConvolutionFusion::Run(ir::Module* module) {
                              if (!IsConvolutionFusion(*fused)) return std::nullopt;
                              return OutlinedAdd{std::move(fused),
                                                 {c->conv->operand(0), c->conv->operand(1),
-                                                 c->broadcast->operand(0)}};
+                                                 c->broadcast->operand(0)},
+                                                c->relu};
                            });
       });
 }
 
 std::optional<ConvolutionFusionForm> MatchConvolutionFusion(const Computation& c) {
-  if (c.parameter_count() != 3 || c.instruction_count() != 6) return std::nullopt;
+  if (c.parameter_count() != 3 || (c.instruction_count() != 6 && c.instruction_count() != 9)) {
+    return std::nullopt;
+  }
   const Instruction* root = c.root();
+  // With a relu: three more instructions, the zero, its broadcast and the
+  // maximum, which is the root.
+  const bool relu = c.instruction_count() == 9;
+  if (relu) {
+    if (root == nullptr || root->opcode() != Opcode::kMaximum || root->operand_count() != 2) {
+      return std::nullopt;
+    }
+    const Instruction* sum = root->operand(0)->opcode() == Opcode::kAdd ? root->operand(0)
+                                                                          : root->operand(1);
+    if (!IsReluOf(*root, *sum)) return std::nullopt;
+    root = sum;
+  }
   if (root == nullptr || root->opcode() != Opcode::kAdd || root->operand_count() != 2) {
     return std::nullopt;
   }
@@ -135,7 +189,7 @@ std::optional<ConvolutionFusionForm> MatchConvolutionFusion(const Computation& c
         broadcast->operand(0) != p[2]) {
       continue;
     }
-    return ConvolutionFusionForm{conv};
+    return ConvolutionFusionForm{conv, relu};
   }
   return std::nullopt;
 }

@@ -24,10 +24,13 @@ namespace kiln::passes {
 //    root);
 //  - `b` is an f32 vector of the output features, broadcast along the
 //    convolution's output feature dimension alone (a layer's bias).
-// A relu after the add is left to loop fusion: in training the
-// pre-activation is read again by the relu's gradient, so it is written
-// out either way. The sum is rounded where the kernel adds the bias:
-// results may differ from the unfused ones in the last bit.
+// A relu that is the add's one reader, `maximum(add, broadcast(+0))`
+// (either operand order), joins the call, which then stands where the relu
+// was: its kernel applies it as it writes the result. (A relu whose
+// gradient reads the pre-activation, `add >= 0`, leaves the add two
+// readers and stays loop fusion's; client::Relu's reads the result.) The
+// sum is rounded where the kernel adds the bias: results may differ from
+// the unfused ones in the last bit.
 // Runs before loop-fusion; rewrites the computations it does
 // (FusibleComputations).
 class ConvolutionFusion : public Pass {
@@ -37,16 +40,19 @@ class ConvolutionFusion : public Pass {
 };
 
 // What a call of a convolution fusion computes: convolution(parameter 0,
-// parameter 1) plus parameter 2 broadcast along the output features.
+// parameter 1) plus parameter 2 broadcast along the output features, and
+// with `relu` the maximum of that and +0 (NaN stays NaN, -0 becomes +0).
 struct ConvolutionFusionForm {
   const ir::Instruction* convolution = nullptr;
+  bool relu = false;
 };
 
 // The form of `c` when it is what ConvolutionFusion outlines, which a
 // backend checks again before running a call of it as one kernel (modules
 // come from clients): three parameters (x, k, b); a convolution of the
 // first two as above; the broadcast of the third along its output
-// feature dimension; the root adds the two. Nothing else.
+// feature dimension; their sum, the root, or read by the root, a relu
+// as above, with its scalar +0 and broadcast. Nothing else.
 std::optional<ConvolutionFusionForm> MatchConvolutionFusion(const ir::Computation& c);
 inline bool IsConvolutionFusion(const ir::Computation& c) {
   return MatchConvolutionFusion(c).has_value();

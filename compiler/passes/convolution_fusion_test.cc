@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/passes/cpu_pipeline.h"
 #include "compiler/passes/fusion.h"
 #include "compiler/passes/test_util.h"
@@ -32,9 +33,60 @@ ENTRY main {
 }
 )";
 
-// The bias joins the convolution; the relu stays outside, reading the call.
-TEST(ConvolutionFusionTest, TheBiasJoinsTheConvolution) {
+// The bias and the relu, the sum's one reader, join the convolution.
+TEST(ConvolutionFusionTest, TheBiasAndTheReluJoinTheConvolution) {
   auto module = Parse(kLayer);
+  ASSERT_NE(module, nullptr);
+  ConvolutionFusion pass;
+  EXPECT_TRUE(RunPass(pass, *module));
+  EXPECT_EQ(Structure(*module), Structure(R"(
+HloModule m
+fused_convolution {
+  p0 = f32[2,8,8,1] parameter(0)
+  p1 = f32[3,3,1,4] parameter(1)
+  c = f32[2,8,8,4] convolution(p0, p1), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  p2 = f32[4] parameter(2)
+  b = f32[2,8,8,4] broadcast(p2), dimensions={3}
+  pre = f32[2,8,8,4] add(c, b)
+  zero = f32[] constant(0)
+  z = f32[2,8,8,4] broadcast(zero), dimensions={}
+  ROOT r = f32[2,8,8,4] maximum(pre, z)
+}
+ENTRY main {
+  x = f32[2,8,8,1] parameter(0)
+  k = f32[3,3,1,4] parameter(1)
+  bias = f32[4] parameter(2)
+  ROOT f = f32[2,8,8,4] call(x, k, bias), to_apply=fused_convolution
+}
+)"));
+  const ir::Computation* fused = module->FindComputation("fused_convolution");
+  ASSERT_NE(fused, nullptr);
+  std::optional<ConvolutionFusionForm> form = MatchConvolutionFusion(*fused);
+  ASSERT_TRUE(form.has_value());
+  EXPECT_EQ(form->convolution->opcode(), ir::Opcode::kConvolution);
+  EXPECT_TRUE(form->relu);
+}
+
+// Where the sum is read again (a relu's gradient that reads the
+// pre-activation), the bias joins the convolution and the relu stays
+// outside, reading the call.
+TEST(ConvolutionFusionTest, AReluWhoseOperandIsReadAgainStaysOutside) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  x = f32[2,8,8,1] parameter(0)
+  k = f32[3,3,1,4] parameter(1)
+  bias = f32[4] parameter(2)
+  c = f32[2,8,8,4] convolution(x, k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  b = f32[2,8,8,4] broadcast(bias), dimensions={3}
+  pre = f32[2,8,8,4] add(c, b)
+  zero = f32[] constant(0)
+  z = f32[2,8,8,4] broadcast(zero), dimensions={}
+  r = f32[2,8,8,4] maximum(pre, z)
+  m = pred[2,8,8,4] compare(pre, z), direction=GE
+  ROOT t = (f32[2,8,8,4], pred[2,8,8,4]) tuple(r, m)
+}
+)");
   ASSERT_NE(module, nullptr);
   ConvolutionFusion pass;
   EXPECT_TRUE(RunPass(pass, *module));
@@ -55,14 +107,44 @@ ENTRY main {
   f = f32[2,8,8,4] call(x, k, bias), to_apply=fused_convolution
   zero = f32[] constant(0)
   z = f32[2,8,8,4] broadcast(zero), dimensions={}
-  ROOT r = f32[2,8,8,4] maximum(f, z)
+  r = f32[2,8,8,4] maximum(f, z)
+  m = pred[2,8,8,4] compare(f, z), direction=GE
+  ROOT t = (f32[2,8,8,4], pred[2,8,8,4]) tuple(r, m)
 }
 )"));
-  const ir::Computation* fused = module->FindComputation("fused_convolution");
-  ASSERT_NE(fused, nullptr);
-  std::optional<ConvolutionFusionForm> form = MatchConvolutionFusion(*fused);
+  std::optional<ConvolutionFusionForm> form =
+      MatchConvolutionFusion(*module->FindComputation("fused_convolution"));
   ASSERT_TRUE(form.has_value());
-  EXPECT_EQ(form->convolution->opcode(), ir::Opcode::kConvolution);
+  EXPECT_FALSE(form->relu);
+}
+
+// Only a maximum with +0 is a relu: with -0 or another constant the
+// maximum stays outside.
+TEST(ConvolutionFusionTest, AMaximumWithAnythingButPlusZeroStaysOutside) {
+  for (const char* constant : {"-0", "0.5", "-1"}) {
+    auto module = Parse(absl::StrCat(R"(
+HloModule m
+ENTRY main {
+  x = f32[2,8,8,1] parameter(0)
+  k = f32[3,3,1,4] parameter(1)
+  bias = f32[4] parameter(2)
+  c = f32[2,8,8,4] convolution(x, k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  b = f32[2,8,8,4] broadcast(bias), dimensions={3}
+  pre = f32[2,8,8,4] add(c, b)
+  zero = f32[] constant()", constant, R"()
+  z = f32[2,8,8,4] broadcast(zero), dimensions={}
+  ROOT r = f32[2,8,8,4] maximum(z, pre)
+}
+)"));
+    ASSERT_NE(module, nullptr) << constant;
+    ConvolutionFusion pass;
+    EXPECT_TRUE(RunPass(pass, *module)) << constant;
+    EXPECT_EQ(module->entry()->root()->opcode(), ir::Opcode::kMaximum) << constant;
+    std::optional<ConvolutionFusionForm> form =
+        MatchConvolutionFusion(*module->FindComputation("fused_convolution"));
+    ASSERT_TRUE(form.has_value()) << constant;
+    EXPECT_FALSE(form->relu) << constant;
+  }
 }
 
 // Either operand order of the add, and features in any dimension (here the
@@ -194,7 +276,46 @@ fused {
   b = f32[2,8,8,4] broadcast(e), dimensions={3}
   ROOT r = f32[2,8,8,4] add(c, b)
 })",
-           // A relu inside: more than the form.
+           // A relu of the bias, not of the sum.
+           R"(
+fused {
+  p0 = f32[2,8,8,1] parameter(0)
+  p1 = f32[3,3,1,4] parameter(1)
+  p2 = f32[4] parameter(2)
+  c = f32[2,8,8,4] convolution(p0, p1), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  b = f32[2,8,8,4] broadcast(p2), dimensions={3}
+  a = f32[2,8,8,4] add(c, b)
+  zero = f32[] constant(0)
+  z = f32[2,8,8,4] broadcast(zero), dimensions={}
+  ROOT r = f32[2,8,8,4] maximum(b, z)
+})",
+           // A maximum with 1, not a relu.
+           R"(
+fused {
+  p0 = f32[2,8,8,1] parameter(0)
+  p1 = f32[3,3,1,4] parameter(1)
+  p2 = f32[4] parameter(2)
+  c = f32[2,8,8,4] convolution(p0, p1), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  b = f32[2,8,8,4] broadcast(p2), dimensions={3}
+  a = f32[2,8,8,4] add(c, b)
+  one = f32[] constant(1)
+  z = f32[2,8,8,4] broadcast(one), dimensions={}
+  ROOT r = f32[2,8,8,4] maximum(a, z)
+})",
+           // A minimum, not a relu.
+           R"(
+fused {
+  p0 = f32[2,8,8,1] parameter(0)
+  p1 = f32[3,3,1,4] parameter(1)
+  p2 = f32[4] parameter(2)
+  c = f32[2,8,8,4] convolution(p0, p1), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  b = f32[2,8,8,4] broadcast(p2), dimensions={3}
+  a = f32[2,8,8,4] add(c, b)
+  zero = f32[] constant(0)
+  z = f32[2,8,8,4] broadcast(zero), dimensions={}
+  ROOT r = f32[2,8,8,4] minimum(a, z)
+})",
+           // A maximum with the bias: more than the form.
            R"(
 fused {
   p0 = f32[2,8,8,1] parameter(0)
@@ -219,22 +340,19 @@ ENTRY main {
   }
 }
 
-// In the CPU pipeline the bias joins the convolution before loop fusion,
-// and the relu becomes a loop of its own that reads the call; the fused
-// computation is not fused into again.
-TEST(ConvolutionFusionTest, TheCpuPipelineFusesTheBiasBeforeTheLoop) {
+// In the CPU pipeline the bias and the relu join the convolution before
+// loop fusion, and the fused computation is not fused into again.
+TEST(ConvolutionFusionTest, TheCpuPipelineFusesTheBiasAndReluBeforeTheLoop) {
   auto module = Parse(kLayer);
   ASSERT_NE(module, nullptr);
   std::unique_ptr<Pipeline> cpu = CpuPipeline(/*verify=*/true);
   ASSERT_TRUE(cpu->Run(module.get()).ok());
   EXPECT_EQ(CountConvolutionFusions(*module), 1) << ir::PrintModule(*module);
-  // The root is the relu's loop (with the zero it expands), reading the
-  // convolution's call.
   const ir::Instruction* root = module->entry()->root();
   ASSERT_EQ(root->opcode(), ir::Opcode::kCall) << ir::PrintModule(*module);
-  EXPECT_TRUE(IsLoopFusion(*root->called(0)));
-  ASSERT_EQ(root->operand(0)->opcode(), ir::Opcode::kCall);
-  EXPECT_TRUE(IsConvolutionFusion(*root->operand(0)->called(0)));
+  std::optional<ConvolutionFusionForm> form = MatchConvolutionFusion(*root->called(0));
+  ASSERT_TRUE(form.has_value()) << ir::PrintModule(*module);
+  EXPECT_TRUE(form->relu);
 }
 
 }  // namespace

@@ -520,7 +520,7 @@ absl::StatusOr<bool> OutlineAdds(
     ASSIGN_OR_RETURN(Instruction * added,
                      AddFusedCall(module, std::move(outlined->callee), outlined->inputs,
                                   add->source_line(), rewriter, &readers));
-    Redirect(comp, readers, add, added);
+    Redirect(comp, readers, outlined->replaced != nullptr ? outlined->replaced : add, added);
     changed = true;
   }
   if (changed) RETURN_IF_ERROR(comp->Canonicalize());

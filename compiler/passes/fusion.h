@@ -98,16 +98,20 @@ std::vector<ir::Instruction*> AddParameters(ir::Computation* c,
                                             const std::vector<const ir::Instruction*>& passed);
 
 // What a pass outlines in place of an add: the computation, and the values
-// its call passes.
+// its call passes; `replaced`, when not null, is the instruction the call
+// stands for instead of the add (an activation the callee applies to the
+// add's result, its one reader).
 struct OutlinedAdd {
   std::unique_ptr<ir::Computation> callee;
   std::vector<ir::Instruction*> inputs;
+  ir::Instruction* replaced = nullptr;
 };
 
 // Replaces each add of `comp` for which `outline(add, readers, name)` gives
 // a computation (to be named `name`, free among `names`, from `base`) by a
-// call of it where the add was; what the add read stays behind for DCE
-// when nothing else reads it, and `readers` follows. Whether any changed.
+// call of it where the add (or what the outline names as `replaced`) was;
+// what it read stays behind for DCE when nothing else reads it, and
+// `readers` follows. Whether any changed.
 absl::StatusOr<bool> OutlineAdds(
     ir::Module* module, ir::Computation* comp, absl::flat_hash_set<std::string>& names,
     absl::string_view base,

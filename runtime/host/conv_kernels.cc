@@ -4,6 +4,9 @@
 // [O, I, spatial...], each (batch, group) becomes im2col + one GEMM, and the
 // result is laid out as the output dim_labels say.
 #include <omp.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -309,12 +312,46 @@ ConvolutionCandidates CandidatesFor(const ir::Instruction& instr) {
   return c;
 }
 
-// Adds `bias` (a vector along dimension `feature` of `shape`) to `out` in
-// place, as one vectorizable pass split over the compute threads when
-// large: with the features innermost (channels last), whole copies of the
-// bias in a row of at least kBiasRow elements are added along the output.
+// max(v, +0) as the maximum op computes it: NaN stays NaN, -0 becomes +0.
+inline float Relu(float v) { return v <= 0.0f ? 0.0f : v; }
+
+// at[j] = Relu(at[j] + add[j]) (add null: Relu(at[j])) for j < n, without
+// branches (the sign of a pre-activation is unpredictable): four at a time
+// where SSE is there.
+void ReluRow(float* at, const float* add, int64_t n) {
+  int64_t j = 0;
+#if defined(__SSE2__)
+  const __m128 zero = _mm_setzero_ps();
+  for (; j + 4 <= n; j += 4) {
+    __m128 v = _mm_loadu_ps(at + j);
+    if (add != nullptr) v = _mm_add_ps(v, _mm_loadu_ps(add + j));
+    // v > 0 or NaN keeps v; the rest (-0 too) is +0.
+    _mm_storeu_ps(at + j, _mm_and_ps(v, _mm_cmpnle_ps(v, zero)));
+  }
+#endif
+  for (; j < n; ++j) at[j] = Relu(add != nullptr ? at[j] + add[j] : at[j]);
+}
+
+// at[j] = Relu(at[j] + b) for j < n, as ReluRow.
+void ReluRow(float* at, float b, int64_t n) {
+  int64_t j = 0;
+#if defined(__SSE2__)
+  const __m128 zero = _mm_setzero_ps(), bias = _mm_set1_ps(b);
+  for (; j + 4 <= n; j += 4) {
+    const __m128 v = _mm_add_ps(_mm_loadu_ps(at + j), bias);
+    _mm_storeu_ps(at + j, _mm_and_ps(v, _mm_cmpnle_ps(v, zero)));
+  }
+#endif
+  for (; j < n; ++j) at[j] = Relu(at[j] + b);
+}
+
+// Adds `bias` (a vector along dimension `feature` of `shape`; none when
+// null) to `out` in place and then, with `relu`, takes the maximum with +0,
+// as one vectorizable pass split over the compute threads when large: with
+// the features innermost (channels last), whole copies of the bias in a
+// row of at least kBiasRow elements are added along the output.
 constexpr int64_t kBiasRow = 512;
-void AddBias(const Shape& shape, int64_t feature, const float* bias, float* out) {
+void AddBias(const Shape& shape, int64_t feature, const float* bias, bool relu, float* out) {
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < shape.rank(); ++d) {
     if (d < feature) outer *= shape.dim(d);
@@ -322,14 +359,15 @@ void AddBias(const Shape& shape, int64_t feature, const float* bias, float* out)
   }
   const int64_t features = shape.dim(feature);
   const int64_t count = outer * features * inner;
-  if (count == 0) return;
+  if (count == 0 || (bias == nullptr && !relu)) return;
   std::vector<float> row;
   int64_t span = inner;  // elements that one bias value (or one row) covers
-  if (inner == 1) {
+  if (inner == 1 && bias != nullptr) {
     const int64_t copies = std::clamp<int64_t>(kBiasRow / features, 1, outer);
     for (int64_t c = 0; c < copies; ++c) row.insert(row.end(), bias, bias + features);
     span = static_cast<int64_t>(row.size());
   }
+  if (bias == nullptr) span = count;
   // Elements [first, last): the spans they cross, the first and last
   // perhaps in part (the threads split elements, so that few spans still
   // go to every thread).
@@ -338,12 +376,22 @@ void AddBias(const Shape& shape, int64_t feature, const float* bias, float* out)
       const int64_t u = first / span, from = first % span;
       const int64_t n = std::min(span - from, last - first);
       float* at = out + first;
-      if (inner == 1) {
+      if (bias == nullptr) {
+        ReluRow(at, nullptr, n);
+      } else if (inner == 1) {
         const float* r = row.data() + from;
-        for (int64_t j = 0; j < n; ++j) at[j] += r[j];
+        if (relu) {
+          ReluRow(at, r, n);
+        } else {
+          for (int64_t j = 0; j < n; ++j) at[j] += r[j];
+        }
       } else {
         const float b = bias[u % features];
-        for (int64_t j = 0; j < n; ++j) at[j] += b;
+        if (relu) {
+          ReluRow(at, b, n);
+        } else {
+          for (int64_t j = 0; j < n; ++j) at[j] += b;
+        }
       }
       first += n;
     }
@@ -390,17 +438,31 @@ absl::StatusOr<std::vector<NamedKernel>> ConvolutionFusionCandidates(const ir::I
   if (measure != nullptr) *measure = alone.measure;
   const Shape shape = conv.shape();
   const int64_t feature = conv.attrs().conv.output_feature;
+  const bool relu = form->relu;
+  // oneDNN's relu (a post-op) takes a NaN to 0 where the maximum keeps
+  // it: its convolutions with a bias are followed by our relu's pass.
+  if (relu) {
+    for (NamedKernel& k : candidates) {
+      k.name += ", then the relu";
+      k.kernel = [kernel = std::move(k.kernel), shape, feature](
+                     ExecState& st, const std::vector<BufferPtr>& ops) -> absl::StatusOr<BufferPtr> {
+        ASSIGN_OR_RETURN(BufferPtr out, kernel(st, ops));
+        AddBias(shape, feature, nullptr, /*relu=*/true, out->as<float>());
+        return out;
+      };
+    }
+  }
   const bool with_bias = !candidates.empty();
   for (NamedKernel& k : alone.kernels) {
     // A forward convolution then the bias's pass never beats the same
     // implementation adding the bias as it writes: not timed.
     if (with_bias && absl::StartsWith(k.name, "onednn forward ")) continue;
     candidates.push_back(
-        {absl::StrCat(k.name, ", then the bias"),
-         Kernel([kernel = std::move(k.kernel), shape, feature](
+        {absl::StrCat(k.name, relu ? ", then the bias and relu" : ", then the bias"),
+         Kernel([kernel = std::move(k.kernel), shape, feature, relu](
                     ExecState& st, const std::vector<BufferPtr>& ops) -> absl::StatusOr<BufferPtr> {
            ASSIGN_OR_RETURN(BufferPtr out, kernel(st, {ops[0], ops[1]}));
-           AddBias(shape, feature, ops[2]->as<float>(), out->as<float>());
+           AddBias(shape, feature, ops[2]->as<float>(), relu, out->as<float>());
            return out;
          })});
   }

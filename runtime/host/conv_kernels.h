@@ -31,9 +31,10 @@ absl::StatusOr<Kernel> MakeScatterConvolutionKernel(const ir::Instruction& instr
 // The kernels a call of a convolution fusion
 // (passes::MatchConvolutionFusion) chooses from, oneDNN's default first:
 // oneDNN's forward convolutions that add the bias as they write the
-// result, and every other kernel of the convolution alone (every one, when
-// oneDNN has no forward convolution for it) followed by one pass that adds
-// the bias. `*measure` (when given): whether the convolution is
+// result (with a relu, followed by the relu's pass over the result in
+// place: oneDNN's own relu takes a NaN to 0), and every other kernel of
+// the convolution alone (every one, when oneDNN has no forward convolution
+// for it) followed by one pass that adds the bias and takes the relu. `*measure` (when given): whether the convolution is
 // small enough to time them. INVALID_ARGUMENT for a call of anything else.
 // MakeConvolutionFusionKernel (kernel.h) runs the fastest.
 absl::StatusOr<std::vector<NamedKernel>> ConvolutionFusionCandidates(const ir::Instruction& call,

@@ -23,9 +23,11 @@ namespace kiln::host {
 namespace {
 
 // relu(convolution(x, k) + bias), the pre-activation an output too (as a
-// training step's relu gradient reads it).
+// training step's relu gradient reads it), or with `relu_joins` the relu
+// alone (its one reader: the relu joins the convolution).
 std::string Layer(const std::string& x, const std::string& k, const std::string& out,
-                  int64_t features, int feature_dim, const std::string& attrs) {
+                  int64_t features, int feature_dim, const std::string& attrs,
+                  bool relu_joins = false) {
   return absl::Substitute(R"(
 HloModule m
 ENTRY main {
@@ -38,10 +40,10 @@ ENTRY main {
   zero = f32[] constant(0)
   z = $2 broadcast(zero), dimensions={}
   r = $2 maximum(pre, z)
-  ROOT t = ($2, $2) tuple(pre, r)
+  ROOT t = ($2, $2) tuple($6, r)
 }
 )",
-                          x, k, out, features, feature_dim, attrs);
+                          x, k, out, features, feature_dim, attrs, relu_joins ? "r" : "pre");
 }
 
 // Runs `text` after the CPU pipeline (`fuse`) or after loop fusion alone,
@@ -77,8 +79,9 @@ std::vector<LayerCase> LayerCases() {
   };
 }
 
-// A call of a convolution fusion, as a client may send one.
-std::string FusedCall(const LayerCase& c) {
+// A call of a convolution fusion, as a client may send one; with `relu`,
+// one that takes the relu of the sum.
+std::string FusedCall(const LayerCase& c, bool relu = false) {
   return absl::Substitute(R"(
 HloModule m
 fused_convolution {
@@ -87,7 +90,7 @@ fused_convolution {
   p2 = f32[$3] parameter(2)
   c = $2 convolution(p0, p1), $5
   b = $2 broadcast(p2), dimensions={$4}
-  ROOT s = $2 add(c, b)
+  $6
 }
 ENTRY main {
   x = $0 parameter(0)
@@ -96,7 +99,13 @@ ENTRY main {
   ROOT f = $2 call(x, k, bias), to_apply=fused_convolution
 }
 )",
-                          c.x, c.k, c.out, c.features, c.feature_dim, c.attrs);
+                          c.x, c.k, c.out, c.features, c.feature_dim, c.attrs,
+                          relu ? absl::Substitute(R"(s = $0 add(c, b)
+  zero = f32[] constant(0)
+  z = $0 broadcast(zero), dimensions={}
+  ROOT r = $0 maximum(s, z))",
+                                                  c.out)
+                               : absl::Substitute("ROOT s = $0 add(c, b)", c.out));
 }
 
 // LeNet-5's two layers (one input channel, padded; six to sixteen
@@ -104,8 +113,10 @@ ENTRY main {
 // cases above: the fused call gives the convolution and the add's result.
 TEST(ConvolutionFusionKernelTest, TheBiasedConvolutionMatchesTheConvolutionAndAddApart) {
   std::mt19937_64 rng(3);
+  for (const bool relu_joins : {false, true})
   for (const LayerCase& c : LayerCases()) {
-    const std::string text = Layer(c.x, c.k, c.out, c.features, c.feature_dim, c.attrs);
+    const std::string text =
+        Layer(c.x, c.k, c.out, c.features, c.feature_dim, c.attrs, relu_joins);
     auto module = ir::ParseModule(text);
     ASSERT_TRUE(module.ok()) << module.status() << text;
     std::vector<ir::Literal> args;
@@ -143,6 +154,7 @@ TEST(ConvolutionFusionKernelTest, EveryCandidateAddsTheBias) {
   // kernels followed by the bias's pass.
   cases.push_back({"f32[2,5,5,4]", "f32[3,3,3,4]", "f32[2,9,9,3]", 3, 3,
                    "window={size=3x3 pad=1_1x1_1 lhs_dilate=2x2}, dim_labels=b01f_01oi->b01f"});
+  for (const bool relu : {false, true})
   for (const LayerCase& c : cases) {
     const std::string text = Layer(c.x, c.k, c.out, c.features, c.feature_dim, c.attrs);
     auto module = ir::ParseModule(text);
@@ -151,10 +163,12 @@ TEST(ConvolutionFusionKernelTest, EveryCandidateAddsTheBias) {
     for (int i = 0; i < 3; ++i) {
       args.push_back(RandomLiteral((*module)->entry()->parameter(i)->shape(), rng));
     }
+    // A NaN bias: the relu keeps the NaN, as the maximum does.
+    args[2].SetFromDouble(0, std::nan(""));
     auto apart = RunModule(text, args, /*fuse=*/false);
     ASSERT_TRUE(apart.ok()) << apart.status();
-    const std::vector<double> want = Values(apart->tuple_elements()[0]);
-    auto fused = ir::ParseModule(FusedCall(c));
+    const std::vector<double> want = Values(apart->tuple_elements()[relu ? 1 : 0]);
+    auto fused = ir::ParseModule(FusedCall(c, relu));
     ASSERT_TRUE(fused.ok()) << fused.status();
     const ir::Instruction& call = *(*fused)->entry()->root();
     auto candidates = ConvolutionFusionCandidates(call);
@@ -170,13 +184,25 @@ TEST(ConvolutionFusionKernelTest, EveryCandidateAddsTheBias) {
     for (const NamedKernel& k : *candidates) {
       with_bias += k.name.rfind("onednn forward with bias", 0) == 0;
       then_bias += k.name.find(", then the bias") != std::string::npos;
+      EXPECT_EQ(k.name.find("relu") != std::string::npos, relu) << k.name;
       auto got = k.kernel(st, ops);
       ASSERT_TRUE(got.ok()) << k.name << ": " << got.status();
       const std::vector<double> v = Values((*got)->ToLiteral());
       ASSERT_EQ(v.size(), want.size());
+      int nans = 0;
       for (size_t i = 0; i < v.size(); ++i) {
+        if (std::isnan(want[i])) {
+          ASSERT_TRUE(std::isnan(v[i])) << k.name << " at " << i;
+          ++nans;
+          continue;
+        }
         ASSERT_NEAR(v[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << k.name << " at " << i;
+        // The relu's zeros are +0, as the maximum's.
+        if (relu && v[i] == 0) {
+          ASSERT_FALSE(std::signbit(v[i])) << k.name << " at " << i;
+        }
       }
+      EXPECT_GT(nans, 0) << k.name;
     }
     // oneDNN runs every one of these but the dilated input forward; our
     // own kernels run them all.

@@ -69,7 +69,7 @@ absl::StatusOr<Kernel> MakeDotFusionKernel(const ir::Instruction& call);
 absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr);
 // A call of a convolution fusion (passes::MatchConvolutionFusion): one
 // convolution that adds its third operand, a bias, along the output
-// features. INVALID_ARGUMENT for a call of anything else.
+// features, and takes the relu of the sum where the call's form has one. INVALID_ARGUMENT for a call of anything else.
 absl::StatusOr<Kernel> MakeConvolutionFusionKernel(const ir::Instruction& call);
 absl::StatusOr<Kernel> MakeGatherScatterKernel(const ir::Instruction& instr,
                                                ProgramSource& programs);
