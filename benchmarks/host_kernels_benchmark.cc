@@ -7,6 +7,8 @@
 //  - SGD with momentum on a 784x512 weight (the MLP's first layer): one
 //    loop writing the velocity and the weights (loop-fusion's multi-output
 //    loops), the same module with one loop per result, and a C++ loop;
+//  - the MLP's dense layers with their bias and relu fused into the
+//    product (dot-bias-fusion) against the product and a loop apart;
 //  - per-instruction overhead: a chain of 2,000 scalar adds against the
 //    same adds in a C++ loop.
 // Prints every time and ratio; the thread count is --threads (default 1).
@@ -17,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -57,9 +60,11 @@ struct Program {
 };
 
 // Compiles as the CPU backend does (the pass pipeline, then the program);
-// with `multi_output_fusion` false, each loop writes one result.
+// with `multi_output_fusion` false, each loop writes one result; with
+// `dot_bias_fusion` false, a layer's bias and relu are a loop after the
+// product.
 Program Compile(kiln::host::HostDevice& device, const std::string& text,
-                bool multi_output_fusion = true) {
+                bool multi_output_fusion = true, bool dot_bias_fusion = true) {
   auto module = kiln::ir::ParseModule(text);
   if (!module.ok()) {
     std::fprintf(stderr, "%s\n", std::string(module.status().message()).c_str());
@@ -67,7 +72,8 @@ Program Compile(kiln::host::HostDevice& device, const std::string& text,
   }
   kiln::passes::LoopFusionOptions fusion;
   fusion.multi_output = multi_output_fusion;
-  if (auto st = kiln::passes::CpuPipeline(false, fusion)->Run(module->get()); !st.ok()) {
+  if (auto st = kiln::passes::CpuPipeline(false, fusion, dot_bias_fusion)->Run(module->get());
+      !st.ok()) {
     std::fprintf(stderr, "%s\n", std::string(st.status().message()).c_str());
     std::exit(1);
   }
@@ -192,6 +198,31 @@ void Momentum(kiln::host::HostDevice& device) {
               kiln_one * 1e6, kiln_two * 1e6, loop * 1e6, kiln_one / kiln_two, kiln_one / loop);
 }
 
+// The MLP's two hidden layers, relu(x w + bias), as one call
+// (dot-bias-fusion: the product, then its rows plus the bias and relu in
+// place) and as the product and a loop apart; interleaved.
+void DenseLayers(kiln::host::HostDevice& device) {
+  std::printf("\ndense layer relu(x w + b)   fused     apart     fused/apart\n");
+  for (const auto& [m, k, n] : {std::tuple<int, int, int>{128, 784, 512}, {128, 512, 512}}) {
+    const std::string text = absl::StrCat(
+        "ENTRY e {\n x = f32[", m, ",", k, "] parameter(0)\n w = f32[", k, ",", n,
+        "] parameter(1)\n bias = f32[", n, "] parameter(2)\n d = f32[", m, ",", n,
+        "] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n b = f32[", m, ",", n,
+        "] broadcast(bias), dimensions={1}\n s = f32[", m, ",", n, "] add(d, b)\n z = f32[] "
+        "constant(0)\n zb = f32[", m, ",", n, "] broadcast(z), dimensions={}\n ROOT r = f32[", m,
+        ",", n, "] maximum(s, zb)\n}");
+    const Program fused = Compile(device, text);
+    const Program apart = Compile(device, text, true, /*dot_bias_fusion=*/false);
+    double t_fused = 1e30, t_apart = 1e30;
+    for (int round = 0; round < 5; ++round) {
+      t_fused = std::min(t_fused, Run(device, fused));
+      t_apart = std::min(t_apart, Run(device, apart));
+    }
+    std::printf("%4dx%4d -> %4d           %6.1f us %6.1f us %.3f\n", m, k, n, t_fused * 1e6,
+                t_apart * 1e6, t_fused / t_apart);
+  }
+}
+
 void Overhead(kiln::host::HostDevice& device) {
   constexpr int kOps = 2000;
   std::string text = "ENTRY e {\n x = f32[] parameter(0)\n one = f32[] constant(1)\n v0 = f32[] add(x, one)\n";
@@ -230,6 +261,7 @@ int main(int argc, char** argv) {
   Dots(device);
   Stream(device);
   Momentum(device);
+  DenseLayers(device);
   Overhead(device);
   return 0;
 }

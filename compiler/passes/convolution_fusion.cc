@@ -1,6 +1,5 @@
 #include "compiler/passes/convolution_fusion.h"
 
-#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
@@ -54,28 +53,6 @@ bool TakesABias(const Instruction& conv) {
   return true;
 }
 
-// Whether `i` is `maximum(x, broadcast(+0))` (either operand order) of an
-// f32 array `x`, with the constant a scalar: a relu.
-bool IsReluOf(const Instruction& i, const Instruction& x) {
-  if (i.opcode() != Opcode::kMaximum || i.operand_count() != 2 || i.shape() != x.shape()) {
-    return false;
-  }
-  for (int k = 0; k < 2; ++k) {
-    const Instruction* zero = i.operand(1 - k);
-    if (i.operand(k) != &x || zero->opcode() != Opcode::kBroadcast ||
-        zero->operand_count() != 1 || zero->shape() != x.shape()) {
-      continue;
-    }
-    const Instruction& c = *zero->operand(0);
-    if (c.opcode() == Opcode::kConstant && c.shape().IsArray() && c.shape().rank() == 0 &&
-        c.shape().type() == ElementType::kF32 && c.attrs().literal.element_count() == 1 &&
-        c.attrs().literal.GetAsDouble(0) == 0 && !std::signbit(c.attrs().literal.GetAsDouble(0))) {
-      return true;
-    }
-  }
-  return false;
-}
-
 // An add ConvolutionFusion outlines, and its parts.
 struct Candidate {
   Instruction* add = nullptr;
@@ -123,16 +100,7 @@ std::unique_ptr<Computation> Outline(const Candidate& c, const std::string& name
   auto sum = NewInstruction(Opcode::kAdd, c.add->shape(), c.add->name(), {product, bias});
   sum->set_source_line(c.add->source_line());
   Instruction* root = fused->AddInstruction(std::move(sum));
-  if (c.relu != nullptr) {
-    auto zero = NewInstruction(Opcode::kConstant, ir::Shape::Scalar(ElementType::kF32), "zero");
-    zero->mutable_attrs().literal = ir::Literal(ir::Shape::Scalar(ElementType::kF32));
-    Instruction* z = fused->AddInstruction(std::move(zero));
-    Instruction* zeros = fused->AddInstruction(
-        NewInstruction(Opcode::kBroadcast, c.relu->shape(), "zeros", {z}));
-    auto relu = NewInstruction(Opcode::kMaximum, c.relu->shape(), c.relu->name(), {root, zeros});
-    relu->set_source_line(c.relu->source_line());
-    root = fused->AddInstruction(std::move(relu));
-  }
+  if (c.relu != nullptr) root = AppendRelu(fused.get(), root, *c.relu);
   fused->set_root(root);
   MakeInstructionNamesUnique(fused.get());
   return fused;
@@ -169,13 +137,8 @@ std::optional<ConvolutionFusionForm> MatchConvolutionFusion(const Computation& c
   // maximum, which is the root.
   const bool relu = c.instruction_count() == 9;
   if (relu) {
-    if (root == nullptr || root->opcode() != Opcode::kMaximum || root->operand_count() != 2) {
-      return std::nullopt;
-    }
-    const Instruction* sum = root->operand(0)->opcode() == Opcode::kAdd ? root->operand(0)
-                                                                          : root->operand(1);
-    if (!IsReluOf(*root, *sum)) return std::nullopt;
-    root = sum;
+    root = root != nullptr ? ReluOperand(*root) : nullptr;
+    if (root == nullptr) return std::nullopt;
   }
   if (root == nullptr || root->opcode() != Opcode::kAdd || root->operand_count() != 2) {
     return std::nullopt;

@@ -5,6 +5,7 @@
 #include "compiler/passes/convolution_fusion.h"
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dce.h"
+#include "compiler/passes/dot_bias_fusion.h"
 #include "compiler/passes/dot_fusion.h"
 #include "compiler/passes/fusion.h"
 #include "compiler/passes/reduction_fusion.h"
@@ -25,11 +26,13 @@ Pipeline& AddSimplify(Pipeline& pipeline, bool verify) {
   return simplify;
 }
 
-std::unique_ptr<Pipeline> CpuPipeline(bool verify, LoopFusionOptions fusion) {
+std::unique_ptr<Pipeline> CpuPipeline(bool verify, LoopFusionOptions fusion,
+                                      bool dot_bias_fusion) {
   auto pipeline = std::make_unique<Pipeline>(
       "cpu", PipelineOptions{.max_iterations = 1, .verify = verify});
   AddSimplify(*pipeline, verify);
   pipeline->AddPass<DotFusion>();
+  if (dot_bias_fusion) pipeline->AddPass<DotBiasFusion>();
   pipeline->AddPass<ConvolutionFusion>();
   pipeline->AddPass<LoopFusion>(fusion);
   pipeline->AddPass<ReductionFusion>();

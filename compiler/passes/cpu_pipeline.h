@@ -19,13 +19,14 @@ Pipeline& AddSimplify(Pipeline& pipeline, bool verify);
 
 // The CPU pipeline: "simplify" (algebraic-simplifier, constant-folding,
 // cse, dce) repeated to a fixed point, at most kCpuSimplifyRounds rounds,
-// then dot-fusion (dot_fusion.h), convolution-fusion
-// (convolution_fusion.h), loop-fusion (fusion.h) and
+// then dot-fusion (dot_fusion.h), dot-bias-fusion (dot_bias_fusion.h),
+// convolution-fusion (convolution_fusion.h), loop-fusion (fusion.h) and
 // reduction-fusion (reduction_fusion.h).
 // `verify` runs the verifier before and after every pass (default: in
-// debug builds).
+// debug builds); `dot_bias_fusion` false leaves that pass out (a benchmark
+// compares the layer fused and apart).
 std::unique_ptr<Pipeline> CpuPipeline(bool verify = kVerifyBetweenPasses,
-                                      LoopFusionOptions fusion = {});
+                                      LoopFusionOptions fusion = {}, bool dot_bias_fusion = true);
 
 }  // namespace kiln::passes
 

@@ -19,8 +19,8 @@ using ir::ElementType;
 using ir::Instruction;
 using ir::Opcode;
 
-// A dot a GEMM runs as it is: f32 rank-2 operands and result, one
-// contracting dimension each, no batch dimensions.
+}  // namespace
+
 bool IsGemmDot(const Instruction& d) {
   if (d.opcode() != Opcode::kDot || d.operand_count() != 2 ||
       !d.shape().IsArray() || d.shape().type() != ElementType::kF32 ||
@@ -37,6 +37,8 @@ bool IsGemmDot(const Instruction& d) {
   return dims.lhs_batch.empty() && dims.rhs_batch.empty() &&
          dims.lhs_contracting.size() == 1 && dims.rhs_contracting.size() == 1;
 }
+
+namespace {
 
 // The value of a scalar f32 constant other than zero: a GEMM with beta 0
 // does not read C, where `c * 0` is NaN for a c that is NaN or infinite.

@@ -40,6 +40,11 @@ class DotFusion : public Pass {
   absl::StatusOr<bool> Run(ir::Module* module) override;
 };
 
+// A dot a GEMM runs as it is: f32 rank-2 operands and result, one
+// contracting dimension each, no batch dimensions (the operands perhaps
+// transposed).
+bool IsGemmDot(const ir::Instruction& d);
+
 // What a call of a dot fusion computes: the result is
 // dot(parameter 0, parameter 1) + beta * parameter 2.
 struct DotFusionForm {

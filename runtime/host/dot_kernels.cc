@@ -11,8 +11,10 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/type_dispatch.h"
+#include "compiler/passes/dot_bias_fusion.h"
 #include "compiler/passes/dot_fusion.h"
 #include "runtime/compute_threads.h"
+#include "runtime/host/epilogue.h"
 #include "runtime/host/gemm.h"
 #include "runtime/host/kernel.h"
 #include "runtime/host/strided_copy.h"
@@ -280,6 +282,26 @@ Kernel MakeAccumulateKernel(const DotPlan& p, GemmLibrary library, float beta) {
   });
 }
 
+// A dot bias fusion's kernel: operands a, b, bias; the product, then each
+// of its rows plus the bias (and, with `relu`, its relu) in place, while
+// the rows are in cache. The product's kernel reads a and b alone.
+Kernel MakeBiasKernel(const DotPlan& p, GemmLibrary library, bool relu) {
+  return Kernel([product = MakeKernel(p, library), m = p.m, n = p.n, relu](
+                    ExecState& st, const std::vector<BufferPtr>& ops) -> absl::StatusOr<BufferPtr> {
+    ASSIGN_OR_RETURN(BufferPtr out, product(st, ops));
+    float* row = out->as<float>();
+    const float* bias = ops[2]->as<float>();
+    for (int64_t i = 0; i < m; ++i, row += n) {
+      if (relu) {
+        ReluRow(row, bias, n);
+      } else {
+        for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
+      }
+    }
+    return out;
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<Kernel> MakeDotKernel(const ir::Instruction& instr) {
@@ -305,6 +327,26 @@ absl::StatusOr<Kernel> MakeDotFusionKernel(const ir::Instruction& call) {
   const float beta = static_cast<float>(form->beta);
   return ChooseLibrary(call, plan, "accumulate", [&](GemmLibrary library) {
     return MakeAccumulateKernel(plan, library, beta);
+  });
+}
+
+absl::StatusOr<Kernel> MakeDotBiasFusionKernel(const ir::Instruction& call) {
+  std::optional<passes::DotBiasFusionForm> form;
+  if (call.opcode() == ir::Opcode::kCall && call.called().size() == 1) {
+    form = passes::MatchDotBiasFusion(*call.called(0));
+  }
+  if (!form.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        call.name(), " does not call a dot bias fusion (passes::MatchDotBiasFusion)"));
+  }
+  const DotPlan plan = PlanDot(*form->dot);
+  if (!plan.direct_f32 || plan.batch != 1) {
+    return absl::InternalError(
+        absl::StrCat(call.name(), ": a dot bias fusion's product needs a copy"));
+  }
+  const bool relu = form->relu;
+  return ChooseLibrary(call, plan, relu ? "bias relu" : "bias", [&](GemmLibrary library) {
+    return MakeBiasKernel(plan, library, relu);
   });
 }
 

@@ -1,5 +1,6 @@
-// Dot kernels: a dot fusion's GEMM that accumulates into its addend,
-// against the product and the add apart.
+// Dot kernels: a dot fusion's GEMM that accumulates into its addend, and
+// a dot bias fusion's product with its bias and relu, against the product
+// and the add apart.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -8,9 +9,11 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/substitute.h"
 #include "compiler/ir/hlo_parser.h"
 #include "compiler/passes/cpu_pipeline.h"
+#include "compiler/passes/dot_bias_fusion.h"
 #include "compiler/passes/dot_fusion.h"
 #include "gtest/gtest.h"
 #include "runtime/host/executable.h"
@@ -169,6 +172,92 @@ TEST(DotFusionKernelTest, TheAddendIsUpdatedInPlaceOnlyWhenNothingElseHoldsIt) {
   // Not a dot fusion: a clear error.
   const ir::Instruction* root = (*module)->entry()->root();
   absl::StatusOr<Kernel> refused = MakeDotFusionKernel(*root);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A dense layer, relu(dot(x, w) + bias), `x` stored transposed when
+// `transposed`; with `pre_out` the sum is an output too (the relu then
+// stays outside the call).
+std::string DenseModule(int64_t batch, int64_t k, int64_t n, bool transposed, bool pre_out) {
+  return absl::Substitute(R"(
+HloModule m
+ENTRY main {
+  x = f32[$0] parameter(0)
+  w = f32[$2,$3] parameter(1)
+  bias = f32[$3] parameter(2)
+  d = f32[$1,$3] dot(x, w), lhs_contracting_dims={$4}, rhs_contracting_dims={0}
+  b = f32[$1,$3] broadcast(bias), dimensions={1}
+  pre = f32[$1,$3] add(d, b)
+  zero = f32[] constant(0)
+  z = f32[$1,$3] broadcast(zero), dimensions={}
+  r = f32[$1,$3] maximum(pre, z)
+  ROOT t = (f32[$1,$3], f32[$1,$3]) tuple($5, r)
+}
+)",
+                          transposed ? absl::StrCat(k, ",", batch) : absl::StrCat(batch, ",", k),
+                          batch, k, n, transposed ? 0 : 1, pre_out ? "pre" : "r");
+}
+
+// The layer's call (the bias, and the relu where it joins) against the
+// product, add and maximum apart; a NaN in the bias stays NaN and the
+// relu's zeros are +0, as the maximum's.
+TEST(DotBiasFusionKernelTest, TheLayerMatchesTheProductAddAndMaximumApart) {
+  std::mt19937_64 rng(11);
+  for (const bool pre_out : {false, true}) {
+    for (const auto& [batch, k, n, transposed] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t, bool>>{
+             {16, 24, 8, false}, {128, 128, 128, false}, {33, 17, 5, true}, {1, 7, 3, false}}) {
+      const std::string text = DenseModule(batch, k, n, transposed, pre_out);
+      ir::Literal x = RandomLiteral(
+          ir::Shape(ir::ElementType::kF32, transposed ? std::vector<int64_t>{k, batch}
+                                                      : std::vector<int64_t>{batch, k}),
+          rng);
+      std::vector<ir::Literal> args = {
+          std::move(x), RandomLiteral(ir::Shape(ir::ElementType::kF32, {k, n}), rng),
+          RandomLiteral(ir::Shape(ir::ElementType::kF32, {n}), rng)};
+      args[2].SetFromDouble(0, std::nan(""));
+      int fusions = 0;
+      auto fused = RunAfterPasses(text, args, /*full_pipeline=*/true, passes::IsDotBiasFusion,
+                                  &fusions);
+      auto apart = RunAfterPasses(text, args, /*full_pipeline=*/false);
+      ASSERT_TRUE(fused.ok()) << fused.status();
+      ASSERT_TRUE(apart.ok()) << apart.status();
+      EXPECT_EQ(fusions, 1) << text;
+      for (int e = 0; e < 2; ++e) {
+        const std::vector<double> got = Values(fused->tuple_elements()[e]);
+        const std::vector<double> want = Values(apart->tuple_elements()[e]);
+        ASSERT_EQ(got.size(), want.size());
+        int nans = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (std::isnan(want[i])) {
+            ASSERT_TRUE(std::isnan(got[i])) << "element " << e << " at " << i << "\n" << text;
+            ++nans;
+            continue;
+          }
+          // The same product (perhaps by the other library), the same sum.
+          ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])) * std::sqrt(k))
+              << "element " << e << " at " << i << "\n" << text;
+          if (e == 1 && got[i] == 0) ASSERT_FALSE(std::signbit(got[i])) << i;
+        }
+        EXPECT_EQ(nans, batch) << "element " << e;
+      }
+    }
+  }
+}
+
+TEST(DotBiasFusionKernelTest, ACallOfAnythingElseIsRefused) {
+  auto module = ir::ParseModule(MomentumModule(4, 3, 2, "0.5"));
+  ASSERT_TRUE(module.ok()) << module.status();
+  passes::DotFusion pass;
+  ASSERT_TRUE(pass.Run(module->get()).ok());
+  for (const auto& instr : (*module)->entry()->instructions()) {
+    if (instr->opcode() != ir::Opcode::kCall) continue;
+    absl::StatusOr<Kernel> refused = MakeDotBiasFusionKernel(*instr);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  absl::StatusOr<Kernel> refused = MakeDotBiasFusionKernel(*(*module)->entry()->root());
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
 }

@@ -66,6 +66,10 @@ absl::StatusOr<Kernel> MakeDotKernel(const ir::Instruction& instr);
 // accumulates into its third operand. INVALID_ARGUMENT for a call of
 // anything else.
 absl::StatusOr<Kernel> MakeDotFusionKernel(const ir::Instruction& call);
+// A call of a dot bias fusion (passes::MatchDotBiasFusion): one GEMM,
+// then its rows plus the bias (and its relu) in place. INVALID_ARGUMENT for
+// a call of anything else.
+absl::StatusOr<Kernel> MakeDotBiasFusionKernel(const ir::Instruction& call);
 absl::StatusOr<Kernel> MakeConvolutionKernel(const ir::Instruction& instr);
 // A call of a convolution fusion (passes::MatchConvolutionFusion): one
 // convolution that adds its third operand, a bias, along the output

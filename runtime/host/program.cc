@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "compiler/passes/convolution_fusion.h"
+#include "compiler/passes/dot_bias_fusion.h"
 #include "compiler/passes/dot_fusion.h"
 #include "compiler/passes/fusion.h"
 #include "compiler/passes/reduction_fusion.h"
@@ -234,6 +235,7 @@ LibraryFusion LibraryFusionOf(const Instruction& instr, const ProgramOptions& op
     return {};
   }
   if (passes::IsDotFusion(*instr.called(0))) return {"dot", MakeDotFusionKernel};
+  if (passes::IsDotBiasFusion(*instr.called(0))) return {"dot", MakeDotBiasFusionKernel};
   if (passes::IsConvolutionFusion(*instr.called(0))) {
     return {"convolution", MakeConvolutionFusionKernel};
   }
