@@ -3,6 +3,7 @@
 #include "compiler/passes/algebraic_simplifier.h"
 #include "compiler/passes/constant_folding.h"
 #include "compiler/passes/convolution_fusion.h"
+#include "compiler/passes/convolution_layout.h"
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dce.h"
 #include "compiler/passes/dot_bias_fusion.h"
@@ -31,6 +32,7 @@ std::unique_ptr<Pipeline> CpuPipeline(bool verify, LoopFusionOptions fusion,
   auto pipeline = std::make_unique<Pipeline>(
       "cpu", PipelineOptions{.max_iterations = 1, .verify = verify});
   AddSimplify(*pipeline, verify);
+  pipeline->AddPass<ConvolutionLayout>();
   pipeline->AddPass<DotFusion>();
   if (dot_bias_fusion) pipeline->AddPass<DotBiasFusion>();
   pipeline->AddPass<ConvolutionFusion>();

@@ -19,7 +19,8 @@ Pipeline& AddSimplify(Pipeline& pipeline, bool verify);
 
 // The CPU pipeline: "simplify" (algebraic-simplifier, constant-folding,
 // cse, dce) repeated to a fixed point, at most kCpuSimplifyRounds rounds,
-// then dot-fusion (dot_fusion.h), dot-bias-fusion (dot_bias_fusion.h),
+// then convolution-layout (convolution_layout.h), dot-fusion
+// (dot_fusion.h), dot-bias-fusion (dot_bias_fusion.h),
 // convolution-fusion (convolution_fusion.h), loop-fusion (fusion.h) and
 // reduction-fusion (reduction_fusion.h).
 // `verify` runs the verifier before and after every pass (default: in

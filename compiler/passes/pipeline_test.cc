@@ -207,7 +207,8 @@ TEST(PipelineTest, VerifiesByDefaultOnlyInDebugBuilds) {
 TEST(CpuPipelineTest, SimplifiesToAFixedPointThenFuses) {
   std::unique_ptr<Pipeline> cpu = CpuPipeline(/*verify=*/true);
   EXPECT_EQ(cpu->Describe(),
-            "cpu(simplify(algebraic-simplifier, constant-folding, cse, dce), dot-fusion, dot-bias-fusion, "
+            "cpu(simplify(algebraic-simplifier, constant-folding, cse, dce), convolution-layout, "
+            "dot-fusion, dot-bias-fusion, "
             "convolution-fusion, "
             "loop-fusion, reduction-fusion)");
   EXPECT_TRUE(cpu->options().verify);
