@@ -17,15 +17,25 @@
 
 namespace kiln::host {
 
-// The buffers a loop writes its outputs (of `shapes`, the group's first
-// outputs) into. An input of the loop (operand k < `last_reader`'s size)
-// that nothing else holds (Program::Run dropped its slot: this is its last
-// reader), that has an output's shape and that no node after that output's
-// reads takes that output in place, saving an allocation and its page
-// faults; the others are allocated. `last_reader[k]`: the last node that
-// reads input k.
+// The inputs each output of `group` (of `shapes`, the group's first
+// outputs) may take in place, by position: an input of that output's
+// shape (`input_shapes`), of more than one element, that no node after
+// that output's reads (`last_reader[k]`: the last node that reads input
+// k). For a loop step the program builder takes these from the
+// computation's buffer assignment (compiler/passes/buffer_assignment.h);
+// a reduction fusion's loop computes its own.
+std::vector<std::vector<int>> InPlaceInputs(const FusedGroup& group,
+                                            const std::vector<int>& last_reader,
+                                            const std::vector<ir::Shape>& input_shapes,
+                                            const std::vector<ir::Shape>& shapes);
+
+// The buffers a loop writes its outputs (of `shapes`) into: output j takes
+// the first of its `in_place` inputs that nothing else holds
+// (Program::Run dropped its slot: this is its last reader) and no earlier
+// output took, saving an allocation and its page faults; the others are
+// allocated.
 absl::StatusOr<absl::InlinedVector<BufferPtr, 2>> LoopOutputs(
-    ExecState& st, const FusedGroup& group, const std::vector<int>& last_reader,
+    ExecState& st, const std::vector<std::vector<int>>& in_place,
     const std::vector<BufferPtr>& ops, const std::vector<ir::Shape>& shapes);
 
 struct FusedReduce {
@@ -33,7 +43,7 @@ struct FusedReduce {
   // (results.size() of them, in order), then, when it is none of them, the
   // reduced value.
   std::shared_ptr<const FusedGroup> group;
-  std::vector<int> last_reader;  // per input of the group (LoopOutputs)
+  std::vector<std::vector<int>> in_place;  // per result (LoopOutputs)
   std::vector<ir::Shape> results;
   int value_output = 0;  // the group output that is the reduced value
   ir::Opcode op = ir::Opcode::kAdd;  // a reducer WithReducer knows

@@ -10,7 +10,9 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/logging.h"
 #include "base/status_macros.h"
+#include "compiler/passes/buffer_assignment.h"
 #include "compiler/passes/convolution_fusion.h"
 #include "compiler/passes/dot_bias_fusion.h"
 #include "compiler/passes/dot_fusion.h"
@@ -70,13 +72,15 @@ using ir::Opcode;
 // The loop that computes `nodes` (topological) in one pass and writes
 // `outputs` (some of the nodes). A value that is not among the nodes is
 // read as a loop input, from the program slot `slot_of` gives;
-// `input_slots` receives those slots in input order, and `last_reader`
-// (when not null) the last node that reads each input.
+// `input_slots` receives those slots in input order, `last_reader` (when
+// not null) the last node that reads each input and `input_shapes` (when
+// not null) their shapes.
 std::shared_ptr<FusedGroup> PlanLoop(const std::vector<const Instruction*>& nodes,
                                      const std::vector<const Instruction*>& outputs,
                                      const std::function<int(const Instruction*)>& slot_of,
                                      std::vector<int>* input_slots,
-                                     std::vector<int>* last_reader_out) {
+                                     std::vector<int>* last_reader_out,
+                                     std::vector<ir::Shape>* input_shapes = nullptr) {
   auto group = std::make_shared<FusedGroup>();
   absl::flat_hash_map<const Instruction*, int> node_of;
   absl::flat_hash_map<const Instruction*, int> input_of;
@@ -88,6 +92,7 @@ std::shared_ptr<FusedGroup> PlanLoop(const std::vector<const Instruction*>& node
       group->input_types.push_back(o->shape().type());
       group->input_is_scalar.push_back(o->shape().ElementCount() == 1);
       input_slots->push_back(slot_of(o));
+      if (input_shapes != nullptr) input_shapes->push_back(o->shape());
       last_reader.push_back(-1);
     }
     last_reader[in->second] = static_cast<int>(group->nodes.size());
@@ -122,19 +127,29 @@ std::shared_ptr<FusedGroup> PlanLoop(const std::vector<const Instruction*>& node
 }
 
 // Builds the loop that computes `nodes` and writes `outputs` (PlanLoop) as
-// a kernel: a tuple of the outputs when `tuple`, else the one.
+// a kernel: a tuple of the outputs when `tuple`, else the one. Output j may
+// take in place the inputs read from the slots `in_place_slots[j]` (the
+// buffer assignment's, compiler/passes/buffer_assignment.h).
 Kernel MakeLoopKernel(const std::vector<const Instruction*>& nodes,
                       const std::vector<const Instruction*>& outputs, bool tuple,
                       const std::function<int(const Instruction*)>& slot_of,
+                      const std::vector<std::vector<int>>& in_place_slots,
                       std::vector<int>* input_slots) {
-  std::vector<int> last_reader;
   std::shared_ptr<const FusedGroup> group =
-      PlanLoop(nodes, outputs, slot_of, input_slots, &last_reader);
+      PlanLoop(nodes, outputs, slot_of, input_slots, /*last_reader_out=*/nullptr);
   std::vector<ir::Shape> out_shapes;
   for (const Instruction* o : outputs) out_shapes.push_back(o->shape());
-  return [group, out_shapes, last_reader, tuple](ExecState& st, const std::vector<BufferPtr>& ops)
-             -> absl::StatusOr<BufferPtr> {
-    ASSIGN_OR_RETURN(auto outs, LoopOutputs(st, *group, last_reader, ops, out_shapes));
+  // The slots as input positions.
+  std::vector<std::vector<int>> in_place(outputs.size());
+  for (size_t j = 0; j < outputs.size() && j < in_place_slots.size(); ++j) {
+    for (int slot : in_place_slots[j]) {
+      auto at = std::find(input_slots->begin(), input_slots->end(), slot);
+      if (at != input_slots->end()) in_place[j].push_back(static_cast<int>(at - input_slots->begin()));
+    }
+  }
+  return [group, out_shapes, in_place = std::move(in_place), tuple](
+             ExecState& st, const std::vector<BufferPtr>& ops) -> absl::StatusOr<BufferPtr> {
+    ASSIGN_OR_RETURN(auto outs, LoopOutputs(st, in_place, ops, out_shapes));
     absl::InlinedVector<const uint8_t*, 8> inputs;
     for (const BufferPtr& b : ops) inputs.push_back(b->data());
     absl::InlinedVector<uint8_t*, 2> out_data;
@@ -173,7 +188,10 @@ Kernel MakeFusedReduceStep(const Instruction& call, std::vector<int>* input_slot
   auto slot_of = [&](const Instruction* param) {
     return call.operand(static_cast<int>(param->attrs().parameter_number))->index();
   };
-  spec.group = PlanLoop(nodes, outputs, slot_of, input_slots, &spec.last_reader);
+  std::vector<int> last_reader;
+  std::vector<ir::Shape> input_shapes;
+  spec.group = PlanLoop(nodes, outputs, slot_of, input_slots, &last_reader, &input_shapes);
+  spec.in_place = InPlaceInputs(*spec.group, last_reader, input_shapes, spec.results);
   input_slots->push_back(slot_of(reduce->operand(1)));
   spec.op = *MatchScalarBinary(*reduce->called(0));
   spec.leading = passes::ReducesLeadingDims(*reduce);
@@ -259,9 +277,23 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
   for (const Instruction* p : comp.parameters()) {
     program->param_slots_.push_back(p->index());
   }
+  // Where each value is released and which results may take an input's
+  // buffer: the computation's buffer assignment.
+  const passes::BufferAssignment buffers = passes::AssignBuffers(comp);
+  // The slots result j of `instr` may take in place.
+  auto in_place_slots = [&](const Instruction& instr) {
+    std::vector<std::vector<int>> slots;
+    for (const std::vector<int>& operands : buffers.in_place[instr.index()]) {
+      std::vector<int>& result = slots.emplace_back();
+      for (int q : operands) result.push_back(instr.operand(q)->index());
+    }
+    return slots;
+  };
+  std::vector<int> step_of(n, -1);
   for (int i = 0; i < n; ++i) {
     const Instruction& instr = *instrs[i];
     if (instr.opcode() == Opcode::kParameter) continue;
+    step_of[i] = static_cast<int>(program->steps_.size());
     Step step;
     step.name = instr.name();
     step.what = absl::StrCat(ir::OpcodeName(instr.opcode()), " ", instr.shape().ToString(), " ",
@@ -297,7 +329,7 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
           [&](const Instruction* param) {
             return instr.operand(static_cast<int>(param->attrs().parameter_number))->index();
           },
-          &step.inputs);
+          in_place_slots(instr), &step.inputs);
       program->fused_instructions_ += static_cast<int>(nodes.size()) - 1;
     } else if (instr.opcode() == Opcode::kCall && instr.called().size() == 1 &&
                passes::IsReductionFusion(*instr.called(0))) {
@@ -320,7 +352,7 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
     } else if (ir::IsElementwise(instr.opcode()) || passes::IsExpandableBroadcast(instr)) {
       step.kernel = MakeLoopKernel(
           {&instr}, {&instr}, /*tuple=*/false, [](const Instruction* o) { return o->index(); },
-          &step.inputs);
+          in_place_slots(instr), &step.inputs);
     } else {
       absl::StatusOr<Kernel> kernel = MakeKernel(instr, programs);
       if (kernel.ok() && options.wrap_kernel) {
@@ -336,17 +368,15 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
     if (options.step_cost) step.cost = options.step_cost({&instr});
     program->steps_.push_back(std::move(step));
   }
-  // Drop each value after its last reader so memory is reused early.
-  std::vector<int> last_reader(n, -1);
-  for (int s = 0; s < static_cast<int>(program->steps_.size()); ++s) {
-    for (int in : program->steps_[s].inputs) last_reader[in] = s;
-    program->max_inputs_ = std::max(program->max_inputs_, program->steps_[s].inputs.size());
+  // Drop each value before its last reader runs, so memory is reused early
+  // and that reader may take it in place.
+  for (int i = 0; i < n; ++i) {
+    if (step_of[i] >= 0) program->steps_[step_of[i]].release = buffers.released_by[i];
   }
-  for (int slot = 0; slot < n; ++slot) {
-    if (last_reader[slot] >= 0 && slot != program->root_slot_) {
-      program->steps_[last_reader[slot]].release.push_back(slot);
-    }
+  for (const Step& step : program->steps_) {
+    program->max_inputs_ = std::max(program->max_inputs_, step.inputs.size());
   }
+  logging::Debug("program {}: {}", comp.name(), buffers.Summary());
   return std::shared_ptr<const Program>(std::move(program));
 }
 

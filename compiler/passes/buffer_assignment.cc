@@ -1,0 +1,151 @@
+#include "compiler/passes/buffer_assignment.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/opcode.h"
+#include "compiler/passes/fusion.h"
+
+namespace kiln::passes {
+namespace {
+
+using ir::Instruction;
+using ir::Opcode;
+
+// Whether `v` may give its buffer to a result of `shape` computed by the
+// instruction at `reader`, which reads it for the last time.
+bool Donor(const Instruction& v, const ir::Shape& shape, int reader,
+           const std::vector<int>& last_reader) {
+  return v.shape().IsArray() && v.shape().ElementCount() != 1 && v.shape() == shape &&
+         last_reader[v.index()] == reader;
+}
+
+// The in-place operands of each result of a call of a loop fusion.
+std::vector<std::vector<int>> LoopCallInPlace(const Instruction& call,
+                                              const std::vector<int>& last_reader) {
+  const ir::Computation& callee = *call.called(0);
+  const Instruction* root = callee.root();
+  std::vector<const Instruction*> outputs;
+  if (root->opcode() == Opcode::kTuple) {
+    for (const Instruction* o : root->operands()) outputs.push_back(o);
+  } else {
+    outputs.push_back(root);
+  }
+  // The last node of the loop that reads each parameter (-1: none).
+  std::vector<int> last_in_loop(callee.parameter_count(), -1);
+  for (const auto& m : callee.instructions()) {
+    if (root->opcode() == Opcode::kTuple && m.get() == root) continue;
+    for (const Instruction* o : m->operands()) {
+      if (o->opcode() == Opcode::kParameter) {
+        int& at = last_in_loop[o->attrs().parameter_number];
+        at = std::max(at, m->index());
+      }
+    }
+  }
+  std::vector<std::vector<int>> in_place(outputs.size());
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    for (int q = 0; q < call.operand_count(); ++q) {
+      const Instruction& v = *call.operand(q);
+      const bool once = std::count(call.operands().begin(), call.operands().end(), &v) == 1;
+      if (once && q < static_cast<int>(last_in_loop.size()) && last_in_loop[q] >= 0 &&
+          last_in_loop[q] <= outputs[j]->index() &&
+          Donor(v, outputs[j]->shape(), call.index(), last_reader)) {
+        in_place[j].push_back(q);
+      }
+    }
+  }
+  return in_place;
+}
+
+}  // namespace
+
+BufferAssignment AssignBuffers(const ir::Computation& c) {
+  const auto& instrs = c.instructions();
+  const int n = static_cast<int>(instrs.size());
+  BufferAssignment a;
+  a.released_by.resize(n);
+  a.in_place.resize(n);
+  std::vector<int> last_reader(n, -1);
+  for (int i = 0; i < n; ++i) {
+    for (const Instruction* o : instrs[i]->operands()) last_reader[o->index()] = i;
+  }
+  const int root = c.root()->index();
+  for (int v = 0; v < n; ++v) {
+    if (last_reader[v] >= 0 && v != root) a.released_by[last_reader[v]].push_back(v);
+  }
+  for (int i = 0; i < n; ++i) {
+    const Instruction& instr = *instrs[i];
+    if (instr.opcode() == Opcode::kCall && instr.called().size() == 1 &&
+        IsLoopFusion(*instr.called(0))) {
+      a.in_place[i] = LoopCallInPlace(instr, last_reader);
+    } else if ((ir::IsElementwise(instr.opcode()) || IsExpandableBroadcast(instr)) &&
+               instr.shape().IsArray()) {
+      std::vector<int>& donors = a.in_place[i].emplace_back();
+      for (int q = 0; q < instr.operand_count(); ++q) {
+        const Instruction& v = *instr.operand(q);
+        // An operand given twice is one input of the loop.
+        const bool first = std::find(instr.operands().begin(), instr.operands().end(), &v) ==
+                           instr.operands().begin() + q;
+        if (first && Donor(v, instr.shape(), i, last_reader)) donors.push_back(q);
+      }
+    }
+  }
+  // The outputs and the instruction results they are.
+  const Instruction* r = c.root();
+  std::vector<const Instruction*> outputs;
+  if (r->opcode() == Opcode::kTuple) {
+    for (const Instruction* o : r->operands()) outputs.push_back(o);
+  } else {
+    outputs.push_back(r);
+  }
+  // The operand each result takes when every candidate is free, as a
+  // backend hands them out: in result order, the first not taken by an
+  // earlier result of the same instruction.
+  auto taken_by = [&](const Instruction& instr, size_t result) {
+    std::vector<int> taken;
+    int chosen = -1;
+    for (size_t j = 0; j <= result && j < a.in_place[instr.index()].size(); ++j) {
+      chosen = -1;
+      for (int q : a.in_place[instr.index()][j]) {
+        if (std::find(taken.begin(), taken.end(), q) == taken.end()) {
+          chosen = q;
+          taken.push_back(q);
+          break;
+        }
+      }
+    }
+    return chosen;
+  };
+  for (size_t e = 0; e < outputs.size(); ++e) {
+    const Instruction* v = outputs[e];
+    size_t result = 0;
+    if (v->opcode() == Opcode::kGetTupleElement) {
+      result = static_cast<size_t>(v->attrs().tuple_index);
+      v = v->operand(0);
+    }
+    if (result >= a.in_place[v->index()].size()) continue;
+    const int q = taken_by(*v, result);
+    if (q >= 0 && v->operand(q)->opcode() == Opcode::kParameter) {
+      a.donation_aliases.push_back(
+          {static_cast<int>(e), v->operand(q)->attrs().parameter_number});
+    }
+  }
+  return a;
+}
+
+std::string BufferAssignment::Summary() const {
+  int values = 0, in_place_results = 0;
+  for (const auto& results : in_place) {
+    for (const auto& donors : results) in_place_results += donors.empty() ? 0 : 1;
+  }
+  for (const auto& released : released_by) values += static_cast<int>(released.size());
+  std::string s = absl::StrCat(values, " values released after their last reader, ",
+                               in_place_results, " results that may be computed in place");
+  for (const Alias& alias : donation_aliases) {
+    absl::StrAppend(&s, "; output ", alias.output, " may take parameter ", alias.parameter,
+                    " when donated");
+  }
+  return s;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,155 @@
+#include "compiler/passes/buffer_assignment.h"
+
+#include <string>
+#include <vector>
+
+#include "compiler/passes/fusion.h"
+#include "compiler/passes/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kiln::passes {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+int IndexOf(const ir::Computation& c, const std::string& name) {
+  for (const auto& instr : c.instructions()) {
+    if (instr->name() == name) return instr->index();
+  }
+  ADD_FAILURE() << "no " << name;
+  return -1;
+}
+
+// Each value is released by its last reader; the root never is; a result
+// may take the buffer of an operand of its shape read there for the last
+// time, parameters included (when donated), but not a scalar, an operand of
+// another shape or one read again later.
+TEST(BufferAssignmentTest, ValuesAreReleasedByTheirLastReaderAndTakenInPlace) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  a = f32[8] parameter(0)
+  b = f32[8] parameter(1)
+  s = f32[] parameter(2)
+  x = f32[8] add(a, b)
+  sb = f32[8] broadcast(s), dimensions={}
+  y = f32[8] multiply(x, sb)
+  z = f32[8] subtract(y, b)
+  ROOT t = (f32[8], f32[8]) tuple(z, x)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const ir::Computation& c = *module->entry();
+  const BufferAssignment a = AssignBuffers(c);
+  const int pa = IndexOf(c, "a"), pb = IndexOf(c, "b"), ps = IndexOf(c, "s");
+  const int x = IndexOf(c, "x"), sb = IndexOf(c, "sb"), y = IndexOf(c, "y"),
+            z = IndexOf(c, "z"), t = IndexOf(c, "t");
+  EXPECT_THAT(a.released_by[x], ElementsAre(pa));
+  EXPECT_THAT(a.released_by[sb], ElementsAre(ps));
+  EXPECT_THAT(a.released_by[y], ElementsAre(sb));
+  EXPECT_THAT(a.released_by[z], ElementsAre(pb, y));
+  EXPECT_THAT(a.released_by[t], ElementsAre(x, z));
+  // x may take a (b is read again by z); y may take the broadcast (same
+  // shape, last read there) but not x (read again by the tuple); z may
+  // take y or b.
+  ASSERT_EQ(a.in_place[x].size(), 1u);
+  EXPECT_THAT(a.in_place[x][0], ElementsAre(0));
+  ASSERT_EQ(a.in_place[y].size(), 1u);
+  EXPECT_THAT(a.in_place[y][0], ElementsAre(1));
+  ASSERT_EQ(a.in_place[z].size(), 1u);
+  EXPECT_THAT(a.in_place[z][0], ElementsAre(0, 1));
+  // The broadcast of a scalar takes nothing of it; the tuple is no loop.
+  ASSERT_EQ(a.in_place[sb].size(), 1u);
+  EXPECT_THAT(a.in_place[sb][0], IsEmpty());
+  EXPECT_THAT(a.in_place[t], IsEmpty());
+  // Output 1 (x) takes parameter a when the caller donates it; output 0
+  // (z) takes y's buffer, its first candidate, not b's.
+  EXPECT_THAT(a.donation_aliases, ElementsAre(BufferAssignment::Alias{1, 0}));
+}
+
+// A loop fusion's call: an output may take a parameter's buffer only where
+// no node after the output's reads that parameter, and a value passed twice
+// is taken by none.
+TEST(BufferAssignmentTest, ALoopsOutputsTakeOnlyInputsNoLaterNodeReads) {
+  auto module = Parse(R"(
+HloModule m
+loop {
+  p0 = f32[8] parameter(0)
+  p1 = f32[8] parameter(1)
+  first = f32[8] add(p0, p1)
+  second = f32[8] multiply(first, p1)
+  ROOT t = (f32[8], f32[8]) tuple(first, second)
+}
+twice {
+  q0 = f32[8] parameter(0)
+  q1 = f32[8] parameter(1)
+  ROOT r = f32[8] add(q0, q1)
+}
+ENTRY main {
+  a = f32[8] parameter(0)
+  b = f32[8] parameter(1)
+  f = (f32[8], f32[8]) call(a, b), to_apply=loop
+  g0 = f32[8] get-tuple-element(f), index=0
+  g1 = f32[8] get-tuple-element(f), index=1
+  d = f32[8] call(g1, g1), to_apply=twice
+  ROOT o = (f32[8], f32[8]) tuple(g0, d)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  ASSERT_TRUE(IsLoopFusion(*module->FindComputation("loop")));
+  ASSERT_TRUE(IsLoopFusion(*module->FindComputation("twice")));
+  const ir::Computation& c = *module->entry();
+  const BufferAssignment a = AssignBuffers(c);
+  const int f = IndexOf(c, "f"), d = IndexOf(c, "d");
+  // `first` may take a (p0, last read by first) but not b (p1, read by
+  // `second` after it); `second` may take either.
+  ASSERT_EQ(a.in_place[f].size(), 2u);
+  EXPECT_THAT(a.in_place[f][0], ElementsAre(0));
+  EXPECT_THAT(a.in_place[f][1], ElementsAre(0, 1));
+  ASSERT_EQ(a.in_place[d].size(), 1u);
+  EXPECT_THAT(a.in_place[d][0], IsEmpty());
+  // Output 0 (first) takes parameter 0 when donated; `second` would take
+  // parameter 1 (0 is first's), but it is no output.
+  EXPECT_THAT(a.donation_aliases, ElementsAre(BufferAssignment::Alias{0, 0}));
+  EXPECT_NE(a.Summary().find("output 0 may take parameter 0 when donated"), std::string::npos)
+      << a.Summary();
+}
+
+// Two outputs of one loop with the same candidates take different
+// parameters, as SGD's velocity and weights do.
+TEST(BufferAssignmentTest, TwoOutputsOfALoopAliasDifferentParameters) {
+  auto module = Parse(R"(
+HloModule m
+sgd {
+  v = f32[8] parameter(0)
+  w = f32[8] parameter(1)
+  g = f32[8] parameter(2)
+  v2 = f32[8] add(v, g)
+  w2 = f32[8] subtract(w, v2)
+  ROOT t = (f32[8], f32[8]) tuple(v2, w2)
+}
+ENTRY main {
+  v = f32[8] parameter(0)
+  w = f32[8] parameter(1)
+  g = f32[8] parameter(2)
+  f = (f32[8], f32[8]) call(v, w, g), to_apply=sgd
+  v2 = f32[8] get-tuple-element(f), index=0
+  w2 = f32[8] get-tuple-element(f), index=1
+  ROOT o = (f32[8], f32[8]) tuple(w2, v2)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  ASSERT_TRUE(IsLoopFusion(*module->FindComputation("sgd")));
+  const BufferAssignment a = AssignBuffers(*module->entry());
+  const int f = IndexOf(*module->entry(), "f");
+  ASSERT_EQ(a.in_place[f].size(), 2u);
+  EXPECT_THAT(a.in_place[f][0], ElementsAre(0, 2));
+  EXPECT_THAT(a.in_place[f][1], ElementsAre(0, 1, 2));
+  EXPECT_THAT(a.donation_aliases,
+              ElementsAre(BufferAssignment::Alias{0, 1}, BufferAssignment::Alias{1, 0}));
+}
+
+}  // namespace
+}  // namespace kiln::passes
