@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/opcode.h"
 #include "compiler/passes/fusion.h"
@@ -42,11 +44,14 @@ std::vector<std::vector<int>> LoopCallInPlace(const Instruction& call,
       }
     }
   }
+  // How many times the call passes each value.
+  absl::flat_hash_map<const Instruction*, int> passed;
+  for (const Instruction* v : call.operands()) ++passed[v];
   std::vector<std::vector<int>> in_place(outputs.size());
   for (size_t j = 0; j < outputs.size(); ++j) {
     for (int q = 0; q < call.operand_count(); ++q) {
       const Instruction& v = *call.operand(q);
-      const bool once = std::count(call.operands().begin(), call.operands().end(), &v) == 1;
+      const bool once = passed[&v] == 1;
       if (once && q < static_cast<int>(last_in_loop.size()) && last_in_loop[q] >= 0 &&
           last_in_loop[q] <= outputs[j]->index() &&
           Donor(v, outputs[j]->shape(), call.index(), last_reader)) {
@@ -98,24 +103,24 @@ BufferAssignment AssignBuffers(const ir::Computation& c) {
   } else {
     outputs.push_back(r);
   }
-  // The operand each result takes when every candidate is free, as a
-  // backend hands them out: in result order, the first not taken by an
-  // earlier result of the same instruction.
-  auto taken_by = [&](const Instruction& instr, size_t result) {
-    std::vector<int> taken;
-    int chosen = -1;
-    for (size_t j = 0; j <= result && j < a.in_place[instr.index()].size(); ++j) {
-      chosen = -1;
-      for (int q : a.in_place[instr.index()][j]) {
-        if (std::find(taken.begin(), taken.end(), q) == taken.end()) {
-          chosen = q;
-          taken.push_back(q);
+  // The operand each result of `instr` takes when every candidate is free,
+  // as a backend hands them out: in result order, the first not taken by
+  // an earlier result of the same instruction (-1: none).
+  auto taken = [&](const Instruction& instr) {
+    std::vector<int> chosen;
+    absl::flat_hash_set<int> used;
+    for (const std::vector<int>& candidates : a.in_place[instr.index()]) {
+      int& q = chosen.emplace_back(-1);
+      for (int c : candidates) {
+        if (used.insert(c).second) {
+          q = c;
           break;
         }
       }
     }
     return chosen;
   };
+  absl::flat_hash_map<const Instruction*, std::vector<int>> chosen;
   for (size_t e = 0; e < outputs.size(); ++e) {
     const Instruction* v = outputs[e];
     size_t result = 0;
@@ -124,7 +129,9 @@ BufferAssignment AssignBuffers(const ir::Computation& c) {
       v = v->operand(0);
     }
     if (result >= a.in_place[v->index()].size()) continue;
-    const int q = taken_by(*v, result);
+    auto it = chosen.find(v);
+    if (it == chosen.end()) it = chosen.emplace(v, taken(*v)).first;
+    const int q = it->second[result];
     if (q >= 0 && v->operand(q)->opcode() == Opcode::kParameter) {
       a.donation_aliases.push_back(
           {static_cast<int>(e), v->operand(q)->attrs().parameter_number});

@@ -18,7 +18,9 @@ namespace kiln::passes {
 //  - `transpose(convolution(x, k))`, where the transpose is the
 //    convolution's one reader, becomes one convolution whose output
 //    dimensions are the transpose's.
-// The transposes left without readers go to DCE. Results are the same bits.
+// The transposes left without readers go to DCE. The products are the
+// same; the kernel chosen for the new layout may sum them in another order
+// (results may differ in the last bits).
 class ConvolutionLayout : public Pass {
  public:
   absl::string_view name() const override { return "convolution-layout"; }

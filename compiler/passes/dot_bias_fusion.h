@@ -20,8 +20,9 @@ namespace kiln::passes {
 //    not the root);
 //  - `bias` is an f32 vector of the product's columns, broadcast along
 //    dimension 1 alone.
-// The results are the unfused ones, bit for bit: the product, then the
-// sum rounded as the add rounds it, then the maximum. Runs after
+// The product, then the sum rounded as the add rounds it, then the
+// maximum, as apart (the fused call's product may run on the other GEMM
+// library, each timed for it: results may then differ in the last bits). Runs after
 // dot-fusion (an addend of the product's shape is its) and before
 // loop-fusion; rewrites the computations it does (FusibleComputations).
 class DotBiasFusion : public Pass {

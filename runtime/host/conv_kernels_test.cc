@@ -302,6 +302,12 @@ ENTRY main {
   for (const ir::Instruction* p : (*module)->entry()->parameters()) {
     args.push_back(RandomLiteral(p->shape(), rng));
   }
+  // The CPU pipeline leaves no transpose.
+  std::unique_ptr<passes::Pipeline> cpu = passes::CpuPipeline(/*verify=*/true);
+  ASSERT_TRUE(cpu->Run(module->get()).ok());
+  for (const auto& instr : (*module)->entry()->instructions()) {
+    EXPECT_NE(instr->opcode(), ir::Opcode::kTranspose) << ir::PrintModule(**module);
+  }
   auto folded = RunAfterPasses(text, args, /*full_pipeline=*/true);
   auto apart = RunAfterPasses(text, args, /*full_pipeline=*/false);
   ASSERT_TRUE(folded.ok()) << folded.status();

@@ -140,11 +140,14 @@ Kernel MakeLoopKernel(const std::vector<const Instruction*>& nodes,
   std::vector<ir::Shape> out_shapes;
   for (const Instruction* o : outputs) out_shapes.push_back(o->shape());
   // The slots as input positions.
+  absl::flat_hash_map<int, int> position;
+  for (size_t k = 0; k < input_slots->size(); ++k) {
+    position.emplace((*input_slots)[k], static_cast<int>(k));
+  }
   std::vector<std::vector<int>> in_place(outputs.size());
   for (size_t j = 0; j < outputs.size() && j < in_place_slots.size(); ++j) {
     for (int slot : in_place_slots[j]) {
-      auto at = std::find(input_slots->begin(), input_slots->end(), slot);
-      if (at != input_slots->end()) in_place[j].push_back(static_cast<int>(at - input_slots->begin()));
+      if (auto at = position.find(slot); at != position.end()) in_place[j].push_back(at->second);
     }
   }
   return [group, out_shapes, in_place = std::move(in_place), tuple](
@@ -376,7 +379,9 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
   for (const Step& step : program->steps_) {
     program->max_inputs_ = std::max(program->max_inputs_, step.inputs.size());
   }
-  logging::Debug("program {}: {}", comp.name(), buffers.Summary());
+  if (logging::Logger().should_log(spdlog::level::debug)) {
+    logging::Debug("program {}: {}", comp.name(), buffers.Summary());
+  }
   return std::shared_ptr<const Program>(std::move(program));
 }
 
