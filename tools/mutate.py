@@ -208,7 +208,7 @@ MUTATIONS = [
       "for (int64_t i = 0; i < std::min<int64_t>(m, 1); ++i, row += n) {",
       HOST_T, HOST),
     M("passes-relu-read-again", "a relu joins a library fusion though its operand is read again",
-      "compiler/passes/convolution_fusion.cc",
+      "compiler/passes/bias_layer.cc",
       "if (add != comp.root() && readers[add].size() == 1 && IsReluOf(*readers[add][0], *add)) {",
       "if (add != comp.root() && IsReluOf(*readers[add][0], *add)) {",
       ["kiln_passes_test"], ["kiln_passes_test"]),
