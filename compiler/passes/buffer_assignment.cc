@@ -78,6 +78,8 @@ BufferAssignment AssignBuffers(const ir::Computation& c) {
   for (int v = 0; v < n; ++v) {
     if (last_reader[v] >= 0 && v != root) a.released_by[last_reader[v]].push_back(v);
   }
+  // The root lives past every reader: no result takes its buffer.
+  last_reader[root] = n;
   for (int i = 0; i < n; ++i) {
     const Instruction& instr = *instrs[i];
     if (instr.opcode() == Opcode::kCall && instr.called().size() == 1 &&

@@ -151,5 +151,27 @@ ENTRY main {
               ElementsAre(BufferAssignment::Alias{0, 1}, BufferAssignment::Alias{1, 0}));
 }
 
+// The root is never released, nor taken in place by an instruction that
+// reads it after it is computed.
+TEST(BufferAssignmentTest, TheRootIsNeitherReleasedNorTaken) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  a = f32[8] parameter(0)
+  ROOT x = f32[8] negate(a)
+  y = f32[8] exponential(x)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const ir::Computation& c = *module->entry();
+  const BufferAssignment a = AssignBuffers(c);
+  const int x = IndexOf(c, "x"), y = IndexOf(c, "y");
+  EXPECT_THAT(a.released_by[y], IsEmpty());
+  ASSERT_EQ(a.in_place[y].size(), 1u);
+  EXPECT_THAT(a.in_place[y][0], IsEmpty());
+  ASSERT_EQ(a.in_place[x].size(), 1u);
+  EXPECT_THAT(a.in_place[x][0], ElementsAre(0));
+}
+
 }  // namespace
 }  // namespace kiln::passes
