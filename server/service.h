@@ -182,12 +182,12 @@ class Service {
     int64_t execute_micros = 0;
   };
   absl::StatusOr<DirectResult> ExecuteDirect(DirectExecution execution);
-  // Registers a buffer of `device` with the session: its new handle.
   // The value of a buffer of `device` an in-process caller holds, read as
   // TransferFromDevice reads one (metrics and trace; the session's lease
   // renewed if it is still open: the caller holds the buffer either way).
   absl::StatusOr<ir::Literal> ReadDirect(absl::string_view session_id,
                                          const runtime::Buffer& buffer, runtime::Device& device);
+  // Registers a buffer of `device` with the session: its new handle.
   absl::StatusOr<std::string> AdoptBuffer(const std::string& session_id,
                                           runtime::BufferPtr buffer, runtime::Device* device);
   absl::StatusOr<v1::MemoryInfoResponse> MemoryInfo(const v1::MemoryInfoRequest& request);
