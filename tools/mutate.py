@@ -213,9 +213,12 @@ MUTATIONS = [
       "if (add != comp.root() && IsReluOf(*readers[add][0], *add)) {",
       ["kiln_passes_test"], ["kiln_passes_test"]),
     M("passes-relu-minus-zero", "a maximum with -0 counts as a relu",
-      "compiler/passes/fusion.cc",
-      " && !std::signbit(c.attrs().literal.GetAsDouble(0))",
-      "",
+      "compiler/passes/bias_layer.cc",
+      "if (i.operand(k) == &x && IsUniform(i.operand(1 - k), *plus_zero)) return true;",
+      "if (i.operand(k) == &x && (IsUniform(i.operand(1 - k), *plus_zero) ||\n"
+      "                             IsUniform(i.operand(1 - k), ir::Literal::Scalar<float>(\n"
+      "                                                             ir::ElementType::kF32, -0.0f)))) {\n"
+      "      return true;\n    }",
       ["kiln_passes_test"], ["kiln_passes_test"]),
     M("passes-conv-layout-output", "convolution-layout maps a transposed result's dimensions forward, not back",
       "compiler/passes/convolution_layout.cc",

@@ -1,6 +1,5 @@
 #include "compiler/passes/algebraic_simplifier.h"
 
-#include <cstring>
 #include <vector>
 
 #include "base/status_macros.h"
@@ -13,23 +12,6 @@ namespace {
 using ir::Instruction;
 using ir::Literal;
 using ir::Opcode;
-
-// Whether every element of `x` holds the bytes of the scalar `probe`: x is
-// a constant, or a broadcast of one, all of whose elements do.
-bool IsUniform(const Instruction* x, const Literal& probe) {
-  if (x->opcode() == Opcode::kBroadcast) x = x->operand(0);
-  if (x->opcode() != Opcode::kConstant || !x->shape().IsArray()) return false;
-  const Literal& lit = x->attrs().literal;
-  if (lit.shape().type() != probe.shape().type()) return false;
-  const size_t size = probe.bytes().size();
-  for (int64_t i = 0; i < lit.element_count(); ++i) {
-    if (std::memcmp(lit.bytes().data() + i * size, probe.bytes().data(),
-                    size) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
 
 template <typename T>
 Literal Probe(ir::ElementType type, T value) {

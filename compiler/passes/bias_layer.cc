@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "compiler/passes/rewriter.h"
 
 namespace kiln::passes {
 namespace {
@@ -13,6 +14,31 @@ namespace {
 using ir::Computation;
 using ir::Instruction;
 using ir::Opcode;
+
+// Appends to `c` the relu of `x` (a +0, its broadcast and the maximum,
+// named and placed as `relu`, the instruction it stands for); returns the
+// maximum.
+Instruction* AppendRelu(Computation* c, Instruction* x, const Instruction& relu) {
+  const ir::Shape scalar = ir::Shape::Scalar(ir::ElementType::kF32);
+  auto zero = NewInstruction(Opcode::kConstant, scalar, "zero");
+  zero->mutable_attrs().literal = ir::Literal(scalar);
+  Instruction* z = c->AddInstruction(std::move(zero));
+  Instruction* zeros =
+      c->AddInstruction(NewInstruction(Opcode::kBroadcast, x->shape(), "zeros", {z}));
+  auto max = NewInstruction(Opcode::kMaximum, x->shape(), relu.name(), {x, zeros});
+  max->set_source_line(relu.source_line());
+  return c->AddInstruction(std::move(max));
+}
+
+// The operand `root` is the relu of (IsReluOf), not itself a broadcast;
+// null when `root` is no relu.
+const Instruction* ReluOperand(const Instruction& root) {
+  if (root.opcode() != Opcode::kMaximum || root.operand_count() != 2) return nullptr;
+  for (const Instruction* x : root.operands()) {
+    if (x->opcode() != Opcode::kBroadcast && IsReluOf(root, *x)) return x;
+  }
+  return nullptr;
+}
 
 // An add FuseBiasLayers outlines, and its parts.
 struct Candidate {
@@ -69,6 +95,19 @@ std::unique_ptr<Computation> Outline(const Candidate& c, const std::string& name
 }
 
 }  // namespace
+
+bool IsReluOf(const Instruction& i, const Instruction& x) {
+  if (i.opcode() != Opcode::kMaximum || i.operand_count() != 2 || i.shape() != x.shape() ||
+      !x.shape().IsArray() || x.shape().type() != ir::ElementType::kF32) {
+    return false;
+  }
+  static const ir::Literal* const plus_zero =
+      new ir::Literal(ir::Literal::Scalar<float>(ir::ElementType::kF32, 0.0f));
+  for (int k = 0; k < 2; ++k) {
+    if (i.operand(k) == &x && IsUniform(i.operand(1 - k), *plus_zero)) return true;
+  }
+  return false;
+}
 
 absl::StatusOr<bool> FuseBiasLayers(ir::Module* module, absl::string_view base,
                                     const BiasLayerKind& kind,

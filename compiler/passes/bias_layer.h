@@ -14,6 +14,11 @@
 
 namespace kiln::passes {
 
+// Whether `i` is `maximum(x, +0)` (either operand order) of an f32 array
+// `x`, every element of the +0 holding +0's bytes (IsUniform: a constant or
+// a broadcast of one): a relu, which a layer takes as its epilogue.
+bool IsReluOf(const ir::Instruction& i, const ir::Instruction& x);
+
 // Which products and biases a fusion takes.
 struct BiasLayerKind {
   // The product: an instruction of two operands (a dot, a convolution).

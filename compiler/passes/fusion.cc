@@ -1,7 +1,6 @@
 #include "compiler/passes/fusion.h"
 
 #include <algorithm>
-#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -527,46 +526,6 @@ absl::StatusOr<bool> OutlineAdds(
   }
   if (changed) RETURN_IF_ERROR(comp->Canonicalize());
   return changed;
-}
-
-bool IsReluOf(const Instruction& i, const Instruction& x) {
-  if (i.opcode() != Opcode::kMaximum || i.operand_count() != 2 || i.shape() != x.shape()) {
-    return false;
-  }
-  for (int k = 0; k < 2; ++k) {
-    const Instruction* zero = i.operand(1 - k);
-    if (i.operand(k) != &x || zero->opcode() != Opcode::kBroadcast ||
-        zero->operand_count() != 1 || zero->shape() != x.shape()) {
-      continue;
-    }
-    const Instruction& c = *zero->operand(0);
-    if (c.opcode() == Opcode::kConstant && c.shape().IsArray() && c.shape().rank() == 0 &&
-        c.shape().type() == ir::ElementType::kF32 && c.attrs().literal.element_count() == 1 &&
-        c.attrs().literal.GetAsDouble(0) == 0 && !std::signbit(c.attrs().literal.GetAsDouble(0))) {
-      return true;
-    }
-  }
-  return false;
-}
-
-Instruction* AppendRelu(Computation* c, Instruction* x, const Instruction& relu) {
-  const ir::Shape scalar = ir::Shape::Scalar(ir::ElementType::kF32);
-  auto zero = NewInstruction(Opcode::kConstant, scalar, "zero");
-  zero->mutable_attrs().literal = ir::Literal(scalar);
-  Instruction* z = c->AddInstruction(std::move(zero));
-  Instruction* zeros =
-      c->AddInstruction(NewInstruction(Opcode::kBroadcast, x->shape(), "zeros", {z}));
-  auto max = NewInstruction(Opcode::kMaximum, x->shape(), relu.name(), {x, zeros});
-  max->set_source_line(relu.source_line());
-  return c->AddInstruction(std::move(max));
-}
-
-const Instruction* ReluOperand(const Instruction& root) {
-  if (root.opcode() != Opcode::kMaximum || root.operand_count() != 2) return nullptr;
-  for (const Instruction* x : root.operands()) {
-    if (x->opcode() != Opcode::kBroadcast && IsReluOf(root, *x)) return x;
-  }
-  return nullptr;
 }
 
 std::string FreeComputationName(absl::string_view base,

@@ -119,18 +119,6 @@ absl::StatusOr<bool> OutlineAdds(
                                                  const std::string& name)>
         outline);
 
-// Whether `i` is `maximum(x, broadcast(+0))` (either operand order) of an
-// f32 array `x`, the +0 a scalar constant: a relu, which library fusions
-// (convolution_fusion.h, dot_bias_fusion.h) take as their epilogue.
-bool IsReluOf(const ir::Instruction& i, const ir::Instruction& x);
-// Appends to `c` the relu of `x` (a +0, its broadcast and the maximum,
-// named and placed as `relu`, the instruction it stands for); returns the
-// maximum.
-ir::Instruction* AppendRelu(ir::Computation* c, ir::Instruction* x, const ir::Instruction& relu);
-// The operand `root` is the relu of (IsReluOf), not itself a broadcast;
-// null when `root` is no relu.
-const ir::Instruction* ReluOperand(const ir::Instruction& root);
-
 // Gives the instructions of `c` distinct names, adding ".1", ".2"... to a
 // name met before (an outlined computation's parameters may meet the
 // names of the instructions copied into it).

@@ -1,5 +1,7 @@
 #include "compiler/passes/rewriter.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "compiler/ir/shape_inference.h"
@@ -80,6 +82,21 @@ bool UpdateIfShapeHolds(ir::Instruction* instr,
     instr->ReplaceOperand(static_cast<int>(k), operands[k]);
   }
   instr->mutable_attrs() = attrs;
+  return true;
+}
+
+bool IsUniform(const ir::Instruction* x, const ir::Literal& probe) {
+  if (x->opcode() == ir::Opcode::kBroadcast) x = x->operand(0);
+  if (x->opcode() != ir::Opcode::kConstant || !x->shape().IsArray()) return false;
+  const ir::Literal& lit = x->attrs().literal;
+  if (lit.shape().type() != probe.shape().type()) return false;
+  const size_t size = probe.bytes().size();
+  for (int64_t i = 0; i < lit.element_count(); ++i) {
+    if (std::memcmp(lit.bytes().data() + i * size, probe.bytes().data(),
+                    size) != 0) {
+      return false;
+    }
+  }
   return true;
 }
 

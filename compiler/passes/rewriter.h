@@ -59,6 +59,10 @@ bool UpdateIfShapeHolds(ir::Instruction* instr,
                         const std::vector<ir::Instruction*>& operands,
                         const ir::Attributes& attrs);
 
+// Whether every element of `x` holds the bytes of the scalar `probe`: x is
+// a constant, or a broadcast of one, all of whose elements do.
+bool IsUniform(const ir::Instruction* x, const ir::Literal& probe);
+
 }  // namespace kiln::passes
 
 #endif  // KILN_COMPILER_PASSES_REWRITER_H_
