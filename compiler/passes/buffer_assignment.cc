@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/opcode.h"
 #include "compiler/passes/fusion.h"
+#include "compiler/passes/reduction_fusion.h"
 
 namespace kiln::passes {
 namespace {
@@ -22,17 +23,13 @@ bool Donor(const Instruction& v, const ir::Shape& shape, int reader,
          last_reader[v.index()] == reader;
 }
 
-// The in-place operands of each result of a call of a loop fusion.
-std::vector<std::vector<int>> LoopCallInPlace(const Instruction& call,
-                                              const std::vector<int>& last_reader) {
+// The in-place operands of each result of a call whose callee computes
+// `outputs` (instructions of it) in one loop.
+std::vector<std::vector<int>> CallInPlace(const Instruction& call,
+                                          const std::vector<const Instruction*>& outputs,
+                                          const std::vector<int>& last_reader) {
   const ir::Computation& callee = *call.called(0);
   const Instruction* root = callee.root();
-  std::vector<const Instruction*> outputs;
-  if (root->opcode() == Opcode::kTuple) {
-    for (const Instruction* o : root->operands()) outputs.push_back(o);
-  } else {
-    outputs.push_back(root);
-  }
   // The last node of the loop that reads each parameter (-1: none).
   std::vector<int> last_in_loop(callee.parameter_count(), -1);
   for (const auto& m : callee.instructions()) {
@@ -82,9 +79,25 @@ BufferAssignment AssignBuffers(const ir::Computation& c) {
   last_reader[root] = n;
   for (int i = 0; i < n; ++i) {
     const Instruction& instr = *instrs[i];
-    if (instr.opcode() == Opcode::kCall && instr.called().size() == 1 &&
-        IsLoopFusion(*instr.called(0))) {
-      a.in_place[i] = LoopCallInPlace(instr, last_reader);
+    const bool call = instr.opcode() == Opcode::kCall && instr.called().size() == 1;
+    if (call && IsLoopFusion(*instr.called(0))) {
+      // Its outputs: the root, or the root tuple's elements.
+      const Instruction* root = instr.called(0)->root();
+      std::vector<const Instruction*> outputs;
+      if (root->opcode() == Opcode::kTuple) {
+        outputs.assign(root->operands().begin(), root->operands().end());
+      } else {
+        outputs.push_back(root);
+      }
+      a.in_place[i] = CallInPlace(instr, outputs, last_reader);
+    } else if (call && IsReductionFusion(*instr.called(0))) {
+      // Its loop's results: the root tuple's elements before the reduce's.
+      const Instruction* root = instr.called(0)->root();
+      std::vector<const Instruction*> results;
+      if (root->opcode() == Opcode::kTuple) {
+        results.assign(root->operands().begin(), root->operands().end() - 1);
+      }
+      a.in_place[i] = CallInPlace(instr, results, last_reader);
     } else if ((ir::IsElementwise(instr.opcode()) || IsExpandableBroadcast(instr)) &&
                instr.shape().IsArray()) {
       std::vector<int>& donors = a.in_place[i].emplace_back();

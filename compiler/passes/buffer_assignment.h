@@ -20,7 +20,9 @@ struct BufferAssignment {
   std::vector<std::vector<int>> released_by;
 
   // Per instruction, per result it writes (the one array of an elementwise
-  // instruction, or each output of a call of a loop fusion: IsLoopFusion),
+  // instruction, each output of a call of a loop fusion, IsLoopFusion, or
+  // each result of a reduction fusion's loop before its reduce's,
+  // IsReductionFusion),
   // the operands (operand numbers, in order) whose buffer that result may
   // take in place: an array of the result's shape, of more than one
   // element, that the instruction reads for the last time, once (a value

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "compiler/passes/fusion.h"
+#include "compiler/passes/reduction_fusion.h"
 #include "compiler/passes/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -171,6 +172,45 @@ ENTRY main {
   EXPECT_THAT(a.in_place[y][0], IsEmpty());
   ASSERT_EQ(a.in_place[x].size(), 1u);
   EXPECT_THAT(a.in_place[x][0], ElementsAre(0));
+}
+
+// A reduction fusion's loop results take candidates as a loop fusion's
+// outputs do; the reduce's result takes none.
+TEST(BufferAssignmentTest, AReductionFusionsLoopResultsTakeInputsInPlace) {
+  auto module = Parse(R"(
+HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+fused_reduction {
+  p0 = f32[8,3] parameter(0)
+  p1 = f32[8,3] parameter(1)
+  m = f32[8,3] multiply(p0, p1)
+  p2 = f32[] parameter(2)
+  r = f32[8] reduce(m, p2), dimensions={1}, to_apply=add
+  ROOT t = (f32[8,3], f32[8]) tuple(m, r)
+}
+ENTRY main {
+  x = f32[8,3] parameter(0)
+  y = f32[8,3] parameter(1)
+  zero = f32[] constant(0)
+  f = (f32[8,3], f32[8]) call(x, y, zero), to_apply=fused_reduction
+  g0 = f32[8,3] get-tuple-element(f), index=0
+  g1 = f32[8] get-tuple-element(f), index=1
+  ROOT o = (f32[8], f32[8,3]) tuple(g1, g0)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  ASSERT_TRUE(IsReductionFusion(*module->FindComputation("fused_reduction")));
+  const BufferAssignment a = AssignBuffers(*module->entry());
+  const int f = IndexOf(*module->entry(), "f");
+  ASSERT_EQ(a.in_place[f].size(), 1u);
+  EXPECT_THAT(a.in_place[f][0], ElementsAre(0, 1));
+  // Output 1 (the loop's result) takes parameter 0 when donated; output 0
+  // (the reduce's) takes nothing.
+  EXPECT_THAT(a.donation_aliases, ElementsAre(BufferAssignment::Alias{1, 0}));
 }
 
 }  // namespace

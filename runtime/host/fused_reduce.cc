@@ -23,29 +23,14 @@ int64_t RoundUp(int64_t n, int64_t multiple) { return (n + multiple - 1) / multi
 
 }  // namespace
 
-std::vector<std::vector<int>> InPlaceInputs(const FusedGroup& group,
-                                            const std::vector<int>& last_reader,
-                                            const std::vector<ir::Shape>& input_shapes,
-                                            const std::vector<ir::Shape>& shapes) {
-  std::vector<std::vector<int>> in_place(shapes.size());
-  for (size_t j = 0; j < shapes.size(); ++j) {
-    for (size_t k = 0; k < last_reader.size(); ++k) {
-      if (!group.input_is_scalar[k] && last_reader[k] <= group.outputs[j] &&
-          input_shapes[k] == shapes[j]) {
-        in_place[j].push_back(static_cast<int>(k));
-      }
-    }
-  }
-  return in_place;
-}
-
 absl::StatusOr<absl::InlinedVector<BufferPtr, 2>> LoopOutputs(
     ExecState& st, const std::vector<std::vector<int>>& in_place,
     const std::vector<BufferPtr>& ops, const std::vector<ir::Shape>& shapes) {
   absl::InlinedVector<BufferPtr, 2> outs(shapes.size());
   absl::InlinedVector<bool, 8> taken(ops.size(), false);
   for (size_t j = 0; j < outs.size(); ++j) {
-    for (int k : in_place[j]) {
+    static const std::vector<int>* const none = new std::vector<int>();
+    for (int k : j < in_place.size() ? in_place[j] : *none) {
       if (!taken[k] && ops[k].use_count() == 1) {
         outs[j] = ops[k];
         taken[k] = true;

@@ -17,18 +17,6 @@
 
 namespace kiln::host {
 
-// The inputs each output of `group` (of `shapes`, the group's first
-// outputs) may take in place, by position: an input of that output's
-// shape (`input_shapes`), of more than one element, that no node after
-// that output's reads (`last_reader[k]`: the last node that reads input
-// k). For a loop step the program builder takes these from the
-// computation's buffer assignment (compiler/passes/buffer_assignment.h);
-// a reduction fusion's loop computes its own.
-std::vector<std::vector<int>> InPlaceInputs(const FusedGroup& group,
-                                            const std::vector<int>& last_reader,
-                                            const std::vector<ir::Shape>& input_shapes,
-                                            const std::vector<ir::Shape>& shapes);
-
 // The buffers a loop writes its outputs (of `shapes`) into: output j takes
 // the first of its `in_place` inputs that nothing else holds
 // (Program::Run dropped its slot: this is its last reader) and no earlier

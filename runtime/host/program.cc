@@ -72,30 +72,21 @@ using ir::Opcode;
 // The loop that computes `nodes` (topological) in one pass and writes
 // `outputs` (some of the nodes). A value that is not among the nodes is
 // read as a loop input, from the program slot `slot_of` gives;
-// `input_slots` receives those slots in input order, `last_reader` (when
-// not null) the last node that reads each input and `input_shapes` (when
-// not null) their shapes.
+// `input_slots` receives those slots in input order.
 std::shared_ptr<FusedGroup> PlanLoop(const std::vector<const Instruction*>& nodes,
                                      const std::vector<const Instruction*>& outputs,
                                      const std::function<int(const Instruction*)>& slot_of,
-                                     std::vector<int>* input_slots,
-                                     std::vector<int>* last_reader_out,
-                                     std::vector<ir::Shape>* input_shapes = nullptr) {
+                                     std::vector<int>* input_slots) {
   auto group = std::make_shared<FusedGroup>();
   absl::flat_hash_map<const Instruction*, int> node_of;
   absl::flat_hash_map<const Instruction*, int> input_of;
-  // last_reader[k]: the last node that reads input k.
-  std::vector<int> last_reader;
   auto input = [&](const Instruction* o) {
     auto [in, inserted] = input_of.emplace(o, static_cast<int>(group->input_types.size()));
     if (inserted) {
       group->input_types.push_back(o->shape().type());
       group->input_is_scalar.push_back(o->shape().ElementCount() == 1);
       input_slots->push_back(slot_of(o));
-      if (input_shapes != nullptr) input_shapes->push_back(o->shape());
-      last_reader.push_back(-1);
     }
-    last_reader[in->second] = static_cast<int>(group->nodes.size());
     return -1 - in->second;
   };
   for (const Instruction* m : nodes) {
@@ -122,8 +113,25 @@ std::shared_ptr<FusedGroup> PlanLoop(const std::vector<const Instruction*>& node
   }
   for (const Instruction* o : outputs) group->outputs.push_back(node_of.at(o));
   group->element_count = outputs[0]->shape().ElementCount();
-  if (last_reader_out != nullptr) *last_reader_out = std::move(last_reader);
   return group;
+}
+
+// The inputs (positions among `input_slots`) each result of a loop may
+// take in place, from the slots the buffer assignment names for it
+// (compiler/passes/buffer_assignment.h).
+std::vector<std::vector<int>> InPlacePositions(const std::vector<std::vector<int>>& in_place_slots,
+                                               const std::vector<int>& input_slots) {
+  absl::flat_hash_map<int, int> position;
+  for (size_t k = 0; k < input_slots.size(); ++k) {
+    position.emplace(input_slots[k], static_cast<int>(k));
+  }
+  std::vector<std::vector<int>> in_place(in_place_slots.size());
+  for (size_t j = 0; j < in_place_slots.size(); ++j) {
+    for (int slot : in_place_slots[j]) {
+      if (auto at = position.find(slot); at != position.end()) in_place[j].push_back(at->second);
+    }
+  }
+  return in_place;
 }
 
 // Builds the loop that computes `nodes` and writes `outputs` (PlanLoop) as
@@ -135,21 +143,10 @@ Kernel MakeLoopKernel(const std::vector<const Instruction*>& nodes,
                       const std::function<int(const Instruction*)>& slot_of,
                       const std::vector<std::vector<int>>& in_place_slots,
                       std::vector<int>* input_slots) {
-  std::shared_ptr<const FusedGroup> group =
-      PlanLoop(nodes, outputs, slot_of, input_slots, /*last_reader_out=*/nullptr);
+  std::shared_ptr<const FusedGroup> group = PlanLoop(nodes, outputs, slot_of, input_slots);
   std::vector<ir::Shape> out_shapes;
   for (const Instruction* o : outputs) out_shapes.push_back(o->shape());
-  // The slots as input positions.
-  absl::flat_hash_map<int, int> position;
-  for (size_t k = 0; k < input_slots->size(); ++k) {
-    position.emplace((*input_slots)[k], static_cast<int>(k));
-  }
-  std::vector<std::vector<int>> in_place(outputs.size());
-  for (size_t j = 0; j < outputs.size() && j < in_place_slots.size(); ++j) {
-    for (int slot : in_place_slots[j]) {
-      if (auto at = position.find(slot); at != position.end()) in_place[j].push_back(at->second);
-    }
-  }
+  std::vector<std::vector<int>> in_place = InPlacePositions(in_place_slots, *input_slots);
   return [group, out_shapes, in_place = std::move(in_place), tuple](
              ExecState& st, const std::vector<BufferPtr>& ops) -> absl::StatusOr<BufferPtr> {
     ASSIGN_OR_RETURN(auto outs, LoopOutputs(st, in_place, ops, out_shapes));
@@ -164,9 +161,12 @@ Kernel MakeLoopKernel(const std::vector<const Instruction*>& nodes,
 }
 
 // The kernel of `call`, a call of a reduction fusion: its loop and reduce
-// in one pass (fused_reduce.h). `input_slots` receives the loop's inputs'
-// slots, then the initial value's.
-Kernel MakeFusedReduceStep(const Instruction& call, std::vector<int>* input_slots) {
+// in one pass (fused_reduce.h), result j of the loop taking in place the
+// inputs read from the slots `in_place_slots[j]`. `input_slots` receives
+// the loop's inputs' slots, then the initial value's.
+Kernel MakeFusedReduceStep(const Instruction& call,
+                           const std::vector<std::vector<int>>& in_place_slots,
+                           std::vector<int>* input_slots) {
   const ir::Computation& callee = *call.called(0);
   const Instruction* reduce = passes::FusedReduce(callee);
   const Instruction* root = callee.root();
@@ -191,10 +191,8 @@ Kernel MakeFusedReduceStep(const Instruction& call, std::vector<int>* input_slot
   auto slot_of = [&](const Instruction* param) {
     return call.operand(static_cast<int>(param->attrs().parameter_number))->index();
   };
-  std::vector<int> last_reader;
-  std::vector<ir::Shape> input_shapes;
-  spec.group = PlanLoop(nodes, outputs, slot_of, input_slots, &last_reader, &input_shapes);
-  spec.in_place = InPlaceInputs(*spec.group, last_reader, input_shapes, spec.results);
+  spec.group = PlanLoop(nodes, outputs, slot_of, input_slots);
+  spec.in_place = InPlacePositions(in_place_slots, *input_slots);
   input_slots->push_back(slot_of(reduce->operand(1)));
   spec.op = *MatchScalarBinary(*reduce->called(0));
   spec.leading = passes::ReducesLeadingDims(*reduce);
@@ -336,7 +334,7 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
       program->fused_instructions_ += static_cast<int>(nodes.size()) - 1;
     } else if (instr.opcode() == Opcode::kCall && instr.called().size() == 1 &&
                passes::IsReductionFusion(*instr.called(0))) {
-      step.kernel = MakeFusedReduceStep(instr, &step.inputs);
+      step.kernel = MakeFusedReduceStep(instr, in_place_slots(instr), &step.inputs);
       step.what = absl::StrCat("fused reduce ", instr.shape().ToString(), " ", instr.name());
       program->fused_instructions_ += instr.called(0)->instruction_count() -
                                       instr.called(0)->parameter_count() - 1;
