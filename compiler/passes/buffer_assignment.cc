@@ -6,6 +6,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/opcode.h"
+#include "compiler/passes/convolution_fusion.h"
+#include "compiler/passes/dot_bias_fusion.h"
+#include "compiler/passes/dot_fusion.h"
 #include "compiler/passes/fusion.h"
 #include "compiler/passes/reduction_fusion.h"
 
@@ -60,6 +63,34 @@ std::vector<std::vector<int>> CallInPlace(const Instruction& call,
 }
 
 }  // namespace
+
+bool FreshResult(const Instruction& instr) {
+  switch (instr.opcode()) {
+    case Opcode::kBroadcast: case Opcode::kIota: case Opcode::kTranspose: case Opcode::kSlice:
+    case Opcode::kReverse: case Opcode::kPad: case Opcode::kConcatenate:
+    case Opcode::kDynamicSlice: case Opcode::kDynamicUpdateSlice: case Opcode::kReduce:
+    case Opcode::kReduceWindow: case Opcode::kSelectAndScatter: case Opcode::kDot:
+    case Opcode::kConvolution: case Opcode::kGather:
+      return true;
+    case Opcode::kCall: {
+      if (instr.called().size() != 1) return false;
+      const ir::Computation& callee = *instr.called(0);
+      return IsLoopFusion(callee) || IsReductionFusion(callee) || IsDotFusion(callee) ||
+             IsDotBiasFusion(callee) || IsConvolutionFusion(callee);
+    }
+    default:
+      return ir::IsElementwise(instr.opcode());
+  }
+}
+
+bool MayHold(const Instruction& user, int q, const BufferAssignment& assignment) {
+  if (!FreshResult(user)) return true;
+  for (const std::vector<int>& candidates : assignment.in_place[user.index()]) {
+    if (std::find(candidates.begin(), candidates.end(), q) != candidates.end()) return true;
+  }
+  // A dot fusion accumulates into its third operand, in place when it can.
+  return q == 2 && user.opcode() == Opcode::kCall && IsDotFusion(*user.called(0));
+}
 
 BufferAssignment AssignBuffers(const ir::Computation& c) {
   const auto& instrs = c.instructions();
@@ -152,6 +183,45 @@ BufferAssignment AssignBuffers(const ir::Computation& c) {
           {static_cast<int>(e), v->operand(q)->attrs().parameter_number});
     }
   }
+  // How long each value's buffer may live: to its last reader, and to the
+  // end of every value that may hold it (users follow their operands, so a
+  // backward sweep sees each user's end first). An output lives past the
+  // computation (n).
+  std::vector<int> live_until(n);
+  for (int v = 0; v < n; ++v) live_until[v] = std::max(last_reader[v], v);
+  std::vector<std::vector<std::pair<int, int>>> users(n);  // (user, operand number)
+  for (int i = 0; i < n; ++i) {
+    for (int q = 0; q < instrs[i]->operand_count(); ++q) {
+      users[instrs[i]->operand(q)->index()].push_back({i, q});
+    }
+  }
+  live_until[root] = n;
+  for (const Instruction* o : outputs) live_until[o->index()] = n;
+  for (int v = n - 1; v >= 0; --v) {
+    for (const auto& [u, q] : users[v]) {
+      if (MayHold(*instrs[u], q, a)) live_until[v] = std::max(live_until[v], live_until[u]);
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    const Instruction& instr = *instrs[i];
+    if (live_until[i] >= n || !FreshResult(instr)) continue;
+    auto in_place = [&](size_t result) {
+      return result < a.in_place[i].size() && !a.in_place[i][result].empty();
+    };
+    if (instr.shape().IsArray()) {
+      if (!in_place(0) && instr.shape().ByteSize() > 0) {
+        a.slices.push_back({i, -1, instr.shape().ByteSize(), live_until[i]});
+      }
+      continue;
+    }
+    if (!instr.shape().IsTuple()) continue;
+    for (int e = 0; e < static_cast<int>(instr.shape().tuple_shapes().size()); ++e) {
+      const ir::Shape& element = instr.shape().tuple_shape(e);
+      if (element.IsArray() && element.ByteSize() > 0 && !in_place(static_cast<size_t>(e))) {
+        a.slices.push_back({i, e, element.ByteSize(), live_until[i]});
+      }
+    }
+  }
   return a;
 }
 
@@ -161,8 +231,11 @@ std::string BufferAssignment::Summary() const {
     for (const auto& donors : results) in_place_results += donors.empty() ? 0 : 1;
   }
   for (const auto& released : released_by) values += static_cast<int>(released.size());
+  int64_t slice_bytes = 0;
+  for (const Slice& slice : slices) slice_bytes += slice.bytes;
   std::string s = absl::StrCat(values, " values released after their last reader, ",
-                               in_place_results, " results that may be computed in place");
+                               in_place_results, " results that may be computed in place, ",
+                               slices.size(), " arrays (", slice_bytes, " bytes) for an arena");
   for (const Alias& alias : donation_aliases) {
     absl::StrAppend(&s, "; output ", alias.output, " may take parameter ", alias.parameter,
                     " when donated");

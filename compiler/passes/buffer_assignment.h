@@ -45,13 +45,44 @@ struct BufferAssignment {
   };
   std::vector<Alias> donation_aliases;
 
+  // The arrays a backend may place in one arena per run of the computation
+  // (runtime/arena_plan.h lays them out), with how long each lives: a
+  // slice per array an instruction writes fresh (FreshResult: the
+  // instruction's array, or each array element of its tuple), except
+  // results that may be computed in place and values an output of the
+  // computation may hold. A value lives from its instruction to its last
+  // reader, and on to the end of every value that may hold its buffer
+  // (MayHold): the tuple, call, loop or reshape it is passed to, or the
+  // result computed in its place. Slices live at the same time must not
+  // share bytes; others may.
+  struct Slice {
+    int instruction = 0;
+    int result = -1;  // the tuple element; -1 for an array result
+    int64_t bytes = 0;
+    int live_until = 0;  // the last instruction (index) it may be live in
+  };
+  std::vector<Slice> slices;  // in instruction order, then result order
+
   // One line: how many values, how many may be computed in place, the
-  // donation aliases.
+  // arena's arrays, the donation aliases.
   std::string Summary() const;
 };
 
 // The assignment of `c` run in instruction order.
 BufferAssignment AssignBuffers(const ir::Computation& c);
+
+// Whether a backend writes `instr`'s result into new memory (an
+// elementwise op, a data movement that copies, a reduction, a window, a dot
+// or convolution, a call of a fusion) rather than possibly handing on an
+// operand's buffer (a tuple, get-tuple-element, reshape, call, loop, or an
+// instruction this analysis does not know). Computing in place
+// (BufferAssignment::in_place) and a dot fusion's accumulator are the
+// exceptions MayHold names.
+bool FreshResult(const ir::Instruction& instr);
+
+// Whether `user`'s result may hold the buffer of its operand `q` under
+// `assignment` (of `user`'s computation).
+bool MayHold(const ir::Instruction& user, int q, const BufferAssignment& assignment);
 
 }  // namespace kiln::passes
 

@@ -213,5 +213,79 @@ ENTRY main {
   EXPECT_THAT(a.donation_aliases, ElementsAre(BufferAssignment::Alias{1, 0}));
 }
 
+// The arena's arrays: each array written fresh takes a slice that lives
+// until its value's last reader; the output takes none.
+TEST(BufferAssignmentTest, SlicesAreReusedOnceTheirValueIsDead) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  x = f32[4,4] parameter(0)
+  a = f32[4,4] transpose(x), dimensions={1,0}
+  b = f32[4,4] transpose(a), dimensions={1,0}
+  c = f32[4,4] transpose(b), dimensions={1,0}
+  ROOT d = f32[4,4] transpose(c), dimensions={1,0}
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const ir::Computation& c = *module->entry();
+  const BufferAssignment a = AssignBuffers(c);
+  ASSERT_EQ(a.slices.size(), 3u) << a.Summary();
+  const int ia = IndexOf(c, "a"), ib = IndexOf(c, "b"), ic = IndexOf(c, "c");
+  EXPECT_EQ(a.slices[0].instruction, ia);
+  EXPECT_EQ(a.slices[1].instruction, ib);
+  EXPECT_EQ(a.slices[2].instruction, ic);
+  EXPECT_EQ(a.slices[0].live_until, ib);
+  EXPECT_EQ(a.slices[1].live_until, ic);
+  EXPECT_EQ(a.slices[2].live_until, IndexOf(c, "d"));
+  EXPECT_EQ(a.slices[0].bytes, 64);
+  EXPECT_EQ(a.slices[0].result, -1);
+  EXPECT_NE(a.Summary().find("3 arrays (192 bytes) for an arena"), std::string::npos)
+      << a.Summary();
+}
+
+// A value lives on in whatever may hold its buffer: a reshape of it, a
+// tuple, a result computed in its place. Held by an output, it takes no
+// slice; held by a value that dies, its slice lives as long.
+TEST(BufferAssignmentTest, AValueLivesAsLongAsWhatMayHoldIt) {
+  auto module = Parse(R"(
+HloModule m
+ENTRY main {
+  x = f32[4,4] parameter(0)
+  t = f32[4,4] transpose(x), dimensions={1,0}
+  r = f32[16] reshape(t)
+  u = f32[4,4] transpose(x), dimensions={1,0}
+  e = f32[4,4] exponential(u)
+  s = f32[4,4] transpose(x), dimensions={1,0}
+  tu = (f32[4,4]) tuple(s)
+  g = f32[4,4] get-tuple-element(tu), index=0
+  n = f32[4,4] negate(e)
+  m = f32[4,4] dot(n, g), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT o = (f32[16], f32[4,4]) tuple(r, m)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const ir::Computation& c = *module->entry();
+  const BufferAssignment a = AssignBuffers(c);
+  auto slice_of = [&](const std::string& name) -> const BufferAssignment::Slice* {
+    for (const BufferAssignment::Slice& s : a.slices) {
+      if (s.instruction == IndexOf(c, name)) return &s;
+    }
+    return nullptr;
+  };
+  // t: the output r is its reshape. e may be computed in u's place and n
+  // in e's, so u lives until n's last reader (the dot); e and n, computed
+  // in place, take none.
+  EXPECT_EQ(slice_of("t"), nullptr);
+  EXPECT_EQ(slice_of("e"), nullptr);
+  EXPECT_EQ(slice_of("n"), nullptr);
+  ASSERT_NE(slice_of("u"), nullptr);
+  EXPECT_EQ(slice_of("u")->live_until, IndexOf(c, "m"));
+  // s lives in the tuple and its element until the dot reads g.
+  ASSERT_NE(slice_of("s"), nullptr);
+  EXPECT_EQ(slice_of("s")->live_until, IndexOf(c, "m"));
+  // m is an output.
+  EXPECT_EQ(slice_of("m"), nullptr);
+}
+
 }  // namespace
 }  // namespace kiln::passes

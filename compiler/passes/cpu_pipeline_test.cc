@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/passes/buffer_assignment.h"
 #include "compiler/passes/test_util.h"
 #include "compiler/passes/tpu_pipeline.h"
 #include "gtest/gtest.h"
@@ -115,6 +116,35 @@ TEST_P(PipelineCorpusTest, CpuVerifiesAndKeepsTheSignature) {
 
 TEST_P(PipelineCorpusTest, TpuVerifiesAndKeepsTheSignature) {
   CheckCorpusModule(GetParam(), &TpuPipeline);
+}
+
+// After the CPU pipeline, every computation's arena arrays are sound: each
+// lives from its instruction to no earlier than its last reader and ends
+// inside the computation (an output's value takes none).
+TEST_P(PipelineCorpusTest, CpuArenaArraysLiveFromTheirWriteToTheirLastRead) {
+  std::ifstream in(kCorpus / (GetParam() + ".hlo"));
+  auto module = Parse(std::string(std::istreambuf_iterator<char>(in), {}));
+  ASSERT_NE(module, nullptr);
+  ASSERT_TRUE(CpuPipeline(/*verify=*/true)->Run(module.get()).ok());
+  for (const auto& c : module->computations()) {
+    const BufferAssignment a = AssignBuffers(*c);
+    const int n = c->instruction_count();
+    std::vector<int> until(n, -1);
+    for (const BufferAssignment::Slice& x : a.slices) {
+      const ir::Instruction& instr = *c->instructions()[x.instruction];
+      EXPECT_LT(x.live_until, n) << "an output's value in the arena: " << instr.name();
+      EXPECT_GE(x.live_until, x.instruction);
+      EXPECT_TRUE(FreshResult(instr)) << instr.name();
+      until[x.instruction] = x.live_until;
+    }
+    for (const auto& user : c->instructions()) {
+      for (const ir::Instruction* o : user->operands()) {
+        if (until[o->index()] >= 0) {
+          EXPECT_LE(user->index(), until[o->index()]) << o->name() << " read after its slice ends";
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, PipelineCorpusTest,

@@ -89,9 +89,11 @@ absl::StatusOr<Kernel> MakeDataKernel(const ir::Instruction& instr) {
         // A value nothing else holds (Program::Run dropped its slot: this is
         // its last reader) is reshaped in place, its storage taken over,
         // when the device charges the new shape what it charged the old
-        // (tpusim's tiles may pad the two differently).
-        if (ops[0].use_count() == 1 &&
-            (st.memory == nullptr || st.memory->FootprintOf(out_shape) == ops[0]->charged_bytes())) {
+        // (tpusim's tiles may pad the two differently) or charges neither
+        // (an array of a program's arena).
+        if (Unshared(ops[0]) &&
+            (st.memory == nullptr || ops[0]->held_by_arena() ||
+             st.memory->FootprintOf(out_shape) == ops[0]->charged_bytes())) {
           return HostBuffer::Alias(ops[0], out_shape);
         }
         ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(out_shape));

@@ -270,7 +270,7 @@ Kernel MakeAccumulateKernel(const DotPlan& p, GemmLibrary library, float beta) {
   return Kernel([p, library, beta](ExecState& st, const std::vector<BufferPtr>& ops)
                     -> absl::StatusOr<BufferPtr> {
     BufferPtr out;
-    if (ops[2].use_count() == 1 && ops[2]->shape() == p.out_shape) {
+    if (Unshared(ops[2]) && ops[2]->shape() == p.out_shape) {
       out = ops[2];
     } else {
       ASSIGN_OR_RETURN(out, st.Allocate(p.out_shape));

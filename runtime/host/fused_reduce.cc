@@ -31,7 +31,7 @@ absl::StatusOr<absl::InlinedVector<BufferPtr, 2>> LoopOutputs(
   for (size_t j = 0; j < outs.size(); ++j) {
     static const std::vector<int>* const none = new std::vector<int>();
     for (int k : j < in_place.size() ? in_place[j] : *none) {
-      if (!taken[k] && ops[k].use_count() == 1) {
+      if (!taken[k] && Unshared(ops[k])) {
         outs[j] = ops[k];
         taken[k] = true;
         break;

@@ -73,8 +73,18 @@ HostBufferPtr HostBuffer::Alias(HostBufferPtr array, ir::Shape shape) {
   return buf;
 }
 
+HostBufferPtr HostBuffer::View(HostBufferPtr storage, int64_t offset, ir::Shape shape,
+                               bool held_by_arena) {
+  const int64_t bytes = shape.ByteSize();
+  HostBufferPtr buf = std::make_shared<HostBuffer>(Key{}, std::move(shape), bytes);
+  buf->data_ = storage->data_ + offset;
+  buf->storage_ = std::move(storage);
+  buf->held_by_arena_ = held_by_arena;
+  return buf;
+}
+
 HostBuffer::~HostBuffer() {
-  if (storage_ != nullptr) return;  // an alias: the storage's buffer frees it
+  if (storage_ != nullptr) return;  // an alias or view: the storage's buffer frees it
   if (data_ != Inline()) FreeBlock(data_, static_cast<size_t>(size_bytes()));
   if (tracker_ != nullptr) tracker_->Release(this, charged_bytes());
 }

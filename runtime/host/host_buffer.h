@@ -34,6 +34,12 @@ class HostBuffer final : public runtime::Buffer {
   // reshape of a value nothing else holds: writing through one writes the
   // other, so `array` must have no other holder.
   static HostBufferPtr Alias(HostBufferPtr array, ir::Shape shape);
+  // An array of `shape` over the bytes of `storage` from `offset` (they
+  // must fit), which it keeps alive; charged nothing (the storage is). For
+  // a program's arena (arena.h), which holds each such view between runs:
+  // `held_by_arena` says so, for Unshared.
+  static HostBufferPtr View(HostBufferPtr storage, int64_t offset, ir::Shape shape,
+                            bool held_by_arena);
   // The host buffer behind `buffer`, or null when another backend owns it.
   static HostBufferPtr Cast(const runtime::BufferPtr& buffer) {
     return std::dynamic_pointer_cast<HostBuffer>(buffer);
@@ -51,6 +57,8 @@ class HostBuffer final : public runtime::Buffer {
   const std::vector<HostBufferPtr>& tuple_elements() const { return elements_; }
 
   ir::Literal ToLiteral() const;
+
+  bool held_by_arena() const { return held_by_arena_; }
 
  private:
   // Only the factories above construct one (through std::make_shared).
@@ -78,8 +86,15 @@ class HostBuffer final : public runtime::Buffer {
   alignas(16) uint8_t inline_[kInlineBytes + 48];
   runtime::MemoryTracker* tracker_ = nullptr;
   std::vector<HostBufferPtr> elements_;
-  HostBufferPtr storage_;  // for an alias: the buffer whose storage it is
+  HostBufferPtr storage_;  // for an alias or view: the buffer whose storage it is
+  bool held_by_arena_ = false;
 };
+
+// Whether nothing but `buffer` (and the arena that keeps it between runs)
+// holds the buffer: a kernel may then write over it or hand it on.
+inline bool Unshared(const HostBufferPtr& buffer) {
+  return buffer.use_count() == (buffer->held_by_arena() ? 2 : 1);
+}
 
 }  // namespace kiln::host
 

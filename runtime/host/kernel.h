@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "compiler/ir/instruction.h"
 #include "runtime/device.h"
+#include "runtime/host/arena.h"
 #include "runtime/host/host_buffer.h"
 
 namespace kiln::host {
@@ -31,7 +32,13 @@ struct ExecState {
   // Each step's simulated cost is added here when set (tpusim).
   runtime::CostCounters* cost = nullptr;
 
+  // A new array (or tuple) of `shape`: the running step's planned array of
+  // that shape when its program's arena offers one (arena.h), else fresh
+  // memory charged to `memory`.
   absl::StatusOr<BufferPtr> Allocate(const ir::Shape& shape) {
+    if (t_offer != nullptr) {
+      if (BufferPtr planned = t_offer->Take(shape)) return planned;
+    }
     return Buffer::Allocate(shape, memory);
   }
 };

@@ -69,6 +69,16 @@ class StepProfile {
 using ir::Instruction;
 using ir::Opcode;
 
+// KILN_HOST_ARENA=0 in the environment: programs built after it is read
+// allocate every array on its own (for comparisons).
+bool ArenaEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KILN_HOST_ARENA");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled;
+}
+
 // The loop that computes `nodes` (topological) in one pass and writes
 // `outputs` (some of the nodes). A value that is not among the nodes is
 // read as a loop input, from the program slot `slot_of` gives;
@@ -377,8 +387,13 @@ absl::StatusOr<std::shared_ptr<const Program>> Program::Build(
   for (const Step& step : program->steps_) {
     program->max_inputs_ = std::max(program->max_inputs_, step.inputs.size());
   }
+  if (options.arena && ArenaEnabled()) {
+    program->arena_plan_ = ArenaPlan(comp, buffers, step_of, program->step_count());
+  }
   if (logging::Logger().should_log(spdlog::level::debug)) {
-    logging::Debug("program {}: {}", comp.name(), buffers.Summary());
+    logging::Debug("program {}: {}; {} of them in an arena of {} bytes", comp.name(),
+                   buffers.Summary(), program->arena_plan_.slice_count(),
+                   program->arena_plan_.bytes());
   }
   return std::shared_ptr<const Program>(std::move(program));
 }
@@ -404,12 +419,15 @@ absl::StatusOr<BufferPtr> Program::Run(ExecState& state, absl::Span<BufferPtr> a
 absl::StatusOr<BufferPtr> Program::RunSlots(ExecState& state, Slots& slots) const {
   std::vector<BufferPtr> operands;
   operands.reserve(max_inputs_);
-  for (const Step& step : steps_) {
+  ArenaRun arena(arena_plan_, arena_pool_, state.memory);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
     operands.clear();
     for (int in : step.inputs) operands.push_back(slots[in]);
     // Values read for the last time are dropped before the kernel runs, so
-    // that it may reuse one nobody else holds (see MakeFusedKernel).
+    // that it may reuse one nobody else holds (see LoopOutputs).
     for (int r : step.release) slots[r].reset();
+    OfferScope offer(arena.Begin(static_cast<int>(s)));
     StepProfile* profile = StepProfile::Get();
     const auto start = profile != nullptr ? std::chrono::steady_clock::now()
                                           : std::chrono::steady_clock::time_point();
@@ -426,6 +444,9 @@ absl::StatusOr<BufferPtr> Program::RunSlots(ExecState& state, Slots& slots) cons
     slots[step.output] = *std::move(out);
     if (state.cost != nullptr) *state.cost += step.cost;
   }
+  operands.clear();
+  arena.Finish();
+  if (arena.taken() > 0) arena_taken_.fetch_add(arena.taken(), std::memory_order_relaxed);
   return slots[root_slot_];
 }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <atomic>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
@@ -26,6 +28,9 @@ struct ProgramOptions {
   // instruction); null: no costs.
   std::function<runtime::CostCounters(const std::vector<const ir::Instruction*>& members)>
       step_cost;
+  // Whether steps write into the program's arena (arena.h). A simulated
+  // device that charges each array its padded footprint turns it off.
+  bool arena = true;
 };
 
 // Immutable after Build; Run may be called from many threads at once.
@@ -51,6 +56,11 @@ class Program {
   }
 
   int step_count() const { return static_cast<int>(steps_.size()); }
+  // The arena its steps' arrays are planned in (arena.h): its bytes (0:
+  // none), how many arrays, and how many runs' kernels have taken so far.
+  int64_t arena_bytes() const { return arena_plan_.bytes(); }
+  int arena_arrays() const { return arena_plan_.slice_count(); }
+  int64_t arena_arrays_taken() const { return arena_taken_.load(std::memory_order_relaxed); }
   // How many instructions beyond one per step the loop fusions compute.
   int fused_instruction_count() const { return fused_instructions_; }
 
@@ -75,6 +85,9 @@ class Program {
   size_t max_inputs_ = 0;  // the most inputs of one step
   int fused_instructions_ = 0;
   std::string name_;
+  ArenaPlan arena_plan_;
+  mutable ArenaPool arena_pool_;
+  mutable std::atomic<int64_t> arena_taken_{0};
 };
 
 // Compiles each computation once and hands them out by pointer.

@@ -111,6 +111,8 @@ absl::StatusOr<std::shared_ptr<runtime::Executable>> TpuSimCompiler::Build(
   }
   host::ProgramOptions program_options;
   program_options.wrap_kernel = RoundMatrixInputs;
+  // Its memory charges each array the padded tiles it takes.
+  program_options.arena = false;
   program_options.step_cost = [prices](const std::vector<const ir::Instruction*>& members) {
     return prices->StepCost(members);
   };

@@ -1,0 +1,151 @@
+#include "runtime/host/arena.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "base/status_macros.h"
+#include "runtime/arena_plan.h"
+
+namespace kiln::host {
+
+ArenaPlan::ArenaPlan(const ir::Computation& c, const passes::BufferAssignment& assignment,
+                     const std::vector<int>& step_of, int steps) {
+  const auto& instrs = c.instructions();
+  // The first step after instruction i (steps when none).
+  std::vector<int> step_after(instrs.size() + 1, steps);
+  for (int i = static_cast<int>(instrs.size()) - 1; i >= 0; --i) {
+    step_after[i] = step_after[i + 1];
+    if (i + 1 < static_cast<int>(instrs.size()) && step_of[i + 1] >= 0) {
+      step_after[i] = step_of[i + 1];
+    }
+  }
+  first_.assign(steps + 1, 0);
+  expire_.resize(steps + 1);
+  std::vector<int> per_step(steps, 0);
+  std::vector<runtime::ArenaBlock> blocks;
+  for (const passes::BufferAssignment::Slice& s : assignment.slices) {
+    const int step = step_of[s.instruction];
+    if (step < 0 || per_step[step] == Offer::kMaxArrays) continue;
+    ++per_step[step];
+    const ir::Instruction& instr = *instrs[s.instruction];
+    ir::Shape shape = s.result < 0 ? instr.shape() : instr.shape().tuple_shape(s.result);
+    expire_[step_after[s.live_until]].push_back(static_cast<int>(slices_.size()));
+    slices_.push_back({std::move(shape), 0, s.bytes});
+    blocks.push_back({s.bytes, s.instruction, s.live_until});
+  }
+  const runtime::ArenaPlan layout = runtime::PlanArena(blocks, kAlignment);
+  for (size_t k = 0; k < slices_.size(); ++k) {
+    slices_[k].offset = layout.offsets[k];
+    slices_[k].end = layout.offsets[k] + slices_[k].end;
+  }
+  bytes_ = layout.total_bytes;
+  // Slices are in instruction order: each step's are consecutive.
+  for (int s = 0; s < steps; ++s) first_[s + 1] = first_[s] + per_step[s];
+}
+
+absl::StatusOr<std::unique_ptr<Arena>> Arena::Make(const ArenaPlan& plan) {
+  auto arena = std::unique_ptr<Arena>(new Arena());
+  ASSIGN_OR_RETURN(arena->block_,
+                   HostBuffer::Allocate(ir::Shape(ir::ElementType::kU8, {plan.bytes()}), nullptr));
+  arena->arrays_.reserve(plan.slices_.size());
+  for (const ArenaPlan::Slice& s : plan.slices_) {
+    arena->arrays_.push_back(HostBuffer::View(arena->block_, s.offset, s.shape, true));
+  }
+  return arena;
+}
+
+std::unique_ptr<Arena> ArenaPool::Take() {
+  absl::MutexLock lock(&mu_);
+  if (idle_.empty()) return nullptr;
+  std::unique_ptr<Arena> arena = std::move(idle_.back());
+  idle_.pop_back();
+  return arena;
+}
+
+void ArenaPool::Give(std::unique_ptr<Arena> arena) {
+  absl::MutexLock lock(&mu_);
+  idle_.push_back(std::move(arena));
+}
+
+ArenaRun::ArenaRun(const ArenaPlan& plan, ArenaPool& pool, runtime::MemoryTracker* memory)
+    : plan_(plan), pool_(pool), memory_(memory) {
+  if (plan.empty()) return;
+  arena_ = pool.Take();
+  if (arena_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<Arena>> made = Arena::Make(plan);
+    if (!made.ok()) return;
+    arena_ = *std::move(made);
+  }
+  if (memory_ != nullptr) {
+    if (!memory_->Reserve(arena_->block_.get(), plan.bytes()).ok()) {
+      // Without the charge the arena may not be used; the run allocates
+      // array by array, as it may still fit.
+      pool.Give(std::move(arena_));
+      return;
+    }
+    charged_ = true;
+  }
+}
+
+ArenaRun::~ArenaRun() {
+  if (arena_ == nullptr) return;
+  if (!finished_) {
+    // The run stopped early: which arrays it left held is unknown.
+    Arena& a = *arena_;
+    a.held_.clear();
+    for (int i = 0; i < static_cast<int>(a.arrays_.size()); ++i) {
+      if (a.arrays_[i].use_count() != 1) a.held_.push_back(i);
+    }
+  }
+  if (charged_) memory_->Release(arena_->block_.get(), plan_.bytes());
+  pool_.Give(std::move(arena_));
+}
+
+bool ArenaRun::Free(int slice) const {
+  return arena_->arrays_[slice].use_count() == 1;
+}
+
+void ArenaRun::Expire(int s) {
+  for (int slice : plan_.expire_[s]) {
+    if (!Free(slice)) arena_->held_.push_back(slice);
+  }
+}
+
+Offer* ArenaRun::Begin(int s) {
+  if (arena_ == nullptr) return nullptr;
+  taken_ += offer_.taken_count();
+  offer_.Clear();
+  Expire(s);
+  std::vector<int>& held = arena_->held_;
+  for (int slice = plan_.first_[s]; slice < plan_.first_[s + 1]; ++slice) {
+    if (!Free(slice)) continue;
+    const ArenaPlan::Slice& mine = plan_.slices_[slice];
+    bool clear = true;
+    for (size_t k = 0; k < held.size();) {
+      if (Free(held[k])) {  // released since
+        held[k] = held.back();
+        held.pop_back();
+        continue;
+      }
+      const ArenaPlan::Slice& other = plan_.slices_[held[k]];
+      if (other.offset < mine.end && mine.offset < other.end) clear = false;
+      ++k;
+    }
+    if (clear) offer_.Add(&arena_->arrays_[slice]);
+  }
+  if (offer_.empty()) return nullptr;
+  // A holder that dropped its reference on another thread wrote nothing
+  // after; its writes are seen before the array is written again.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return &offer_;
+}
+
+void ArenaRun::Finish() {
+  if (arena_ == nullptr) return;
+  taken_ += offer_.taken_count();
+  offer_.Clear();
+  Expire(static_cast<int>(plan_.expire_.size()) - 1);
+  finished_ = true;
+}
+
+}  // namespace kiln::host
