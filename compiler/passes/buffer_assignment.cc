@@ -62,6 +62,12 @@ std::vector<std::vector<int>> CallInPlace(const Instruction& call,
   return in_place;
 }
 
+// The results of `user` that may hold the buffer of its operand `q`: a
+// tuple's element q; the whole of it (-1) when it is not written fresh;
+// else those that may be computed in q's place, and a dot fusion's result
+// for its accumulator.
+std::vector<int> HoldingResults(const Instruction& user, int q, const BufferAssignment& a);
+
 }  // namespace
 
 bool FreshResult(const Instruction& instr) {
@@ -83,14 +89,26 @@ bool FreshResult(const Instruction& instr) {
   }
 }
 
-bool MayHold(const Instruction& user, int q, const BufferAssignment& assignment) {
-  if (!FreshResult(user)) return true;
-  for (const std::vector<int>& candidates : assignment.in_place[user.index()]) {
-    if (std::find(candidates.begin(), candidates.end(), q) != candidates.end()) return true;
+namespace {
+
+std::vector<int> HoldingResults(const Instruction& user, int q, const BufferAssignment& a) {
+  if (user.opcode() == Opcode::kTuple) return {q};
+  if (!FreshResult(user)) return {-1};
+  std::vector<int> holding;
+  const std::vector<std::vector<int>>& results = a.in_place[user.index()];
+  for (size_t j = 0; j < results.size(); ++j) {
+    if (std::find(results[j].begin(), results[j].end(), q) != results[j].end()) {
+      holding.push_back(user.shape().IsTuple() ? static_cast<int>(j) : -1);
+    }
   }
   // A dot fusion accumulates into its third operand, in place when it can.
-  return q == 2 && user.opcode() == Opcode::kCall && IsDotFusion(*user.called(0));
+  if (q == 2 && user.opcode() == Opcode::kCall && IsDotFusion(*user.called(0))) {
+    holding.push_back(-1);
+  }
+  return holding;
 }
+
+}  // namespace
 
 BufferAssignment AssignBuffers(const ir::Computation& c) {
   const auto& instrs = c.instructions();
@@ -184,32 +202,55 @@ BufferAssignment AssignBuffers(const ir::Computation& c) {
     }
   }
   // How long each value's buffer may live: to its last reader, and to the
-  // end of every value that may hold it (users follow their operands, so a
-  // backward sweep sees each user's end first). An output lives past the
-  // computation (n).
-  std::vector<int> live_until(n);
-  for (int v = 0; v < n; ++v) live_until[v] = std::max(last_reader[v], v);
+  // end of every value that may hold it. Users follow their operands, so a
+  // backward sweep sees each user's end first. The elements of a tuple a
+  // fresh instruction writes live apart: element j lives as long as the
+  // get-tuple-elements of j, and the whole tuple as long as any other
+  // user that may hold it. An output lives past the computation (n).
+  std::vector<bool> output(n, false);
+  output[root] = true;
+  for (const Instruction* o : outputs) output[o->index()] = true;
   std::vector<std::vector<std::pair<int, int>>> users(n);  // (user, operand number)
   for (int i = 0; i < n; ++i) {
     for (int q = 0; q < instrs[i]->operand_count(); ++q) {
       users[instrs[i]->operand(q)->index()].push_back({i, q});
     }
   }
-  live_until[root] = n;
-  for (const Instruction* o : outputs) live_until[o->index()] = n;
+  std::vector<int> live_until(n);
+  std::vector<std::vector<int>> element_until(n);  // per tuple element
+  // The end of result `j` of `u` (-1: all of it).
+  auto end_of = [&](int u, int j) {
+    return j < 0 || element_until[u].empty() ? live_until[u] : element_until[u][j];
+  };
   for (int v = n - 1; v >= 0; --v) {
+    const Instruction& instr = *instrs[v];
+    const int floor = output[v] ? n : std::max(last_reader[v], v);
+    int whole = floor;  // what every element lives to
+    std::vector<int>& elements = element_until[v];
+    if (instr.shape().IsTuple()) elements.assign(instr.shape().tuple_shapes().size(), floor);
     for (const auto& [u, q] : users[v]) {
-      if (MayHold(*instrs[u], q, a)) live_until[v] = std::max(live_until[v], live_until[u]);
+      const Instruction& user = *instrs[u];
+      if (!elements.empty() && user.opcode() == Opcode::kGetTupleElement) {
+        int& e = elements[user.attrs().tuple_index];
+        e = std::max(e, live_until[u]);
+        continue;
+      }
+      for (int j : HoldingResults(user, q, a)) whole = std::max(whole, end_of(u, j));
+    }
+    live_until[v] = whole;
+    for (int& e : elements) {
+      e = std::max(e, whole);
+      live_until[v] = std::max(live_until[v], e);
     }
   }
   for (int i = 0; i < n; ++i) {
     const Instruction& instr = *instrs[i];
-    if (live_until[i] >= n || !FreshResult(instr)) continue;
+    if (!FreshResult(instr)) continue;
     auto in_place = [&](size_t result) {
       return result < a.in_place[i].size() && !a.in_place[i][result].empty();
     };
     if (instr.shape().IsArray()) {
-      if (!in_place(0) && instr.shape().ByteSize() > 0) {
+      if (live_until[i] < n && !in_place(0) && instr.shape().ByteSize() > 0) {
         a.slices.push_back({i, -1, instr.shape().ByteSize(), live_until[i]});
       }
       continue;
@@ -217,8 +258,9 @@ BufferAssignment AssignBuffers(const ir::Computation& c) {
     if (!instr.shape().IsTuple()) continue;
     for (int e = 0; e < static_cast<int>(instr.shape().tuple_shapes().size()); ++e) {
       const ir::Shape& element = instr.shape().tuple_shape(e);
-      if (element.IsArray() && element.ByteSize() > 0 && !in_place(static_cast<size_t>(e))) {
-        a.slices.push_back({i, e, element.ByteSize(), live_until[i]});
+      if (element_until[i][e] < n && element.IsArray() && element.ByteSize() > 0 &&
+          !in_place(static_cast<size_t>(e))) {
+        a.slices.push_back({i, e, element.ByteSize(), element_until[i][e]});
       }
     }
   }

@@ -51,10 +51,10 @@ struct BufferAssignment {
   // instruction's array, or each array element of its tuple), except
   // results that may be computed in place and values an output of the
   // computation may hold. A value lives from its instruction to its last
-  // reader, and on to the end of every value that may hold its buffer
-  // (MayHold): the tuple, call, loop or reshape it is passed to, or the
-  // result computed in its place. Slices live at the same time must not
-  // share bytes; others may.
+  // reader, and on to the end of every value that may hold its buffer: the
+  // tuple, call, loop or reshape it is passed to, or the result computed in
+  // its place (an element of a tuple only as long as that element). Slices
+  // live at the same time must not share bytes; others may.
   struct Slice {
     int instruction = 0;
     int result = -1;  // the tuple element; -1 for an array result
@@ -75,14 +75,11 @@ BufferAssignment AssignBuffers(const ir::Computation& c);
 // elementwise op, a data movement that copies, a reduction, a window, a dot
 // or convolution, a call of a fusion) rather than possibly handing on an
 // operand's buffer (a tuple, get-tuple-element, reshape, call, loop, or an
-// instruction this analysis does not know). Computing in place
+// instruction this analysis does not know). Its results computed in place
 // (BufferAssignment::in_place) and a dot fusion's accumulator are the
-// exceptions MayHold names.
+// exceptions.
 bool FreshResult(const ir::Instruction& instr);
 
-// Whether `user`'s result may hold the buffer of its operand `q` under
-// `assignment` (of `user`'s computation).
-bool MayHold(const ir::Instruction& user, int q, const BufferAssignment& assignment);
 
 }  // namespace kiln::passes
 

@@ -287,5 +287,44 @@ ENTRY main {
   EXPECT_EQ(slice_of("m"), nullptr);
 }
 
+// The elements of a multi-output loop live apart: a value computed in the
+// place of element 0 lives as long as element 0, however long element 1
+// does (here, to the output).
+TEST(BufferAssignmentTest, ATuplesElementsLiveApart) {
+  auto module = Parse(R"(
+HloModule m
+loop {
+  p0 = f32[8] parameter(0)
+  p1 = s32[8] parameter(1)
+  e0 = f32[8] negate(p0)
+  e1 = s32[8] negate(p1)
+  ROOT t = (f32[8], s32[8]) tuple(e0, e1)
+}
+ENTRY main {
+  x = f32[8] parameter(0)
+  y = s32[8] parameter(1)
+  a = f32[8] reverse(x), dimensions={0}
+  b = s32[8] reverse(y), dimensions={0}
+  f = (f32[8], s32[8]) call(a, b), to_apply=loop
+  g0 = f32[8] get-tuple-element(f), index=0
+  g1 = s32[8] get-tuple-element(f), index=1
+  r = f32[8] reverse(g0), dimensions={0}
+  ROOT o = (f32[8], s32[8]) tuple(r, g1)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  ASSERT_TRUE(IsLoopFusion(*module->FindComputation("loop")));
+  const ir::Computation& c = *module->entry();
+  const BufferAssignment a = AssignBuffers(c);
+  // a may be computed in place by element 0, which lives while the tuple
+  // does (to its last reader, g1) and r reads last; b by element 1, an
+  // output. Neither element takes a slice of its own (each may be computed
+  // in place).
+  ASSERT_EQ(a.slices.size(), 1u) << a.Summary();
+  EXPECT_EQ(a.slices[0].instruction, IndexOf(c, "a"));
+  EXPECT_EQ(a.slices[0].live_until,
+            std::max(IndexOf(c, "r"), IndexOf(c, "g1")));
+}
+
 }  // namespace
 }  // namespace kiln::passes
