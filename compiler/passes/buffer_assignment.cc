@@ -255,7 +255,9 @@ BufferAssignment AssignBuffers(const ir::Computation& c) {
       }
       continue;
     }
-    if (!instr.shape().IsTuple()) continue;
+    // Of tuples, only a fusion's loop writes each element apart (a variadic
+    // reduce or window writes its tuple whole).
+    if (!instr.shape().IsTuple() || instr.opcode() != Opcode::kCall) continue;
     for (int e = 0; e < static_cast<int>(instr.shape().tuple_shapes().size()); ++e) {
       const ir::Shape& element = instr.shape().tuple_shape(e);
       if (element_until[i][e] < n && element.IsArray() && element.ByteSize() > 0 &&

@@ -48,7 +48,7 @@ struct BufferAssignment {
   // The arrays a backend may place in one arena per run of the computation
   // (runtime/arena_plan.h lays them out), with how long each lives: a
   // slice per array an instruction writes fresh (FreshResult: the
-  // instruction's array, or each array element of its tuple), except
+  // instruction's array, or each array element of a fusion's tuple), except
   // results that may be computed in place and values an output of the
   // computation may hold. A value lives from its instruction to its last
   // reader, and on to the end of every value that may hold its buffer: the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "base/status_macros.h"
 #include "runtime/arena_plan.h"
@@ -30,7 +31,7 @@ ArenaPlan::ArenaPlan(const ir::Computation& c, const passes::BufferAssignment& a
     const ir::Instruction& instr = *instrs[s.instruction];
     ir::Shape shape = s.result < 0 ? instr.shape() : instr.shape().tuple_shape(s.result);
     expire_[step_after[s.live_until]].push_back(static_cast<int>(slices_.size()));
-    slices_.push_back({std::move(shape), 0, s.bytes});
+    slices_.push_back({std::move(shape), s.result, 0, s.bytes});
     blocks.push_back({s.bytes, s.instruction, s.live_until});
   }
   const runtime::ArenaPlan layout = runtime::PlanArena(blocks, kAlignment);
@@ -51,6 +52,7 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Make(const ArenaPlan& plan) {
   for (const ArenaPlan::Slice& s : plan.slices_) {
     arena->arrays_.push_back(HostBuffer::View(arena->block_, s.offset, s.shape, true));
   }
+  arena->held_flags_.assign(plan.slices_.size(), false);
   return arena;
 }
 
@@ -92,9 +94,8 @@ ArenaRun::~ArenaRun() {
   if (!finished_) {
     // The run stopped early: which arrays it left held is unknown.
     Arena& a = *arena_;
-    a.held_.clear();
     for (int i = 0; i < static_cast<int>(a.arrays_.size()); ++i) {
-      if (a.arrays_[i].use_count() != 1) a.held_.push_back(i);
+      if (a.arrays_[i].use_count() != 1) Hold(i);
     }
   }
   if (charged_) memory_->Release(arena_->block_.get(), plan_.bytes());
@@ -105,9 +106,15 @@ bool ArenaRun::Free(int slice) const {
   return arena_->arrays_[slice].use_count() == 1;
 }
 
+void ArenaRun::Hold(int slice) {
+  if (arena_->held_flags_[slice]) return;
+  arena_->held_flags_[slice] = true;
+  arena_->held_.push_back(slice);
+}
+
 void ArenaRun::Expire(int s) {
   for (int slice : plan_.expire_[s]) {
-    if (!Free(slice)) arena_->held_.push_back(slice);
+    if (!Free(slice)) Hold(slice);
   }
 }
 
@@ -123,6 +130,7 @@ Offer* ArenaRun::Begin(int s) {
     bool clear = true;
     for (size_t k = 0; k < held.size();) {
       if (Free(held[k])) {  // released since
+        arena_->held_flags_[held[k]] = false;
         held[k] = held.back();
         held.pop_back();
         continue;
@@ -131,7 +139,7 @@ Offer* ArenaRun::Begin(int s) {
       if (other.offset < mine.end && mine.offset < other.end) clear = false;
       ++k;
     }
-    if (clear) offer_.Add(&arena_->arrays_[slice]);
+    if (clear) offer_.Add(&arena_->arrays_[slice], mine.result);
   }
   if (offer_.empty()) return nullptr;
   // A holder that dropped its reference on another thread wrote nothing
@@ -140,12 +148,31 @@ Offer* ArenaRun::Begin(int s) {
   return &offer_;
 }
 
-void ArenaRun::Finish() {
-  if (arena_ == nullptr) return;
+absl::StatusOr<HostBufferPtr> ArenaRun::Finish(HostBufferPtr result) {
+  if (arena_ == nullptr) return result;
   taken_ += offer_.taken_count();
   offer_.Clear();
   Expire(static_cast<int>(plan_.expire_.size()) - 1);
   finished_ = true;
+  return CopiedOut(std::move(result));
+}
+
+absl::StatusOr<HostBufferPtr> ArenaRun::CopiedOut(HostBufferPtr value) {
+  if (value == nullptr) return value;
+  if (value->shape().IsTuple()) {
+    std::vector<HostBufferPtr> elements = value->tuple_elements();
+    bool copied = false;
+    for (HostBufferPtr& e : elements) {
+      const HostBuffer* before = e.get();
+      ASSIGN_OR_RETURN(e, CopiedOut(std::move(e)));
+      copied |= e.get() != before;
+    }
+    return copied ? HostBuffer::MakeTuple(std::move(elements)) : value;
+  }
+  if (!value->InArena()) return value;
+  ASSIGN_OR_RETURN(HostBufferPtr copy, HostBuffer::Allocate(value->shape(), memory_));
+  if (copy->size_bytes() > 0) std::memcpy(copy->data(), value->data(), copy->size_bytes());
+  return copy;
 }
 
 }  // namespace kiln::host

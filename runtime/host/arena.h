@@ -32,17 +32,24 @@ namespace kiln::host {
 class Offer {
  public:
   static constexpr int kMaxArrays = 32;
-  // The next array of `shape` not yet taken; null when none.
-  HostBufferPtr Take(const ir::Shape& shape) {
+  // The next array of `shape` not yet taken, planned for result `result`
+  // of the step's tuple (or for its one array; any result when `result` is
+  // -1); null when none, and for scratch (a result below -1).
+  HostBufferPtr Take(const ir::Shape& shape, int result) {
+    if (result < -1) return nullptr;
     for (int i = 0; i < count_; ++i) {
-      if ((taken_ & (1u << i)) == 0 && (*arrays_[i])->shape() == shape) {
+      if ((taken_ & (1u << i)) == 0 && (result < 0 || results_[i] < 0 || results_[i] == result) &&
+          (*arrays_[i])->shape() == shape) {
         taken_ |= 1u << i;
         return *arrays_[i];
       }
     }
     return nullptr;
   }
-  void Add(const HostBufferPtr* array) { arrays_[count_++] = array; }
+  void Add(const HostBufferPtr* array, int result) {
+    results_[count_] = result;
+    arrays_[count_++] = array;
+  }
   bool empty() const { return count_ == 0; }
   void Clear() {
     count_ = 0;
@@ -52,6 +59,7 @@ class Offer {
 
  private:
   const HostBufferPtr* arrays_[kMaxArrays] = {};
+  int results_[kMaxArrays] = {};
   int count_ = 0;
   uint32_t taken_ = 0;
 };
@@ -89,6 +97,7 @@ class ArenaPlan {
   friend class Arena;
   struct Slice {
     ir::Shape shape;
+    int result = -1;  // the element of the step's tuple; -1: its array
     int64_t offset = 0;
     int64_t end = 0;  // offset + bytes
   };
@@ -114,8 +123,10 @@ class Arena {
   Arena() = default;
   HostBufferPtr block_;
   std::vector<HostBufferPtr> arrays_;  // per slice
-  // Slices found held past their planned life, in this run or an earlier.
+  // Slices found held past their planned life, in this run or an earlier
+  // (each once: held_flags_ marks them).
   std::vector<int> held_;
+  std::vector<bool> held_flags_;
 };
 
 // A program's idle arenas.
@@ -144,14 +155,19 @@ class ArenaRun {
   // dropped): checks the slices whose life has ended, and returns the
   // step's offer (null when it has none).
   Offer* Begin(int s);
-  // After the last step, when the run succeeded.
-  void Finish();
+  // After the last step, when the run succeeded: `result` is the run's.
+  // An array of the arena in it (a step took a slice planned for another
+  // of its results) is replaced by a copy, so that nothing of the arena
+  // outlives the run.
+  absl::StatusOr<HostBufferPtr> Finish(HostBufferPtr result);
   // How many arrays this run's kernels took from the arena.
   int taken() const { return taken_; }
 
  private:
   bool Free(int slice) const;
   void Expire(int s);
+  void Hold(int slice);
+  absl::StatusOr<HostBufferPtr> CopiedOut(HostBufferPtr value);
 
   const ArenaPlan& plan_;
   ArenaPool& pool_;

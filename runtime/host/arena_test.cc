@@ -3,6 +3,7 @@
 // over.
 #include "runtime/host/arena.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "compiler/ir/hlo_parser.h"
@@ -103,6 +104,96 @@ ENTRY main {
   EXPECT_THAT(FloatsOf(*(*second)->element(0)), ElementsAreArray(std::vector<float>{9.0f, 12, 8, 11, 7, 10}));
 }
 
+// Two results of one loop of the same shape: the slice planned for the
+// second is not taken by the first, an output; and no result of a run is
+// an array of the arena.
+TEST(ArenaTest, EachResultTakesTheSlicePlannedForIt) {
+  auto module = ParseOrDie(R"(
+HloModule m
+loop {
+  p = f32[8] parameter(0)
+  a = f32[8] negate(p)
+  b = f32[8] exponential(p)
+  ROOT t = (f32[8], f32[8]) tuple(a, b)
+}
+ENTRY main {
+  x = f32[8] parameter(0)
+  f = (f32[8], f32[8]) call(x), to_apply=loop
+  g0 = f32[8] get-tuple-element(f), index=0
+  g1 = f32[8] get-tuple-element(f), index=1
+  r = f32[8] reverse(g1), dimensions={0}
+  s = f32[8] add(r, x)
+  ROOT o = (f32[8], f32[8]) tuple(g0, s)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  ProgramCache cache;
+  auto program = cache.Get(module->entry());
+  ASSERT_TRUE(program.ok()) << program.status();
+  ASSERT_EQ((*program)->arena_arrays(), 1);  // f's second result (s may take r in place)
+  runtime::MemoryTracker memory(int64_t{1} << 20);
+  ExecState st;
+  st.memory = &memory;
+  const std::vector<float> x = {0, 1, 2, 3, 4, 5, 6, 7};
+  auto out = (*program)->Run(st, std::vector<BufferPtr>{F32Buffer({8}, x)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*program)->arena_arrays_taken(), 1);
+  for (int e = 0; e < 2; ++e) EXPECT_FALSE((*out)->element(e)->InArena()) << e;
+  EXPECT_EQ(memory.Stats().bytes_in_use, 2 * 32);
+  std::vector<float> negated, sums;
+  for (int i = 0; i < 8; ++i) {
+    negated.push_back(-x[i]);
+    sums.push_back(std::exp(x[7 - i]) + x[i]);
+  }
+  EXPECT_THAT(FloatsOf(*(*out)->element(0)), ElementsAreArray(negated));
+  EXPECT_THAT(FloatsOf(*(*out)->element(1)), ::testing::Pointwise(::testing::FloatNear(1e-3), sums));
+}
+
+// An offer gives a result only the array planned for it (or for the
+// step's one array), and each array once.
+TEST(ArenaTest, AnOfferGivesEachResultOnlyItsOwnArray) {
+  const ir::Shape shape(ir::ElementType::kF32, {8});
+  auto first = Buffer::Allocate(shape, nullptr), second = Buffer::Allocate(shape, nullptr);
+  ASSERT_TRUE(first.ok() && second.ok());
+  Offer offer;
+  offer.Add(&*second, 1);
+  EXPECT_EQ(offer.Take(shape, 0), nullptr);
+  EXPECT_EQ(offer.Take(shape, ExecState::kScratch), nullptr);
+  EXPECT_EQ(offer.Take(shape, 1), *second);
+  EXPECT_EQ(offer.Take(shape, 1), nullptr);
+  offer.Clear();
+  offer.Add(&*first, -1);
+  EXPECT_EQ(offer.Take(shape, 3), *first);
+  offer.Clear();
+  offer.Add(&*first, -1);
+  EXPECT_EQ(offer.Take(shape, -1), *first);
+}
+
+// Whatever a step took, a run's result never holds the arena: an array of
+// it in the result is copied out.
+TEST(ArenaTest, AnArrayOfTheArenaInTheResultIsCopiedOut) {
+  auto module = ParseOrDie(kChain);
+  ASSERT_NE(module, nullptr);
+  const ir::Computation& c = *module->entry();
+  const ArenaPlan plan(c, passes::AssignBuffers(c), {-1, 0, 1, 2, 3}, 4);
+  ArenaPool pool;
+  runtime::MemoryTracker memory(int64_t{1} << 20);
+  ArenaRun run(plan, pool, &memory);
+  Offer* offer = run.Begin(0);
+  ASSERT_NE(offer, nullptr);
+  HostBufferPtr a = offer->Take(ir::Shape(ir::ElementType::kF32, {3, 2}), -1);
+  ASSERT_NE(a, nullptr);
+  for (int i = 0; i < 6; ++i) a->as<float>()[i] = static_cast<float>(i);
+  HostBufferPtr alias = HostBuffer::Alias(a, ir::Shape(ir::ElementType::kF32, {6}));
+  a.reset();
+  ASSERT_TRUE(alias->InArena());
+  auto result = run.Finish(HostBuffer::MakeTuple({alias}));
+  ASSERT_TRUE(result.ok()) << result.status();
+  const HostBufferPtr& e = (*result)->element(0);
+  EXPECT_FALSE(e->InArena());
+  EXPECT_THAT(FloatsOf(*e), ElementsAreArray(std::vector<float>{0, 1, 2, 3, 4, 5}));
+}
+
 // The arena run checks the plan: an array still held after its planned
 // life is not offered again, nor is any array over its bytes, until it is
 // released.
@@ -122,20 +213,20 @@ TEST(ArenaTest, AnArrayHeldPastItsLifeBlocksItsBytes) {
     ArenaRun run(plan, pool, nullptr);
     Offer* offer = run.Begin(0);
     ASSERT_NE(offer, nullptr);
-    EXPECT_EQ(offer->Take(cols), nullptr);  // not the planned shape
-    kept = offer->Take(rows);
+    EXPECT_EQ(offer->Take(cols, -1), nullptr);  // not the planned shape
+    kept = offer->Take(rows, -1);
     ASSERT_NE(kept, nullptr);
-    EXPECT_EQ(offer->Take(rows), nullptr);  // taken once
+    EXPECT_EQ(offer->Take(rows, -1), nullptr);  // taken once
     // b's bytes are not a's.
     offer = run.Begin(1);
     ASSERT_NE(offer, nullptr);
-    HostBufferPtr b = offer->Take(rows);
+    HostBufferPtr b = offer->Take(rows, -1);
     ASSERT_NE(b, nullptr);
     EXPECT_NE(b->data(), kept->data());
     // c was planned over a's bytes, but a is still held.
     EXPECT_EQ(run.Begin(2), nullptr);
     EXPECT_EQ(run.Begin(3), nullptr);
-    run.Finish();
+    ASSERT_TRUE(run.Finish(nullptr).ok());
     EXPECT_EQ(run.taken(), 2);
   }
   {
@@ -143,7 +234,7 @@ TEST(ArenaTest, AnArrayHeldPastItsLifeBlocksItsBytes) {
     EXPECT_EQ(run.Begin(0), nullptr);  // a is still held
     ASSERT_NE(run.Begin(1), nullptr);
     EXPECT_EQ(run.Begin(2), nullptr);
-    run.Finish();
+    ASSERT_TRUE(run.Finish(nullptr).ok());
   }
   const uint8_t* a_bytes = kept->data();
   kept.reset();
@@ -151,17 +242,17 @@ TEST(ArenaTest, AnArrayHeldPastItsLifeBlocksItsBytes) {
     ArenaRun run(plan, pool, nullptr);
     Offer* offer = run.Begin(0);
     ASSERT_NE(offer, nullptr);
-    HostBufferPtr a = offer->Take(rows);
+    HostBufferPtr a = offer->Take(rows, -1);
     ASSERT_NE(a, nullptr);
     EXPECT_EQ(a->data(), a_bytes);
     a.reset();
     ASSERT_NE(run.Begin(1), nullptr);
     offer = run.Begin(2);
     ASSERT_NE(offer, nullptr);
-    HostBufferPtr cc = offer->Take(cols);
+    HostBufferPtr cc = offer->Take(cols, -1);
     ASSERT_NE(cc, nullptr);
     EXPECT_EQ(cc->data(), a_bytes);
-    run.Finish();
+    ASSERT_TRUE(run.Finish(nullptr).ok());
   }
 }
 

@@ -92,7 +92,7 @@ absl::StatusOr<Kernel> MakeDataKernel(const ir::Instruction& instr) {
         // (tpusim's tiles may pad the two differently) or charges neither
         // (an array of a program's arena).
         if (Unshared(ops[0]) &&
-            (st.memory == nullptr || ops[0]->held_by_arena() ||
+            (st.memory == nullptr || ops[0]->InArena() ||
              st.memory->FootprintOf(out_shape) == ops[0]->charged_bytes())) {
           return HostBuffer::Alias(ops[0], out_shape);
         }

@@ -429,7 +429,7 @@ absl::Status RunPiece(const Plan& plan, int64_t start, const uint8_t* in, const 
   std::vector<BufferPtr> scratch;
   auto temp = [&](const memory::desc& md) -> absl::StatusOr<memory> {
     const int64_t bytes = static_cast<int64_t>(md.get_size());
-    ASSIGN_OR_RETURN(BufferPtr b, st.Allocate(Shape(ElementType::kU8, {bytes})));
+    ASSIGN_OR_RETURN(BufferPtr b, st.Allocate(Shape(ElementType::kU8, {bytes}), ExecState::kScratch));
     scratch.push_back(b);
     return memory(md, Engine(), b->data());
   };

@@ -38,7 +38,7 @@ absl::StatusOr<absl::InlinedVector<BufferPtr, 2>> LoopOutputs(
       }
     }
     if (outs[j] == nullptr) {
-      ASSIGN_OR_RETURN(outs[j], st.Allocate(shapes[j]));
+      ASSIGN_OR_RETURN(outs[j], st.Allocate(shapes[j], static_cast<int>(j)));
     }
   }
   return outs;
@@ -51,7 +51,7 @@ Kernel MakeFusedReduceKernel(FusedReduce spec) {
     const int num_results = static_cast<int>(f.results.size());
     ASSIGN_OR_RETURN(auto taken, LoopOutputs(st, f.in_place, ops, f.results));
     std::vector<BufferPtr> results(taken.begin(), taken.end());
-    ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(f.reduce_shape));
+    ASSIGN_OR_RETURN(BufferPtr out, st.Allocate(f.reduce_shape, num_results));
     absl::InlinedVector<const uint8_t*, 8> inputs;
     for (size_t k = 0; k + 1 < ops.size(); ++k) inputs.push_back(ops[k]->data());
     const bool value_is_result = f.value_output < num_results;
@@ -92,7 +92,8 @@ Kernel MakeFusedReduceKernel(FusedReduce spec) {
     BufferPtr scratch;
     if (!value_is_result) {
       const int64_t elements = whole ? count : split * chunk * f.length;
-      ASSIGN_OR_RETURN(scratch, st.Allocate(ir::Shape(f.reduce_shape.type(), {elements})));
+      ASSIGN_OR_RETURN(scratch, st.Allocate(ir::Shape(f.reduce_shape.type(), {elements}),
+                                            ExecState::kScratch));
     }
     // The scratch of thread t (or of the whole loop).
     auto scratch_of = [&](int t) {

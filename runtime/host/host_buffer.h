@@ -59,6 +59,10 @@ class HostBuffer final : public runtime::Buffer {
   ir::Literal ToLiteral() const;
 
   bool held_by_arena() const { return held_by_arena_; }
+  // Whether its bytes are a program arena's: a view, or an alias of one.
+  bool InArena() const {
+    return held_by_arena_ || (storage_ != nullptr && storage_->InArena());
+  }
 
  private:
   // Only the factories above construct one (through std::make_shared).

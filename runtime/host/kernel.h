@@ -32,12 +32,15 @@ struct ExecState {
   // Each step's simulated cost is added here when set (tpusim).
   runtime::CostCounters* cost = nullptr;
 
+  // Allocate's `result` for memory a kernel drops before it returns.
+  static constexpr int kScratch = -2;
   // A new array (or tuple) of `shape`: the running step's planned array of
   // that shape when its program's arena offers one (arena.h), else fresh
-  // memory charged to `memory`.
-  absl::StatusOr<BufferPtr> Allocate(const ir::Shape& shape) {
+  // memory charged to `memory`. `result`: which element of the step's
+  // tuple it is (-1: its one array, or any), or kScratch.
+  absl::StatusOr<BufferPtr> Allocate(const ir::Shape& shape, int result = -1) {
     if (t_offer != nullptr) {
-      if (BufferPtr planned = t_offer->Take(shape)) return planned;
+      if (BufferPtr planned = t_offer->Take(shape, result)) return planned;
     }
     return Buffer::Allocate(shape, memory);
   }

@@ -445,9 +445,9 @@ absl::StatusOr<BufferPtr> Program::RunSlots(ExecState& state, Slots& slots) cons
     if (state.cost != nullptr) *state.cost += step.cost;
   }
   operands.clear();
-  arena.Finish();
+  absl::StatusOr<BufferPtr> result = arena.Finish(std::move(slots[root_slot_]));
   if (arena.taken() > 0) arena_taken_.fetch_add(arena.taken(), std::memory_order_relaxed);
-  return slots[root_slot_];
+  return result;
 }
 
 absl::StatusOr<std::shared_ptr<const Program>> ProgramCache::Get(
