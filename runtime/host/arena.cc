@@ -125,7 +125,8 @@ Offer* ArenaRun::Begin(int s) {
   Expire(s);
   std::vector<int>& held = arena_->held_;
   for (int slice = plan_.first_[s]; slice < plan_.first_[s + 1]; ++slice) {
-    if (!Free(slice)) continue;
+    // A slice held since an earlier run is on the held list, which covers
+    // its own bytes.
     const ArenaPlan::Slice& mine = plan_.slices_[slice];
     bool clear = true;
     for (size_t k = 0; k < held.size();) {
