@@ -23,6 +23,25 @@ std::unique_ptr<ir::Module> ParseOrDie(const std::string& text) {
   return module.ok() ? *std::move(module) : nullptr;
 }
 
+// A module and its entry's program.
+struct Compiled {
+  std::unique_ptr<ir::Module> module;
+  ProgramCache cache;
+  std::shared_ptr<const Program> program;
+};
+
+// Null (the test failed) when `text` does not parse or compile.
+std::unique_ptr<Compiled> Compile(const std::string& text) {
+  auto compiled = std::make_unique<Compiled>();
+  compiled->module = ParseOrDie(text);
+  if (compiled->module == nullptr) return nullptr;
+  auto program = compiled->cache.Get(compiled->module->entry());
+  EXPECT_TRUE(program.ok()) << program.status();
+  if (!program.ok()) return nullptr;
+  compiled->program = *program;
+  return compiled;
+}
+
 BufferPtr F32Buffer(std::vector<int64_t> dims, const std::vector<float>& values) {
   auto b = Buffer::FromLiteral(F32(std::move(dims), values), nullptr);
   EXPECT_TRUE(b.ok());
@@ -47,26 +66,23 @@ ENTRY main {
 }
 )";
 
-// x[i][j] -> d[i][j] = x[i][j] reversed in both dimensions... computed by
-// hand: b[k][i] = x[i][2-k], c[i][k] = x[i][2-k], d[i][j] = x[i][j].
+// By hand: b[k][i] = x[i][2-k], c[i][k] = x[i][2-k], so d = x.
 TEST(ArenaTest, StepsTakeTheirPlannedArraysEveryRunAndChargeOnlyTheRoot) {
-  auto module = ParseOrDie(kChain);
-  ASSERT_NE(module, nullptr);
-  ProgramCache cache;
-  auto program = cache.Get(module->entry());
-  ASSERT_TRUE(program.ok()) << program.status();
-  EXPECT_EQ((*program)->arena_arrays(), 3);
-  EXPECT_EQ((*program)->arena_bytes(), 128);  // a and c share bytes
+  auto compiled = Compile(kChain);
+  ASSERT_NE(compiled, nullptr);
+  const Program& program = *compiled->program;
+  EXPECT_EQ(program.arena_arrays(), 3);
+  EXPECT_EQ(program.arena_bytes(), 128);  // a and c share bytes
   runtime::MemoryTracker memory(int64_t{1} << 20);
   ExecState st;
   st.memory = &memory;
   BufferPtr first;
   for (int run = 1; run <= 3; ++run) {
     std::vector<float> x = {1, 2, 3, 4, 5, static_cast<float>(run)};
-    auto out = (*program)->Run(st, std::vector<BufferPtr>{F32Buffer({2, 3}, x)});
+    auto out = program.Run(st, std::vector<BufferPtr>{F32Buffer({2, 3}, x)});
     ASSERT_TRUE(out.ok()) << out.status();
     EXPECT_THAT(FloatsOf(**out), ElementsAreArray(x));
-    EXPECT_EQ((*program)->arena_arrays_taken(), 3 * run);
+    EXPECT_EQ(program.arena_arrays_taken(), 3 * run);
     // The arena is charged while the program runs; afterwards only the
     // results are.
     EXPECT_EQ(memory.Stats().bytes_in_use, (run == 1 ? 1 : 2) * 24);
@@ -78,7 +94,7 @@ TEST(ArenaTest, StepsTakeTheirPlannedArraysEveryRunAndChargeOnlyTheRoot) {
 // A result that is a reshape of an intermediate shares its storage: that
 // intermediate takes no slice, so a later run leaves the result alone.
 TEST(ArenaTest, AResultOfAnEarlierRunIsNotWrittenOver) {
-  auto module = ParseOrDie(R"(
+  auto compiled = Compile(R"(
 HloModule m
 ENTRY main {
   x = f32[2,3] parameter(0)
@@ -88,15 +104,13 @@ ENTRY main {
   ROOT o = (f32[6], f32[3,2]) tuple(r, t)
 }
 )");
-  ASSERT_NE(module, nullptr);
-  ProgramCache cache;
-  auto program = cache.Get(module->entry());
-  ASSERT_TRUE(program.ok()) << program.status();
+  ASSERT_NE(compiled, nullptr);
+  const Program& program = *compiled->program;
   ExecState st;
-  auto first = (*program)->Run(st, std::vector<BufferPtr>{F32Buffer({2, 3}, {1, 2, 3, 4, 5, 6})});
+  auto first = program.Run(st, std::vector<BufferPtr>{F32Buffer({2, 3}, {1, 2, 3, 4, 5, 6})});
   ASSERT_TRUE(first.ok()) << first.status();
   auto second =
-      (*program)->Run(st, std::vector<BufferPtr>{F32Buffer({2, 3}, {7, 8, 9, 10, 11, 12})});
+      program.Run(st, std::vector<BufferPtr>{F32Buffer({2, 3}, {7, 8, 9, 10, 11, 12})});
   ASSERT_TRUE(second.ok()) << second.status();
   // t = [[1,4],[2,5],[3,6]]; u reverses its rows.
   EXPECT_THAT(FloatsOf(*(*first)->element(0)), ElementsAreArray(std::vector<float>{3.0f, 6, 2, 5, 1, 4}));
@@ -108,7 +122,7 @@ ENTRY main {
 // second is not taken by the first, an output; and no result of a run is
 // an array of the arena.
 TEST(ArenaTest, EachResultTakesTheSlicePlannedForIt) {
-  auto module = ParseOrDie(R"(
+  auto compiled = Compile(R"(
 HloModule m
 loop {
   p = f32[8] parameter(0)
@@ -126,18 +140,16 @@ ENTRY main {
   ROOT o = (f32[8], f32[8]) tuple(g0, s)
 }
 )");
-  ASSERT_NE(module, nullptr);
-  ProgramCache cache;
-  auto program = cache.Get(module->entry());
-  ASSERT_TRUE(program.ok()) << program.status();
-  ASSERT_EQ((*program)->arena_arrays(), 1);  // f's second result (s may take r in place)
+  ASSERT_NE(compiled, nullptr);
+  const Program& program = *compiled->program;
+  ASSERT_EQ(program.arena_arrays(), 1);  // f's second result (s may take r in place)
   runtime::MemoryTracker memory(int64_t{1} << 20);
   ExecState st;
   st.memory = &memory;
   const std::vector<float> x = {0, 1, 2, 3, 4, 5, 6, 7};
-  auto out = (*program)->Run(st, std::vector<BufferPtr>{F32Buffer({8}, x)});
+  auto out = program.Run(st, std::vector<BufferPtr>{F32Buffer({8}, x)});
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ((*program)->arena_arrays_taken(), 1);
+  EXPECT_EQ(program.arena_arrays_taken(), 1);
   for (int e = 0; e < 2; ++e) EXPECT_FALSE((*out)->element(e)->InArena()) << e;
   EXPECT_EQ(memory.Stats().bytes_in_use, 2 * 32);
   std::vector<float> negated, sums;
@@ -259,11 +271,9 @@ TEST(ArenaTest, AnArrayHeldPastItsLifeBlocksItsBytes) {
 // Without the memory to charge the arena the program still runs, array by
 // array.
 TEST(ArenaTest, ARunTheArenaDoesNotFitRunsWithoutIt) {
-  auto module = ParseOrDie(kChain);
-  ASSERT_NE(module, nullptr);
-  ProgramCache cache;
-  auto program = cache.Get(module->entry());
-  ASSERT_TRUE(program.ok()) << program.status();
+  auto compiled = Compile(kChain);
+  ASSERT_NE(compiled, nullptr);
+  const Program& program = *compiled->program;
   // Room for the argument, the root and one intermediate at a time, not
   // for the 128-byte arena besides.
   runtime::MemoryTracker memory(24 * 3 + 64);
@@ -271,10 +281,10 @@ TEST(ArenaTest, ARunTheArenaDoesNotFitRunsWithoutIt) {
   st.memory = &memory;
   auto x = Buffer::FromLiteral(F32({2, 3}, {1, 2, 3, 4, 5, 6}), &memory);
   ASSERT_TRUE(x.ok());
-  auto out = (*program)->Run(st, std::vector<BufferPtr>{*x});
+  auto out = program.Run(st, std::vector<BufferPtr>{*x});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_THAT(FloatsOf(**out), ElementsAreArray(std::vector<float>{1.0f, 2, 3, 4, 5, 6}));
-  EXPECT_EQ((*program)->arena_arrays_taken(), 0);
+  EXPECT_EQ(program.arena_arrays_taken(), 0);
 }
 
 }  // namespace
