@@ -6,8 +6,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/opcode.h"
-#include "compiler/passes/convolution_fusion.h"
-#include "compiler/passes/dot_bias_fusion.h"
 #include "compiler/passes/dot_fusion.h"
 #include "compiler/passes/fusion.h"
 #include "compiler/passes/reduction_fusion.h"
@@ -78,12 +76,8 @@ bool FreshResult(const Instruction& instr) {
     case Opcode::kReduceWindow: case Opcode::kSelectAndScatter: case Opcode::kDot:
     case Opcode::kConvolution: case Opcode::kGather:
       return true;
-    case Opcode::kCall: {
-      if (instr.called().size() != 1) return false;
-      const ir::Computation& callee = *instr.called(0);
-      return IsLoopFusion(callee) || IsReductionFusion(callee) || IsDotFusion(callee) ||
-             IsDotBiasFusion(callee) || IsConvolutionFusion(callee);
-    }
+    case Opcode::kCall:
+      return instr.called().size() == 1 && IsFusedCallee(*instr.called(0));
     default:
       return ir::IsElementwise(instr.opcode());
   }

@@ -73,6 +73,11 @@ absl::StatusOr<Instruction*> AddFusedCall(ir::Module* module, std::unique_ptr<Co
   return added;
 }
 
+bool IsFusedCallee(const Computation& c) {
+  return IsLoopFusion(c) || IsReductionFusion(c) || IsDotFusion(c) || IsDotBiasFusion(c) ||
+         IsConvolutionFusion(c);
+}
+
 absl::flat_hash_set<const Computation*> FusibleComputations(const ir::Module& module) {
   const std::vector<const Computation*> reachable = module.PostOrder();
   absl::flat_hash_set<const Computation*> applied;
@@ -107,11 +112,7 @@ absl::flat_hash_set<const Computation*> FusibleComputations(const ir::Module& mo
   absl::flat_hash_set<const Computation*> fusible;
   for (const Computation* c : reachable) {
     if (applied.contains(c)) continue;
-    if (c != module.entry() && !stepped.contains(c) &&
-        (IsLoopFusion(*c) || IsReductionFusion(*c) || IsDotFusion(*c) ||
-         IsDotBiasFusion(*c) || IsConvolutionFusion(*c))) {
-      continue;
-    }
+    if (c != module.entry() && !stepped.contains(c) && IsFusedCallee(*c)) continue;
     fusible.insert(c);
   }
   return fusible;

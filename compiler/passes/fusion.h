@@ -136,10 +136,14 @@ absl::StatusOr<bool> FuseEachComputation(
     absl::FunctionRef<absl::StatusOr<bool>(ir::Computation*, absl::flat_hash_set<std::string>&)>
         fuse);
 
+// Whether `c` has the form of a fused call's callee, one a backend runs as
+// one loop or library call: IsLoopFusion, IsReductionFusion, IsDotFusion,
+// IsDotBiasFusion or IsConvolutionFusion.
+bool IsFusedCallee(const ir::Computation& c);
+
 // The computations of `module` that fusion passes rewrite: reachable from
 // the entry only through sequential callers (loops, conditions, branches,
-// calls), and not already one fused call's callee (IsLoopFusion,
-// IsReductionFusion, IsDotFusion, IsDotBiasFusion, IsConvolutionFusion).
+// calls), and not already one fused call's callee (IsFusedCallee).
 absl::flat_hash_set<const ir::Computation*> FusibleComputations(const ir::Module& module);
 
 }  // namespace kiln::passes
