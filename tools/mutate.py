@@ -533,7 +533,7 @@ MUTATIONS = [
       HOST_T + ["kiln_passes_test"], HOST + ["kiln_passes_test"]),
     M("passes-arena-holders", "a value's slice ends before what holds its buffer does",
       "compiler/passes/buffer_assignment.cc",
-      "      for (int j : HoldingResults(user, q, a)) whole = std::max(whole, end_of(u, j));\n",
+      "      for (int j : HoldingResults(user, fresh[u], q, a)) whole = std::max(whole, end_of(u, j));\n",
       "",
       HOST_T + ["kiln_passes_test"], HOST + ["kiln_passes_test"]),
 ]

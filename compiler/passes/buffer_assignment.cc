@@ -61,10 +61,11 @@ std::vector<std::vector<int>> CallInPlace(const Instruction& call,
 }
 
 // The results of `user` that may hold the buffer of its operand `q`: a
-// tuple's element q; the whole of it (-1) when it is not written fresh;
-// else those that may be computed in q's place, and a dot fusion's result
-// for its accumulator.
-std::vector<int> HoldingResults(const Instruction& user, int q, const BufferAssignment& a);
+// tuple's element q; the whole of it (-1) when it is not written fresh
+// (`fresh`: FreshResult(user)); else those that may be computed in q's
+// place, and a dot fusion's result for its accumulator.
+std::vector<int> HoldingResults(const Instruction& user, bool fresh, int q,
+                                const BufferAssignment& a);
 
 }  // namespace
 
@@ -85,9 +86,10 @@ bool FreshResult(const Instruction& instr) {
 
 namespace {
 
-std::vector<int> HoldingResults(const Instruction& user, int q, const BufferAssignment& a) {
+std::vector<int> HoldingResults(const Instruction& user, bool fresh, int q,
+                                const BufferAssignment& a) {
   if (user.opcode() == Opcode::kTuple) return {q};
-  if (!FreshResult(user)) return {-1};
+  if (!fresh) return {-1};
   std::vector<int> holding;
   const std::vector<std::vector<int>>& results = a.in_place[user.index()];
   for (size_t j = 0; j < results.size(); ++j) {
@@ -210,6 +212,9 @@ BufferAssignment AssignBuffers(const ir::Computation& c) {
       users[instrs[i]->operand(q)->index()].push_back({i, q});
     }
   }
+  // FreshResult per instruction (matching a fused callee is not free).
+  std::vector<bool> fresh(n);
+  for (int i = 0; i < n; ++i) fresh[i] = FreshResult(*instrs[i]);
   std::vector<int> live_until(n);
   std::vector<std::vector<int>> element_until(n);  // per tuple element
   // The end of result `j` of `u` (-1: all of it).
@@ -229,7 +234,7 @@ BufferAssignment AssignBuffers(const ir::Computation& c) {
         e = std::max(e, live_until[u]);
         continue;
       }
-      for (int j : HoldingResults(user, q, a)) whole = std::max(whole, end_of(u, j));
+      for (int j : HoldingResults(user, fresh[u], q, a)) whole = std::max(whole, end_of(u, j));
     }
     live_until[v] = whole;
     for (int& e : elements) {
@@ -239,7 +244,7 @@ BufferAssignment AssignBuffers(const ir::Computation& c) {
   }
   for (int i = 0; i < n; ++i) {
     const Instruction& instr = *instrs[i];
-    if (!FreshResult(instr)) continue;
+    if (!fresh[i]) continue;
     auto in_place = [&](size_t result) {
       return result < a.in_place[i].size() && !a.in_place[i][result].empty();
     };

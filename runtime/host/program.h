@@ -3,12 +3,11 @@
 #ifndef KILN_RUNTIME_HOST_PROGRAM_H_
 #define KILN_RUNTIME_HOST_PROGRAM_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <atomic>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
