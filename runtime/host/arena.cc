@@ -13,12 +13,10 @@ ArenaPlan::ArenaPlan(const ir::Computation& c, const passes::BufferAssignment& a
                      const std::vector<int>& step_of, int steps) {
   const auto& instrs = c.instructions();
   // The first step after instruction i (steps when none).
-  std::vector<int> step_after(instrs.size() + 1, steps);
-  for (int i = static_cast<int>(instrs.size()) - 1; i >= 0; --i) {
-    step_after[i] = step_after[i + 1];
-    if (i + 1 < static_cast<int>(instrs.size()) && step_of[i + 1] >= 0) {
-      step_after[i] = step_of[i + 1];
-    }
+  const int n = static_cast<int>(instrs.size());
+  std::vector<int> step_after(n, steps);
+  for (int i = n - 2; i >= 0; --i) {
+    step_after[i] = step_of[i + 1] >= 0 ? step_of[i + 1] : step_after[i + 1];
   }
   first_.assign(steps + 1, 0);
   expire_.resize(steps + 1);
@@ -31,13 +29,13 @@ ArenaPlan::ArenaPlan(const ir::Computation& c, const passes::BufferAssignment& a
     const ir::Instruction& instr = *instrs[s.instruction];
     ir::Shape shape = s.result < 0 ? instr.shape() : instr.shape().tuple_shape(s.result);
     expire_[step_after[s.live_until]].push_back(static_cast<int>(slices_.size()));
-    slices_.push_back({std::move(shape), s.result, 0, s.bytes});
+    slices_.push_back({std::move(shape), s.result, 0, 0});
     blocks.push_back({s.bytes, s.instruction, s.live_until});
   }
   const runtime::ArenaPlan layout = runtime::PlanArena(blocks, kAlignment);
   for (size_t k = 0; k < slices_.size(); ++k) {
     slices_[k].offset = layout.offsets[k];
-    slices_[k].end = layout.offsets[k] + slices_[k].end;
+    slices_[k].end = layout.offsets[k] + blocks[k].bytes;
   }
   bytes_ = layout.total_bytes;
   // Slices are in instruction order: each step's are consecutive.
@@ -93,9 +91,8 @@ ArenaRun::~ArenaRun() {
   if (arena_ == nullptr) return;
   if (!finished_) {
     // The run stopped early: which arrays it left held is unknown.
-    Arena& a = *arena_;
-    for (int i = 0; i < static_cast<int>(a.arrays_.size()); ++i) {
-      if (a.arrays_[i].use_count() != 1) Hold(i);
+    for (int i = 0; i < plan_.slice_count(); ++i) {
+      if (!Free(i)) Hold(i);
     }
   }
   if (charged_) memory_->Release(arena_->block_.get(), plan_.bytes());
