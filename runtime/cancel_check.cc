@@ -1,39 +1,124 @@
 #include "runtime/cancel_check.h"
 
+#include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
 
 namespace kiln::runtime {
 
-CancelCheck Throttled(CancelCheck check, absl::Duration period) {
-  struct State {
-    CancelCheck check;
-    int64_t period_ns;
-    std::atomic<int64_t> next_ns{0};  // steady-clock time of the next ask
-    std::atomic<bool> cancelled{false};
-  };
-  auto state = std::make_shared<State>();
-  state->check = std::move(check);
-  state->period_ns = absl::ToInt64Nanoseconds(period);
-  return [state]() {
-    if (state->cancelled.load(std::memory_order_relaxed)) return true;
-    if (!state->check) return false;
-    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::steady_clock::now().time_since_epoch())
-                            .count();
-    int64_t next = state->next_ns.load(std::memory_order_relaxed);
-    // One caller per period asks; the others keep the last answer.
-    if (now < next ||
-        !state->next_ns.compare_exchange_strong(next, now + state->period_ns)) {
-      return false;
+struct CancelWatch::Entry {
+  // Held while `slow` is asked, and by the destructor to stop asking.
+  absl::Mutex mu;
+  CancelCheck slow ABSL_GUARDED_BY(mu);
+  absl::Duration period;
+  absl::Time next_ask;  // guarded by the watcher's lock
+  std::atomic<bool> cancelled{false};
+};
+
+namespace {
+
+// The thread that asks every watched check: it sleeps while there is none.
+class Watcher {
+ public:
+  static Watcher& Get() {
+    // Leaked: the thread outlives static destruction.
+    static Watcher* const watcher = new Watcher;
+    return *watcher;
+  }
+
+  void Add(std::shared_ptr<CancelWatch::Entry> entry) {
+    absl::MutexLock lock(&mu_);
+    entry->next_ask = absl::Now() + entry->period;
+    // The watcher sleeps until its earliest ask: woken only when this one is
+    // due sooner.
+    if (entry->next_ask < sleeping_until_) added_.Signal();
+    entries_.insert(std::move(entry));
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { Loop(); }).detach();
     }
-    if (state->check()) {
-      state->cancelled.store(true, std::memory_order_relaxed);
-      return true;
+  }
+
+  void Remove(const std::shared_ptr<CancelWatch::Entry>& entry) {
+    absl::MutexLock lock(&mu_);
+    entries_.erase(entry);
+  }
+
+ private:
+  void Loop() {
+    std::vector<std::shared_ptr<CancelWatch::Entry>> due;
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        sleeping_until_ = absl::InfiniteFuture();
+        for (const auto& e : entries_) sleeping_until_ = std::min(sleeping_until_, e->next_ask);
+        // Woken before then (true is a timeout): an entry added meanwhile is
+        // due sooner.
+        const bool timed_out = added_.WaitWithDeadline(&mu_, sleeping_until_);
+        sleeping_until_ = absl::InfinitePast();
+        if (!timed_out) continue;
+        const absl::Time now = absl::Now();
+        for (const auto& e : entries_) {
+          if (e->next_ask <= now) due.push_back(e);
+        }
+      }
+      for (const auto& e : due) {
+        const absl::Time start = absl::Now();
+        {
+          absl::MutexLock lock(&e->mu);
+          if (e->slow && !e->cancelled.load(std::memory_order_relaxed) && e->slow()) {
+            e->cancelled.store(true, std::memory_order_relaxed);
+          }
+        }
+        // Many watched calls, or slow answers, stretch the period so that
+        // asking takes about a fifth of this thread's time at most.
+        const absl::Duration took = absl::Now() - start;
+        const absl::Duration period =
+            std::max(e->period, 4 * took * static_cast<int64_t>(due.size()));
+        absl::MutexLock lock(&mu_);
+        e->next_ask = absl::Now() + period;
+      }
+      due.clear();
     }
-    return false;
-  };
+  }
+
+  absl::Mutex mu_;
+  absl::flat_hash_set<std::shared_ptr<CancelWatch::Entry>> entries_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar added_;  // signalled by Add
+  // When the watcher wakes next; the infinite past while it is awake.
+  absl::Time sleeping_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+CancelWatch::CancelWatch(CancelCheck slow, absl::Duration period)
+    : entry_(std::make_shared<Entry>()) {
+  entry_->period = std::max(period, absl::Microseconds(100));
+  if (!slow) return;
+  {
+    absl::MutexLock lock(&entry_->mu);
+    entry_->slow = std::move(slow);
+  }
+  Watcher::Get().Add(entry_);
+}
+
+CancelWatch::~CancelWatch() {
+  {
+    // Waits for an ask in progress; none starts after.
+    absl::MutexLock lock(&entry_->mu);
+    if (!entry_->slow) return;
+    entry_->slow = nullptr;
+  }
+  Watcher::Get().Remove(entry_);
+}
+
+CancelCheck CancelWatch::check() const {
+  return [entry = entry_]() { return entry->cancelled.load(std::memory_order_relaxed); };
 }
 
 }  // namespace kiln::runtime

@@ -3,6 +3,7 @@
 #define KILN_RUNTIME_CANCEL_CHECK_H_
 
 #include <functional>
+#include <memory>
 
 #include "absl/time/time.h"
 
@@ -13,12 +14,34 @@ namespace kiln::runtime {
 // thread-safe.
 using CancelCheck = std::function<bool()>;
 
-// `check` asked at most once per `period`, the last answer given in between
-// (a true answer stays true). For checks that cost microseconds, such as
-// asking an RPC whether its client cancelled it, polled after every step of
-// a program: cancellation is noticed up to `period` later. Thread-safe when
-// `check` is; copies share the throttle.
-CancelCheck Throttled(CancelCheck check, absl::Duration period);
+// Asks a slow check on a thread of its own, so that the threads polling
+// `check()` read a flag. Asking gRPC whether a client cancelled its call
+// costs tens of microseconds and can wait on gRPC's poller: asked by a
+// program's compute thread after its steps, it took several percent of a
+// training step. One process-wide thread asks every watched check once per
+// `period` (longer when there are many), the first time a period after the
+// watch starts, so calls shorter than that are never asked. A true answer
+// stays true.
+//
+// Scoped to the call that owns what `slow` looks at: once the destructor
+// returns, `slow` is never asked again, while copies of `check()` keep the
+// last answer.
+class CancelWatch {
+ public:
+  explicit CancelWatch(CancelCheck slow, absl::Duration period = absl::Milliseconds(5));
+  ~CancelWatch();
+  CancelWatch(const CancelWatch&) = delete;
+  CancelWatch& operator=(const CancelWatch&) = delete;
+
+  // Cheap and thread-safe: the last answer of `slow`, false before the
+  // first. Never cancels when `slow` is empty.
+  CancelCheck check() const;
+
+  struct Entry;
+
+ private:
+  std::shared_ptr<Entry> entry_;
+};
 
 }  // namespace kiln::runtime
 

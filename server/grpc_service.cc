@@ -24,10 +24,11 @@ grpc::Status Reply(absl::StatusOr<Response> result, Response* out) {
 }
 
 // Whether the client cancelled the call (or its deadline passed). Asking
-// gRPC costs about 13 us, and executions ask after every step: asked at
-// most once a millisecond.
-runtime::CancelCheck CancelledBy(grpc::ServerContext* ctx) {
-  return runtime::Throttled([ctx]() { return ctx->IsCancelled(); }, absl::Milliseconds(1));
+// gRPC is slow, and executions poll after every step: a handler watches it
+// (runtime::CancelWatch) for as long as it runs and hands on the watch's
+// check.
+runtime::CancelCheck ClientGaveUp(grpc::ServerContext* ctx) {
+  return [ctx]() { return ctx->IsCancelled(); };
 }
 
 }  // namespace
@@ -148,9 +149,10 @@ grpc::Status GrpcService::TransferFromDevice(
     grpc::ServerContext* ctx, const v1::TransferFromDeviceRequest* req,
     grpc::ServerWriter<v1::TransferFromDeviceChunk>* writer) {
   RETURN_IF_UNAUTHORIZED(ctx, req->session_id());
+  const runtime::CancelWatch cancel(ClientGaveUp(ctx));
   return ToGrpcStatus(service_->TransferFromDevice(
       *req, [&](const v1::TransferFromDeviceChunk& c) { return writer->Write(c); },
-      CancelledBy(ctx)));
+      cancel.check()));
 }
 
 grpc::Status GrpcService::Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
@@ -170,7 +172,8 @@ grpc::Status GrpcService::Execute(grpc::ServerContext* ctx, const v1::ExecuteReq
   // The inline results stay charged to the session until the reply is
   // handed to gRPC.
   runtime::MemoryCharge reply_charge;
-  return Reply(service_->Execute(*req, CancelledBy(ctx), &reply_charge), resp);
+  const runtime::CancelWatch cancel(ClientGaveUp(ctx));
+  return Reply(service_->Execute(*req, cancel.check(), &reply_charge), resp);
 }
 grpc::Status GrpcService::MemoryInfo(grpc::ServerContext* ctx, const v1::MemoryInfoRequest* req,
                                      v1::MemoryInfoResponse* resp) {
@@ -201,7 +204,8 @@ grpc::Status GrpcService::JoinGroup(grpc::ServerContext* ctx, const v1::JoinGrou
   if (auto it = metadata.find("authorization"); it != metadata.end()) {
     authorization.assign(it->second.data(), it->second.size());
   }
-  return Reply(service_->JoinGroup(*req, authorization, CancelledBy(ctx)), resp);
+  const runtime::CancelWatch cancel(ClientGaveUp(ctx));
+  return Reply(service_->JoinGroup(*req, authorization, cancel.check()), resp);
 }
 grpc::Status GrpcService::LeaveGroup(grpc::ServerContext* ctx, const v1::LeaveGroupRequest* req,
                                      v1::LeaveGroupResponse* resp) {
@@ -229,7 +233,8 @@ grpc::Status GrpcService::Infeed(grpc::ServerContext* ctx,
   RETURN_IF_UNAUTHORIZED(ctx, chunk.target().session_id());
   absl::StatusOr<kiln::server::Service::FeedEndpoint> feed = service_->OpenFeed(chunk.target());
   if (!feed.ok()) return ToGrpcStatus(feed.status());
-  const runtime::CancelCheck cancelled = CancelledBy(ctx);
+  const runtime::CancelWatch cancel(ClientGaveUp(ctx));
+  const runtime::CancelCheck cancelled = cancel.check();
   ir::ChunkedValue value;
   // The bytes of the value being assembled are the session's host memory.
   runtime::MemoryCharge charge(feed->session->host_account());
@@ -279,10 +284,11 @@ grpc::Status GrpcService::Outfeed(grpc::ServerContext* ctx, const v1::OutfeedReq
                                      : absl::InfiniteDuration();
   const int64_t chunk = std::clamp<int64_t>(req->chunk_bytes() > 0 ? req->chunk_bytes() : 1 << 20,
                                             1024, int64_t{16} << 20);
+  const runtime::CancelWatch cancel(ClientGaveUp(ctx));
   for (int64_t n = 0; req->max_values() <= 0 || n < req->max_values(); ++n) {
     runtime::MemoryCharge charge;  // the value's, until it is sent
     absl::StatusOr<ir::Literal> value =
-        service_->Outfeed(*feed, timeout, CancelledBy(ctx), &charge);
+        service_->Outfeed(*feed, timeout, cancel.check(), &charge);
     if (!value.ok()) return ToGrpcStatus(value.status());
     std::vector<uint8_t> storage;
     const std::vector<uint8_t>& bytes = ir::FeedValueBytes(*value, &storage);
