@@ -38,10 +38,12 @@ class ClientCore {
     if (options_.keep_alive) keeper_ = std::thread([this] { KeepAliveLoop(); });
   }
 
-  void QueueRelease(const std::string& handle, bool executable) {
+  // `bytes`: what releasing it frees (an executable's counts as large).
+  void QueueRelease(const std::string& handle, bool executable, int64_t bytes) {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     (executable ? pending_executables_ : pending_buffers_).push_back(handle);
+    pending_bytes_ += executable ? kPromptReleaseBytes : bytes;
   }
 
   // Runs `work` on a dispatch thread after everything dispatched before it
@@ -124,14 +126,21 @@ class ClientCore {
       mu_.Await(absl::Condition(&ready));
       if (pending_buffers_.empty() && pending_executables_.empty()) return;  // stopping
       // Gather more for a moment, so that a stream of small releases (an
-      // eager op frees its operand's buffer each time) costs one call and
-      // one wake-up of this thread per batch, not one per handle; Flush
-      // and Shutdown cut the wait short.
+      // eager op frees its operand's buffer each time; a training step its
+      // loss) costs one call and one wake-up of this thread (and of one of
+      // the server's) per batch, not one per handle. Small buffers wait
+      // longer than large ones, whose memory the server may need soon.
+      // Flush and Shutdown cut the wait short.
+      const absl::Time first = absl::Now();
       auto full = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return stopping_ || flushing_ > 0 ||
                pending_buffers_.size() + pending_executables_.size() >= kReleaseBatch;
       };
-      mu_.AwaitWithTimeout(absl::Condition(&full), kReleaseGather);
+      auto full_or_large = [this, &full]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return full() || pending_bytes_ >= kPromptReleaseBytes;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&full_or_large), first + kSmallReleaseGather);
+      mu_.AwaitWithDeadline(absl::Condition(&full), first + kReleaseGather);
       v1::ReleaseRequest req;
       req.set_session_id(session_id_);
       for (auto& h : pending_buffers_) req.add_buffer_handles(std::move(h));
@@ -139,6 +148,7 @@ class ClientCore {
       const uint64_t count = pending_buffers_.size() + pending_executables_.size();
       pending_buffers_.clear();
       pending_executables_.clear();
+      pending_bytes_ = 0;
       queued_base_ += count;
       mu_.Unlock();
       absl::Status st = transport_->Release(req).status();
@@ -215,8 +225,13 @@ class ClientCore {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Callers waiting for everything queued to be sent (Flush, Shutdown).
   int flushing_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // what the pending releases free
   static constexpr size_t kReleaseBatch = 256;
+  // Releases freeing this much in all are sent within kReleaseGather,
+  // smaller ones within kSmallReleaseGather.
+  static constexpr int64_t kPromptReleaseBytes = int64_t{1} << 20;
   static constexpr absl::Duration kReleaseGather = absl::Milliseconds(2);
+  static constexpr absl::Duration kSmallReleaseGather = absl::Milliseconds(20);
   struct Dispatched {
     std::shared_ptr<PendingExecution> pending;
     std::function<void()> work;
@@ -251,7 +266,9 @@ DeviceBuffer::DeviceBuffer(std::shared_ptr<ClientCore> core, std::shared_ptr<Loc
 
 DeviceBuffer::~DeviceBuffer() {
   absl::MutexLock lock(&mu_);
-  if (!donated_ && !handle_.empty()) core_->QueueRelease(handle_, /*executable=*/false);
+  if (!donated_ && !handle_.empty()) {
+    core_->QueueRelease(handle_, /*executable=*/false, shape_.IsArray() ? shape_.ByteSize() : 0);
+  }
 }
 
 const std::string& DeviceBuffer::handle() const {
@@ -309,7 +326,7 @@ Executable::Executable(std::shared_ptr<ClientCore> core, const v1::CompileRespon
   }
 }
 
-Executable::~Executable() { core_->QueueRelease(handle_, /*executable=*/true); }
+Executable::~Executable() { core_->QueueRelease(handle_, /*executable=*/true, 0); }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::unique_ptr<Transport> transport,
                                                        const ConnectOptions& options) {

@@ -1,6 +1,7 @@
 // The client library over the embedded service.
 #include "client/client.h"
 
+#include "absl/time/clock.h"
 #include "compiler/ir/hlo_parser.h"
 #include "embedded/embedded.h"
 #include "gtest/gtest.h"
@@ -50,6 +51,66 @@ TEST(ClientTest, TransferCompileExecuteAndReleaseFreesMemory) {
   // Every handle went out of scope: after the batched release, nothing is left.
   ASSERT_TRUE(client->FlushReleases().ok());
   EXPECT_EQ(client->MemoryInfo("cpu:0")->bytes_in_use(), 0);
+}
+
+int64_t Counter(Client& client, const std::string& name) {
+  absl::StatusOr<v1::MetricsResponse> m = client.Metrics();
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return -1;
+  for (const v1::CounterProto& c : m->counters()) {
+    if (c.name() == name) return c.value();
+  }
+  return 0;
+}
+
+// Waits up to 10 s for the device to hold nothing.
+bool AllReleased(Client& client) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (client.MemoryInfo("cpu:0")->bytes_in_use() > 0) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+std::vector<std::shared_ptr<DeviceBuffer>> Buffers(Client& client, int count, int64_t elements) {
+  std::vector<std::shared_ptr<DeviceBuffer>> buffers;
+  for (int i = 0; i < count; ++i) {
+    absl::StatusOr<std::shared_ptr<DeviceBuffer>> b = client.TransferToDevice(
+        ir::Literal(ir::Shape(ir::ElementType::kF32, {elements})), "cpu:0");
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (b.ok()) buffers.push_back(*std::move(b));
+  }
+  return buffers;
+}
+
+// Small releases are gathered for up to 20 ms (a training step drops its
+// loss every few milliseconds) and sent together, without a flush; large
+// ones are sent within a few milliseconds.
+TEST(ClientTest, SmallReleasesAreGatheredAndAllAreSentWithoutAFlush) {
+  auto client = *embedded::Connect();
+  const int64_t calls = Counter(*client, "release_calls");
+  const int64_t released = Counter(*client, "handles_released");
+  std::vector<std::shared_ptr<DeviceBuffer>> small = Buffers(*client, 16, 3);
+  ASSERT_EQ(small.size(), 16u);
+  // One every millisecond or more.
+  const absl::Time start = absl::Now();
+  while (!small.empty()) {
+    small.pop_back();
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  const absl::Duration dropping = absl::Now() - start;
+  ASSERT_TRUE(AllReleased(*client));
+  // A call per 20 ms of dropping, and the last one; sent every 2 ms they
+  // were one call per two drops.
+  EXPECT_LE(Counter(*client, "release_calls") - calls,
+            2 + absl::ToInt64Milliseconds(dropping) / 20)
+      << "dropped in " << dropping;
+  std::vector<std::shared_ptr<DeviceBuffer>> large = Buffers(*client, 4, int64_t{1} << 19);
+  ASSERT_EQ(large.size(), 4u);
+  large.clear();
+  ASSERT_TRUE(AllReleased(*client));
+  EXPECT_EQ(Counter(*client, "handles_released") - released, 20);
 }
 
 TEST(ClientTest, DonatedBufferCannotBeReused) {

@@ -340,6 +340,13 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(kiln::server::Serv
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddListeningPort(address, credentials, &port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  // A call holds its thread until it ends, and gRPC starts a thread when the
+  // last idle one takes a call. With its default of at most two idle
+  // threads, the one that finished a call then exits: a pipelined training
+  // loop (two executions in flight and a release) started and ended a thread
+  // almost every step. Eight idle threads are kept instead.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 8);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(server->handler_.get());
   builder.RegisterService(server->health_.get());

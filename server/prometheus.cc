@@ -41,6 +41,8 @@ constexpr Family kFamilies[] = {
     {"transfers_from_device", "kiln_transfers_total", "counter", "", "direction=\"from_device\""},
     {"handles_released", "kiln_handles_released_total", "counter",
      "Buffer and executable handles released."},
+    {"release_calls", "kiln_release_calls_total", "counter",
+     "Release calls (a client sends its releases in batches)."},
     {"compile_cache_hits", "kiln_compile_cache_hits_total", "counter",
      "Compiles answered from the compile cache."},
     {"compile_cache_misses", "kiln_compile_cache_misses_total", "counter",

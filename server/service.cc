@@ -252,6 +252,7 @@ absl::StatusOr<v1::ReleaseResponse> Service::Release(const v1::ReleaseRequest& r
   std::vector<std::string> exes(req.executable_handles().begin(),
                                 req.executable_handles().end());
   ASSIGN_OR_RETURN(int released, session->Release(buffers, exes));
+  metrics_.Add("release_calls");
   metrics_.Add("handles_released", released);
   v1::ReleaseResponse resp;
   resp.set_released(released);
