@@ -19,10 +19,12 @@ int MaxIdleWorkers() {
 }
 
 thread_local bool on_worker = false;
+thread_local int worker_index = -1;
 
 // One worker thread and its mailbox, shared by the thread and its pool (so
 // either may go first).
 struct Worker {
+  int index = 0;
   absl::Mutex mu;
   absl::FunctionRef<void()>* task ABSL_GUARDED_BY(mu) = nullptr;
   std::shared_ptr<runtime::MemoryAccount> account ABSL_GUARDED_BY(mu);
@@ -30,6 +32,7 @@ struct Worker {
 
   static void Loop(std::shared_ptr<Worker> self) {
     on_worker = true;
+    worker_index = self->index;
     absl::MutexLock lock(&self->mu);
     while (true) {
       self->mu.Await(absl::Condition(
@@ -62,6 +65,10 @@ class Pool {
       }
     }
     auto w = std::make_shared<Worker>();
+    {
+      absl::MutexLock lock(&mu_);
+      w->index = started_++;
+    }
     std::thread(Worker::Loop, w).detach();
     return w;
   }
@@ -84,6 +91,7 @@ class Pool {
  private:
   absl::Mutex mu_;
   std::vector<std::shared_ptr<Worker>> idle_ ABSL_GUARDED_BY(mu_);
+  int started_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 Pool& ThePool() {
@@ -111,5 +119,7 @@ void RunOnComputeWorker(absl::FunctionRef<void()> fn) {
 }
 
 int IdleComputeWorkers() { return ThePool().idle(); }
+
+int ComputeWorkerIndex() { return worker_index; }
 
 }  // namespace kiln::host

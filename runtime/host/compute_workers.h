@@ -23,6 +23,10 @@ void RunOnComputeWorker(absl::FunctionRef<void()> fn);
 // How many workers are idle now (for tests).
 int IdleComputeWorkers();
 
+// The number of the compute worker this thread is (0, 1, 2, ... in the
+// order they started), -1 on other threads.
+int ComputeWorkerIndex();
+
 }  // namespace kiln::host
 
 #endif  // KILN_RUNTIME_HOST_COMPUTE_WORKERS_H_

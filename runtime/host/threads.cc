@@ -2,15 +2,97 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "runtime/compute_threads.h"
+#include "runtime/host/compute_workers.h"
 
 namespace kiln::host {
+namespace {
+
+// The cores the process may run on, in order, taken from the main thread
+// (compute workers are never the main thread, so their binding never
+// narrows this).
+const std::vector<int>& AllowedCores() {
+  static const std::vector<int>* const cores = [] {
+    auto* c = new std::vector<int>;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(getpid(), sizeof(set), &set) == 0) {
+      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (CPU_ISSET(cpu, &set)) c->push_back(cpu);
+      }
+    }
+    return c;
+  }();
+  return *cores;
+}
+
+bool BindingWanted() {
+  static const bool wanted = [] {
+    const char* off = std::getenv("KILN_BIND_THREADS");
+    if (off != nullptr && std::strcmp(off, "0") == 0) return false;
+    for (const char* name : {"OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"}) {
+      if (std::getenv(name) != nullptr) return false;
+    }
+    return true;
+  }();
+  return wanted;
+}
+
+void SetAffinity(const std::vector<int>& cores) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cores) CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+// The team size this compute worker's threads are bound for (0: unbound).
+thread_local int bound_threads = 0;
+
+void BindTeam(int threads) {
+  const std::vector<int> cores = ComputeThreadCores(threads);
+  if (cores.empty()) {
+    // One thread now: the worker runs wherever the scheduler puts it.
+    if (bound_threads != 0) SetAffinity(AllowedCores());
+    bound_threads = 0;
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  SetAffinity({cores[omp_get_thread_num() % cores.size()]});
+  bound_threads = threads;
+}
+
+}  // namespace
+
+std::vector<int> ComputeThreadCores(int threads) {
+  const int worker = ComputeWorkerIndex();
+  const std::vector<int>& allowed = AllowedCores();
+  if (threads < 2 || threads < static_cast<int>(allowed.size()) || worker < 0 ||
+      !BindingWanted()) {
+    return {};
+  }
+  std::vector<int> cores;
+  for (int i = 0; i < threads; ++i) {
+    cores.push_back(allowed[(static_cast<size_t>(worker) + i) % allowed.size()]);
+  }
+  return cores;
+}
 
 void UseComputeThreads() {
   const int threads = runtime::ComputeThreads();
   if (openblas_get_num_threads() != threads) openblas_set_num_threads(threads);
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+  // Inside a parallel region a team of its own would be one thread.
+  if (bound_threads != threads && (bound_threads != 0 || threads >= 2) &&
+      ComputeWorkerIndex() >= 0 && !omp_in_parallel()) {
+    BindTeam(threads);
+  }
 }
 
 }  // namespace kiln::host
