@@ -58,13 +58,23 @@ thread_local int bound_threads = 0;
 void BindTeam(int threads) {
   const std::vector<int> cores = ComputeThreadCores(threads);
   if (cores.empty()) {
-    // One thread now: the worker runs wherever the scheduler puts it.
-    if (bound_threads != 0) SetAffinity(AllowedCores());
+    // A smaller team now: every thread of the bound one runs wherever the
+    // scheduler puts it again.
+    if (bound_threads != 0) {
+#pragma omp parallel num_threads(bound_threads)
+      SetAffinity(AllowedCores());
+    }
     bound_threads = 0;
     return;
   }
+  // The worker itself (thread 0) keeps every core: threads it starts later
+  // (OpenMP replaces pool threads after a smaller region; OpenBLAS starts
+  // its own) inherit its mask and must not all land on one core.
 #pragma omp parallel num_threads(threads)
-  SetAffinity({cores[omp_get_thread_num() % cores.size()]});
+  {
+    const int t = omp_get_thread_num();
+    if (t > 0) SetAffinity({cores[t % cores.size()]});
+  }
   bound_threads = threads;
 }
 
@@ -73,7 +83,7 @@ void BindTeam(int threads) {
 std::vector<int> ComputeThreadCores(int threads) {
   const int worker = ComputeWorkerIndex();
   const std::vector<int>& allowed = AllowedCores();
-  if (threads < 2 || threads < static_cast<int>(allowed.size()) || worker < 0 ||
+  if (threads < 2 || threads != static_cast<int>(allowed.size()) || worker < 0 ||
       !BindingWanted()) {
     return {};
   }

@@ -11,11 +11,11 @@ namespace kiln::host {
 // runtime::ComputeThreads(). Cheap when nothing changed; called before each
 // library call.
 //
-// On a compute worker (compute_workers.h) whose team has a thread for each
-// core the process may use (two at least: --threads' default), it also
-// binds the team's threads to cores, thread i of worker k to the process's
-// (k + i)-th allowed core (wrapping around: executions running at once on
-// different workers start their serial parts on different cores). A
+// On a compute worker (compute_workers.h) whose team has exactly a thread
+// for each core the process may use (two at least), it also binds the
+// team's threads to cores, thread i > 0 of worker k to the process's
+// (k + i)-th allowed core (wrapping around). The worker itself, thread 0,
+// keeps every core: threads it starts later inherit its mask. A
 // product's or a loop's share of each step then runs on the same core
 // every step, whose caches still hold that share's operands (an MLP's
 // weights are split between the cores' L2), and no thread of the team is
@@ -27,8 +27,9 @@ namespace kiln::host {
 // KILN_BIND_THREADS=0.
 void UseComputeThreads();
 
-// The cores UseComputeThreads binds team thread 0, 1, ... of the calling
-// compute worker to at `threads` threads: empty where it binds none.
+// The core of team thread i of the calling compute worker at `threads`
+// threads (entry 0, the worker's own, is left unbound): empty where
+// UseComputeThreads binds none.
 std::vector<int> ComputeThreadCores(int threads);
 
 }  // namespace kiln::host

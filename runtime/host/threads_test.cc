@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -36,42 +37,62 @@ class ThreadsTest : public testing::Test {
 TEST_F(ThreadsTest, AFullTeamOnAComputeWorkerIsBoundOneThreadPerCore) {
   const std::vector<int> allowed = CoresOf(getpid());
   if (allowed.size() < 2) GTEST_SKIP() << "one core";
+  for (const char* name : {"KILN_BIND_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY",
+                           "OMP_THREAD_LIMIT", "OMP_DYNAMIC"}) {
+    if (std::getenv(name) != nullptr) GTEST_SKIP() << name << " is set";
+  }
   const int threads = static_cast<int>(allowed.size());
   runtime::SetComputeThreads(threads);
-  std::vector<std::vector<int>> seen(threads);
-  std::vector<int> wanted, master_after_one;
+  std::vector<std::vector<int>> seen(threads), after_smaller(threads), after_one(threads);
+  std::vector<int> wanted;
   RunOnComputeWorker([&] {
     wanted = ComputeThreadCores(threads);
     UseComputeThreads();
 #pragma omp parallel num_threads(threads)
     seen[omp_get_thread_num()] = CoresOf(0);
-    // Back to one thread: the worker may run anywhere again.
+    // A smaller region may end pool threads; the full team started again
+    // afterwards must not inherit one core from the worker.
+#pragma omp parallel num_threads(threads - 1)
+    (void)omp_get_thread_num();
+    UseComputeThreads();
+#pragma omp parallel num_threads(threads)
+    after_smaller[omp_get_thread_num()] = CoresOf(0);
+    // Back to one thread: the whole team may run anywhere again.
     runtime::SetComputeThreads(1);
     UseComputeThreads();
-    master_after_one = CoresOf(0);
+#pragma omp parallel num_threads(threads)
+    after_one[omp_get_thread_num()] = CoresOf(0);
   });
   ASSERT_EQ(wanted.size(), allowed.size());
+  // The worker keeps every core; the others are one to a core, all
+  // different.
+  EXPECT_EQ(seen[0], allowed);
+  EXPECT_EQ(after_smaller[0], allowed);
   std::vector<int> used;
-  for (int i = 0; i < threads; ++i) {
+  for (int i = 1; i < threads; ++i) {
     EXPECT_EQ(seen[i], std::vector<int>{wanted[i]}) << "thread " << i;
+    EXPECT_TRUE(after_smaller[i] == std::vector<int>{wanted[i]} || after_smaller[i] == allowed)
+        << "thread " << i << " after a smaller region";
     used.push_back(wanted[i]);
   }
-  // Every allowed core once.
   std::sort(used.begin(), used.end());
-  EXPECT_EQ(used, allowed);
-  EXPECT_EQ(master_after_one, allowed);
+  EXPECT_EQ(std::adjacent_find(used.begin(), used.end()), used.end());
+  for (int i = 0; i < threads; ++i) EXPECT_EQ(after_one[i], allowed) << "thread " << i;
 }
 
-TEST_F(ThreadsTest, NothingIsBoundOffTheWorkersOrBelowAFullTeam) {
+TEST_F(ThreadsTest, NothingIsBoundOffTheWorkersNorForOtherTeamSizes) {
   const std::vector<int> allowed = CoresOf(getpid());
-  EXPECT_TRUE(ComputeThreadCores(static_cast<int>(allowed.size()) + 1).empty());
-  std::vector<int> one, partial;
+  const int cores = static_cast<int>(allowed.size());
+  EXPECT_TRUE(ComputeThreadCores(cores).empty());  // not a worker
+  std::vector<int> one, partial, more;
   RunOnComputeWorker([&] {
     one = ComputeThreadCores(1);
-    partial = ComputeThreadCores(static_cast<int>(allowed.size()) - 1);
+    partial = ComputeThreadCores(cores - 1);
+    more = ComputeThreadCores(cores + 1);  // more threads than cores
   });
   EXPECT_TRUE(one.empty());
   EXPECT_TRUE(partial.empty());
+  EXPECT_TRUE(more.empty());
 }
 
 }  // namespace
