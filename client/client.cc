@@ -42,6 +42,7 @@ class ClientCore {
   void QueueRelease(const std::string& handle, bool executable, int64_t bytes) {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
+    if (pending_buffers_.empty() && pending_executables_.empty()) first_queued_ = absl::Now();
     (executable ? pending_executables_ : pending_buffers_).push_back(handle);
     pending_bytes_ += executable ? kPromptReleaseBytes : bytes;
   }
@@ -130,8 +131,9 @@ class ClientCore {
       // loss) costs one call and one wake-up of this thread (and of one of
       // the server's) per batch, not one per handle. Small buffers wait
       // longer than large ones, whose memory the server may need soon.
-      // Flush and Shutdown cut the wait short.
-      const absl::Time first = absl::Now();
+      // Flush and Shutdown cut the wait short. The wait counts from when
+      // the first of them was queued, not from when this thread woke.
+      const absl::Time first = first_queued_;
       auto full = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return stopping_ || flushing_ > 0 ||
                pending_buffers_.size() + pending_executables_.size() >= kReleaseBatch;
@@ -226,6 +228,7 @@ class ClientCore {
   // Callers waiting for everything queued to be sent (Flush, Shutdown).
   int flushing_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // what the pending releases free
+  absl::Time first_queued_ ABSL_GUARDED_BY(mu_);    // when the oldest pending one was queued
   static constexpr size_t kReleaseBatch = 256;
   // Releases freeing this much in all are sent within kReleaseGather,
   // smaller ones within kSmallReleaseGather.
@@ -267,7 +270,7 @@ DeviceBuffer::DeviceBuffer(std::shared_ptr<ClientCore> core, std::shared_ptr<Loc
 DeviceBuffer::~DeviceBuffer() {
   absl::MutexLock lock(&mu_);
   if (!donated_ && !handle_.empty()) {
-    core_->QueueRelease(handle_, /*executable=*/false, shape_.IsArray() ? shape_.ByteSize() : 0);
+    core_->QueueRelease(handle_, /*executable=*/false, shape_.ByteSize());
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -10,12 +11,17 @@
 
 namespace kiln::runtime {
 
+namespace {
+// Steady: a wall clock stepped back would delay every ask by as much.
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
 struct CancelWatch::Entry {
   // Held while `slow` is asked, and by the destructor to stop asking.
   absl::Mutex mu;
   CancelCheck slow ABSL_GUARDED_BY(mu);
   absl::Duration period;
-  absl::Time next_ask;  // guarded by the watcher's lock
+  Clock::time_point next_ask;  // guarded by the watcher's lock
   std::atomic<bool> cancelled{false};
 };
 
@@ -32,14 +38,14 @@ class Watcher {
 
   void Add(std::shared_ptr<CancelWatch::Entry> entry) {
     absl::MutexLock lock(&mu_);
-    entry->next_ask = absl::Now() + entry->period;
+    entry->next_ask = Clock::now() + absl::ToChronoNanoseconds(entry->period);
     // The watcher sleeps until its earliest ask: woken only when this one is
     // due sooner.
     if (entry->next_ask < sleeping_until_) added_.Signal();
     entries_.insert(std::move(entry));
     if (!started_) {
-      started_ = true;
       std::thread([this] { Loop(); }).detach();
+      started_ = true;
     }
   }
 
@@ -54,20 +60,23 @@ class Watcher {
     while (true) {
       {
         absl::MutexLock lock(&mu_);
-        sleeping_until_ = absl::InfiniteFuture();
+        sleeping_until_ = Clock::time_point::max();
         for (const auto& e : entries_) sleeping_until_ = std::min(sleeping_until_, e->next_ask);
-        // Woken before then (true is a timeout): an entry added meanwhile is
-        // due sooner.
-        const bool timed_out = added_.WaitWithDeadline(&mu_, sleeping_until_);
-        sleeping_until_ = absl::InfinitePast();
-        if (!timed_out) continue;
-        const absl::Time now = absl::Now();
+        // Woken before then: an entry added meanwhile is due sooner.
+        if (sleeping_until_ == Clock::time_point::max()) {
+          added_.Wait(&mu_);
+        } else {
+          const auto left = sleeping_until_ - Clock::now();
+          if (left > Clock::duration::zero()) added_.WaitWithTimeout(&mu_, absl::FromChrono(left));
+        }
+        sleeping_until_ = Clock::time_point::min();
+        const Clock::time_point now = Clock::now();
         for (const auto& e : entries_) {
           if (e->next_ask <= now) due.push_back(e);
         }
       }
       for (const auto& e : due) {
-        const absl::Time start = absl::Now();
+        const Clock::time_point start = Clock::now();
         {
           absl::MutexLock lock(&e->mu);
           if (e->slow && !e->cancelled.load(std::memory_order_relaxed) && e->slow()) {
@@ -76,11 +85,11 @@ class Watcher {
         }
         // Many watched calls, or slow answers, stretch the period so that
         // asking takes about a fifth of this thread's time at most.
-        const absl::Duration took = absl::Now() - start;
-        const absl::Duration period =
-            std::max(e->period, 4 * took * static_cast<int64_t>(due.size()));
+        const Clock::duration took = Clock::now() - start;
+        const Clock::duration period = std::max<Clock::duration>(
+            absl::ToChronoNanoseconds(e->period), 4 * took * static_cast<int64_t>(due.size()));
         absl::MutexLock lock(&mu_);
-        e->next_ask = absl::Now() + period;
+        e->next_ask = Clock::now() + period;
       }
       due.clear();
     }
@@ -89,8 +98,8 @@ class Watcher {
   absl::Mutex mu_;
   absl::flat_hash_set<std::shared_ptr<CancelWatch::Entry>> entries_ ABSL_GUARDED_BY(mu_);
   absl::CondVar added_;  // signalled by Add
-  // When the watcher wakes next; the infinite past while it is awake.
-  absl::Time sleeping_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // When the watcher wakes next; the earliest time point while it is awake.
+  Clock::time_point sleeping_until_ ABSL_GUARDED_BY(mu_) = Clock::time_point::min();
   bool started_ ABSL_GUARDED_BY(mu_) = false;
 };
 
