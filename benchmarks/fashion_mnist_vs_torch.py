@@ -9,7 +9,12 @@ of the ratios.
 
     /usr/bin/python3 benchmarks/fashion_mnist_vs_torch.py [--threads 1,2] [--runs 3]
         [--train_limit 60000] [--models mlp,lenet] [--embedded]
-        [--peers_venv DIR] [--no_jax] [--no_torch2]
+        [--peers_venv DIR] [--no_jax] [--no_torch2] [--upload pixels|f32]
+
+Kiln's batches travel as the dataset stores them, u8 pixels, and its step
+standardizes them on the device (the example's default, --upload=pixels);
+--upload=f32 sends them standardized on the client, four times the bytes.
+The peers read standardized f32 batches from their own memory.
 
 JAX and PyTorch 2 are never dependencies of Kiln: the first run creates a
 virtual environment (--peers_venv, default build/peers-venv) and installs
@@ -269,7 +274,7 @@ def kiln_epoch(name, args, address, threads):
     cmd = [os.path.join(BIN, "fashion_mnist"), f"--model={name}", "--epochs=1",
            f"--train_limit={args.train_limit}", "--test_limit=1000",
            f"--batch_size={args.batch}", "--lr=0.01", "--momentum=0.9", "--report=false",
-           "--log_every=1000000"]
+           "--log_every=1000000", f"--upload={args.upload}"]
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads))
     if address:
         cmd.append(f"--server={address}")
@@ -364,6 +369,8 @@ def main():
     p.add_argument("--no_jax", action="store_true", help="leave JAX out")
     p.add_argument("--no_torch2", action="store_true",
                    help="leave PyTorch 2 from PyPI (eager and torch.compile) out")
+    p.add_argument("--upload", choices=["pixels", "f32"], default="pixels",
+                   help="how Kiln's batches travel (fashion_mnist --upload)")
     p.add_argument("--worker_model", help=argparse.SUPPRESS)
     p.add_argument("--worker_peer", default="torch", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -403,7 +410,8 @@ def main():
     else:
         print(f"PyTorch 2 from PyPI: {torch2_version}")
     print(f"{args.train_limit} images per epoch, batch {args.batch}, {args.runs} interleaved runs, "
-          f"Kiln {'embedded' if args.embedded else 'through kiln-server on loopback'}")
+          f"Kiln {'embedded' if args.embedded else 'through kiln-server on loopback'}, "
+          f"its batches sent as {'u8 pixels standardized on the device' if args.upload == 'pixels' else 'standardized f32'}")
     (kiln_ns, kiln_eager_ns, kiln_grad_ns) = kiln_op_ns()
     torch_ns, torch_grad_ns = torch_op_ns(), torch_op_ns(requires_grad=True)
     print(f"per-op cost: kiln trace {kiln_ns:.0f} ns | pytorch eager op on 1 element "

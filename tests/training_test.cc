@@ -100,5 +100,30 @@ TEST_F(TrainingTest, ChangedBatchSizeCompilesOnceAndSaysWhy) {
   EXPECT_NE(why.find("trainer.cc"), std::string::npos) << why;  // the call site
 }
 
+// A batch sent as the file's u8 pixels, standardized by the step on the
+// server, trains as the same batch standardized on the client: same losses
+// and counts step after step (up to float rounding), one compile each way.
+TEST_F(TrainingTest, PixelBatchesTrainAsTheirStandardizedImages) {
+  auto other_ctx = client::LazyContext::Create(client_.get());
+  auto other_model = examples::MakeModel("mlp", other_ctx.get(), "cpu:0", 7);
+  ASSERT_TRUE(other_model.ok()) << other_model.status();
+  examples::TrainerOptions options;
+  options.learning_rate = 0.02;
+  examples::Trainer from_pixels(other_ctx.get(), other_model->get(), "cpu:0", options);
+  for (int64_t step = 0; step < 4; ++step) {
+    const examples::StepResult f32 = Train(step, 128);
+    auto pixels = from_pixels.TrainStep(train_->pixels.data() + step * 128 * 784,
+                                        train_->labels.data() + step * 128, 128);
+    ASSERT_TRUE(pixels.ok()) << pixels.status();
+    EXPECT_NEAR(pixels->loss, f32.loss, 1e-4 * std::max(1.0, f32.loss)) << "step " << step;
+    EXPECT_NEAR(pixels->correct, f32.correct, 1) << "step " << step;
+  }
+  auto eval = from_pixels.EvalStep(test_->pixels.data(), test_->labels.data(), 1000);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  const double f32_accuracy = TestAccuracy();
+  EXPECT_NEAR(eval->correct / 1000.0, f32_accuracy, 0.003);
+  EXPECT_EQ(other_ctx->metrics().uncached_compiles, 2);  // one train, one eval program
+}
+
 }  // namespace
 }  // namespace kiln

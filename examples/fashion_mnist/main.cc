@@ -57,6 +57,9 @@ ABSL_FLAG(bool, pipeline, true,
 ABSL_FLAG(std::string, data_dir, kiln::examples::kDefaultDataDir, "folder of the idx files");
 ABSL_FLAG(int64_t, train_limit, 0, "use only this many training examples (0: all)");
 ABSL_FLAG(int64_t, test_limit, 0, "use only this many test examples (0: all)");
+ABSL_FLAG(std::string, upload, "pixels",
+          "how batches travel: pixels (the file's u8 bytes, standardized on the device) or f32 "
+          "(standardized here, four times the bytes)");
 ABSL_FLAG(int, log_every, 100, "print a progress line every this many steps");
 ABSL_FLAG(uint64_t, seed, 1, "seed of weight initialization and shuffling");
 ABSL_FLAG(bool, report, true, "print the lazy tensor metrics report at the end");
@@ -253,7 +256,9 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
   // The epochs already done drew their orders from the same generator.
   for (int epoch = 1; epoch < start.epoch; ++epoch) std::shuffle(order.begin(), order.end(), rng);
-  std::vector<float> images(size_t(batch) * 784);
+  const bool upload_pixels = absl::GetFlag(FLAGS_upload) == "pixels";
+  std::vector<float> images(upload_pixels ? 0 : size_t(batch) * 784);
+  std::vector<uint8_t> pixels(upload_pixels ? size_t(batch) * 784 : 0);
   std::vector<int32_t> labels(batch);
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   const int64_t checkpoint_every = std::max<int64_t>(1, absl::GetFlag(FLAGS_checkpoint_every));
@@ -324,11 +329,16 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
     for (int64_t step = first_step; step < steps; ++step) {
       for (int i = 0; i < batch; ++i) {
         const int64_t k = order[step * batch + i];
-        std::copy_n(train.images.begin() + k * 784, 784, images.begin() + size_t(i) * 784);
+        if (upload_pixels) {
+          std::copy_n(train.pixels.begin() + k * 784, 784, pixels.begin() + size_t(i) * 784);
+        } else {
+          std::copy_n(train.images.begin() + k * 784, 784, images.begin() + size_t(i) * 784);
+        }
         labels[i] = train.labels[k];
       }
       absl::StatusOr<kiln::examples::PendingStep> sent =
-          trainer.StartStep(images.data(), labels.data(), batch);
+          upload_pixels ? trainer.StartStep(pixels.data(), labels.data(), batch)
+                        : trainer.StartStep(images.data(), labels.data(), batch);
       if (!sent.ok()) return sent.status();
       if (previous.has_value()) RETURN_IF_ERROR(read_previous(step - 1));
       previous = *std::move(sent);
@@ -350,8 +360,11 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
     // no graphs.
     kiln::client::NoGradients evaluating(*ctx);
     for (int64_t from = 0; from + eval_batch <= test.count; from += eval_batch) {
-      absl::StatusOr<StepResult> r = trainer.EvalStep(
-          test.images.data() + from * 784, test.labels.data() + from, eval_batch);
+      const int32_t* eval_labels = test.labels.data() + from;
+      absl::StatusOr<StepResult> r =
+          upload_pixels
+              ? trainer.EvalStep(test.pixels.data() + from * 784, eval_labels, eval_batch)
+              : trainer.EvalStep(test.images.data() + from * 784, eval_labels, eval_batch);
       if (!r.ok()) return r.status();
       test_loss += r->loss * eval_batch;
       test_correct += r->correct;
@@ -383,6 +396,10 @@ int main(int argc, char** argv) {
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode != "lazy" && mode != "eager") {
     return Fail(absl::InvalidArgumentError("--mode must be lazy or eager"));
+  }
+  const std::string upload = absl::GetFlag(FLAGS_upload);
+  if (upload != "pixels" && upload != "f32") {
+    return Fail(absl::InvalidArgumentError("--upload must be pixels or f32"));
   }
   const int batch = absl::GetFlag(FLAGS_batch_size);
   const int eval_batch = absl::GetFlag(FLAGS_eval_batch_size);

@@ -59,11 +59,10 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::stri
     return absl::DataLossError(absl::StrCat(prefix, " image and label files do not match"));
   }
   if (limit > 0 && limit < d.count) d.count = limit;
-  // Standardize with the training set's pixel mean and deviation.
-  constexpr float kMean = 0.2860f, kStd = 0.3530f;
+  d.pixels.assign(images.begin() + 16, images.begin() + 16 + d.count * pixels);
   d.images.resize(d.count * pixels);
   for (int64_t i = 0; i < d.count * pixels; ++i) {
-    d.images[i] = (uint8_t(images[16 + i]) / 255.0f - kMean) / kStd;
+    d.images[i] = (d.pixels[i] / 255.0f - kPixelMean) / kPixelStd;
   }
   d.labels.resize(d.count);
   for (int64_t i = 0; i < d.count; ++i) {

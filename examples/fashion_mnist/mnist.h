@@ -13,10 +13,16 @@ namespace kiln::examples {
 
 inline constexpr char kDefaultDataDir[] = "/usr/share/datasets/fashion-mnist";
 
+// The training set's pixel mean and deviation, on the [0, 1] scale: images
+// are standardized as (pixel / 255 - kPixelMean) / kPixelStd.
+inline constexpr float kPixelMean = 0.2860f;
+inline constexpr float kPixelStd = 0.3530f;
+
 struct Dataset {
   int64_t count = 0;
   int rows = 28, cols = 28;
-  std::vector<float> images;   // count * rows * cols, scaled to [0, 1] and standardized
+  std::vector<float> images;    // count * rows * cols, scaled to [0, 1] and standardized
+  std::vector<uint8_t> pixels;  // the same images as the file stores them, 0..255
   std::vector<int32_t> labels;  // count, 0..9
 };
 

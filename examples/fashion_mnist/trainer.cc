@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/autodiff.h"
 #include "client/loop.h"
+#include "examples/fashion_mnist/mnist.h"
 #include "base/status_macros.h"
 
 namespace kiln::examples {
@@ -134,9 +135,24 @@ Trainer::Trainer(client::LazyContext* ctx, Model* model, std::string device,
   }
 }
 
-absl::StatusOr<Trainer::Batch> Trainer::Upload(const float* images, const int32_t* labels, int batch) {
+namespace {
+
+ir::Literal ImageLiteral(const float* images, int batch) {
   ir::Literal x(Shape(ElementType::kF32, {batch, 784}));
   std::memcpy(x.mutable_bytes().data(), images, sizeof(float) * batch * 784);
+  return x;
+}
+
+ir::Literal ImageLiteral(const uint8_t* pixels, int batch) {
+  return ir::Literal::FromBytes(Shape(ElementType::kU8, {batch, 784}),
+                                std::vector<uint8_t>(pixels, pixels + size_t(batch) * 784));
+}
+
+}  // namespace
+
+absl::StatusOr<Trainer::Batch> Trainer::Upload(ir::Literal x, const int32_t* labels, int batch) {
+  RETURN_IF_ERROR(ReplicateModel());
+  const bool pixels = x.shape().type() == ElementType::kU8;
   ir::Literal y(Shape(ElementType::kS32, {batch}));
   std::memcpy(y.mutable_bytes().data(), labels, sizeof(int32_t) * batch);
   Batch b;
@@ -149,6 +165,11 @@ absl::StatusOr<Trainer::Batch> Trainer::Upload(const float* images, const int32_
   }
   RETURN_IF_ERROR(b.images.status());
   RETURN_IF_ERROR(b.labels.status());
+  if (pixels) {
+    // (pixel / 255 - mean) / std as one multiply and one subtract.
+    b.images = client::Cast(b.images, ElementType::kF32) * (1.0 / (255.0 * kPixelStd)) -
+               double{kPixelMean} / kPixelStd;
+  }
   return b;
 }
 
@@ -171,6 +192,12 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const float* images, const int32_t
   return ReadStep(step);
 }
 
+absl::StatusOr<StepResult> Trainer::TrainStep(const uint8_t* pixels, const int32_t* labels,
+                                              int batch) {
+  ASSIGN_OR_RETURN(PendingStep step, StartStep(pixels, labels, batch));
+  return ReadStep(step);
+}
+
 absl::StatusOr<StepResult> Trainer::ReadStep(const PendingStep& step) {
   ASSIGN_OR_RETURN(double l, step.loss.Item());
   ASSIGN_OR_RETURN(double c, step.correct.Item());
@@ -179,10 +206,18 @@ absl::StatusOr<StepResult> Trainer::ReadStep(const PendingStep& step) {
 
 absl::StatusOr<PendingStep> Trainer::StartStep(const float* images, const int32_t* labels,
                                                int batch) {
-  RETURN_IF_ERROR(ReplicateModel());
+  return Start(Upload(ImageLiteral(images, batch), labels, batch));
+}
+
+absl::StatusOr<PendingStep> Trainer::StartStep(const uint8_t* pixels, const int32_t* labels,
+                                               int batch) {
+  return Start(Upload(ImageLiteral(pixels, batch), labels, batch));
+}
+
+absl::StatusOr<PendingStep> Trainer::Start(absl::StatusOr<Batch> uploaded) {
   Tensor loss, correct;
   {
-    ASSIGN_OR_RETURN(Batch b, Upload(images, labels, batch));
+    ASSIGN_OR_RETURN(Batch b, std::move(uploaded));
     Tensor logits = model_->Forward(b.images);
     loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
     correct = client::CorrectCount(logits, b.labels);
@@ -229,10 +264,18 @@ absl::Status Trainer::TrainLoop(int64_t steps, int batch, client::CallCanceller*
 
 absl::StatusOr<StepResult> Trainer::EvalStep(const float* images, const int32_t* labels,
                                              int batch) {
-  RETURN_IF_ERROR(ReplicateModel());
+  return Eval(Upload(ImageLiteral(images, batch), labels, batch));
+}
+
+absl::StatusOr<StepResult> Trainer::EvalStep(const uint8_t* pixels, const int32_t* labels,
+                                             int batch) {
+  return Eval(Upload(ImageLiteral(pixels, batch), labels, batch));
+}
+
+absl::StatusOr<StepResult> Trainer::Eval(absl::StatusOr<Batch> uploaded) {
   Tensor loss, correct;
   {
-    ASSIGN_OR_RETURN(Batch b, Upload(images, labels, batch));
+    ASSIGN_OR_RETURN(Batch b, std::move(uploaded));
     Tensor logits = model_->Forward(b.images);
     loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
     correct = client::CorrectCount(logits, b.labels);

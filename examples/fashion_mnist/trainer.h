@@ -78,11 +78,17 @@ class Trainer {
   Trainer(client::LazyContext* ctx, Model* model, std::string device,
           const TrainerOptions& options);
   absl::StatusOr<StepResult> TrainStep(const float* images, const int32_t* labels, int batch);
+  absl::StatusOr<StepResult> TrainStep(const uint8_t* pixels, const int32_t* labels, int batch);
   // The step without reading its loss: with a pipelined context the device
   // runs it while the caller prepares the next one. Read it with ReadStep.
   absl::StatusOr<PendingStep> StartStep(const float* images, const int32_t* labels, int batch);
+  // The same from the file's pixels (0..255, a quarter of the bytes of
+  // standardized f32 images): they travel as u8 and the step standardizes
+  // them on the device, as LoadFashionMnist does here.
+  absl::StatusOr<PendingStep> StartStep(const uint8_t* pixels, const int32_t* labels, int batch);
   static absl::StatusOr<StepResult> ReadStep(const PendingStep& step);
   absl::StatusOr<StepResult> EvalStep(const float* images, const int32_t* labels, int batch);
+  absl::StatusOr<StepResult> EvalStep(const uint8_t* pixels, const int32_t* labels, int batch);
   // Loop mode: `steps` training steps as one device program. Each
   // iteration reads one tuple (images f32[batch,784], labels s32[batch])
   // from the device's infeed and pushes the step's loss (f32[]) to its
@@ -106,7 +112,10 @@ class Trainer {
   struct Batch {
     client::Tensor images, labels;
   };
-  absl::StatusOr<Batch> Upload(const float* images, const int32_t* labels, int batch);
+  // Images [batch, 784], f32 or u8 pixels (standardized on the device).
+  absl::StatusOr<Batch> Upload(ir::Literal images, const int32_t* labels, int batch);
+  absl::StatusOr<PendingStep> Start(absl::StatusOr<Batch> batch);
+  absl::StatusOr<StepResult> Eval(absl::StatusOr<Batch> batch);
 
   // Replicates the model on the first data-parallel step.
   absl::Status ReplicateModel();
