@@ -216,6 +216,10 @@ bool RunVectorNode(const FusedNode& node, absl::Span<const uint8_t* const> args,
   float* o = reinterpret_cast<float*>(out);
   switch (ir::OpcodeCategory(node.op)) {
     case ir::OpCategory::kUnary:
+      if (node.op == Opcode::kConvert) {
+        return node.out_type == ElementType::kF32 &&
+               vec::ConvertToF32(node.in_type, args[0], o, n);
+      }
       return node.out_type == ElementType::kF32 && node.in_type == ElementType::kF32 &&
              vec::UnaryF32(node.op, f32(0), o, n);
     case ir::OpCategory::kBinary:

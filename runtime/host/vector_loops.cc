@@ -136,6 +136,46 @@ void SelectF32(const bool* __restrict p, const float* __restrict t, const float*
   }
 }
 
+namespace {
+
+// One function per type: target clones are not made of templates.
+#define KILN_WIDEN(From)                                                                \
+  KILN_VECTOR_CLONES void WidenToF32(const From* __restrict a, float* __restrict out,   \
+                                     int64_t n) {                                      \
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(a[i]);                 \
+  }
+KILN_WIDEN(uint8_t)
+KILN_WIDEN(int8_t)
+KILN_WIDEN(uint16_t)
+KILN_WIDEN(int16_t)
+KILN_WIDEN(int32_t)
+#undef KILN_WIDEN
+
+}  // namespace
+
+bool ConvertToF32(ElementType from, const void* a, float* out, int64_t n) {
+  switch (from) {
+    case ElementType::kPred:  // stored as 0 or 1
+    case ElementType::kU8:
+      WidenToF32(static_cast<const uint8_t*>(a), out, n);
+      return true;
+    case ElementType::kS8:
+      WidenToF32(static_cast<const int8_t*>(a), out, n);
+      return true;
+    case ElementType::kU16:
+      WidenToF32(static_cast<const uint16_t*>(a), out, n);
+      return true;
+    case ElementType::kS16:
+      WidenToF32(static_cast<const int16_t*>(a), out, n);
+      return true;
+    case ElementType::kS32:
+      WidenToF32(static_cast<const int32_t*>(a), out, n);
+      return true;
+    default:
+      return false;
+  }
+}
+
 const char* VectorUnit() {
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "base/element_type.h"
 #include "compiler/ir/opcode.h"
 
 namespace kiln::host::vec {
@@ -25,6 +26,10 @@ bool CompareF32(ir::ComparisonDirection direction, const float* a, const float* 
                 int64_t n);
 // out[i] = p[i] ? t[i] : f[i].
 void SelectF32(const bool* p, const float* t, const float* f, float* out, int64_t n);
+// out[i] = float(a[i]) for `from` u8, s8, u16, s16, s32 and pred (where a
+// float holds every value exactly but s32's large ones, rounded to nearest
+// as a conversion does).
+bool ConvertToF32(ElementType from, const void* a, float* out, int64_t n);
 
 // The widest vector unit the loops were chosen for: "avx512", "avx2" or
 // "baseline".

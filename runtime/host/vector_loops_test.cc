@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/type_dispatch.h"
+
 namespace kiln::host::vec {
 namespace {
 
@@ -156,6 +158,42 @@ TEST(VectorLoopsTest, SelectPicksPerElement) {
   std::vector<float> out(n);
   SelectF32(p.get(), a.data(), b.data(), out.data(), n);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(Bits(out[i]), Bits(p[i] ? a[i] : b[i])) << i;
+}
+
+// Every integer type's extremes and a run of random values (an odd count,
+// so the scalar tails run too) convert as ConvertValue converts one value;
+// s32's values past 2^24 round to nearest even.
+template <typename T>
+void ExpectConvertsAsOneValue(ElementType type) {
+  std::vector<T> a = {std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), T(0), T(1)};
+  if constexpr (std::is_same_v<T, int32_t>) {
+    for (int32_t v : {16777217, -16777217, 2147483520, 2147483583, 2147483584}) a.push_back(v);
+  }
+  std::mt19937 gen(11);
+  std::uniform_int_distribution<int64_t> dist(std::numeric_limits<T>::min(),
+                                              std::numeric_limits<T>::max());
+  for (int i = 0; i < 1001; ++i) a.push_back(static_cast<T>(dist(gen)));
+  std::vector<float> out(a.size(), -1.0f);
+  ASSERT_TRUE(ConvertToF32(type, a.data(), out.data(), static_cast<int64_t>(a.size())));
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(Bits(out[i]), Bits(ConvertValue<float>(a[i]))) << ElementTypeName(type) << " " << i;
+  }
+}
+
+TEST(VectorLoopsTest, IntegersConvertToF32AsOneValueDoes) {
+  ExpectConvertsAsOneValue<uint8_t>(ElementType::kU8);
+  ExpectConvertsAsOneValue<int8_t>(ElementType::kS8);
+  ExpectConvertsAsOneValue<uint16_t>(ElementType::kU16);
+  ExpectConvertsAsOneValue<int16_t>(ElementType::kS16);
+  ExpectConvertsAsOneValue<int32_t>(ElementType::kS32);
+  const bool p[] = {true, false, false, true, true};
+  float out[5];
+  ASSERT_TRUE(ConvertToF32(ElementType::kPred, p, out, 5));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(out[i], p[i] ? 1.0f : 0.0f);
+  // The others are left to the generic loop.
+  const double d = 1.0;
+  EXPECT_FALSE(ConvertToF32(ElementType::kF64, &d, out, 1));
+  EXPECT_FALSE(ConvertToF32(ElementType::kS64, &d, out, 1));
 }
 
 }  // namespace
