@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/host_identity.h"
 #include "absl/synchronization/mutex.h"
 #include "client/grpc_transport.h"
 #include "client/mesh_transport.h"
@@ -345,8 +346,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::unique_ptr<Transport
   auto client = std::unique_ptr<Client>(new Client(core));
   client->protocol_version_ = resp->version();
   client->security_warning_ = resp->security_warning();
+  client->host_id_ = resp->host_id();
+  client->host_cores_ = resp->host_cores();
   for (const auto& d : resp->devices()) {
-    client->devices_.push_back({d.name(), d.kind(), d.ordinal(), d.memory_capacity_bytes()});
+    client->devices_.push_back(
+        {d.name(), d.kind(), d.ordinal(), d.memory_capacity_bytes(), d.compute_threads()});
   }
   if (client->devices_.empty()) return absl::FailedPreconditionError("the server has no devices");
   return client;
@@ -390,6 +394,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::ConnectMesh(
 Client::~Client() { core_->Shutdown(); }
 
 const std::string& Client::session_id() const { return core_->session_id(); }
+
+bool Client::ComputeFillsSharedCores(const std::string& device) const {
+  if (host_id_.empty() || host_id_ != HostBootId() || host_cores_ <= 0) return false;
+  for (const DeviceDescription& d : devices_) {
+    if (d.name == device) return d.compute_threads >= host_cores_;
+  }
+  return false;
+}
 
 const DeviceDescription& Client::default_device() const {
   for (const auto& d : devices_) {

@@ -31,6 +31,9 @@ struct DeviceDescription {
   std::string kind;  // "cpu"
   int ordinal = 0;
   int64_t memory_capacity_bytes = 0;
+  // Host threads it computes with (0: it computes elsewhere, or the server
+  // does not say).
+  int compute_threads = 0;
 };
 
 struct ConnectOptions {
@@ -259,6 +262,12 @@ class Client {
   // Non-empty when the server runs exposed without TLS or authentication
   // (kiln-server --insecure): show it to the user.
   const std::string& security_warning() const { return security_warning_; }
+  // True when the server runs on this process's machine (the same kernel)
+  // and computes on `device` with a thread for each core it may use:
+  // whatever this process computes while a program runs there takes a core
+  // from that team. Counts, not core lists, are compared: a client pinned
+  // away from the server's cores is still reported.
+  bool ComputeFillsSharedCores(const std::string& device) const;
   // The first accelerator, else the first CPU.
   const DeviceDescription& default_device() const;
   // The service runs in this process (embedded.h): executions take the
@@ -331,6 +340,8 @@ class Client {
   std::vector<DeviceDescription> devices_;
   uint32_t protocol_version_ = 0;
   std::string security_warning_;
+  std::string host_id_;  // the server's kernel boot id
+  int host_cores_ = 0;   // cores the server may run on
 };
 
 }  // namespace kiln::client

@@ -2,9 +2,11 @@
 #include "client/client.h"
 
 #include "absl/time/clock.h"
+#include "base/host_identity.h"
 #include "compiler/ir/hlo_parser.h"
 #include "embedded/embedded.h"
 #include "gtest/gtest.h"
+#include "runtime/compute_threads.h"
 
 namespace kiln::client {
 namespace {
@@ -26,6 +28,29 @@ TEST(ClientTest, DevicesAndDefault) {
   EXPECT_EQ((*client)->devices()[0].name, "cpu:0");
   EXPECT_EQ((*client)->devices()[0].kind, "cpu");
   EXPECT_EQ((*client)->default_device().name, "cpu:0");
+}
+
+// The handshake says how many host threads a device computes with and
+// which kernel the server runs on: a client beside it learns that a team
+// as large as the cores leaves it none of its own.
+TEST(ClientTest, SaysWhenTheDevicesComputeTeamFillsTheSharedCores) {
+  const int cores = AllowedCoreCount();
+  runtime::SetComputeThreads(cores);
+  {
+    auto client = embedded::Connect();
+    ASSERT_TRUE(client.ok()) << client.status();
+    EXPECT_EQ((*client)->devices()[0].compute_threads, cores);
+    EXPECT_EQ((*client)->ComputeFillsSharedCores("cpu:0"), !HostBootId().empty());
+    EXPECT_FALSE((*client)->ComputeFillsSharedCores("cpu:7"));  // no such device
+  }
+  if (cores >= 2) {
+    runtime::SetComputeThreads(cores - 1);
+    auto client = embedded::Connect();
+    ASSERT_TRUE(client.ok()) << client.status();
+    EXPECT_EQ((*client)->devices()[0].compute_threads, cores - 1);
+    EXPECT_FALSE((*client)->ComputeFillsSharedCores("cpu:0"));
+  }
+  runtime::SetComputeThreads(0);
 }
 
 TEST(ClientTest, TransferCompileExecuteAndReleaseFreesMemory) {

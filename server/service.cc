@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/chunks.h"
+#include "base/host_identity.h"
 #include "base/logging.h"
 #include "base/mutexes.h"
 #include "base/status_macros.h"
@@ -14,6 +15,7 @@
 #include "compiler/ir/proto_convert.h"
 #include "compiler/ir/verifier.h"
 #include "proto/protocol.h"
+#include "runtime/compute_threads.h"
 #include "server/prometheus.h"
 
 namespace kiln::server {
@@ -103,12 +105,17 @@ absl::StatusOr<v1::HandshakeResponse> Service::Handshake(const v1::HandshakeRequ
   resp.set_version(hi);
   resp.set_session_id(session->id());
   resp.set_lease_seconds(absl::ToInt64Seconds(sessions_->lease()));
+  resp.set_host_id(HostBootId());
+  resp.set_host_cores(AllowedCoreCount());
   for (const auto& d : devices_) {
     auto* info = resp.add_devices();
     info->set_name(d->name());
     info->set_kind(d->kind());
     info->set_ordinal(d->ordinal());
     info->set_memory_capacity_bytes(d->memory_stats().capacity_bytes);
+    // The host backend and the TPU simulator compute on this machine's
+    // cores with the process's one compute team; a GPU does not.
+    if (d->kind() != "gpu") info->set_compute_threads(runtime::ComputeThreads());
   }
   return resp;
 }

@@ -51,9 +51,11 @@ ABSL_FLAG(std::string, servers, "",
           "several kiln-servers (A,B,...) driven as one: their devices read host<i>/<device>, "
           "and --replicas spread over the servers in order (docs/groups.md)");
 ABSL_FLAG(std::string, mode, "lazy", "lazy (one barrier per step) or eager (every op runs at once)");
-ABSL_FLAG(bool, pipeline, true,
-          "lazy mode: send each step and trace the next while the device runs it (a step's "
-          "loss is read once the next step is sent)");
+ABSL_FLAG(std::string, pipeline, "auto",
+          "lazy mode: true sends each step and traces the next while the device runs it (a "
+          "step's loss is read once the next step is sent); false runs steps in turn; auto "
+          "pipelines unless the device computes on every core of this machine (then tracing "
+          "beside it only takes a core from its team)");
 ABSL_FLAG(std::string, data_dir, kiln::examples::kDefaultDataDir, "folder of the idx files");
 ABSL_FLAG(int64_t, train_limit, 0, "use only this many training examples (0: all)");
 ABSL_FLAG(int64_t, test_limit, 0, "use only this many test examples (0: all)");
@@ -202,7 +204,15 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
                                          absl::GetFlag(FLAGS_seed));
   if (!model.ok()) return model.status();
   ctx->set_eager(mode == "eager");
-  ctx->set_pipelined(mode == "lazy" && absl::GetFlag(FLAGS_pipeline));
+  const std::string pipeline = absl::GetFlag(FLAGS_pipeline);
+  ctx->set_pipelined(mode == "lazy" &&
+                     (pipeline == "true" ||
+                      (pipeline == "auto" && !(*client)->ComputeFillsSharedCores(device))));
+  if (mode == "lazy") {
+    std::printf("  steps %s\n", ctx->pipelined()
+                                    ? "pipelined: the next is traced while the device runs one"
+                                    : "in turn: each is traced, sent and read before the next");
+  }
   kiln::examples::TrainerOptions options;
   options.optimizer = absl::GetFlag(FLAGS_optimizer);
   options.learning_rate = base_lr;
@@ -396,6 +406,10 @@ int main(int argc, char** argv) {
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode != "lazy" && mode != "eager") {
     return Fail(absl::InvalidArgumentError("--mode must be lazy or eager"));
+  }
+  const std::string pipeline = absl::GetFlag(FLAGS_pipeline);
+  if (pipeline != "auto" && pipeline != "true" && pipeline != "false") {
+    return Fail(absl::InvalidArgumentError("--pipeline must be auto, true or false"));
   }
   const std::string upload = absl::GetFlag(FLAGS_upload);
   if (upload != "pixels" && upload != "f32") {
