@@ -161,7 +161,8 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
   const Tensor y(node_ptr);
   std::vector<Tensor> x;
   for (const auto& o : node.operands) x.push_back(Tensor(o));
-  const Tensor zero_g = ZerosLike(g);
+  // Made only by the rules that select against zeros.
+  auto zeros = [&g] { return ZerosLike(g); };
   switch (node.op) {
     case Opcode::kAdd: return std::vector<Tensor>{g, g};
     case Opcode::kSubtract: return std::vector<Tensor>{g, -g};
@@ -188,17 +189,21 @@ absl::StatusOr<std::vector<Tensor>> Rule(const std::shared_ptr<Node>& node_ptr, 
       return std::vector<Tensor>{g * x[1] * Pow(x[0], x[1] - 1.0), g * Log(x[0]) * y};
     case Opcode::kMaximum: {
       if (node.relu) {
-        return std::vector<Tensor>{Select(Greater(y, x[1]), g, zero_g), Tensor()};
+        return std::vector<Tensor>{Select(Greater(y, x[1]), g, zeros()), Tensor()};
       }
       Tensor take_a = GreaterEqual(x[0], x[1]);
+      const Tensor zero_g = zeros();
       return std::vector<Tensor>{Select(take_a, g, zero_g), Select(take_a, zero_g, g)};
     }
     case Opcode::kMinimum: {
       Tensor take_a = LessEqual(x[0], x[1]);
+      const Tensor zero_g = zeros();
       return std::vector<Tensor>{Select(take_a, g, zero_g), Select(take_a, zero_g, g)};
     }
-    case Opcode::kSelect:
+    case Opcode::kSelect: {
+      const Tensor zero_g = zeros();
       return std::vector<Tensor>{Tensor(), Select(x[0], g, zero_g), Select(x[0], zero_g, g)};
+    }
     case Opcode::kClamp: {
       Tensor inside = Select(LessEqual(x[0], x[1]), OnesLike(x[1]), ZerosLike(x[1])) *
                       Select(LessEqual(x[1], x[2]), OnesLike(x[1]), ZerosLike(x[1]));
