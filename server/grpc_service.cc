@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/proto_convert.h"
 #include "base/status_macros.h"
@@ -355,8 +356,12 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(kiln::server::Serv
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", address, " (is the port in use, or the address not local?)"));
   }
-  std::string host = address.substr(0, address.rfind(':'));
-  server->address_ = absl::StrCat(host, ":", port);
+  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
+    server->address_ = address;  // a socket path: no port to fill in
+  } else {
+    std::string host = address.substr(0, address.rfind(':'));
+    server->address_ = absl::StrCat(host, ":", port);
+  }
   return server;
 }
 

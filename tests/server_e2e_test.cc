@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/host_identity.h"
 #include "client/client.h"
 #include "client/grpc_transport.h"
 #include "compiler/ir/hlo_parser.h"
@@ -72,6 +73,31 @@ TEST(ServerE2E, HandshakeListsDevicesAndShutsDownCleanly) {
   EXPECT_EQ(c->devices()[1].memory_capacity_bytes, 1000000);
   c.reset();
   EXPECT_EQ(server.Stop(), 0);  // SIGTERM: graceful exit 0
+}
+
+// On a unix socket the server names the socket it listens on, and a client
+// there learns it shares the server's machine: the handshake carries the
+// kernel's boot id, the server's cores and each device's compute threads.
+TEST(ServerE2E, ListensOnAUnixSocketAndNamesItsHostInTheHandshake) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "kiln-", getpid(), ".sock");
+  std::filesystem::remove(path);
+  testing::ServerProcess server({"--listen=unix:" + path, "--threads=1"});
+  ASSERT_EQ(server.address(), "unix:" + path);
+  auto c = ConnectTo(server);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->devices()[0].compute_threads, 1);
+  ExpectServing(*c);
+  // One compute thread leaves a core to this process where there are two.
+  if (AllowedCoreCount() >= 2) EXPECT_FALSE(c->ComputeFillsSharedCores("cpu:0"));
+  c.reset();
+  EXPECT_EQ(server.Stop(), 0);
+  std::filesystem::remove(path);
+
+  testing::ServerProcess filling({absl::StrCat("--threads=", AllowedCoreCount())});
+  auto f = ConnectTo(filling);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->devices()[0].compute_threads, AllowedCoreCount());
+  EXPECT_EQ(f->ComputeFillsSharedCores("cpu:0"), !HostBootId().empty());
 }
 
 TEST(ServerE2E, StandardHealthServiceAnswersServing) {
