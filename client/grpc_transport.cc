@@ -263,13 +263,16 @@ class GrpcInfeedStream : public InfeedStream {
     const std::vector<uint8_t>& bytes = ir::FeedValueBytes(value, &storage);
     const int64_t total = static_cast<int64_t>(bytes.size());
     open_ = ForEachChunk(total, chunk_bytes_, [&](int64_t offset, int64_t n) {
-      v1::InfeedChunk chunk;
+      // One message for every chunk: its data keeps its capacity, so a
+      // stream of values allocates (and faults in) the chunk's bytes once.
+      chunk_.clear_shape();
+      chunk_.clear_total_bytes();
       if (offset == 0) {
-        ir::ShapeToProto(value.shape(), chunk.mutable_shape());
-        chunk.set_total_bytes(total);
+        ir::ShapeToProto(value.shape(), chunk_.mutable_shape());
+        chunk_.set_total_bytes(total);
       }
-      chunk.set_data(reinterpret_cast<const char*>(bytes.data()) + offset, n);
-      return writer_->Write(chunk);
+      chunk_.set_data(reinterpret_cast<const char*>(bytes.data()) + offset, n);
+      return writer_->Write(chunk_);
     });
     if (!open_) {
       return absl::UnavailableError("the server ended the infeed stream; Finish() tells why");
@@ -292,6 +295,7 @@ class GrpcInfeedStream : public InfeedStream {
   grpc::ClientContext ctx_;
   v1::InfeedResponse resp_;
   std::unique_ptr<grpc::ClientWriter<v1::InfeedChunk>> writer_;
+  v1::InfeedChunk chunk_;  // reused by every Write
   const int64_t chunk_bytes_;
   bool open_ = false, finished_ = false;
 };
