@@ -148,8 +148,9 @@ class GrpcTransport : public Transport {
     v1::TransferToDeviceChunk first;
     *first.mutable_header() = header;
     bool ok = writer->Write(first);
+    // One message for every chunk: its data keeps its capacity.
+    v1::TransferToDeviceChunk chunk;
     for (size_t pos = 0; ok && pos < data.size(); pos += chunk_bytes) {
-      v1::TransferToDeviceChunk chunk;
       chunk.set_data(data.data() + pos, std::min<size_t>(chunk_bytes, data.size() - pos));
       ok = writer->Write(chunk);
     }
