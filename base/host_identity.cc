@@ -4,31 +4,52 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 
 namespace kiln {
 
-const std::string& HostBootId() {
+const std::string& HostId() {
   static const std::string* const id = [] {
     std::ifstream in("/proc/sys/kernel/random/boot_id");
     std::string line;
     if (in) std::getline(in, line);
-    return new std::string(absl::StripAsciiWhitespace(line));
+    const absl::string_view stripped = absl::StripAsciiWhitespace(line);
+    if (stripped.empty()) return new std::string();
+    const std::string boot = absl::StrCat("kiln-host:", stripped);
+    // FNV-1a: stable across processes and builds (absl::Hash is seeded
+    // per process).
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : boot) {
+      h ^= c;
+      h *= 0x100000001b3ull;
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+    return new std::string(hex);
   }();
   return *id;
 }
 
-int AllowedCoreCount() {
+std::vector<int> AllowedCpus() {
+  std::vector<int> cpus;
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(getpid(), sizeof(set), &set) == 0) {
-    const int count = CPU_COUNT(&set);
-    if (count > 0) return count;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+    }
   }
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (cpus.empty()) {
+    const int n = static_cast<int>(std::thread::hardware_concurrency());
+    for (int cpu = 0; cpu < std::max(1, n); ++cpu) cpus.push_back(cpu);
+  }
+  return cpus;
 }
 
 }  // namespace kiln

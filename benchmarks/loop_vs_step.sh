@@ -21,8 +21,9 @@ echo "kiln-server at $addr, OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS, $epochs 
 mean_epoch() { grep -E '^epoch [0-9]+:.* s, ' | sed -E 's/.* ([0-9.]+) s, .*/\1/' |
   awk '{s += $1; n++} END {if (n) printf "%.2f", s / n; else print "nan"}'; }
 for model in ${models//,/ }; do
+  # Batches as f32 and steps pipelined, as loop mode's infeed has them.
   step=$("$bin/fashion_mnist" --server="$addr" --model="$model" --epochs="$epochs" \
-           --report=false --log_every=100000 | mean_epoch)
+           --upload=f32 --pipeline=true --report=false --log_every=100000 | mean_epoch)
   loop=$("$bin/infeed_training" --server="$addr" --model="$model" --epochs="$epochs" \
            --log_every=100000 | mean_epoch)
   ratio=$(awk -v a="$loop" -v b="$step" 'BEGIN {printf "%.2f", a / b}')

@@ -7,9 +7,10 @@
 #include <limits>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "base/host_identity.h"
 #include "absl/synchronization/mutex.h"
+#include "base/host_identity.h"
 #include "client/grpc_transport.h"
 #include "client/mesh_transport.h"
 #include "compiler/ir/proto_convert.h"
@@ -347,7 +348,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::unique_ptr<Transport
   client->protocol_version_ = resp->version();
   client->security_warning_ = resp->security_warning();
   client->host_id_ = resp->host_id();
-  client->host_cores_ = resp->host_cores();
+  client->host_cpus_.assign(resp->host_cpus().begin(), resp->host_cpus().end());
   for (const auto& d : resp->devices()) {
     client->devices_.push_back(
         {d.name(), d.kind(), d.ordinal(), d.memory_capacity_bytes(), d.compute_threads()});
@@ -396,9 +397,13 @@ Client::~Client() { core_->Shutdown(); }
 const std::string& Client::session_id() const { return core_->session_id(); }
 
 bool Client::ComputeFillsSharedCores(const std::string& device) const {
-  if (host_id_.empty() || host_id_ != HostBootId() || host_cores_ <= 0) return false;
+  if (host_id_.empty() || host_id_ != HostId() || host_cpus_.empty()) return false;
+  const absl::flat_hash_set<int> server(host_cpus_.begin(), host_cpus_.end());
+  for (int cpu : AllowedCpus()) {
+    if (!server.contains(cpu)) return false;  // a core the team leaves alone
+  }
   for (const DeviceDescription& d : devices_) {
-    if (d.name == device) return d.compute_threads >= host_cores_;
+    if (d.name == device) return d.compute_threads >= static_cast<int>(server.size());
   }
   return false;
 }

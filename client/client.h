@@ -262,11 +262,12 @@ class Client {
   // Non-empty when the server runs exposed without TLS or authentication
   // (kiln-server --insecure): show it to the user.
   const std::string& security_warning() const { return security_warning_; }
-  // True when the server runs on this process's machine (the same kernel)
-  // and computes on `device` with a thread for each core it may use:
-  // whatever this process computes while a program runs there takes a core
-  // from that team. Counts, not core lists, are compared: a client pinned
-  // away from the server's cores is still reported.
+  // True when the server runs on this process's machine (the same kernel),
+  // computes on `device` with a thread for each core it may use, and every
+  // core this process may use is one of those: whatever this process
+  // computes while a program runs there takes a core from that team. False
+  // from an older server and over a mesh of servers (Client::ConnectMesh),
+  // whose handshake names no host.
   bool ComputeFillsSharedCores(const std::string& device) const;
   // The first accelerator, else the first CPU.
   const DeviceDescription& default_device() const;
@@ -340,8 +341,8 @@ class Client {
   std::vector<DeviceDescription> devices_;
   uint32_t protocol_version_ = 0;
   std::string security_warning_;
-  std::string host_id_;  // the server's kernel boot id
-  int host_cores_ = 0;   // cores the server may run on
+  std::string host_id_;          // the server's kernel (HostId)
+  std::vector<int> host_cpus_;   // the cores the server may run on
 };
 
 }  // namespace kiln::client

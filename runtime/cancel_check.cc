@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -37,11 +39,11 @@ class Watcher {
   }
 
   void Add(std::shared_ptr<CancelWatch::Entry> entry) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     entry->next_ask = Clock::now() + absl::ToChronoNanoseconds(entry->period);
     // The watcher sleeps until its earliest ask: woken only when this one is
     // due sooner.
-    if (entry->next_ask < sleeping_until_) added_.Signal();
+    if (entry->next_ask < sleeping_until_) added_.notify_one();
     entries_.insert(std::move(entry));
     if (!started_) {
       std::thread([this] { Loop(); }).detach();
@@ -50,7 +52,7 @@ class Watcher {
   }
 
   void Remove(const std::shared_ptr<CancelWatch::Entry>& entry) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     entries_.erase(entry);
   }
 
@@ -59,15 +61,16 @@ class Watcher {
     std::vector<std::shared_ptr<CancelWatch::Entry>> due;
     while (true) {
       {
-        absl::MutexLock lock(&mu_);
+        std::unique_lock<std::mutex> lock(mu_);
         sleeping_until_ = Clock::time_point::max();
         for (const auto& e : entries_) sleeping_until_ = std::min(sleeping_until_, e->next_ask);
-        // Woken before then: an entry added meanwhile is due sooner.
+        // Woken before then: an entry added meanwhile is due sooner. A
+        // standard condition variable, not absl's: this Abseil times its
+        // waits on the wall clock.
         if (sleeping_until_ == Clock::time_point::max()) {
-          added_.Wait(&mu_);
+          added_.wait(lock);
         } else {
-          const auto left = sleeping_until_ - Clock::now();
-          if (left > Clock::duration::zero()) added_.WaitWithTimeout(&mu_, absl::FromChrono(left));
+          added_.wait_until(lock, sleeping_until_);
         }
         sleeping_until_ = Clock::time_point::min();
         const Clock::time_point now = Clock::now();
@@ -88,26 +91,27 @@ class Watcher {
         const Clock::duration took = Clock::now() - start;
         const Clock::duration period = std::max<Clock::duration>(
             absl::ToChronoNanoseconds(e->period), 4 * took * static_cast<int64_t>(due.size()));
-        absl::MutexLock lock(&mu_);
+        std::lock_guard<std::mutex> lock(mu_);
         e->next_ask = Clock::now() + period;
       }
       due.clear();
     }
   }
 
-  absl::Mutex mu_;
-  absl::flat_hash_set<std::shared_ptr<CancelWatch::Entry>> entries_ ABSL_GUARDED_BY(mu_);
-  absl::CondVar added_;  // signalled by Add
+  std::mutex mu_;
+  absl::flat_hash_set<std::shared_ptr<CancelWatch::Entry>> entries_;  // guarded by mu_
+  std::condition_variable added_;  // notified by Add
   // When the watcher wakes next; the earliest time point while it is awake.
-  Clock::time_point sleeping_until_ ABSL_GUARDED_BY(mu_) = Clock::time_point::min();
-  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  Clock::time_point sleeping_until_ = Clock::time_point::min();  // guarded by mu_
+  bool started_ = false;                                           // guarded by mu_
 };
 
 }  // namespace
 
 CancelWatch::CancelWatch(CancelCheck slow, absl::Duration period)
     : entry_(std::make_shared<Entry>()) {
-  entry_->period = std::max(period, absl::Microseconds(100));
+  // At most an hour: the steady clock's time points hold no infinity.
+  entry_->period = std::clamp(period, absl::Microseconds(100), absl::Hours(1));
   if (!slow) return;
   {
     absl::MutexLock lock(&entry_->mu);

@@ -105,8 +105,8 @@ absl::StatusOr<v1::HandshakeResponse> Service::Handshake(const v1::HandshakeRequ
   resp.set_version(hi);
   resp.set_session_id(session->id());
   resp.set_lease_seconds(absl::ToInt64Seconds(sessions_->lease()));
-  resp.set_host_id(HostBootId());
-  resp.set_host_cores(AllowedCoreCount());
+  resp.set_host_id(HostId());
+  for (int cpu : AllowedCpus()) resp.add_host_cpus(cpu);
   for (const auto& d : devices_) {
     auto* info = resp.add_devices();
     info->set_name(d->name());
@@ -114,8 +114,10 @@ absl::StatusOr<v1::HandshakeResponse> Service::Handshake(const v1::HandshakeRequ
     info->set_ordinal(d->ordinal());
     info->set_memory_capacity_bytes(d->memory_stats().capacity_bytes);
     // The host backend and the TPU simulator compute on this machine's
-    // cores with the process's one compute team; a GPU does not.
-    if (d->kind() != "gpu") info->set_compute_threads(runtime::ComputeThreads());
+    // cores with the process's one compute team; other kinds do not.
+    if (d->kind() == "cpu" || d->kind() == "tpu") {
+      info->set_compute_threads(runtime::ComputeThreads());
+    }
   }
   return resp;
 }

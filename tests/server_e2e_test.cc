@@ -1,5 +1,7 @@
 // End to end: a real kiln-server on a free loopback port, driven by the real
 // client over gRPC.
+#include <sched.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstring>
@@ -79,7 +81,8 @@ TEST(ServerE2E, HandshakeListsDevicesAndShutsDownCleanly) {
 // there learns it shares the server's machine: the handshake carries the
 // kernel's boot id, the server's cores and each device's compute threads.
 TEST(ServerE2E, ListensOnAUnixSocketAndNamesItsHostInTheHandshake) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "kiln-", getpid(), ".sock");
+  // Socket paths hold at most 107 bytes: /tmp, not a long TEST_TMPDIR.
+  const std::string path = absl::StrCat("/tmp/kiln-e2e-", getpid(), ".sock");
   std::filesystem::remove(path);
   testing::ServerProcess server({"--listen=unix:" + path, "--threads=1"});
   ASSERT_EQ(server.address(), "unix:" + path);
@@ -88,16 +91,33 @@ TEST(ServerE2E, ListensOnAUnixSocketAndNamesItsHostInTheHandshake) {
   EXPECT_EQ(c->devices()[0].compute_threads, 1);
   ExpectServing(*c);
   // One compute thread leaves a core to this process where there are two.
-  if (AllowedCoreCount() >= 2) EXPECT_FALSE(c->ComputeFillsSharedCores("cpu:0"));
+  const int cores = static_cast<int>(AllowedCpus().size());
+  if (cores >= 2) EXPECT_FALSE(c->ComputeFillsSharedCores("cpu:0"));
   c.reset();
   EXPECT_EQ(server.Stop(), 0);
   std::filesystem::remove(path);
 
-  testing::ServerProcess filling({absl::StrCat("--threads=", AllowedCoreCount())});
+  testing::ServerProcess filling({absl::StrCat("--threads=", cores)});
   auto f = ConnectTo(filling);
   ASSERT_NE(f, nullptr);
-  EXPECT_EQ(f->devices()[0].compute_threads, AllowedCoreCount());
-  EXPECT_EQ(f->ComputeFillsSharedCores("cpu:0"), !HostBootId().empty());
+  EXPECT_EQ(f->devices()[0].compute_threads, cores);
+  EXPECT_EQ(f->ComputeFillsSharedCores("cpu:0"), !HostId().empty());
+  if (cores < 2 || HostId().empty()) return;
+
+  // A server pinned to one core (it inherits this process's mask while it
+  // starts) with one thread fills that core, but this process may run on
+  // another: the team does not fill the cores it shares with this client.
+  cpu_set_t all, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  CPU_ZERO(&one);
+  CPU_SET(AllowedCpus()[0], &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  testing::ServerProcess pinned({"--threads=1"});
+  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+  auto p = ConnectTo(pinned);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->devices()[0].compute_threads, 1);
+  EXPECT_FALSE(p->ComputeFillsSharedCores("cpu:0"));
 }
 
 TEST(ServerE2E, StandardHealthServiceAnswersServing) {

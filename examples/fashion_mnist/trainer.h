@@ -84,7 +84,8 @@ class Trainer {
   absl::StatusOr<PendingStep> StartStep(const float* images, const int32_t* labels, int batch);
   // The same from the file's pixels (0..255, a quarter of the bytes of
   // standardized f32 images): they travel as u8 and the step standardizes
-  // them on the device, as LoadFashionMnist does here.
+  // them on the device with LoadFashionMnist's mean and deviation (as a
+  // multiply and a subtract, so equal to its images up to rounding).
   absl::StatusOr<PendingStep> StartStep(const uint8_t* pixels, const int32_t* labels, int batch);
   static absl::StatusOr<StepResult> ReadStep(const PendingStep& step);
   absl::StatusOr<StepResult> EvalStep(const float* images, const int32_t* labels, int batch);

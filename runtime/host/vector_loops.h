@@ -28,7 +28,7 @@ bool CompareF32(ir::ComparisonDirection direction, const float* a, const float* 
 void SelectF32(const bool* p, const float* t, const float* f, float* out, int64_t n);
 // out[i] = float(a[i]) for `from` u8, s8, u16, s16, s32 and pred (where a
 // float holds every value exactly but s32's large ones, rounded to nearest
-// as a conversion does).
+// as a conversion does). Other types: returns false and writes nothing.
 bool ConvertToF32(ElementType from, const void* a, float* out, int64_t n);
 
 // The widest vector unit the loops were chosen for: "avx512", "avx2" or
