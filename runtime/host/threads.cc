@@ -4,11 +4,11 @@
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 
+#include "base/host_identity.h"
 #include "runtime/compute_threads.h"
 #include "runtime/host/compute_workers.h"
 
@@ -19,17 +19,7 @@ namespace {
 // (compute workers are never the main thread, so their binding never
 // narrows this).
 const std::vector<int>& AllowedCores() {
-  static const std::vector<int>* const cores = [] {
-    auto* c = new std::vector<int>;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(getpid(), sizeof(set), &set) == 0) {
-      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-        if (CPU_ISSET(cpu, &set)) c->push_back(cpu);
-      }
-    }
-    return c;
-  }();
+  static const std::vector<int>* const cores = new std::vector<int>(AllowedCpus());
   return *cores;
 }
 
