@@ -330,6 +330,16 @@ std::vector<int> DonatableParams(NodeSpan outputs, NodeSpan params) {
   return donate;
 }
 
+// A replayed program's arguments that it may donate: those that MayDonate
+// allows and that nothing holds but `params` (the replay's own list).
+std::vector<int> UnsharedParams(NodeSpan params) {
+  std::vector<int> donate;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (MayDonate(*params[i]) && params[i].use_count() == 1) donate.push_back(static_cast<int>(i));
+  }
+  return donate;
+}
+
 }  // namespace
 
 absl::Status LazyContext::Barrier(const std::string& device, std::source_location where) {
@@ -420,7 +430,8 @@ absl::Status LazyContext::SettleOldest() {
     // outputs to be computed again from their graphs, unless the step gave
     // up arguments they read, or a later execution was sent after it (its
     // graph is gone, and that execution may have taken the outputs).
-    const bool retry = MayPass(executed.status()) && !flight.donated && !flight.superseded;
+    const bool retry =
+        MayPass(executed.status()) && !flight.donated && !flight.superseded && !flight.replayed;
     for (const auto& node : outputs) {
       if (node == nullptr) continue;
       if (node->named_in_advance) {
@@ -481,10 +492,8 @@ void LazyContext::Settle(ExecuteResult& result, NodeSpan outputs, NodeSpan param
   }
 }
 
-absl::Status LazyContext::RealizeNodes(absl::Span<const Tensor> tensors,
-                                       std::source_location where, CallCanceller* cancel,
-                                       bool dispatch) {
-  // What is in flight may be what these tensors read: a program sent in
+absl::StatusOr<bool> LazyContext::PrepareToRun(bool dispatch, CallCanceller* cancel) {
+  // What is in flight may be what the program reads: a program sent in
   // the server's order may name it (keeping fewer than kPipelineDepth in
   // flight before it), anything else waits for it.
   const bool named_outputs =
@@ -494,6 +503,13 @@ absl::Status LazyContext::RealizeNodes(absl::Span<const Tensor> tensors,
   } else {
     while (in_flight_.size() >= kPipelineDepth) RETURN_IF_ERROR(SettleOldest());
   }
+  return named_outputs;
+}
+
+absl::Status LazyContext::RealizeNodes(absl::Span<const Tensor> tensors,
+                                       std::source_location where, CallCanceller* cancel,
+                                       bool dispatch, RealizedProgram* program) {
+  ASSIGN_OR_RETURN(const bool named_outputs, PrepareToRun(dispatch, cancel));
   NodeList outputs;
   std::string device;
   for (const Tensor& t : tensors) {
@@ -605,6 +621,40 @@ absl::Status LazyContext::RealizeNodes(absl::Span<const Tensor> tensors,
     params.assign(std::make_move_iterator(lowered.params.begin()),
                   std::make_move_iterator(lowered.params.end()));
   }
+  RETURN_IF_ERROR(RunProgram(exe, params, outputs, cancel, dispatch, named_outputs, keyed_at,
+                             /*replay=*/false));
+  if (program != nullptr) {
+    program->executable = std::move(exe);
+    program->params = std::move(params);
+    program->outputs = std::move(outputs);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LazyContext::Replay(const std::shared_ptr<Executable>& exe, NodeSpan params,
+                                 NodeSpan outputs) {
+  ++metrics_.replays;
+  absl::StatusOr<bool> named_outputs = PrepareToRun(pipelined_, nullptr);
+  absl::Status run = named_outputs.status();
+  if (run.ok()) {
+    run = RunProgram(exe, params, outputs, nullptr, pipelined_, *named_outputs,
+                     Clock::time_point(), /*replay=*/true);
+  }
+  // The outputs have no graph: whatever kept them from being computed
+  // stays on them.
+  if (!run.ok()) {
+    for (const auto& node : outputs) {
+      if (!node->realized() && node->status.ok()) node->status = run;
+    }
+  }
+  return run;
+}
+
+absl::Status LazyContext::RunProgram(const std::shared_ptr<Executable>& exe, NodeSpan params,
+                                     NodeSpan outputs, CallCanceller* cancel, bool dispatch,
+                                     bool named_outputs, Clock::time_point keyed_at,
+                                     bool replay) {
+  ++programs_run_;
   for (const auto& p : params) {
     // A value another context sent and has not settled yet (its error, if
     // any, stays on the value).
@@ -628,7 +678,9 @@ absl::Status LazyContext::RealizeNodes(absl::Span<const Tensor> tensors,
   // In this process a read is a copy from the device: nothing to save.
   options.inline_result_max_bytes = client_->in_process() ? 0 : kInlineBytes;
   if (named_outputs && replica_args.empty()) SupersedeInFlight();
-  if (replica_args.empty()) options.donate = DonatableParams(outputs, params);
+  if (replica_args.empty()) {
+    options.donate = replay ? UnsharedParams(params) : DonatableParams(outputs, params);
+  }
   metrics_.donated_arguments += static_cast<int64_t>(options.donate.size());
   options.cancel = cancel;
   std::vector<std::shared_ptr<DeviceBuffer>> args;
@@ -648,7 +700,7 @@ absl::Status LazyContext::RealizeNodes(absl::Span<const Tensor> tensors,
                      client_->ExecuteAsync(exe, args, options));
     const std::vector<std::shared_ptr<DeviceBuffer>> named = pending->TakeOutputs();
     if (!named.empty()) RETURN_IF_ERROR(CheckOutputCount(named.size(), outputs.size()));
-    InFlight flight{std::move(pending), {}, {}, !options.donate.empty(), false};
+    InFlight flight{std::move(pending), {}, {}, !options.donate.empty(), false, replay};
     for (size_t i = 0; i < outputs.size(); ++i) {
       Node& node = *outputs[i];
       // A leaf of later traces from now on; its graph stays until the
@@ -673,7 +725,8 @@ absl::Status LazyContext::RealizeNodes(absl::Span<const Tensor> tensors,
   // error, so reading them later does not run it a second time. Errors that
   // may pass (a cancelled call, a server out of reach) are not kept.
   auto keep_error = [&](const absl::Status& error) {
-    if (!MayPass(error)) {
+    // A replayed program's outputs have no graph to compute them from.
+    if (!MayPass(error) || replay) {
       for (const auto& node : outputs) node->status = error;
     }
     return error;
@@ -771,6 +824,10 @@ std::string LazyContext::Report() const {
     absl::StrAppendFormat(&out, "  pipelined executions %lld (%.3f s waiting for the device)\n",
                           (long long)metrics_.pipelined_executions,
                           metrics_.pipeline_wait_seconds);
+  }
+  if (metrics_.replays > 0) {
+    absl::StrAppendFormat(&out, "  replayed executions  %lld (compiled functions, not traced)\n",
+                          (long long)metrics_.replays);
   }
   if (!metrics_.step_seconds.empty()) {
     std::vector<double> s(metrics_.step_seconds.begin(), metrics_.step_seconds.end());

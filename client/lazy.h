@@ -4,6 +4,7 @@
 #ifndef KILN_CLIENT_LAZY_H_
 #define KILN_CLIENT_LAZY_H_
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <optional>
@@ -52,6 +53,9 @@ struct LazyMetrics {
   // tracing thread then waited for one to finish (seconds, in all).
   int64_t pipelined_executions = 0;
   double pipeline_wait_seconds = 0;
+  // Executions of a CompiledFunction's program on new values, with no
+  // trace (counted in executions or pipelined_executions as well).
+  int64_t replays = 0;
   // On tpu devices: the simulated cost of the latest execution and the sum
   // of all simulated times.
   std::optional<v1::ExecutionProfileProto> last_profile;
@@ -184,10 +188,33 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   absl::Status UploadHostValue(Node& node);
 
   explicit LazyContext(Client* client) : client_(client) {}
+  friend class CompiledFunction;
+  // The program a realize ran, for CompiledFunction to run again.
+  struct RealizedProgram {
+    std::shared_ptr<Executable> executable;  // null when none ran
+    NodeList params;                         // its parameters, in order
+    NodeList outputs;                        // the nodes it computed, in order
+  };
   // Realize; with `dispatch`, a program that may run without waiting is
-  // sent and left in flight.
+  // sent and left in flight. With `program`, says which program ran.
   absl::Status RealizeNodes(absl::Span<const Tensor> tensors, std::source_location where,
-                            CallCanceller* cancel, bool dispatch);
+                            CallCanceller* cancel, bool dispatch,
+                            RealizedProgram* program = nullptr);
+  // Before a program runs: waits for the executions in flight as far as it
+  // must. Returns whether the program may name outputs still in flight.
+  absl::StatusOr<bool> PrepareToRun(bool dispatch, CallCanceller* cancel);
+  // Runs `exe` on `params` and settles `outputs` (at once, or when its
+  // reply is in if sent without waiting). A replayed program's outputs
+  // have no graph: a failure is kept on them, whatever it was.
+  absl::Status RunProgram(const std::shared_ptr<Executable>& exe, NodeSpan params,
+                          NodeSpan outputs, CallCanceller* cancel, bool dispatch,
+                          bool named_outputs, std::chrono::steady_clock::time_point keyed_at,
+                          bool replay);
+  // Runs a program that ran before on new `params`, computing `outputs`
+  // (nodes with no graph), sent as a barrier's would be.
+  absl::Status Replay(const std::shared_ptr<Executable>& exe, NodeSpan params, NodeSpan outputs);
+  // Programs sent so far (synchronously or not).
+  int64_t programs_run() const { return programs_run_; }
   // Adds an execution's round trip to metrics_.step_seconds (bounded).
   void RecordStep(double seconds);
   // Gives `outputs` (and the parameters that went inline, which become
@@ -205,6 +232,8 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
     // it (SupersedeInFlight): then no failure can be retried.
     bool donated = false;
     bool superseded = false;
+    // A replayed program's: its outputs have no graph to run again.
+    bool replayed = false;
   };
   // The buffers of replicated program inputs, per replica; empty when no
   // parameter is replicated. Copies lead-device values to the replicas.
@@ -217,6 +246,7 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   std::string Explain(const GraphSummary& before, const GraphSummary& after) const;
 
   Client* client_;
+  int64_t programs_run_ = 0;
   bool eager_ = false;
   bool record_gradients_ = true;
   bool pipelined_ = false;

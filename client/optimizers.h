@@ -31,6 +31,11 @@ class Optimizer {
   // Takes effect at the next Step (one 4-byte upload).
   virtual void set_learning_rate(double lr) = 0;
   virtual double learning_rate() const = 0;
+  // The device scalar the next Step reads the rate from: undefined until
+  // InitState, and again after set_learning_rate changed the rate (Step
+  // uploads it then). A CompiledFunction step binds it as state, so that
+  // a new rate reaches a replayed step.
+  virtual Tensor* learning_rate_tensor() = 0;
 };
 
 // SGD with optional momentum, as PyTorch's: g = grad + weight_decay * p;
@@ -48,6 +53,7 @@ class Sgd : public Optimizer {
                                            const std::vector<Tensor>& grads) override;
   void set_learning_rate(double lr) override;
   double learning_rate() const override { return lr_; }
+  Tensor* learning_rate_tensor() override { return &lr_tensor_; }
   void InitState(const std::vector<Tensor>& params) override;
   // "velocity_<i>" per parameter (none without momentum).
   std::vector<std::pair<std::string, Tensor*>> NamedState() override;
@@ -77,6 +83,7 @@ class Adam : public Optimizer {
   std::vector<std::pair<std::string, Tensor*>> NamedState() override;
   void set_learning_rate(double lr) override;
   double learning_rate() const override { return lr_; }
+  Tensor* learning_rate_tensor() override { return &lr_tensor_; }
   std::vector<Tensor>& first_moment() { return m_; }
   std::vector<Tensor>& second_moment() { return v_; }
   Tensor& step_count() { return t_; }

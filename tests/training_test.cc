@@ -81,9 +81,10 @@ TEST_F(TrainingTest, LossFallsAndAccuracyRisesWithAFlatCompileCounter) {
   EXPECT_LT(last, first * 0.6) << "loss " << first << " -> " << last;
   EXPECT_GT(after, before + 0.3) << "accuracy " << before << " -> " << after;
   EXPECT_GT(after, 0.7);
-  // 61 more train steps and one more eval step compiled nothing new.
+  // 60 more train steps and one more eval step compiled nothing new: they
+  // ran the traced programs again without tracing.
   EXPECT_EQ(ctx_->metrics().uncached_compiles, compiles_after_first_steps);
-  EXPECT_GE(ctx_->metrics().cached_compiles, 61);
+  EXPECT_EQ(ctx_->metrics().replays, 61);
   EXPECT_TRUE(ctx_->recompile_explanations().empty());
 }
 
@@ -123,6 +124,43 @@ TEST_F(TrainingTest, PixelBatchesTrainAsTheirStandardizedImages) {
   const double f32_accuracy = TestAccuracy();
   EXPECT_NEAR(eval->correct / 1000.0, f32_accuracy, 0.003);
   EXPECT_EQ(other_ctx->metrics().uncached_compiles, 2);  // one train, one eval program
+}
+
+// Steps replayed from one trace train as steps traced one by one: the same
+// losses, counts and weights, bit for bit, through a change of learning
+// rate and of batch size.
+TEST_F(TrainingTest, ReplayedStepsTrainAsStepsTracedEachTime) {
+  auto traced_ctx = client::LazyContext::Create(client_.get());
+  auto traced_model = examples::MakeModel("mlp", traced_ctx.get(), "cpu:0", 7);
+  ASSERT_TRUE(traced_model.ok()) << traced_model.status();
+  examples::TrainerOptions options;
+  options.learning_rate = 0.02;
+  options.replay = false;
+  examples::Trainer traced(traced_ctx.get(), traced_model->get(), "cpu:0", options);
+  const std::vector<int> batches = {128, 128, 128, 96, 96, 128};
+  for (size_t step = 0; step < batches.size(); ++step) {
+    if (step == 2) {
+      trainer_->SetLearningRate(0.01);
+      traced.SetLearningRate(0.01);
+    }
+    const int batch = batches[step];
+    const examples::StepResult replayed = Train(static_cast<int64_t>(step), batch);
+    auto each = traced.TrainStep(train_->images.data() + step * batch * 784,
+                                 train_->labels.data() + step * batch, batch);
+    ASSERT_TRUE(each.ok()) << each.status();
+    EXPECT_EQ(replayed.loss, each->loss) << "step " << step;
+    EXPECT_EQ(replayed.correct, each->correct) << "step " << step;
+  }
+  for (size_t i = 0; i < model_->params().size(); ++i) {
+    auto a = model_->params()[i].ToHost();
+    auto b = (*traced_model)->params()[i].ToHost();
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->bytes(), b->bytes()) << "parameter " << i;
+  }
+  EXPECT_EQ(traced_ctx->metrics().replays, 0);
+  // Replayed: steps 1, 4 and 5 (step 2 traced for the new rate, 3 for the
+  // new batch size; 5 runs step 0's program with the new rate).
+  EXPECT_EQ(ctx_->metrics().replays, 3);
 }
 
 }  // namespace

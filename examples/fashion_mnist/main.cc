@@ -56,6 +56,9 @@ ABSL_FLAG(std::string, pipeline, "auto",
           "step's loss is read once the next step is sent); false runs steps in turn; auto "
           "pipelines unless the device computes on every core of this machine (then tracing "
           "beside it only takes a core from its team)");
+ABSL_FLAG(bool, replay, true,
+          "lazy mode on one device: trace the step once (per learning rate and batch shape) and "
+          "replay its program on each batch (client::CompiledFunction); false traces every step");
 ABSL_FLAG(std::string, data_dir, kiln::examples::kDefaultDataDir, "folder of the idx files");
 ABSL_FLAG(int64_t, train_limit, 0, "use only this many training examples (0: all)");
 ABSL_FLAG(int64_t, test_limit, 0, "use only this many test examples (0: all)");
@@ -218,6 +221,7 @@ absl::Status Run(const kiln::examples::Dataset& train, const kiln::examples::Dat
   options.learning_rate = base_lr;
   options.momentum = absl::GetFlag(FLAGS_momentum);
   options.replica_devices = replica_devices;
+  options.replay = absl::GetFlag(FLAGS_replay);
   kiln::examples::Trainer trainer(ctx.get(), model->get(), device, options);
   const std::string schedule = absl::GetFlag(FLAGS_lr_schedule);
   if (schedule != "constant" && schedule != "cosine") {

@@ -124,7 +124,7 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name,
 
 Trainer::Trainer(client::LazyContext* ctx, Model* model, std::string device,
                  const TrainerOptions& options)
-    : ctx_(ctx), model_(model), device_(std::move(device)) {
+    : ctx_(ctx), model_(model), device_(std::move(device)), replay_(options.replay) {
   if (options.replica_devices.size() > 1) {
     data_parallel_ = std::make_unique<client::DataParallel>(ctx, options.replica_devices);
   }
@@ -152,7 +152,6 @@ ir::Literal ImageLiteral(const uint8_t* pixels, int batch) {
 
 absl::StatusOr<Trainer::Batch> Trainer::Upload(ir::Literal x, const int32_t* labels, int batch) {
   RETURN_IF_ERROR(ReplicateModel());
-  const bool pixels = x.shape().type() == ElementType::kU8;
   ir::Literal y(Shape(ElementType::kS32, {batch}));
   std::memcpy(y.mutable_bytes().data(), labels, sizeof(int32_t) * batch);
   Batch b;
@@ -165,13 +164,20 @@ absl::StatusOr<Trainer::Batch> Trainer::Upload(ir::Literal x, const int32_t* lab
   }
   RETURN_IF_ERROR(b.images.status());
   RETURN_IF_ERROR(b.labels.status());
-  if (pixels) {
-    // (pixel / 255 - mean) / std as one multiply and one subtract.
-    b.images = client::Cast(b.images, ElementType::kF32) * (1.0 / (255.0 * kPixelStd)) -
-               double{kPixelMean} / kPixelStd;
-  }
   return b;
 }
+
+namespace {
+
+// f32 images as they are; u8 pixels standardized, (pixel / 255 - mean) /
+// std as one multiply and one subtract.
+Tensor Standardized(const Tensor& images) {
+  if (images.dtype() != ElementType::kU8) return images;
+  return client::Cast(images, ElementType::kF32) * (1.0 / (255.0 * kPixelStd)) -
+         double{kPixelMean} / kPixelStd;
+}
+
+}  // namespace
 
 absl::Status Trainer::ReplicateModel() {
   if (data_parallel_ == nullptr || replicated_) return absl::OkStatus();
@@ -214,23 +220,68 @@ absl::StatusOr<PendingStep> Trainer::StartStep(const uint8_t* pixels, const int3
   return Start(Upload(ImageLiteral(pixels, batch), labels, batch));
 }
 
+std::vector<Tensor> Trainer::Arguments(Batch batch) {
+  std::vector<Tensor> args;
+  args.push_back(std::move(batch.images));
+  args.push_back(std::move(batch.labels));
+  return args;
+}
+
+std::vector<Tensor*> Trainer::StepState() {
+  std::vector<Tensor*> state;
+  for (Tensor& p : model_->params()) state.push_back(&p);
+  for (const auto& [name, tensor] : optimizer_state()) state.push_back(tensor);
+  state.push_back(optimizer_->learning_rate_tensor());
+  return state;
+}
+
+absl::StatusOr<PendingStep> Trainer::TraceStep(const Batch& b) {
+  Tensor logits = model_->Forward(Standardized(b.images));
+  PendingStep step;
+  step.loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
+  step.correct = client::CorrectCount(logits, b.labels);
+  std::vector<Tensor>& params = model_->params();
+  ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(step.loss, params));
+  if (data_parallel_ != nullptr) grads = data_parallel_->AllReduceMean(grads);
+  SumOverReplicas(step.loss, step.correct);
+  ASSIGN_OR_RETURN(std::vector<Tensor> updated, optimizer_->Step(params, grads));
+  // Element by element: a CompiledFunction's state points into `params`.
+  for (size_t i = 0; i < params.size(); ++i) params[i] = std::move(updated[i]);
+  return step;
+}
+
+PendingStep Trainer::TraceEval(const Batch& b) {
+  Tensor logits = model_->Forward(Standardized(b.images));
+  PendingStep step;
+  step.loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
+  step.correct = client::CorrectCount(logits, b.labels);
+  SumOverReplicas(step.loss, step.correct);
+  return step;
+}
+
 absl::StatusOr<PendingStep> Trainer::Start(absl::StatusOr<Batch> uploaded) {
-  Tensor loss, correct;
+  if (data_parallel_ == nullptr && replay_) {
+    if (train_step_ == nullptr) {
+      train_step_ = std::make_unique<client::CompiledFunction>(
+          ctx_, StepState(),
+          [this](const std::vector<Tensor>& args) -> absl::StatusOr<std::vector<Tensor>> {
+            ASSIGN_OR_RETURN(PendingStep step, TraceStep(Batch{args[0], args[1]}));
+            return std::vector<Tensor>{std::move(step.loss), std::move(step.correct)};
+          });
+    }
+    ASSIGN_OR_RETURN(Batch b, std::move(uploaded));
+    ASSIGN_OR_RETURN(std::vector<Tensor> out, (*train_step_)(Arguments(std::move(b))));
+    return PendingStep{std::move(out[0]), std::move(out[1])};
+  }
+  PendingStep step;
   {
     ASSIGN_OR_RETURN(Batch b, std::move(uploaded));
-    Tensor logits = model_->Forward(b.images);
-    loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
-    correct = client::CorrectCount(logits, b.labels);
-    ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(loss, model_->params()));
-    if (data_parallel_ != nullptr) grads = data_parallel_->AllReduceMean(grads);
-    SumOverReplicas(loss, correct);
-    ASSIGN_OR_RETURN(std::vector<Tensor> updated, optimizer_->Step(model_->params(), grads));
-    model_->params() = std::move(updated);
+    ASSIGN_OR_RETURN(step, TraceStep(b));
   }
   // Everything else of the step is out of scope: the barrier's outputs are
   // the new weights, the optimizer state, the loss and the count.
   RETURN_IF_ERROR(ctx_->Barrier(device_));
-  return PendingStep{std::move(loss), std::move(correct)};
+  return step;
 }
 
 absl::Status Trainer::TrainLoop(int64_t steps, int batch, client::CallCanceller* cancel) {
@@ -273,18 +324,29 @@ absl::StatusOr<StepResult> Trainer::EvalStep(const uint8_t* pixels, const int32_
 }
 
 absl::StatusOr<StepResult> Trainer::Eval(absl::StatusOr<Batch> uploaded) {
-  Tensor loss, correct;
-  {
+  PendingStep step;
+  if (data_parallel_ == nullptr && replay_) {
+    if (eval_step_ == nullptr) {
+      std::vector<Tensor*> params;
+      for (Tensor& p : model_->params()) params.push_back(&p);
+      eval_step_ = std::make_unique<client::CompiledFunction>(
+          ctx_, std::move(params),
+          [this](const std::vector<Tensor>& args) -> absl::StatusOr<std::vector<Tensor>> {
+            PendingStep eval = TraceEval(Batch{args[0], args[1]});
+            return std::vector<Tensor>{std::move(eval.loss), std::move(eval.correct)};
+          });
+    }
     ASSIGN_OR_RETURN(Batch b, std::move(uploaded));
-    Tensor logits = model_->Forward(b.images);
-    loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
-    correct = client::CorrectCount(logits, b.labels);
-    SumOverReplicas(loss, correct);
+    ASSIGN_OR_RETURN(std::vector<Tensor> out, (*eval_step_)(Arguments(std::move(b))));
+    step = PendingStep{std::move(out[0]), std::move(out[1])};
+  } else {
+    {
+      ASSIGN_OR_RETURN(Batch b, std::move(uploaded));
+      step = TraceEval(b);
+    }
+    RETURN_IF_ERROR(ctx_->Barrier(device_));
   }
-  RETURN_IF_ERROR(ctx_->Barrier(device_));
-  ASSIGN_OR_RETURN(double l, loss.Item());
-  ASSIGN_OR_RETURN(double c, correct.Item());
-  return StepResult{l, c};
+  return ReadStep(step);
 }
 
 }  // namespace kiln::examples

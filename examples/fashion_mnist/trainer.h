@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/compiled_function.h"
 #include "client/data_parallel.h"
 #include "client/lazy.h"
 #include "client/optimizers.h"
@@ -67,10 +68,15 @@ struct TrainerOptions {
   // Data-parallel training over these devices (each batch split among
   // them); one device or none: the trainer's own device only.
   std::vector<std::string> replica_devices;
+  // On one device: steps and evaluations run as client::CompiledFunction,
+  // traced once per learning rate and batch shape and replayed otherwise.
+  // Off: every step is traced (and its program found by the trace's key).
+  bool replay = true;
 };
 
 // One program per step: forward, loss, backward and update compile together
-// and run with a single barrier. With several replica devices the step runs
+// and run with a single barrier (on one device, as a CompiledFunction that
+// is traced once and replayed). With several replica devices the step runs
 // as one replicated program: each replica takes 1/N of the batch and the
 // gradients are all-reduced. Not thread-safe.
 class Trainer {
@@ -113,10 +119,21 @@ class Trainer {
   struct Batch {
     client::Tensor images, labels;
   };
-  // Images [batch, 784], f32 or u8 pixels (standardized on the device).
+  // Images [batch, 784], f32 or u8 pixels (standardized by Standardized,
+  // on the device).
   absl::StatusOr<Batch> Upload(ir::Literal images, const int32_t* labels, int batch);
   absl::StatusOr<PendingStep> Start(absl::StatusOr<Batch> batch);
   absl::StatusOr<StepResult> Eval(absl::StatusOr<Batch> batch);
+  // The step's graph: loss and correct count; the parameters and the
+  // optimizer's state take their updated values.
+  absl::StatusOr<PendingStep> TraceStep(const Batch& batch);
+  PendingStep TraceEval(const Batch& batch);
+  // A step function's arguments, held by the call alone (an initializer
+  // list would keep copies, and the program could not take their memory).
+  static std::vector<client::Tensor> Arguments(Batch batch);
+  // What CompiledFunction steps bind: the parameters, the optimizer's
+  // state and its learning rate.
+  std::vector<client::Tensor*> StepState();
 
   // Replicates the model on the first data-parallel step.
   absl::Status ReplicateModel();
@@ -129,6 +146,8 @@ class Trainer {
   std::unique_ptr<client::DataParallel> data_parallel_;
   bool replicated_ = false;
   std::unique_ptr<client::Optimizer> optimizer_;
+  bool replay_;
+  std::unique_ptr<client::CompiledFunction> train_step_, eval_step_;
 };
 
 }  // namespace kiln::examples
