@@ -14,12 +14,14 @@ std::string Describe(const ir::Shape& shape, bool reduced_precision) {
   return reduced_precision ? absl::StrCat(shape.ToString(), " (bf16 storage)") : shape.ToString();
 }
 
-// Whether a value a plan captured can still be read.
+// Whether a value can still be read: computed (and not given to a
+// program), in flight, or still to be computed from its graph (a pipelined
+// execution that failed in a way worth retrying leaves it so).
 bool Readable(const Node& node) {
   if (!node.status.ok()) return false;
   if (node.host_only()) return true;
   if (node.data != nullptr) return !node.data->donated();
-  return node.dispatched;
+  return node.dispatched || !node.operands.empty();
 }
 
 }  // namespace
@@ -54,13 +56,30 @@ bool CompiledFunction::Matches(const Plan& plan, const std::vector<InputSpec>& s
     }
     return false;
   }
-  for (const std::shared_ptr<Node>& captured : plan.captured) {
-    if (captured != nullptr && !Readable(*captured)) {
-      *why = "a captured value is gone (donated or failed)";
-      return false;
-    }
-  }
   return true;
+}
+
+bool CompiledFunction::CapturedReadable(const Plan& plan) {
+  return std::all_of(plan.captured.begin(), plan.captured.end(),
+                     [](const std::shared_ptr<Node>& c) { return c == nullptr || Readable(*c); });
+}
+
+absl::StatusOr<std::shared_ptr<Node>> CompiledFunction::LeafOf(const std::shared_ptr<Node>& node) {
+  if (node->in_flight() && node->data == nullptr) {
+    node->context->SyncFor(node.get()).IgnoreError();
+  }
+  RETURN_IF_ERROR(node->status);
+  if (!node->realized()) RETURN_IF_ERROR(node->context->Realize({Tensor(node)}));
+  auto leaf = std::make_shared<Node>();
+  leaf->shape = node->shape;
+  leaf->device = node->device;
+  leaf->context = node->context;
+  leaf->reduced_precision = node->reduced_precision;
+  leaf->stops_gradients = node->stops_gradients;
+  leaf->data = node->data;
+  leaf->replicas = node->replicas;
+  if (node->data == nullptr) leaf->host_value = node->host_value;
+  return leaf;
 }
 
 absl::StatusOr<std::vector<Tensor>> CompiledFunction::operator()(std::vector<Tensor> args,
@@ -120,8 +139,18 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::operator()(std::vector<Ten
     return Trace(std::move(args), std::move(inputs), std::move(specs), where);
   }
   why = "first call";
-  for (auto it = plans_.begin(); it != plans_.end(); ++it) {
-    if (!Matches(*it, specs, &why)) continue;
+  for (auto it = plans_.begin(); it != plans_.end();) {
+    if (!Matches(*it, specs, &why)) {
+      ++it;
+      continue;
+    }
+    if (!CapturedReadable(*it)) {
+      // Its program read a value that is gone (given to a program, or
+      // failed): it cannot run again.
+      why = "a captured value is gone (donated or failed)";
+      it = plans_.erase(it);
+      continue;
+    }
     if (it != plans_.begin()) std::rotate(plans_.begin(), it, it + 1);
     return Replay(plans_.front(), std::move(args), std::move(inputs));
   }
@@ -133,20 +162,46 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Trace(
     std::vector<Tensor> args, std::vector<std::shared_ptr<Node>> inputs,
     std::vector<InputSpec> specs, std::source_location where) {
   ++traces_;
-  const int64_t programs_before = context_->programs_run();
-  ASSIGN_OR_RETURN(std::vector<Tensor> returned, body_(args));
-  // The body ran a program of its own: what it computed is not part of
-  // the step's program, so the step cannot be replayed.
-  bool replayable = context_->programs_run() == programs_before && !context_->eager() &&
-                    !context_->in_loop_body() &&
+  bool replayable = !context_->eager() && !context_->in_loop_body() &&
                     std::none_of(inputs.begin(), inputs.end(),
                                  [](const std::shared_ptr<Node>& n) { return n == nullptr; });
-  // From here on only the trace holds the inputs (so that the program may
-  // donate them), and the plan names them by address.
-  std::vector<std::weak_ptr<Node>> weak_inputs(inputs.begin(), inputs.end());
+  // The body reads leaves of its own in place of the inputs (one per
+  // distinct input); the plan names them by address. From the body on,
+  // only the trace holds them (so that the program may donate them).
+  std::vector<std::weak_ptr<Node>> traced_inputs(inputs.size());
+  std::vector<Tensor> body_args;
+  if (replayable) {
+    std::vector<std::shared_ptr<Node>> leaves(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (specs[i].same_as >= 0) {
+        leaves[i] = leaves[specs[i].same_as];
+      } else {
+        ASSIGN_OR_RETURN(leaves[i], LeafOf(inputs[i]));
+      }
+      traced_inputs[i] = leaves[i];
+    }
+    for (size_t i = 0; i < args.size(); ++i) body_args.push_back(Tensor(leaves[i]));
+    for (size_t i = 0; i < state_.size(); ++i) *state_[i] = Tensor(leaves[args.size() + i]);
+  } else {
+    for (size_t i = 0; i < inputs.size(); ++i) traced_inputs[i] = inputs[i];
+    body_args = args;
+  }
   inputs.clear();
   args.clear();
-  std::vector<Tensor> results = returned;
+  const int64_t programs_before = context_->programs_run();
+  const int64_t reads_before = context_->host_reads();
+  absl::StatusOr<std::vector<Tensor>> body_returned = body_(body_args);
+  body_args.clear();
+  RETURN_IF_ERROR(body_returned.status());
+  std::vector<Tensor> returned = *std::move(body_returned);
+  // A body that ran a program or read a value itself: what it computed or
+  // read is not part of the step's program, so the step cannot be replayed.
+  replayable = replayable && context_->programs_run() == programs_before &&
+               context_->host_reads() == reads_before && !context_->eager();
+  std::vector<Tensor> results;
+  for (const Tensor& t : returned) {
+    if (t.defined()) results.push_back(t);
+  }
   for (const Tensor* t : state_) {
     if (t->defined()) results.push_back(*t);
   }
@@ -163,15 +218,16 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Trace(
   plan.inputs = std::move(specs);
   plan.executable = program.executable;
   absl::flat_hash_map<const Node*, int> input_index, output_index;
-  for (size_t i = 0; i < weak_inputs.size(); ++i) {
-    if (std::shared_ptr<Node> node = weak_inputs[i].lock()) {
+  for (size_t i = 0; i < traced_inputs.size(); ++i) {
+    if (std::shared_ptr<Node> node = traced_inputs[i].lock()) {
       input_index.try_emplace(node.get(), static_cast<int>(i));
     }
   }
   for (size_t i = 0; i < program.outputs.size(); ++i) {
     const Node& out = *program.outputs[i];
     output_index.try_emplace(&out, static_cast<int>(i));
-    plan.outputs.push_back(InputSpec{out.shape, out.device, out.reduced_precision, -1});
+    plan.outputs.push_back(
+        InputSpec{out.shape, out.device, out.reduced_precision, -1, out.stops_gradients});
   }
   for (const std::shared_ptr<Node>& p : program.params) {
     auto it = input_index.find(p.get());
@@ -196,7 +252,9 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Trace(
   for (const Tensor* t : state_) plan.state.push_back(source_of(*t));
   // The newest plan for these inputs replaces an older one.
   std::string unused;
-  std::erase_if(plans_, [&](const Plan& old) { return Matches(old, plan.inputs, &unused); });
+  std::erase_if(plans_, [&](const Plan& old) {
+    return Matches(old, plan.inputs, &unused) || !CapturedReadable(old);
+  });
   plans_.push_front(std::move(plan));
   if (plans_.size() > kMaxPlans) plans_.pop_back();
   return returned;
@@ -218,6 +276,7 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Replay(
     node->shape = spec.shape;
     node->device = spec.device;
     node->reduced_precision = spec.reduced_precision;
+    node->stops_gradients = spec.stops_gradients;
     node->context = context;
     outputs.push_back(std::move(node));
   }
@@ -238,11 +297,16 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Replay(
   // The state takes its new values before the program runs, so that the
   // values they replace are held by the program alone (and may be
   // donated); the old ones come back if the call fails while they last.
+  // Those the program does not read are kept here (nothing can donate
+  // them).
   const size_t first_state = plan.inputs.size() - state_.size();
   std::vector<std::weak_ptr<Node>> old_state;
+  std::vector<std::shared_ptr<Node>> unread_state;
   old_state.reserve(state_.size());
   for (size_t i = 0; i < state_.size(); ++i) {
-    old_state.push_back(inputs[first_state + i]);
+    const std::shared_ptr<Node>& old = inputs[first_state + i];
+    old_state.push_back(old);
+    if (std::find(params.begin(), params.end(), old) == params.end()) unread_state.push_back(old);
     *state_[i] = value_of(plan.state[i]);
   }
   inputs.clear();

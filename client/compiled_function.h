@@ -75,13 +75,15 @@ class CompiledFunction {
   static constexpr size_t kMaxPlans = 8;
 
  private:
-  // An argument or state tensor as a traced call saw it.
+  // An argument or state tensor as a traced call saw it (or a program
+  // output as traced).
   struct InputSpec {
     ir::Shape shape;
     std::string device;
     bool reduced_precision = false;
     // The index of the first input that is the same tensor, or -1.
     int same_as = -1;
+    bool stops_gradients = false;  // outputs only
   };
   // Where a returned or state value comes from on a replay.
   struct Source {
@@ -102,9 +104,15 @@ class CompiledFunction {
     std::vector<Source> state;
   };
 
-  // Whether `specs` (of this call's inputs) match `plan` and its
-  // captured values are still there; if not, why (for trace_reason).
+  // Whether `specs` (of this call's inputs) match `plan`; if not, why
+  // (for trace_reason).
   static bool Matches(const Plan& plan, const std::vector<InputSpec>& specs, std::string* why);
+  // Whether the values `plan` captured can still be read.
+  static bool CapturedReadable(const Plan& plan);
+  // A leaf of its own holding `node`'s value, which the body reads in its
+  // place while it traces: a tensor it captures that is the same node as
+  // an input is then a parameter apart from that input.
+  static absl::StatusOr<std::shared_ptr<Node>> LeafOf(const std::shared_ptr<Node>& node);
   absl::StatusOr<std::vector<Tensor>> Trace(std::vector<Tensor> args,
                                             std::vector<std::shared_ptr<Node>> inputs,
                                             std::vector<InputSpec> specs,

@@ -213,6 +213,69 @@ TEST(CompiledFunction, CapturedValuesAreReadAsTraced) {
   EXPECT_EQ(shift.replays(), 1);
 }
 
+// A tensor the body captures that is the node of one of its inputs when it
+// traces (the starting weights, kept to pull the weights toward) stays
+// that value on replays, apart from the input.
+TEST(CompiledFunction, ACapturedCopyOfAnInputStaysApartFromIt) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto ctx = LazyContext::Create(client.get());
+  Tensor w = Vec(ctx.get(), {1, 2});
+  const Tensor start = w;
+  CompiledFunction pull(ctx.get(), {&w}, [&](const std::vector<Tensor>& args) {
+    const Tensor distance = Sum((w - start) * (w - start));
+    w = w + args[0];
+    return absl::StatusOr<std::vector<Tensor>>(std::vector<Tensor>{distance});
+  });
+  std::vector<double> distances;
+  for (int i = 0; i < 3; ++i) {
+    auto out = pull({Vec(ctx.get(), {1, 1})});
+    ASSERT_TRUE(out.ok()) << out.status();
+    distances.push_back((*out)[0].Item().value_or(-1));
+  }
+  // w - start: (0, 0), (1, 1), (2, 2).
+  EXPECT_EQ(distances, (std::vector<double>{0, 2, 8}));
+  EXPECT_EQ(Values(w), (std::vector<double>{4, 5}));
+  EXPECT_EQ(Values(start), (std::vector<double>{1, 2}));
+  EXPECT_EQ(pull.replays(), 2);
+}
+
+TEST(CompiledFunction, ABodyThatReadsAnArgumentIsTracedEveryCall) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto ctx = LazyContext::Create(client.get());
+  CompiledFunction scaled(
+      ctx.get(), {}, [](const std::vector<Tensor>& args) -> absl::StatusOr<std::vector<Tensor>> {
+        // The scale, read on the host, becomes a constant of the trace.
+        ASSIGN_OR_RETURN(double k, args[1].Item());
+        return std::vector<Tensor>{args[0] * k};
+      });
+  for (float k : {2.0f, 3.0f}) {
+    auto out = scaled({Vec(ctx.get(), {1, 2}), Vec(ctx.get(), {k})});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(Values((*out)[0]), (std::vector<double>{k, 2 * k}));
+  }
+  EXPECT_EQ(scaled.traces(), 2);
+  EXPECT_EQ(scaled.replays(), 0);
+}
+
+TEST(CompiledFunction, AnUndefinedResultStaysUndefined) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto ctx = LazyContext::Create(client.get());
+  CompiledFunction f(ctx.get(), {}, [](const std::vector<Tensor>& args) {
+    return absl::StatusOr<std::vector<Tensor>>(std::vector<Tensor>{Tensor(), args[0] + 1.0});
+  });
+  for (float k : {1.0f, 2.0f}) {
+    auto out = f({Vec(ctx.get(), {k})});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->size(), 2u);
+    EXPECT_FALSE((*out)[0].defined());
+    EXPECT_EQ(Values((*out)[1]), (std::vector<double>{k + 1}));
+  }
+  EXPECT_EQ(f.replays(), 1);
+}
+
 TEST(CompiledFunction, ABodyThatRunsAProgramIsTracedEveryCall) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
@@ -288,8 +351,11 @@ TEST(CompiledFunction, AFailedReplayKeepsItsErrorAndLeavesTheStateAsItWas) {
   ASSERT_NE(client, nullptr);
   auto ctx = LazyContext::Create(client.get());
   Tensor w = ctx->FromVector<float>(ElementType::kF32, {1024}, std::vector<float>(1024, 1), "cpu:0");
-  CompiledFunction step(ctx.get(), {&w}, [&](const std::vector<Tensor>& args) {
+  // State the body writes without reading: the program does not hold it.
+  Tensor total = Vec(ctx.get(), {0});
+  CompiledFunction step(ctx.get(), {&w, &total}, [&](const std::vector<Tensor>& args) {
     w = w * 2.0 + args[0];
+    total = Reshape(Sum(w), {1});
     return absl::StatusOr<std::vector<Tensor>>(std::vector<Tensor>{Sum(w)});
   });
   auto ones = [&] {
@@ -305,11 +371,14 @@ TEST(CompiledFunction, AFailedReplayKeepsItsErrorAndLeavesTheStateAsItWas) {
   Tensor filled = filler + 1.0;
   ASSERT_TRUE(ctx->Realize({filled}).ok());
   const Tensor before = w;
+  const Node* total_before = total.node().get();
   auto second = step({ones()});
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted) << second.status();
   EXPECT_EQ(step.replays(), 1);
   EXPECT_EQ(w.node(), before.node());
+  EXPECT_EQ(total.node().get(), total_before);
+  EXPECT_EQ(Values(total), (std::vector<double>{3 * 1024}));
   // With the memory back, the same call replays and continues from w.
   filler = Tensor();
   filled = Tensor();

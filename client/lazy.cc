@@ -857,6 +857,7 @@ absl::StatusOr<ir::Literal> Tensor::ReadStorage(std::source_location where) cons
   // stay on their own tensors; this one's is its status.
   if (node_ != nullptr && node_->in_flight()) context()->SyncFor(node_.get()).IgnoreError();
   RETURN_IF_ERROR(status());
+  if (context() != nullptr) ++context()->host_reads_;
   if (!node_->realized()) RETURN_IF_ERROR(context()->Realize({*this}, where));
   if (node_->host_value.has_value()) return *node_->host_value;
   ASSIGN_OR_RETURN(ir::Literal value, context()->client()->TransferFromDevice(*node_->data));
@@ -886,6 +887,7 @@ absl::StatusOr<Tensor> Tensor::ToDevice(const std::string& device,
 absl::StatusOr<v1::ExecutionProfileProto> LazyContext::Estimate(
     const std::vector<Tensor>& tensors, int replicas) {
   if (tensors.empty()) return absl::InvalidArgumentError("nothing to price");
+  ++host_reads_;
   std::vector<std::shared_ptr<Node>> outputs;
   for (const Tensor& t : tensors) {
     if (t.node() == nullptr) return absl::InvalidArgumentError("cannot price an empty tensor");
