@@ -19,12 +19,7 @@ using testing::Values;
 using testing::Vec;
 
 std::unique_ptr<Client> Connect(const std::string& backend_config = "") {
-  embedded::Options options;
-  options.devices = "cpu:1";
-  options.backend_config = backend_config;
-  auto client = embedded::Connect(options);
-  EXPECT_TRUE(client.ok()) << client.status();
-  return client.ok() ? *std::move(client) : nullptr;
+  return testing::ConnectEmbedded(backend_config);
 }
 
 // w fitted to y = w * x by SGD with momentum; the loss is sum((w x - y)^2).

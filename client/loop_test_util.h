@@ -8,9 +8,21 @@
 
 #include "client/lazy.h"
 #include "client/loop.h"
+#include "embedded/embedded.h"
 #include "gtest/gtest.h"
 
 namespace kiln::client::testing {
+
+// A client of an embedded service with one cpu device (null, and a test
+// failure, if it cannot start).
+inline std::unique_ptr<Client> ConnectEmbedded(const std::string& backend_config = "") {
+  embedded::Options options;
+  options.devices = "cpu:1";
+  options.backend_config = backend_config;
+  auto client = embedded::Connect(options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
 
 inline ir::Literal F32(std::vector<float> v) {
   return ir::Literal::FromVector<float>(ir::ElementType::kF32, {int64_t(v.size())}, v);

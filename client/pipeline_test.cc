@@ -18,12 +18,7 @@ using ir::ElementType;
 using testing::Values;
 
 std::unique_ptr<Client> Connect(const std::string& backend_config = "") {
-  embedded::Options options;
-  options.devices = "cpu:1";
-  options.backend_config = backend_config;
-  auto client = embedded::Connect(options);
-  EXPECT_TRUE(client.ok()) << client.status();
-  return client.ok() ? *std::move(client) : nullptr;
+  return testing::ConnectEmbedded(backend_config);
 }
 
 

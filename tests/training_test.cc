@@ -54,6 +54,28 @@ class TrainingTest : public ::testing::Test {
     return r.ok() ? *r : examples::StepResult{};
   }
 
+  // Another trainer of the same model (seed 7, rate 0.02) on a context of
+  // its own.
+  struct Other {
+    std::shared_ptr<client::LazyContext> ctx;
+    std::unique_ptr<examples::Model> model;
+    std::unique_ptr<examples::Trainer> trainer;
+  };
+  Other MakeOther(bool replay) {
+    Other other;
+    other.ctx = client::LazyContext::Create(client_.get());
+    auto m = examples::MakeModel("mlp", other.ctx.get(), "cpu:0", 7);
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (!m.ok()) return other;
+    other.model = std::move(*m);
+    examples::TrainerOptions options;
+    options.learning_rate = 0.02;
+    options.replay = replay;
+    other.trainer = std::make_unique<examples::Trainer>(other.ctx.get(), other.model.get(),
+                                                        "cpu:0", options);
+    return other;
+  }
+
   static examples::Dataset* train_;
   static examples::Dataset* test_;
   testing::ServerProcess server_;
@@ -105,12 +127,9 @@ TEST_F(TrainingTest, ChangedBatchSizeCompilesOnceAndSaysWhy) {
 // server, trains as the same batch standardized on the client: same losses
 // and counts step after step (up to float rounding), one compile each way.
 TEST_F(TrainingTest, PixelBatchesTrainAsTheirStandardizedImages) {
-  auto other_ctx = client::LazyContext::Create(client_.get());
-  auto other_model = examples::MakeModel("mlp", other_ctx.get(), "cpu:0", 7);
-  ASSERT_TRUE(other_model.ok()) << other_model.status();
-  examples::TrainerOptions options;
-  options.learning_rate = 0.02;
-  examples::Trainer from_pixels(other_ctx.get(), other_model->get(), "cpu:0", options);
+  Other other = MakeOther(/*replay=*/true);
+  ASSERT_NE(other.trainer, nullptr);
+  examples::Trainer& from_pixels = *other.trainer;
   for (int64_t step = 0; step < 4; ++step) {
     const examples::StepResult f32 = Train(step, 128);
     auto pixels = from_pixels.TrainStep(train_->pixels.data() + step * 128 * 784,
@@ -123,20 +142,16 @@ TEST_F(TrainingTest, PixelBatchesTrainAsTheirStandardizedImages) {
   ASSERT_TRUE(eval.ok()) << eval.status();
   const double f32_accuracy = TestAccuracy();
   EXPECT_NEAR(eval->correct / 1000.0, f32_accuracy, 0.003);
-  EXPECT_EQ(other_ctx->metrics().uncached_compiles, 2);  // one train, one eval program
+  EXPECT_EQ(other.ctx->metrics().uncached_compiles, 2);  // one train, one eval program
 }
 
 // Steps replayed from one trace train as steps traced one by one: the same
 // losses, counts and weights, bit for bit, through a change of learning
 // rate and of batch size.
 TEST_F(TrainingTest, ReplayedStepsTrainAsStepsTracedEachTime) {
-  auto traced_ctx = client::LazyContext::Create(client_.get());
-  auto traced_model = examples::MakeModel("mlp", traced_ctx.get(), "cpu:0", 7);
-  ASSERT_TRUE(traced_model.ok()) << traced_model.status();
-  examples::TrainerOptions options;
-  options.learning_rate = 0.02;
-  options.replay = false;
-  examples::Trainer traced(traced_ctx.get(), traced_model->get(), "cpu:0", options);
+  Other other = MakeOther(/*replay=*/false);
+  ASSERT_NE(other.trainer, nullptr);
+  examples::Trainer& traced = *other.trainer;
   const std::vector<int> batches = {128, 128, 128, 96, 96, 128};
   for (size_t step = 0; step < batches.size(); ++step) {
     if (step == 2) {
@@ -153,11 +168,11 @@ TEST_F(TrainingTest, ReplayedStepsTrainAsStepsTracedEachTime) {
   }
   for (size_t i = 0; i < model_->params().size(); ++i) {
     auto a = model_->params()[i].ToHost();
-    auto b = (*traced_model)->params()[i].ToHost();
+    auto b = other.model->params()[i].ToHost();
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(a->bytes(), b->bytes()) << "parameter " << i;
   }
-  EXPECT_EQ(traced_ctx->metrics().replays, 0);
+  EXPECT_EQ(other.ctx->metrics().replays, 0);
   // Replayed: steps 1, 4 and 5 (step 2 traced for the new rate, 3 for the
   // new batch size; 5 runs step 0's program with the new rate).
   EXPECT_EQ(ctx_->metrics().replays, 3);
