@@ -2,6 +2,7 @@
 // the compile counter stays flat after the first train and eval steps, and a
 // changed batch size compiles once with an explanation.
 #include <numeric>
+#include <optional>
 
 #include "client/client.h"
 #include "client/lazy.h"
@@ -176,6 +177,45 @@ TEST_F(TrainingTest, ReplayedStepsTrainAsStepsTracedEachTime) {
   // Replayed: steps 1, 4 and 5 (step 2 traced for the new rate, 3 for the
   // new batch size; 5 runs step 0's program with the new rate).
   EXPECT_EQ(ctx_->metrics().replays, 3);
+}
+
+// Pipelined, as the example runs at one thread: each replayed step is sent
+// while the one before may still run (its outputs named in advance) and
+// read one step late; losses and weights are those of synchronous steps
+// traced each time.
+TEST_F(TrainingTest, PipelinedReplayedStepsTrainAsSynchronousTracedOnes) {
+  Other other = MakeOther(/*replay=*/false);
+  ASSERT_NE(other.trainer, nullptr);
+  ctx_->set_pipelined(true);
+  std::vector<double> pipelined, traced;
+  std::optional<examples::PendingStep> previous;
+  for (int64_t step = 0; step < 6; ++step) {
+    auto started = trainer_->StartStep(train_->pixels.data() + step * 128 * 784,
+                                       train_->labels.data() + step * 128, 128);
+    ASSERT_TRUE(started.ok()) << started.status();
+    if (previous.has_value()) {
+      auto read = examples::Trainer::ReadStep(*previous);
+      ASSERT_TRUE(read.ok()) << read.status();
+      pipelined.push_back(read->loss);
+    }
+    previous = *std::move(started);
+    auto each = other.trainer->TrainStep(train_->pixels.data() + step * 128 * 784,
+                                         train_->labels.data() + step * 128, 128);
+    ASSERT_TRUE(each.ok()) << each.status();
+    traced.push_back(each->loss);
+  }
+  auto last = examples::Trainer::ReadStep(*previous);
+  ASSERT_TRUE(last.ok()) << last.status();
+  pipelined.push_back(last->loss);
+  EXPECT_EQ(pipelined, traced);
+  for (size_t i = 0; i < model_->params().size(); ++i) {
+    auto a = model_->params()[i].ToHost();
+    auto b = other.model->params()[i].ToHost();
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->bytes(), b->bytes()) << "parameter " << i;
+  }
+  EXPECT_EQ(ctx_->metrics().replays, 5);
+  EXPECT_EQ(ctx_->metrics().pipelined_executions, 6);
 }
 
 }  // namespace
