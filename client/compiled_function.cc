@@ -14,14 +14,20 @@ std::string Describe(const ir::Shape& shape, bool reduced_precision) {
   return reduced_precision ? absl::StrCat(shape.ToString(), " (bf16 storage)") : shape.ToString();
 }
 
-// Whether a value can still be read: computed (and not given to a
-// program), in flight, or still to be computed from its graph (a pipelined
-// execution that failed in a way worth retrying leaves it so).
+// Whether a value a program can read as an argument: computed (and not
+// given to a program) or in flight.
 bool Readable(const Node& node) {
   if (!node.status.ok()) return false;
   if (node.host_only()) return true;
   if (node.data != nullptr) return !node.data->donated();
-  return node.dispatched || !node.operands.empty();
+  return node.dispatched;
+}
+
+// Whether a value the state may take back: readable, or still to be
+// computed from its graph (a pipelined execution that failed in a way
+// worth retrying leaves it so).
+bool Recoverable(const Node& node) {
+  return Readable(node) || (node.status.ok() && !node.realized() && !node.operands.empty());
 }
 
 }  // namespace
@@ -65,9 +71,9 @@ bool CompiledFunction::CapturedReadable(const Plan& plan) {
 }
 
 absl::StatusOr<std::shared_ptr<Node>> CompiledFunction::LeafOf(const std::shared_ptr<Node>& node) {
-  if (node->in_flight() && node->data == nullptr) {
-    node->context->SyncFor(node.get()).IgnoreError();
-  }
+  // A leaf must not read a value whose execution's outcome only the
+  // original would learn (a trace waits for it: one step not pipelined).
+  if (node->in_flight()) node->context->SyncFor(node.get()).IgnoreError();
   RETURN_IF_ERROR(node->status);
   if (!node->realized()) RETURN_IF_ERROR(node->context->Realize({Tensor(node)}));
   auto leaf = std::make_shared<Node>();
@@ -163,13 +169,17 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Trace(
     std::vector<InputSpec> specs, std::source_location where) {
   ++traces_;
   bool replayable = !context_->eager() && !context_->in_loop_body() &&
-                    std::none_of(inputs.begin(), inputs.end(),
-                                 [](const std::shared_ptr<Node>& n) { return n == nullptr; });
+                    std::none_of(inputs.begin(), inputs.end(), [](const std::shared_ptr<Node>& n) {
+                      return n == nullptr || !n->replicas.empty();
+                    });
   // The body reads leaves of its own in place of the inputs (one per
-  // distinct input); the plan names them by address. From the body on,
-  // only the trace holds them (so that the program may donate them).
+  // distinct input); the plan names them by address. The originals stay
+  // until the body returns: state it left alone gets its own tensor back.
+  // Then only the trace holds the rest (so that the program may donate
+  // them).
   std::vector<std::weak_ptr<Node>> traced_inputs(inputs.size());
   std::vector<Tensor> body_args;
+  std::vector<std::shared_ptr<Node>> originals;
   if (replayable) {
     std::vector<std::shared_ptr<Node>> leaves(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -182,22 +192,44 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Trace(
     }
     for (size_t i = 0; i < args.size(); ++i) body_args.push_back(Tensor(leaves[i]));
     for (size_t i = 0; i < state_.size(); ++i) *state_[i] = Tensor(leaves[args.size() + i]);
+    originals = std::move(inputs);
   } else {
     for (size_t i = 0; i < inputs.size(); ++i) traced_inputs[i] = inputs[i];
     body_args = args;
   }
+  const size_t arg_count = args.size();
   inputs.clear();
   args.clear();
+  // State the body left as the leaf it was given: its own tensor again,
+  // and on replays the input it was.
+  std::vector<bool> left_alone(state_.size(), false);
+  auto restore_left_alone = [&] {
+    if (originals.empty()) return;
+    for (size_t i = 0; i < state_.size(); ++i) {
+      const size_t input = arg_count + i;
+      std::shared_ptr<Node> leaf = traced_inputs[input].lock();
+      if (leaf != nullptr && state_[i]->node() == leaf) {
+        *state_[i] = Tensor(originals[input]);
+        left_alone[i] = true;
+      }
+    }
+    originals.clear();
+  };
   const int64_t programs_before = context_->programs_run();
   const int64_t reads_before = context_->host_reads();
   absl::StatusOr<std::vector<Tensor>> body_returned = body_(body_args);
+  restore_left_alone();
   body_args.clear();
   RETURN_IF_ERROR(body_returned.status());
   std::vector<Tensor> returned = *std::move(body_returned);
   // A body that ran a program or read a value itself: what it computed or
   // read is not part of the step's program, so the step cannot be replayed.
-  replayable = replayable && context_->programs_run() == programs_before &&
-               context_->host_reads() == reads_before && !context_->eager();
+  if (replayable && (context_->programs_run() != programs_before ||
+                     context_->host_reads() != reads_before)) {
+    replayable = false;
+    trace_reason_ = "the body runs a program or reads a value (traced every call)";
+  }
+  replayable = replayable && !context_->eager();
   std::vector<Tensor> results;
   for (const Tensor& t : returned) {
     if (t.defined()) results.push_back(t);
@@ -249,7 +281,15 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Trace(
     return source;
   };
   for (const Tensor& t : returned) plan.returned.push_back(source_of(t));
-  for (const Tensor* t : state_) plan.state.push_back(source_of(*t));
+  for (size_t i = 0; i < state_.size(); ++i) {
+    Source source = source_of(*state_[i]);
+    if (left_alone[i]) {
+      source.kind = Source::kInput;
+      source.index = static_cast<int>(plan.inputs.size() - state_.size() + i);
+      source.fixed = nullptr;
+    }
+    plan.state.push_back(std::move(source));
+  }
   // The newest plan for these inputs replaces an older one.
   std::string unused;
   std::erase_if(plans_, [&](const Plan& old) {
@@ -317,7 +357,7 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Replay(
   std::vector<std::shared_ptr<Node>> before;
   for (const std::weak_ptr<Node>& weak : old_state) {
     std::shared_ptr<Node> node = weak.lock();
-    if (node == nullptr || !Readable(*node)) return run;
+    if (node == nullptr || !Recoverable(*node)) return run;
     before.push_back(std::move(node));
   }
   for (size_t i = 0; i < state_.size(); ++i) *state_[i] = Tensor(std::move(before[i]));

@@ -235,6 +235,28 @@ TEST(CompiledFunction, ACapturedCopyOfAnInputStaysApartFromIt) {
   EXPECT_EQ(pull.replays(), 2);
 }
 
+// State the body only reads keeps its own tensor, traced or replayed.
+TEST(CompiledFunction, StateTheBodyLeavesAloneKeepsItsTensor) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto ctx = LazyContext::Create(client.get());
+  ctx->set_pipelined(true);
+  Tensor scale = Vec(ctx.get(), {2, 3});
+  Tensor w = Vec(ctx.get(), {1, 1});
+  const std::shared_ptr<Node> scale_node = scale.node();
+  CompiledFunction step(ctx.get(), {&w, &scale}, [&](const std::vector<Tensor>& args) {
+    w = w * scale + args[0];
+    return absl::StatusOr<std::vector<Tensor>>(std::vector<Tensor>{});
+  });
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(step({Vec(ctx.get(), {1, 0})}).ok());
+    EXPECT_EQ(scale.node(), scale_node) << "call " << i;
+  }
+  // w: (1,1) -> (3,3) -> (7,9) -> (15,27).
+  EXPECT_EQ(Values(w), (std::vector<double>{15, 27}));
+  EXPECT_EQ(step.replays(), 2);
+}
+
 TEST(CompiledFunction, ABodyThatReadsAnArgumentIsTracedEveryCall) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
@@ -252,6 +274,7 @@ TEST(CompiledFunction, ABodyThatReadsAnArgumentIsTracedEveryCall) {
   }
   EXPECT_EQ(scaled.traces(), 2);
   EXPECT_EQ(scaled.replays(), 0);
+  EXPECT_EQ(scaled.trace_reason(), "the body runs a program or reads a value (traced every call)");
 }
 
 TEST(CompiledFunction, AnUndefinedResultStaysUndefined) {
@@ -288,6 +311,7 @@ TEST(CompiledFunction, ABodyThatRunsAProgramIsTracedEveryCall) {
   }
   EXPECT_EQ(scaled.traces(), 3);
   EXPECT_EQ(scaled.replays(), 0);
+  EXPECT_EQ(scaled.trace_reason(), "the body runs a program or reads a value (traced every call)");
 }
 
 TEST(CompiledFunction, EagerModeTracesEveryCall) {
