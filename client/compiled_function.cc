@@ -215,8 +215,7 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Trace(
     }
     originals.clear();
   };
-  const int64_t programs_before = context_->programs_run();
-  const int64_t reads_before = context_->host_reads();
+  const int64_t activity_before = LazyContext::ThreadActivity();
   absl::StatusOr<std::vector<Tensor>> body_returned = body_(body_args);
   restore_left_alone();
   body_args.clear();
@@ -224,8 +223,7 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Trace(
   std::vector<Tensor> returned = *std::move(body_returned);
   // A body that ran a program or read a value itself: what it computed or
   // read is not part of the step's program, so the step cannot be replayed.
-  if (replayable && (context_->programs_run() != programs_before ||
-                     context_->host_reads() != reads_before)) {
+  if (replayable && LazyContext::ThreadActivity() != activity_before) {
     replayable = false;
     trace_reason_ = "the body runs a program or reads a value (traced every call)";
   }

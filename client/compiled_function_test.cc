@@ -277,6 +277,27 @@ TEST(CompiledFunction, ABodyThatReadsAnArgumentIsTracedEveryCall) {
   EXPECT_EQ(scaled.trace_reason(), "the body runs a program or reads a value (traced every call)");
 }
 
+// A read of another context's value inside the body stops replays too.
+TEST(CompiledFunction, ABodyThatReadsAnotherContextsValueIsTracedEveryCall) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto ctx = LazyContext::Create(client.get());
+  auto other = LazyContext::Create(client.get());
+  Tensor k = Vec(other.get(), {3});
+  CompiledFunction scaled(
+      ctx.get(), {}, [&](const std::vector<Tensor>& args) -> absl::StatusOr<std::vector<Tensor>> {
+        ASSIGN_OR_RETURN(double factor, k.Item());
+        return std::vector<Tensor>{args[0] * factor};
+      });
+  for (float v : {1.0f, 2.0f}) {
+    k = Vec(other.get(), {v + 1});
+    auto out = scaled({Vec(ctx.get(), {1, 2})});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(Values((*out)[0]), (std::vector<double>{v + 1, 2 * (v + 1)}));
+  }
+  EXPECT_EQ(scaled.replays(), 0);
+}
+
 TEST(CompiledFunction, AnUndefinedResultStaysUndefined) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);

@@ -46,6 +46,13 @@ absl::Status CheckOutputCount(size_t returned, size_t outputs) {
 
 }  // namespace
 
+namespace {
+thread_local int64_t thread_activity = 0;
+}  // namespace
+
+int64_t LazyContext::ThreadActivity() { return thread_activity; }
+void LazyContext::NoteActivity() { ++thread_activity; }
+
 std::shared_ptr<LazyContext> LazyContext::Create(Client* client) {
   return std::shared_ptr<LazyContext>(new LazyContext(client));
 }
@@ -654,7 +661,7 @@ absl::Status LazyContext::RunProgram(const std::shared_ptr<Executable>& exe, Nod
                                      NodeSpan outputs, CallCanceller* cancel, bool dispatch,
                                      bool named_outputs, Clock::time_point keyed_at,
                                      bool replay) {
-  ++programs_run_;
+  NoteActivity();
   for (const auto& p : params) {
     // A value another context sent and has not settled yet (its error, if
     // any, stays on the value).
@@ -857,7 +864,7 @@ absl::StatusOr<ir::Literal> Tensor::ReadStorage(std::source_location where) cons
   // stay on their own tensors; this one's is its status.
   if (node_ != nullptr && node_->in_flight()) context()->SyncFor(node_.get()).IgnoreError();
   RETURN_IF_ERROR(status());
-  if (context() != nullptr) ++context()->host_reads_;
+  LazyContext::NoteActivity();
   if (!node_->realized()) RETURN_IF_ERROR(context()->Realize({*this}, where));
   if (node_->host_value.has_value()) return *node_->host_value;
   ASSIGN_OR_RETURN(ir::Literal value, context()->client()->TransferFromDevice(*node_->data));
@@ -887,7 +894,7 @@ absl::StatusOr<Tensor> Tensor::ToDevice(const std::string& device,
 absl::StatusOr<v1::ExecutionProfileProto> LazyContext::Estimate(
     const std::vector<Tensor>& tensors, int replicas) {
   if (tensors.empty()) return absl::InvalidArgumentError("nothing to price");
-  ++host_reads_;
+  NoteActivity();
   std::vector<std::shared_ptr<Node>> outputs;
   for (const Tensor& t : tensors) {
     if (t.node() == nullptr) return absl::InvalidArgumentError("cannot price an empty tensor");

@@ -213,11 +213,11 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   // Runs a program that ran before on new `params`, computing `outputs`
   // (nodes with no graph), sent as a barrier's would be.
   absl::Status Replay(const std::shared_ptr<Executable>& exe, NodeSpan params, NodeSpan outputs);
-  // Programs sent so far (synchronously or not), and values read to the
-  // host or priced (Tensor::ReadStorage, Estimate): what a compiled
-  // function's body must not do to be replayed.
-  int64_t programs_run() const { return programs_run_; }
-  int64_t host_reads() const { return host_reads_; }
+  // Programs sent (synchronously or not), and values read to the host or
+  // priced (Tensor::ReadStorage, Estimate), by any context on the calling
+  // thread so far: what a compiled function's body must not do to be
+  // replayed (whichever context it uses).
+  static int64_t ThreadActivity();
   // Adds an execution's round trip to metrics_.step_seconds (bounded).
   void RecordStep(double seconds);
   // Gives `outputs` (and the parameters that went inline, which become
@@ -249,8 +249,8 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   std::string Explain(const GraphSummary& before, const GraphSummary& after) const;
 
   Client* client_;
-  int64_t programs_run_ = 0;
-  int64_t host_reads_ = 0;
+  // Counts for ThreadActivity.
+  static void NoteActivity();
   friend class Tensor;
   bool eager_ = false;
   bool record_gradients_ = true;
