@@ -142,7 +142,7 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::operator()(std::vector<Ten
   }
   if (!replayable) {
     trace_reason_ = why.empty() ? (context_->eager() ? "eager mode" : "inside a device loop") : why;
-    return Trace(std::move(args), std::move(inputs), std::move(specs), where);
+    return Trace(std::move(args), std::move(inputs), std::move(specs), false, where);
   }
   why = "first call";
   for (auto it = plans_.begin(); it != plans_.end();) {
@@ -161,17 +161,13 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::operator()(std::vector<Ten
     return Replay(plans_.front(), std::move(args), std::move(inputs));
   }
   trace_reason_ = why;
-  return Trace(std::move(args), std::move(inputs), std::move(specs), where);
+  return Trace(std::move(args), std::move(inputs), std::move(specs), true, where);
 }
 
 absl::StatusOr<std::vector<Tensor>> CompiledFunction::Trace(
     std::vector<Tensor> args, std::vector<std::shared_ptr<Node>> inputs,
-    std::vector<InputSpec> specs, std::source_location where) {
+    std::vector<InputSpec> specs, bool replayable, std::source_location where) {
   ++traces_;
-  bool replayable = !context_->eager() && !context_->in_loop_body() &&
-                    std::none_of(inputs.begin(), inputs.end(), [](const std::shared_ptr<Node>& n) {
-                      return n == nullptr || !n->replicas.empty();
-                    });
   // The body reads leaves of its own in place of the inputs (one per
   // distinct input); the plan names them by address. The originals stay
   // until the body returns: state it left alone gets its own tensor back.
@@ -227,7 +223,6 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Trace(
     replayable = false;
     trace_reason_ = "the body runs a program or reads a value (traced every call)";
   }
-  replayable = replayable && !context_->eager();
   std::vector<Tensor> results;
   for (const Tensor& t : returned) {
     if (t.defined()) results.push_back(t);
@@ -280,13 +275,11 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Trace(
   };
   for (const Tensor& t : returned) plan.returned.push_back(source_of(t));
   for (size_t i = 0; i < state_.size(); ++i) {
-    Source source = source_of(*state_[i]);
-    if (left_alone[i]) {
-      source.kind = Source::kInput;
-      source.index = static_cast<int>(plan.inputs.size() - state_.size() + i);
-      source.fixed = nullptr;
-    }
-    plan.state.push_back(std::move(source));
+    const int input = static_cast<int>(arg_count + i);
+    plan.state.push_back(left_alone[i] ? Source{Source::kInput, input, nullptr}
+                                       : source_of(*state_[i]));
+    plan.state_read.push_back(std::find(plan.param_input.begin(), plan.param_input.end(),
+                                        input) != plan.param_input.end());
   }
   // The newest plan for these inputs replaces an older one.
   std::string unused;
@@ -344,7 +337,7 @@ absl::StatusOr<std::vector<Tensor>> CompiledFunction::Replay(
   for (size_t i = 0; i < state_.size(); ++i) {
     const std::shared_ptr<Node>& old = inputs[first_state + i];
     old_state.push_back(old);
-    if (std::find(params.begin(), params.end(), old) == params.end()) unread_state.push_back(old);
+    if (!plan.state_read[i]) unread_state.push_back(old);
     *state_[i] = value_of(plan.state[i]);
   }
   inputs.clear();

@@ -102,6 +102,8 @@ class CompiledFunction {
     std::vector<InputSpec> outputs;
     std::vector<Source> returned;
     std::vector<Source> state;
+    // Per state tensor: whether the program reads the value it replaces.
+    std::vector<bool> state_read;
   };
 
   // Whether `specs` (of this call's inputs) match `plan`; if not, why
@@ -113,9 +115,11 @@ class CompiledFunction {
   // place while it traces: a tensor it captures that is the same node as
   // an input is then a parameter apart from that input.
   static absl::StatusOr<std::shared_ptr<Node>> LeafOf(const std::shared_ptr<Node>& node);
+  // With `replayable` (no input undefined or replicated, lazy mode, not
+  // in a device loop), keeps a plan unless the body reads or runs a program.
   absl::StatusOr<std::vector<Tensor>> Trace(std::vector<Tensor> args,
                                             std::vector<std::shared_ptr<Node>> inputs,
-                                            std::vector<InputSpec> specs,
+                                            std::vector<InputSpec> specs, bool replayable,
                                             std::source_location where);
   absl::StatusOr<std::vector<Tensor>> Replay(const Plan& plan, std::vector<Tensor> args,
                                              std::vector<std::shared_ptr<Node>> inputs);

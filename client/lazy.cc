@@ -44,10 +44,8 @@ absl::Status CheckOutputCount(size_t returned, size_t outputs) {
       absl::StrCat("program returned ", returned, " values for ", outputs, " outputs"));
 }
 
-}  // namespace
-
-namespace {
 thread_local int64_t thread_activity = 0;
+
 }  // namespace
 
 int64_t LazyContext::ThreadActivity() { return thread_activity; }

@@ -218,6 +218,9 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   // thread so far: what a compiled function's body must not do to be
   // replayed (whichever context it uses).
   static int64_t ThreadActivity();
+  // Counts for ThreadActivity.
+  static void NoteActivity();
+  friend class Tensor;
   // Adds an execution's round trip to metrics_.step_seconds (bounded).
   void RecordStep(double seconds);
   // Gives `outputs` (and the parameters that went inline, which become
@@ -249,9 +252,6 @@ class LazyContext : public std::enable_shared_from_this<LazyContext> {
   std::string Explain(const GraphSummary& before, const GraphSummary& after) const;
 
   Client* client_;
-  // Counts for ThreadActivity.
-  static void NoteActivity();
-  friend class Tensor;
   bool eager_ = false;
   bool record_gradients_ = true;
   bool pipelined_ = false;

@@ -124,10 +124,11 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name,
 
 Trainer::Trainer(client::LazyContext* ctx, Model* model, std::string device,
                  const TrainerOptions& options)
-    : ctx_(ctx), model_(model), device_(std::move(device)), replay_(options.replay) {
+    : ctx_(ctx), model_(model), device_(std::move(device)) {
   if (options.replica_devices.size() > 1) {
     data_parallel_ = std::make_unique<client::DataParallel>(ctx, options.replica_devices);
   }
+  replay_ = options.replay && data_parallel_ == nullptr;
   if (options.optimizer == "adam") {
     optimizer_ = std::make_unique<client::Adam>(options.learning_rate);
   } else {
@@ -220,26 +221,42 @@ absl::StatusOr<PendingStep> Trainer::StartStep(const uint8_t* pixels, const int3
   return Start(Upload(ImageLiteral(pixels, batch), labels, batch));
 }
 
-std::vector<Tensor> Trainer::Arguments(Batch batch) {
+absl::StatusOr<PendingStep> Trainer::Call(client::CompiledFunction& step,
+                                           absl::StatusOr<Batch> uploaded,
+                                           std::source_location where) {
+  ASSIGN_OR_RETURN(Batch b, std::move(uploaded));
+  // Held by the call alone (an initializer list would keep copies, and the
+  // program could not take their memory).
   std::vector<Tensor> args;
-  args.push_back(std::move(batch.images));
-  args.push_back(std::move(batch.labels));
-  return args;
+  args.push_back(std::move(b.images));
+  args.push_back(std::move(b.labels));
+  ASSIGN_OR_RETURN(std::vector<Tensor> out, step(std::move(args), where));
+  return PendingStep{std::move(out[0]), std::move(out[1])};
+}
+
+std::vector<Tensor*> Trainer::ParamState() {
+  std::vector<Tensor*> state;
+  for (Tensor& p : model_->params()) state.push_back(&p);
+  return state;
 }
 
 std::vector<Tensor*> Trainer::StepState() {
-  std::vector<Tensor*> state;
-  for (Tensor& p : model_->params()) state.push_back(&p);
+  std::vector<Tensor*> state = ParamState();
   for (const auto& [name, tensor] : optimizer_state()) state.push_back(tensor);
   state.push_back(optimizer_->learning_rate_tensor());
   return state;
 }
 
-absl::StatusOr<PendingStep> Trainer::TraceStep(const Batch& b) {
+PendingStep Trainer::TraceLoss(const Batch& b) {
   Tensor logits = model_->Forward(Standardized(b.images));
   PendingStep step;
   step.loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
   step.correct = client::CorrectCount(logits, b.labels);
+  return step;
+}
+
+absl::StatusOr<PendingStep> Trainer::TraceStep(const Batch& b) {
+  PendingStep step = TraceLoss(b);
   std::vector<Tensor>& params = model_->params();
   ASSIGN_OR_RETURN(std::vector<Tensor> grads, client::Grad(step.loss, params));
   if (data_parallel_ != nullptr) grads = data_parallel_->AllReduceMean(grads);
@@ -251,16 +268,13 @@ absl::StatusOr<PendingStep> Trainer::TraceStep(const Batch& b) {
 }
 
 PendingStep Trainer::TraceEval(const Batch& b) {
-  Tensor logits = model_->Forward(Standardized(b.images));
-  PendingStep step;
-  step.loss = client::SoftmaxCrossEntropy(logits, client::OneHot(b.labels, 10));
-  step.correct = client::CorrectCount(logits, b.labels);
+  PendingStep step = TraceLoss(b);
   SumOverReplicas(step.loss, step.correct);
   return step;
 }
 
 absl::StatusOr<PendingStep> Trainer::Start(absl::StatusOr<Batch> uploaded) {
-  if (data_parallel_ == nullptr && replay_) {
+  if (replay_) {
     if (train_step_ == nullptr) {
       train_step_ = std::make_unique<client::CompiledFunction>(
           ctx_, StepState(),
@@ -269,9 +283,7 @@ absl::StatusOr<PendingStep> Trainer::Start(absl::StatusOr<Batch> uploaded) {
             return std::vector<Tensor>{std::move(step.loss), std::move(step.correct)};
           });
     }
-    ASSIGN_OR_RETURN(Batch b, std::move(uploaded));
-    ASSIGN_OR_RETURN(std::vector<Tensor> out, (*train_step_)(Arguments(std::move(b))));
-    return PendingStep{std::move(out[0]), std::move(out[1])};
+    return Call(*train_step_, std::move(uploaded));
   }
   PendingStep step;
   {
@@ -325,20 +337,16 @@ absl::StatusOr<StepResult> Trainer::EvalStep(const uint8_t* pixels, const int32_
 
 absl::StatusOr<StepResult> Trainer::Eval(absl::StatusOr<Batch> uploaded) {
   PendingStep step;
-  if (data_parallel_ == nullptr && replay_) {
+  if (replay_) {
     if (eval_step_ == nullptr) {
-      std::vector<Tensor*> params;
-      for (Tensor& p : model_->params()) params.push_back(&p);
       eval_step_ = std::make_unique<client::CompiledFunction>(
-          ctx_, std::move(params),
+          ctx_, ParamState(),
           [this](const std::vector<Tensor>& args) -> absl::StatusOr<std::vector<Tensor>> {
             PendingStep eval = TraceEval(Batch{args[0], args[1]});
             return std::vector<Tensor>{std::move(eval.loss), std::move(eval.correct)};
           });
     }
-    ASSIGN_OR_RETURN(Batch b, std::move(uploaded));
-    ASSIGN_OR_RETURN(std::vector<Tensor> out, (*eval_step_)(Arguments(std::move(b))));
-    step = PendingStep{std::move(out[0]), std::move(out[1])};
+    ASSIGN_OR_RETURN(step, Call(*eval_step_, std::move(uploaded)));
   } else {
     {
       ASSIGN_OR_RETURN(Batch b, std::move(uploaded));

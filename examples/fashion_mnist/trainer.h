@@ -4,6 +4,7 @@
 #define KILN_EXAMPLES_FASHION_MNIST_TRAINER_H_
 
 #include <memory>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -124,15 +125,21 @@ class Trainer {
   absl::StatusOr<Batch> Upload(ir::Literal images, const int32_t* labels, int batch);
   absl::StatusOr<PendingStep> Start(absl::StatusOr<Batch> batch);
   absl::StatusOr<StepResult> Eval(absl::StatusOr<Batch> batch);
+  // The forward pass's loss and correct count (this replica's).
+  PendingStep TraceLoss(const Batch& batch);
   // The step's graph: loss and correct count; the parameters and the
   // optimizer's state take their updated values.
   absl::StatusOr<PendingStep> TraceStep(const Batch& batch);
   PendingStep TraceEval(const Batch& batch);
-  // A step function's arguments, held by the call alone (an initializer
-  // list would keep copies, and the program could not take their memory).
-  static std::vector<client::Tensor> Arguments(Batch batch);
-  // What CompiledFunction steps bind: the parameters, the optimizer's
-  // state and its learning rate.
+  // Runs a step or evaluation function on the batch; it returns the loss
+  // and the correct count. `where` names the caller's site in recompile
+  // explanations (one per kind of step).
+  static absl::StatusOr<PendingStep> Call(
+      client::CompiledFunction& step, absl::StatusOr<Batch> batch,
+      std::source_location where = std::source_location::current());
+  // What CompiledFunction evaluations bind (the parameters), and steps
+  // (those, the optimizer's state and its learning rate).
+  std::vector<client::Tensor*> ParamState();
   std::vector<client::Tensor*> StepState();
 
   // Replicates the model on the first data-parallel step.
@@ -146,7 +153,8 @@ class Trainer {
   std::unique_ptr<client::DataParallel> data_parallel_;
   bool replicated_ = false;
   std::unique_ptr<client::Optimizer> optimizer_;
-  bool replay_;
+  // Steps and evaluations as CompiledFunctions (one device only).
+  bool replay_ = false;
   std::unique_ptr<client::CompiledFunction> train_step_, eval_step_;
 };
 
